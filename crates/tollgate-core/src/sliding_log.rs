@@ -1,0 +1,248 @@
+//! The exact sliding window log.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::clock::duration_nanos;
+use crate::{ConfigError, Decision, Timestamp};
+
+/// At most `limit` units in any window of length `window`, exactly.
+///
+/// The log remembers the time and cost of every admitted request still inside
+/// the window `(now − window, now]`; a request of `n` passes iff the costs in
+/// the log plus `n` stay within `limit`. Denied requests store nothing, so
+/// the log holds at most `limit` entries. `remaining = limit − logged` after
+/// the request, `reset_after` is the time until the newest entry leaves the
+/// window, and `retry_after` the time until enough old entries have left for
+/// the same request to fit.
+///
+/// Choose it for strict, low-volume limits (logins, password resets): it is
+/// exact but its memory grows with the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window: u64,
+}
+
+/// The admitted requests of one key still inside the window.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogState {
+    /// `(time ns, cost)` of admitted requests, oldest first.
+    entries: VecDeque<(u64, u64)>,
+    /// The sum of the costs in `entries`.
+    total: u64,
+}
+
+impl LogState {
+    /// Whether the log holds nothing (the key is fresh).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The number of entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Bytes of heap this log holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
+    /// The sum of the costs still logged (as of the last decision).
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+impl SlidingLog {
+    /// The largest limit per window.
+    pub const MAX_LIMIT: u64 = u32::MAX as u64;
+
+    /// At most `limit` units in any `window`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        if limit == 0 || limit > Self::MAX_LIMIT {
+            return Err(ConfigError::new(
+                "limit",
+                format!(
+                    "{limit} is outside 1..={} for the sliding log",
+                    Self::MAX_LIMIT
+                ),
+            ));
+        }
+        let window = duration_nanos(window);
+        if window == 0 {
+            return Err(ConfigError::new("window", "must be longer than zero"));
+        }
+        Ok(SlidingLog { limit, window })
+    }
+
+    /// The most units admitted in any window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+
+    fn expire(&self, state: &mut LogState, now: u64) {
+        while let Some(&(t, cost)) = state.entries.front() {
+            if t.saturating_add(self.window) > now {
+                break;
+            }
+            state.entries.pop_front();
+            state.total -= cost;
+        }
+        if state.entries.is_empty() && state.entries.capacity() > 0 {
+            state.entries = VecDeque::new();
+        }
+    }
+
+    fn reset_after(&self, state: &LogState, now: u64) -> u64 {
+        state
+            .entries
+            .back()
+            .map_or(0, |&(t, _)| (t + self.window).saturating_sub(now))
+    }
+
+    /// Decides a request costing `cost` at `now`, updating `state` if it passes.
+    pub fn decide(&self, state: &mut LogState, now: Timestamp, cost: u64) -> Decision {
+        let now = now.as_nanos();
+        self.expire(state, now);
+        if cost > self.limit {
+            return Decision::exceeds(
+                self.limit,
+                self.limit - state.total,
+                self.reset_after(state, now),
+            );
+        }
+        if state.total + cost <= self.limit {
+            if cost > 0 {
+                // Keep entries in time order even if the clock stepped back.
+                let t = state.entries.back().map_or(now, |&(last, _)| last.max(now));
+                match state.entries.back_mut() {
+                    Some((last, c)) if *last == t => *c += cost,
+                    _ => state.entries.push_back((t, cost)),
+                }
+                state.total += cost;
+            }
+            return Decision::allowed(
+                self.limit,
+                self.limit - state.total,
+                self.reset_after(state, now),
+            );
+        }
+        let mut to_free = state.total + cost - self.limit;
+        let mut pass_at = now;
+        for &(t, c) in &state.entries {
+            pass_at = t + self.window;
+            if c >= to_free {
+                break;
+            }
+            to_free -= c;
+        }
+        Decision::denied(
+            self.limit,
+            self.limit - state.total,
+            self.reset_after(state, now),
+            pass_at - now,
+        )
+    }
+
+    /// Gives back `amount` units, taken from the newest entries.
+    pub fn refund(&self, state: &mut LogState, now: Timestamp, amount: u64) -> Decision {
+        let now = now.as_nanos();
+        self.expire(state, now);
+        let mut left = amount;
+        while left > 0 {
+            let Some((_, c)) = state.entries.back_mut() else {
+                break;
+            };
+            let take = left.min(*c);
+            *c -= take;
+            state.total -= take;
+            left -= take;
+            if *c == 0 {
+                state.entries.pop_back();
+            }
+        }
+        Decision::allowed(
+            self.limit,
+            self.limit - state.total,
+            self.reset_after(state, now),
+        )
+    }
+
+    /// The earliest time from which `state` decides like an empty log.
+    pub fn fresh_at(&self, state: &LogState) -> Timestamp {
+        Timestamp::from_nanos(state.entries.back().map_or(0, |&(t, _)| t + self.window))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_nanos(1_000 * S + ms * 1_000_000)
+    }
+
+    #[test]
+    fn admits_at_most_the_limit_in_any_window() {
+        // 3 per 10 s: requests at 0, 1, 2 s pass; 3..9.999 s fail; at 10 s the
+        // first has left the window.
+        let log = SlidingLog::new(3, Duration::from_secs(10)).unwrap();
+        let mut s = LogState::default();
+        for ms in [0, 1_000, 2_000] {
+            assert!(log.decide(&mut s, at(ms), 1).is_allowed());
+        }
+        let d = log.decide(&mut s, at(3_000), 1);
+        assert_eq!(d.outcome(), Outcome::Denied);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(d.reset_after(), Duration::from_secs(9));
+        assert_eq!(s.len(), 3, "denied requests store nothing");
+        assert_eq!(log.decide(&mut s, at(9_999), 1).outcome(), Outcome::Denied);
+        assert!(log.decide(&mut s, at(10_000), 1).is_allowed());
+        assert_eq!(log.decide(&mut s, at(10_000), 1).outcome(), Outcome::Denied);
+    }
+
+    #[test]
+    fn weighted_requests_wait_for_enough_to_expire() {
+        let log = SlidingLog::new(10, Duration::from_secs(10)).unwrap();
+        let mut s = LogState::default();
+        log.decide(&mut s, at(0), 3);
+        log.decide(&mut s, at(1_000), 3);
+        log.decide(&mut s, at(2_000), 4);
+        // A cost of 5 needs 5 freed: the entries at 0 s (3) and 1 s (3).
+        let d = log.decide(&mut s, at(5_000), 5);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(6)));
+        assert_eq!(
+            log.decide(&mut s, at(11_000), 5).outcome(),
+            Outcome::Allowed
+        );
+        assert_eq!(
+            log.decide(&mut s, at(11_000), 11).outcome(),
+            Outcome::Exceeds
+        );
+    }
+
+    #[test]
+    fn refund_removes_the_newest_and_memory_is_released() {
+        let log = SlidingLog::new(5, Duration::from_secs(1)).unwrap();
+        let mut s = LogState::default();
+        log.decide(&mut s, at(0), 2);
+        log.decide(&mut s, at(100), 2);
+        let d = log.refund(&mut s, at(200), 3);
+        assert_eq!(d.remaining(), 4);
+        assert_eq!(s.len(), 1);
+        assert_eq!(log.fresh_at(&s), at(1_000));
+        assert!(log.decide(&mut s, at(5_000), 0).is_allowed());
+        assert!(s.is_empty());
+        assert_eq!(s.heap_bytes(), 0);
+    }
+}

@@ -1,0 +1,315 @@
+//! The sliding window counter: the current and previous window, weighted by overlap.
+
+use std::time::Duration;
+
+use crate::clock::duration_nanos;
+use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
+
+/// At most `limit` units in a window sliding over time, estimated from two
+/// epoch-aligned windows.
+///
+/// With `prev` and `cur` the units admitted in the previous and current
+/// aligned window and `e` the time elapsed in the current one, the estimate
+/// of the last `window` is `prev · (window − e) / window + cur`. A request of
+/// `n` passes iff `estimate + n ≤ limit` (computed exactly in integers);
+/// denied requests count nothing. `remaining = ⌊limit − estimate⌋` after the
+/// request; `reset_after` is the time until both windows have expired
+/// (the key is fresh again); `retry_after` is the exact first instant the
+/// estimate leaves room for the same request.
+///
+/// It assumes the previous window's requests were spread evenly, so against
+/// the exact [`SlidingLog`](crate::SlidingLog) it may admit slightly more or
+/// less; in exchange its state is one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlidingWindow {
+    limit: u64,
+    window: u64,
+    count_bits: u32,
+}
+
+/// The counts a state holds for the window containing some `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counts {
+    index: u64,
+    elapsed: u64,
+    prev: u64,
+    cur: u64,
+}
+
+impl SlidingWindow {
+    /// The largest limit per window.
+    pub const MAX_LIMIT: u64 = (1 << 24) - 1;
+
+    /// At most `limit` units in any sliding `window`.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        if limit == 0 || limit > Self::MAX_LIMIT {
+            return Err(ConfigError::new(
+                "limit",
+                format!(
+                    "{limit} is outside 1..={} for the sliding window counter",
+                    Self::MAX_LIMIT
+                ),
+            ));
+        }
+        let window = duration_nanos(window);
+        if window == 0 {
+            return Err(ConfigError::new("window", "must be longer than zero"));
+        }
+        Ok(SlidingWindow {
+            limit,
+            window,
+            count_bits: u64::BITS - limit.leading_zeros(),
+        })
+    }
+
+    /// The most units admitted in any sliding window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
+    }
+
+    /// The units in the previous and current aligned windows at `now`.
+    pub fn counts(&self, state: u64, now: Timestamp) -> (u64, u64) {
+        let c = self.counts_at(state, now.as_nanos());
+        (c.prev, c.cur)
+    }
+
+    fn tag_mask(&self) -> u64 {
+        u64::MAX >> (2 * self.count_bits)
+    }
+
+    fn count_mask(&self) -> u64 {
+        (1 << self.count_bits) - 1
+    }
+
+    fn pack(&self, index: u64, prev: u64, cur: u64) -> u64 {
+        ((index & self.tag_mask()) << (2 * self.count_bits)) | (prev << self.count_bits) | cur
+    }
+
+    fn counts_at(&self, state: u64, now: u64) -> Counts {
+        let index = now / self.window;
+        let tag = state >> (2 * self.count_bits);
+        let stored_prev = (state >> self.count_bits) & self.count_mask();
+        let stored_cur = state & self.count_mask();
+        let (prev, cur) = if tag == index & self.tag_mask() {
+            (stored_prev, stored_cur)
+        } else if tag == index.wrapping_sub(1) & self.tag_mask() {
+            (stored_cur, 0)
+        } else {
+            (0, 0)
+        };
+        Counts {
+            index,
+            elapsed: now - index * self.window,
+            prev,
+            cur,
+        }
+    }
+
+    /// `window ×` the estimate, exactly.
+    fn used_scaled(&self, c: &Counts) -> u128 {
+        u128::from(c.prev) * u128::from(self.window - c.elapsed)
+            + u128::from(c.cur) * u128::from(self.window)
+    }
+
+    fn remaining(&self, c: &Counts) -> u64 {
+        let capacity = u128::from(self.limit) * u128::from(self.window);
+        let free = capacity.saturating_sub(self.used_scaled(c));
+        (free / u128::from(self.window)) as u64
+    }
+
+    fn reset_after(&self, c: &Counts, now: u64) -> u64 {
+        let windows = if c.cur > 0 {
+            2
+        } else if c.prev > 0 {
+            1
+        } else {
+            return 0;
+        };
+        (c.index + windows) * self.window - now
+    }
+
+    /// The first instant at or after the current one when `cost` fits.
+    fn pass_time(&self, c: &Counts, cost: u64) -> u64 {
+        let w = u128::from(self.window);
+        let start = c.index * self.window;
+        // Later in this window, while prev's weight shrinks.
+        if let Some(room) = self.limit.checked_sub(c.cur + cost)
+            && c.prev > 0
+        {
+            let slack = (u128::from(room) * w / u128::from(c.prev)).min(w) as u64;
+            let at = (self.window - slack).max(c.elapsed);
+            if at < self.window {
+                return start + at;
+            }
+        }
+        // In the next window, where today's count becomes the previous one.
+        let next = start + self.window;
+        if c.cur == 0 {
+            return next;
+        }
+        let room = u128::from(self.limit - cost);
+        let slack = (room * w / u128::from(c.cur)).min(w) as u64;
+        if slack > 0 {
+            next + (self.window - slack)
+        } else {
+            next + self.window
+        }
+    }
+}
+
+impl WordAlgorithm for SlidingWindow {
+    #[inline]
+    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
+        let now = now.as_nanos();
+        let mut c = self.counts_at(state, now);
+        if cost > self.limit {
+            let d = Decision::exceeds(self.limit, self.remaining(&c), self.reset_after(&c, now));
+            return (d, None);
+        }
+        let capacity = u128::from(self.limit) * u128::from(self.window);
+        if self.used_scaled(&c) + u128::from(cost) * u128::from(self.window) <= capacity {
+            c.cur += cost;
+            let d = Decision::allowed(self.limit, self.remaining(&c), self.reset_after(&c, now));
+            (d, (cost > 0).then(|| self.pack(c.index, c.prev, c.cur)))
+        } else {
+            let retry = self.pass_time(&c, cost) - now;
+            let d = Decision::denied(
+                self.limit,
+                self.remaining(&c),
+                self.reset_after(&c, now),
+                retry,
+            );
+            (d, None)
+        }
+    }
+
+    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
+        let now = now.as_nanos();
+        let mut c = self.counts_at(state, now);
+        let before = c.cur;
+        c.cur = c.cur.saturating_sub(amount);
+        let d = Decision::allowed(self.limit, self.remaining(&c), self.reset_after(&c, now));
+        (
+            d,
+            (c.cur != before).then(|| self.pack(c.index, c.prev, c.cur)),
+        )
+    }
+
+    fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp {
+        let index = now.as_nanos() / self.window;
+        let tag = state >> (2 * self.count_bits);
+        let stored_index = index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask());
+        let prev = (state >> self.count_bits) & self.count_mask();
+        let cur = state & self.count_mask();
+        let windows = if cur > 0 {
+            2
+        } else if prev > 0 {
+            1
+        } else {
+            return Timestamp::EPOCH;
+        };
+        Timestamp::from_nanos(
+            stored_index
+                .saturating_add(windows)
+                .saturating_mul(self.window),
+        )
+    }
+
+    fn max_unexamined(&self) -> Option<Duration> {
+        let windows = self.tag_mask().saturating_sub(1);
+        Some(Duration::from_nanos(windows.saturating_mul(self.window)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Outcome;
+
+    const S: u64 = 1_000_000_000;
+
+    fn at(secs_into: f64) -> Timestamp {
+        // Windows of 60 s aligned at 1_700_000_040 s.
+        Timestamp::from_nanos(1_700_000_040 * S + (secs_into * S as f64) as u64)
+    }
+
+    #[test]
+    fn weighted_estimate_of_the_classic_example() {
+        // Limit 100/min; 84 in the previous minute, 36 so far, 15 s into this
+        // minute: estimate = 84 × 45/60 + 36 = 99, so one more passes.
+        let sw = SlidingWindow::new(100, Duration::from_secs(60)).unwrap();
+        let mut state = 0;
+        state = sw.decide(state, at(30.0), 84).1.unwrap();
+        state = sw.decide(state, at(74.5), 36).1.unwrap();
+        assert_eq!(sw.counts(state, at(75.0)), (84, 36));
+        let (d, s) = sw.decide(state, at(75.0), 1);
+        assert_eq!((d.outcome(), d.remaining()), (Outcome::Allowed, 0));
+        let (d, _) = sw.decide(s.unwrap(), at(75.0), 1);
+        assert_eq!(d.outcome(), Outcome::Denied);
+        // Room for one more when 84 × (60 − e)/60 ≤ 100 − 37 − 1 = 62,
+        // i.e. e ≥ 15.714… s: 0.714285715 s from now (rounded up to the ns).
+        assert_eq!(d.retry_after_nanos(), 714_285_715);
+    }
+
+    #[test]
+    fn retry_after_is_exact_across_the_boundary() {
+        let sw = SlidingWindow::new(10, Duration::from_secs(10)).unwrap();
+        let t0 = 1_700_000_000 * S;
+        let s = sw
+            .decide(0, Timestamp::from_nanos(t0 + 5 * S), 10)
+            .1
+            .unwrap();
+        let (d, _) = sw.decide(s, Timestamp::from_nanos(t0 + 6 * S), 4);
+        // Next window: 10 × (10 − e)/10 + 4 ≤ 10 ⟺ e ≥ 4 s; from t0+6 s that is 8 s.
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(8)));
+        let later = |ns: u64| {
+            sw.decide(s, Timestamp::from_nanos(t0 + 6 * S + ns), 4)
+                .0
+                .outcome()
+        };
+        assert_eq!(later(8 * S - 1), Outcome::Denied);
+        assert_eq!(later(8 * S), Outcome::Allowed);
+    }
+
+    #[test]
+    fn smooths_the_fixed_windows_edge_burst() {
+        let sw = SlidingWindow::new(10, Duration::from_secs(60)).unwrap();
+        let mut state = 0;
+        let mut admitted = 0;
+        for t in [59.0, 60.0] {
+            for _ in 0..15 {
+                let (d, s) = sw.decide(state, at(t), 1);
+                state = s.unwrap_or(state);
+                admitted += u64::from(d.is_allowed());
+            }
+        }
+        assert_eq!(admitted, 10);
+    }
+
+    #[test]
+    fn fresh_after_both_windows() {
+        let sw = SlidingWindow::new(10, Duration::from_secs(60)).unwrap();
+        let s = sw.decide(0, at(10.0), 1).1.unwrap();
+        assert_eq!(sw.fresh_at(s, at(10.0)), at(120.0));
+        assert_eq!(sw.decide(s, at(119.0), 0).0.remaining(), 9);
+        assert_eq!(sw.decide(s, at(120.0), 0).0.remaining(), 10);
+        assert_eq!(sw.decide(s, at(120.0), 0).0.reset_after(), Duration::ZERO);
+    }
+
+    #[test]
+    fn limits_out_of_range_are_rejected() {
+        assert_eq!(
+            SlidingWindow::new(0, Duration::from_secs(1))
+                .unwrap_err()
+                .parameter(),
+            "limit"
+        );
+        assert!(SlidingWindow::new(1 << 24, Duration::from_secs(1)).is_err());
+        assert!(SlidingWindow::new(1, Duration::ZERO).is_err());
+    }
+}

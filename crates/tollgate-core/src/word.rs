@@ -1,0 +1,101 @@
+//! The interface of algorithms whose whole state is one `u64`.
+
+use std::time::Duration;
+
+use crate::{Decision, FixedWindow, Gcra, LeakyBucket, SlidingWindow, Timestamp, TokenBucket};
+
+/// An algorithm whose whole per-key state is one `u64`, with 0 as the fresh state.
+///
+/// The algorithm never stores anything: a store reads the key's state, calls
+/// [`decide`](WordAlgorithm::decide), and writes the new state back only when
+/// there is one (a compare-and-swap for the in-memory store). A denied
+/// request returns `None` wherever the semantics allow, so the deny path of a
+/// hot key writes nothing.
+pub trait WordAlgorithm: Send + Sync {
+    /// Decides a request costing `cost` units at `now` against `state`.
+    ///
+    /// Returns the decision and the state to store, or `None` when the state
+    /// does not change. A `cost` of 0 checks without consuming.
+    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>);
+
+    /// Gives back `amount` units consumed earlier (never beyond the fresh state).
+    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>);
+
+    /// The earliest time from which `state` decides exactly like the fresh state 0.
+    ///
+    /// A store may drop a key whose `fresh_at` has passed without changing any
+    /// decision. `now` lets window algorithms place their stored window.
+    fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp;
+
+    /// How long a stored state may sit unexamined before its encoding could be misread.
+    ///
+    /// Window algorithms keep only the low bits of the window number; a store
+    /// must look at every key (and drop the fresh ones) at least this often.
+    /// `None` when the encoding never wraps.
+    fn max_unexamined(&self) -> Option<Duration>;
+}
+
+/// Any algorithm with a one-word state, chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnyWordAlgorithm {
+    /// See [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// See [`Gcra`].
+    Gcra(Gcra),
+    /// See [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// See [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// See [`SlidingWindow`].
+    SlidingWindow(SlidingWindow),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $alg:ident => $body:expr) => {
+        match $self {
+            AnyWordAlgorithm::TokenBucket($alg) => $body,
+            AnyWordAlgorithm::Gcra($alg) => $body,
+            AnyWordAlgorithm::LeakyBucket($alg) => $body,
+            AnyWordAlgorithm::FixedWindow($alg) => $body,
+            AnyWordAlgorithm::SlidingWindow($alg) => $body,
+        }
+    };
+}
+
+impl WordAlgorithm for AnyWordAlgorithm {
+    #[inline]
+    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
+        dispatch!(self, a => a.decide(state, now, cost))
+    }
+
+    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
+        dispatch!(self, a => a.refund(state, now, amount))
+    }
+
+    fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp {
+        dispatch!(self, a => a.fresh_at(state, now))
+    }
+
+    fn max_unexamined(&self) -> Option<Duration> {
+        dispatch!(self, a => a.max_unexamined())
+    }
+}
+
+impl<A: WordAlgorithm + ?Sized> WordAlgorithm for &A {
+    #[inline]
+    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
+        (**self).decide(state, now, cost)
+    }
+
+    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
+        (**self).refund(state, now, amount)
+    }
+
+    fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp {
+        (**self).fresh_at(state, now)
+    }
+
+    fn max_unexamined(&self) -> Option<Duration> {
+        (**self).max_unexamined()
+    }
+}

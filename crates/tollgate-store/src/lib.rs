@@ -1,0 +1,1 @@
+//! Keyed rate-limit state (being written).
