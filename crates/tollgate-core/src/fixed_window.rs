@@ -46,7 +46,8 @@ impl FixedWindow {
         if window == 0 {
             return Err(ConfigError::new("window", "must be longer than zero"));
         }
-        let count_bits = u64::BITS - (limit + 1).leading_zeros();
+        // Counts run to `limit + 1`; one spare value keeps the state off `u64::MAX`.
+        let count_bits = u64::BITS - (limit + 2).leading_zeros();
         Ok(FixedWindow {
             limit,
             window,

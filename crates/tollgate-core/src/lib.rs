@@ -40,7 +40,7 @@ pub use rate::{DelayMode, Gcra, LeakyBucket, TokenBucket};
 pub use sliding_log::{LogState, SlidingLog};
 pub use sliding_window::SlidingWindow;
 pub use unit::Unit;
-pub use word::{AnyWordAlgorithm, WordAlgorithm};
+pub use word::{AnyAlgorithm, AnyWordAlgorithm, RESERVED_STATE, WordAlgorithm};
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

@@ -38,7 +38,7 @@ struct Counts {
 
 impl SlidingWindow {
     /// The largest limit per window.
-    pub const MAX_LIMIT: u64 = (1 << 24) - 1;
+    pub const MAX_LIMIT: u64 = (1 << 24) - 2;
 
     /// At most `limit` units in any sliding `window`.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
@@ -58,7 +58,8 @@ impl SlidingWindow {
         Ok(SlidingWindow {
             limit,
             window,
-            count_bits: u64::BITS - limit.leading_zeros(),
+            // One spare count value keeps the state off `u64::MAX`.
+            count_bits: u64::BITS - (limit + 1).leading_zeros(),
         })
     }
 
@@ -309,7 +310,7 @@ mod tests {
                 .parameter(),
             "limit"
         );
-        assert!(SlidingWindow::new(1 << 24, Duration::from_secs(1)).is_err());
+        assert!(SlidingWindow::new((1 << 24) - 1, Duration::from_secs(1)).is_err());
         assert!(SlidingWindow::new(1, Duration::ZERO).is_err());
     }
 }

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::{Decision, FixedWindow, Gcra, LeakyBucket, SlidingWindow, Timestamp, TokenBucket};
+use crate::{
+    Decision, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, Timestamp, TokenBucket,
+};
 
 /// An algorithm whose whole per-key state is one `u64`, with 0 as the fresh state.
 ///
@@ -11,6 +13,9 @@ use crate::{Decision, FixedWindow, Gcra, LeakyBucket, SlidingWindow, Timestamp, 
 /// there is one (a compare-and-swap for the in-memory store). A denied
 /// request returns `None` wherever the semantics allow, so the deny path of a
 /// hot key writes nothing.
+///
+/// No algorithm ever produces the state [`RESERVED_STATE`] (`u64::MAX`); stores
+/// use it as a marker of their own.
 pub trait WordAlgorithm: Send + Sync {
     /// Decides a request costing `cost` units at `now` against `state`.
     ///
@@ -34,6 +39,9 @@ pub trait WordAlgorithm: Send + Sync {
     /// `None` when the encoding never wraps.
     fn max_unexamined(&self) -> Option<Duration>;
 }
+
+/// A state value no algorithm produces, free for a store to use as a marker.
+pub const RESERVED_STATE: u64 = u64::MAX;
 
 /// Any algorithm with a one-word state, chosen at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -97,5 +105,58 @@ impl<A: WordAlgorithm + ?Sized> WordAlgorithm for &A {
 
     fn max_unexamined(&self) -> Option<Duration> {
         (**self).max_unexamined()
+    }
+}
+
+/// Any of Tollgate's algorithms, chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnyAlgorithm {
+    /// An algorithm whose state is one word.
+    Word(AnyWordAlgorithm),
+    /// The sliding log, whose state is a list of timestamps.
+    SlidingLog(SlidingLog),
+}
+
+impl AnyAlgorithm {
+    /// The most units a request can cost and still pass (a bucket's capacity,
+    /// a window's limit).
+    pub fn capacity(&self) -> u64 {
+        match self {
+            AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(a)) => a.max_tokens(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(a)) => a.burst(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(a)) => a.burst() + 1,
+            AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) => a.limit(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(a)) => a.limit(),
+            AnyAlgorithm::SlidingLog(a) => a.limit(),
+        }
+    }
+}
+
+macro_rules! into_any {
+    ($($ty:ident),*) => {$(
+        impl From<$ty> for AnyWordAlgorithm {
+            fn from(a: $ty) -> Self {
+                AnyWordAlgorithm::$ty(a)
+            }
+        }
+        impl From<$ty> for AnyAlgorithm {
+            fn from(a: $ty) -> Self {
+                AnyAlgorithm::Word(AnyWordAlgorithm::$ty(a))
+            }
+        }
+    )*};
+}
+
+into_any!(TokenBucket, Gcra, LeakyBucket, FixedWindow, SlidingWindow);
+
+impl From<AnyWordAlgorithm> for AnyAlgorithm {
+    fn from(a: AnyWordAlgorithm) -> Self {
+        AnyAlgorithm::Word(a)
+    }
+}
+
+impl From<SlidingLog> for AnyAlgorithm {
+    fn from(a: SlidingLog) -> Self {
+        AnyAlgorithm::SlidingLog(a)
     }
 }
