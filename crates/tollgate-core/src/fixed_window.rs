@@ -17,6 +17,11 @@ use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 /// `reset_after` is the time to the window's end, which is also the
 /// `retry_after` of a denied request.
 ///
+/// A refund gives units back while the window is open; a window that a
+/// denial has closed stays closed until it ends, and refunds change nothing
+/// in it (upstream would subtract from its higher real count, which almost
+/// always stays over the limit too).
+///
 /// The state packs the window number's low bits with the count. The count is
 /// kept up to `limit + 1` (nothing beyond changes a decision), so the deny
 /// path of an already-closed window writes nothing.
@@ -125,7 +130,12 @@ impl WordAlgorithm for FixedWindow {
         let tag = self.tag(index);
         let (stored_tag, stored) = self.unpack(state);
         let count = if stored_tag == tag { stored } else { 0 };
-        let after = count.saturating_sub(amount);
+        // A window closed by a denial stays closed until it ends.
+        let after = if count > self.limit {
+            count
+        } else {
+            count.saturating_sub(amount)
+        };
         let reset = (index + 1) * self.window - now;
         let d = Decision::allowed(self.limit, self.limit.saturating_sub(after), reset);
         (d, (after != count).then(|| self.pack(tag, after)))

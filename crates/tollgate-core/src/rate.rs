@@ -82,6 +82,11 @@ impl Schedule {
         })
     }
 
+    /// The time to refill (or drain) the whole capacity: `capacity × interval`.
+    fn full_span(&self) -> Duration {
+        Duration::from_nanos(self.span)
+    }
+
     /// Whole units available at `now` for a meter whose TAT is `tat`.
     #[inline]
     fn available(&self, tat: u64, now: u64) -> u64 {
@@ -172,6 +177,11 @@ impl TokenBucket {
         Duration::from_nanos(self.schedule.interval)
     }
 
+    /// The time an empty bucket takes to fill up.
+    pub fn refill_time(&self) -> Duration {
+        self.schedule.full_span()
+    }
+
     /// Whole tokens in the bucket at `now` for `state`.
     pub fn tokens(&self, state: u64, now: Timestamp) -> u64 {
         self.schedule.available(state, now.as_nanos())
@@ -204,6 +214,11 @@ impl Gcra {
     /// The emission interval: the steady spacing between admitted requests.
     pub fn emission_interval(&self) -> Duration {
         Duration::from_nanos(self.schedule.interval)
+    }
+
+    /// The time an exhausted burst takes to come back whole.
+    pub fn refill_time(&self) -> Duration {
+        self.schedule.full_span()
     }
 
     /// Requests that could pass at once at `now` for `state`.
@@ -288,6 +303,16 @@ impl LeakyBucket {
     /// The burst allowance above the steady rate.
     pub fn burst(&self) -> u64 {
         self.schedule.capacity - 1
+    }
+
+    /// The time one unit of excess takes to drain (one over the rate).
+    pub fn drain_interval(&self) -> Duration {
+        Duration::from_nanos(self.schedule.interval)
+    }
+
+    /// The time a full bucket (burst + 1 units) takes to drain.
+    pub fn drain_time(&self) -> Duration {
+        self.schedule.full_span()
     }
 
     /// Units still draining at `now` for `state` (the queue depth of a shaper).

@@ -79,6 +79,12 @@ impl SlidingWindow {
         (c.prev, c.cur)
     }
 
+    /// The estimate the algorithm decides on at `now`: `prev · (window − e)/window + cur`.
+    pub fn estimate(&self, state: u64, now: Timestamp) -> f64 {
+        let c = self.counts_at(state, now.as_nanos());
+        self.used_scaled(&c) as f64 / self.window as f64
+    }
+
     fn tag_mask(&self) -> u64 {
         u64::MAX >> (2 * self.count_bits)
     }

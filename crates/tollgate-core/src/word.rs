@@ -132,6 +132,24 @@ impl AnyAlgorithm {
     }
 }
 
+impl AnyAlgorithm {
+    /// The span of time one full limit covers.
+    ///
+    /// For the window algorithms it is their window; for the rate-based ones
+    /// (token bucket, GCRA, leaky bucket) the time to refill (or drain) the
+    /// whole capacity.
+    pub fn window(&self) -> Duration {
+        match self {
+            AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(a)) => a.refill_time(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(a)) => a.refill_time(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(a)) => a.drain_time(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) => a.window(),
+            AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(a)) => a.window(),
+            AnyAlgorithm::SlidingLog(a) => a.window(),
+        }
+    }
+}
+
 macro_rules! into_any {
     ($($ty:ident),*) => {$(
         impl From<$ty> for AnyWordAlgorithm {

@@ -1,1 +1,66 @@
-fn main() {}
+//! The `tollgate` command: rate limiting for service meshes and API gateways.
+//!
+//! Each subcommand is one variant of [`Command`] with its own module.
+
+use std::fmt;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod duration;
+mod simulate;
+
+/// Rate limiting for service meshes and API gateways.
+#[derive(Parser, Debug)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a rate-limit algorithm against simulated traffic in virtual time.
+    Simulate(simulate::SimulateArgs),
+}
+
+/// Why a subcommand failed, which decides the exit code.
+#[derive(Debug)]
+pub enum CommandError {
+    /// The command line asks for something impossible (exit code 2, like clap's own errors).
+    Usage(String),
+    /// Reading or writing a file or stream failed (exit code 1).
+    Io(String),
+}
+
+impl CommandError {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CommandError::Usage(_) => ExitCode::from(2),
+            CommandError::Io(_) => ExitCode::from(1),
+        }
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandError::Usage(message) | CommandError::Io(message) => f.write_str(message),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            error.exit_code()
+        }
+    }
+}

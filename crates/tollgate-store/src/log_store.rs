@@ -1,0 +1,265 @@
+//! [`LogStore`]: keys to sliding logs, for the [`SlidingLog`] algorithm.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use tollgate_core::{Decision, LogState, SlidingLog, Timestamp};
+
+use crate::config::{ShardLayout, StoreConfig};
+use crate::hashing::{KeyHashing, KeyIdHashing};
+use crate::key::{Key, KeyId};
+
+/// Keys to sliding logs, for [`SlidingLog`].
+///
+/// A log is a list of timestamps, too big for one atomic word, so each of a
+/// power-of-two number of shards is a mutex around a hash map from
+/// [`KeyId`] to [`LogState`]. A check locks one shard. Logs that end up
+/// empty are removed at once; when a new key would take a shard past its
+/// share of `max_keys`, the shard first drops the logs that are fresh (all
+/// entries expired, so dropping them changes no decision) and, if still
+/// full, evicts the logs that become fresh soonest, down to 7/8 of its
+/// share. The store never holds more than `max_keys` keys.
+///
+/// Memory per key: a map entry (about 64 bytes with the map's overhead)
+/// plus the log, which holds at most `limit` entries of 16 bytes (its buffer
+/// may reach twice that before it is trimmed). Choose the sliding log for
+/// strict, low-volume limits; [`memory_bytes`](Self::memory_bytes) reports
+/// the total.
+pub struct LogStore {
+    algorithm: SlidingLog,
+    shards: Box<[CachePadded<Mutex<LogShard>>]>,
+    /// `shards.len() - 1`.
+    shard_mask: usize,
+    layout: ShardLayout,
+    hashing: KeyHashing,
+}
+
+/// One shard: its logs and the heap bytes they hold.
+struct LogShard {
+    logs: HashMap<KeyId, LogState, KeyIdHashing>,
+    log_heap_bytes: usize,
+}
+
+impl LogShard {
+    /// Runs `operation` on the key's log, inserting or removing the entry as the log fills or empties.
+    fn apply(
+        &mut self,
+        id: KeyId,
+        make_room: impl FnOnce(&mut Self),
+        operation: impl FnOnce(&mut LogState) -> Decision,
+    ) -> Decision {
+        if let Some(log) = self.logs.get_mut(&id) {
+            let before = log.heap_bytes();
+            let decision = operation(log);
+            let after = log.heap_bytes();
+            let emptied = log.is_empty();
+            self.log_heap_bytes = (self.log_heap_bytes + after).saturating_sub(before);
+            if emptied {
+                self.log_heap_bytes = self.log_heap_bytes.saturating_sub(after);
+                self.logs.remove(&id);
+            }
+            return decision;
+        }
+        let mut log = LogState::default();
+        let decision = operation(&mut log);
+        if !log.is_empty() {
+            make_room(self);
+            self.log_heap_bytes += log.heap_bytes();
+            self.logs.insert(id, log);
+        }
+        decision
+    }
+
+    /// Removes the logs `drop` picks, keeping the heap count right.
+    fn remove_where(&mut self, mut drop: impl FnMut(&KeyId, &LogState) -> bool) {
+        let mut freed = 0;
+        self.logs.retain(|id, log| {
+            let dropped = drop(id, log);
+            if dropped {
+                freed += log.heap_bytes();
+            }
+            !dropped
+        });
+        self.log_heap_bytes = self.log_heap_bytes.saturating_sub(freed);
+    }
+
+    /// Approximate bytes of the map's own table (entries and control bytes).
+    fn map_bytes(&self) -> usize {
+        let capacity = self.logs.capacity();
+        let buckets = match capacity {
+            0 => 0,
+            1..8 => (capacity + 1).next_power_of_two(),
+            _ => (capacity.saturating_mul(8) / 7).next_power_of_two(),
+        };
+        buckets * (size_of::<(KeyId, LogState)>() + 1)
+    }
+}
+
+impl LogStore {
+    /// An empty store deciding with `algorithm`, sized by `config`.
+    pub fn new(algorithm: SlidingLog, config: StoreConfig) -> Self {
+        let layout = config.layout();
+        let hashing = KeyHashing::random();
+        let shards = (0..layout.count)
+            .map(|_| {
+                CachePadded::new(Mutex::new(LogShard {
+                    logs: HashMap::with_hasher(hashing.map_hashing()),
+                    log_heap_bytes: 0,
+                }))
+            })
+            .collect();
+        LogStore {
+            algorithm,
+            shards,
+            shard_mask: layout.count - 1,
+            layout,
+            hashing,
+        }
+    }
+
+    /// Decides a request costing `cost` for `key` at `now`, logging it if it passes.
+    pub fn check<K: Key + ?Sized>(&self, key: &K, now: Timestamp, cost: u64) -> Decision {
+        let id = self.hashing.key_id(key);
+        let mut shard = self.shard(id).lock();
+        shard.apply(
+            id,
+            |shard| self.make_room(shard, now),
+            |log| self.algorithm.decide(log, now, cost),
+        )
+    }
+
+    /// Gives back `amount` units that `key` logged earlier, newest first.
+    pub fn refund<K: Key + ?Sized>(&self, key: &K, now: Timestamp, amount: u64) -> Decision {
+        let id = self.hashing.key_id(key);
+        let mut shard = self.shard(id).lock();
+        shard.apply(
+            id,
+            |shard| self.make_room(shard, now),
+            |log| self.algorithm.refund(log, now, amount),
+        )
+    }
+
+    /// The total cost the key's log holds (as of its last decision), 0 when absent; for displays.
+    pub fn peek<K: Key + ?Sized>(&self, key: &K) -> u64 {
+        let id = self.hashing.key_id(key);
+        self.shard(id)
+            .lock()
+            .logs
+            .get(&id)
+            .map_or(0, LogState::total)
+    }
+
+    /// Drops every log that is fresh at `now` (all its entries expired); changes no decision.
+    pub fn sweep(&self, now: Timestamp) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            shard.remove_where(|_, log| self.algorithm.fresh_at(log) <= now);
+            let len = shard.logs.len();
+            if len == 0 || shard.logs.capacity() > 4 * len {
+                shard.logs.shrink_to(2 * len);
+            }
+        }
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().logs.len()).sum()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the store holds: shard headers, the maps' tables (approximately) and the logs' heap.
+    pub fn memory_bytes(&self) -> usize {
+        let shards: usize = self
+            .shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.map_bytes() + s.log_heap_bytes
+            })
+            .sum();
+        self.shards.len() * size_of::<CachePadded<Mutex<LogShard>>>() + shards
+    }
+
+    /// The most keys the store holds at once (at most the configured `max_keys`).
+    pub fn max_keys(&self) -> usize {
+        self.layout.count * self.layout.share
+    }
+
+    /// The algorithm the store decides with.
+    pub fn algorithm(&self) -> &SlidingLog {
+        &self.algorithm
+    }
+
+    fn shard(&self, id: KeyId) -> &Mutex<LogShard> {
+        let hash = self.hashing.probe_hash(id);
+        // The shard count is a power of two, so the mask keeps the index in range.
+        &self.shards[(hash as usize) & self.shard_mask]
+    }
+
+    /// Makes room for one more key in a full shard: fresh logs first, then the soonest fresh.
+    fn make_room(&self, shard: &mut LogShard, now: Timestamp) {
+        if shard.logs.len() < self.layout.share {
+            return;
+        }
+        shard.remove_where(|_, log| self.algorithm.fresh_at(log) <= now);
+        if shard.logs.len() < self.layout.share {
+            return;
+        }
+        let keep = self.layout.keep_after_eviction();
+        let mut by_fresh_at: Vec<(Timestamp, KeyId)> = shard
+            .logs
+            .iter()
+            .map(|(id, log)| (self.algorithm.fresh_at(log), *id))
+            .collect();
+        let evict = by_fresh_at.len() - keep;
+        by_fresh_at.select_nth_unstable(evict - 1);
+        for (_, id) in &by_fresh_at[..evict] {
+            if let Some(log) = shard.logs.remove(id) {
+                shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(log.heap_bytes());
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore")
+            .field("algorithm", &self.algorithm)
+            .field("shards", &self.shards.len())
+            .field("max_keys", &self.max_keys())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn logs_that_empty_are_removed_and_their_memory_returned() {
+        let log = SlidingLog::new(3, Duration::from_secs(1)).unwrap();
+        let store = LogStore::new(log, StoreConfig::with_max_keys(100));
+        let base = store.memory_bytes();
+        let t = Timestamp::from_secs(10);
+        store.check("a", t, 2);
+        assert_eq!((store.len(), store.peek("a")), (1, 2));
+        assert!(store.memory_bytes() > base);
+        store.refund("a", t, 2);
+        assert_eq!((store.len(), store.peek("a")), (0, 0));
+        assert!(
+            !store.check("a", t, 4).is_allowed(),
+            "exceeds: nothing stored"
+        );
+        assert_eq!(store.len(), 0);
+        store.sweep(t);
+        assert_eq!(store.memory_bytes(), base);
+    }
+}

@@ -1,0 +1,100 @@
+//! [`MemoryStore`]: a word store or a log store, chosen at run time from the algorithm.
+
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
+
+use crate::config::StoreConfig;
+use crate::key::Key;
+use crate::log_store::LogStore;
+use crate::word_store::WordStore;
+
+/// Either store, chosen at run time from an [`AnyAlgorithm`].
+///
+/// One-word algorithms get a lock-free [`WordStore`]; the sliding log gets a
+/// [`LogStore`]. Every method forwards to the store inside.
+#[derive(Debug)]
+pub enum MemoryStore {
+    /// For token bucket, GCRA, leaky bucket, fixed window and sliding window counter.
+    Word(WordStore<AnyWordAlgorithm>),
+    /// For the sliding log.
+    Log(LogStore),
+}
+
+impl MemoryStore {
+    /// An empty store for `algorithm`, sized by `config`.
+    pub fn new(algorithm: impl Into<AnyAlgorithm>, config: StoreConfig) -> Self {
+        match algorithm.into() {
+            AnyAlgorithm::Word(a) => MemoryStore::Word(WordStore::new(a, config)),
+            AnyAlgorithm::SlidingLog(a) => MemoryStore::Log(LogStore::new(a, config)),
+        }
+    }
+
+    /// Decides a request costing `cost` for `key` at `now`, consuming if it passes.
+    #[inline]
+    pub fn check<K: Key + ?Sized>(&self, key: &K, now: Timestamp, cost: u64) -> Decision {
+        match self {
+            MemoryStore::Word(s) => s.check(key, now, cost),
+            MemoryStore::Log(s) => s.check(key, now, cost),
+        }
+    }
+
+    /// Gives back `amount` units that `key` consumed earlier.
+    pub fn refund<K: Key + ?Sized>(&self, key: &K, now: Timestamp, amount: u64) -> Decision {
+        match self {
+            MemoryStore::Word(s) => s.refund(key, now, amount),
+            MemoryStore::Log(s) => s.refund(key, now, amount),
+        }
+    }
+
+    /// The key's state for displays: the state word, or a log's total (0 when absent).
+    pub fn peek<K: Key + ?Sized>(&self, key: &K) -> u64 {
+        match self {
+            MemoryStore::Word(s) => s.peek(key),
+            MemoryStore::Log(s) => s.peek(key),
+        }
+    }
+
+    /// Drops every key whose state is fresh at `now`; changes no decision.
+    pub fn sweep(&self, now: Timestamp) {
+        match self {
+            MemoryStore::Word(s) => s.sweep(now),
+            MemoryStore::Log(s) => s.sweep(now),
+        }
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        match self {
+            MemoryStore::Word(s) => s.len(),
+            MemoryStore::Log(s) => s.len(),
+        }
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the store holds.
+    pub fn memory_bytes(&self) -> usize {
+        match self {
+            MemoryStore::Word(s) => s.memory_bytes(),
+            MemoryStore::Log(s) => s.memory_bytes(),
+        }
+    }
+
+    /// The most keys the store holds at once.
+    pub fn max_keys(&self) -> usize {
+        match self {
+            MemoryStore::Word(s) => s.max_keys(),
+            MemoryStore::Log(s) => s.max_keys(),
+        }
+    }
+
+    /// The algorithm the store decides with.
+    pub fn algorithm(&self) -> AnyAlgorithm {
+        match self {
+            MemoryStore::Word(s) => AnyAlgorithm::Word(*s.algorithm()),
+            MemoryStore::Log(s) => AnyAlgorithm::SlidingLog(*s.algorithm()),
+        }
+    }
+}

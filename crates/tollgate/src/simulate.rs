@@ -1,0 +1,679 @@
+//! `tollgate simulate`: run an algorithm against a traffic profile in virtual time.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use tollgate_core::{
+    AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
+    SlidingWindow, Timestamp, TokenBucket,
+};
+use tollgate_lab::{DecisionRecord, ParameterError, Simulation, Summary, Traffic};
+
+use crate::CommandError;
+use crate::duration::{format_duration, parse_duration};
+
+/// The flags of `tollgate simulate`.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tollgate simulate --algorithm token-bucket --max-tokens 5 --tokens-per-fill 2 --fill-interval 1s --arrival-rate 10 --duration 10s\n  \
+    tollgate simulate --algorithm fixed-window --limit 100 --window minute --traffic square --peak-rate 50 --wave-period 1m --start 1700000020 --duration 10m\n  \
+    tollgate simulate --algorithm leaky-bucket --rate 10 --period 1s --burst 5 --traffic poisson --arrival-rate 15 --decisions out.csv")]
+pub struct SimulateArgs {
+    /// The algorithm to simulate.
+    #[arg(long, value_enum, help_heading = "Algorithm")]
+    algorithm: AlgorithmName,
+
+    /// token-bucket: the bucket's capacity (it starts full).
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    max_tokens: Option<u64>,
+
+    /// token-bucket: tokens added every --fill-interval (continuously, as Envoy does).
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    tokens_per_fill: Option<u64>,
+
+    /// token-bucket: the time in which --tokens-per-fill tokens are added.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Algorithm")]
+    fill_interval: Option<Duration>,
+
+    /// gcra, fixed-window, sliding-window, sliding-log: requests per --period or per --window.
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    limit: Option<u64>,
+
+    /// gcra, leaky-bucket: the time over which --limit or --rate requests pass.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Algorithm")]
+    period: Option<Duration>,
+
+    /// gcra: the largest burst at once; leaky-bucket: the allowance above the rate (nginx burst).
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    burst: Option<u64>,
+
+    /// leaky-bucket: requests drained per --period.
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    rate: Option<u64>,
+
+    /// leaky-bucket: a policer (nginx nodelay): pass everything within the burst at once.
+    /// Without --nodelay or --delay the leaky bucket is a shaper that delays requests above the rate.
+    #[arg(long, conflicts_with = "delay", help_heading = "Algorithm")]
+    nodelay: bool,
+
+    /// leaky-bucket: pass the first N requests above the rate at once, delay the rest (nginx delay=N).
+    #[arg(long, value_name = "N", help_heading = "Algorithm")]
+    delay: Option<u64>,
+
+    /// fixed-window, sliding-window, sliding-log: the window length (e.g. 1s, 500ms, 1m, minute, month).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Algorithm")]
+    window: Option<Duration>,
+
+    /// How requests arrive: evenly spaced, as a Poisson process, or in a square wave.
+    #[arg(long, value_enum, default_value_t = TrafficName::Steady, help_heading = "Traffic")]
+    traffic: TrafficName,
+
+    /// steady, poisson: requests per second.
+    #[arg(long, value_name = "R", value_parser = parse_positive_rate, help_heading = "Traffic")]
+    arrival_rate: Option<f64>,
+
+    /// square: requests per second during the high part of each wave.
+    #[arg(long, value_name = "R", value_parser = parse_positive_rate, help_heading = "Traffic")]
+    peak_rate: Option<f64>,
+
+    /// square: requests per second during the rest of each wave [default: 0].
+    #[arg(long, value_name = "R", value_parser = parse_non_negative_rate, help_heading = "Traffic")]
+    base_rate: Option<f64>,
+
+    /// square: the length of one wave (its high part plus its low part).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Traffic")]
+    wave_period: Option<Duration>,
+
+    /// square: the fraction of each wave spent at --peak-rate, in (0, 1] [default: 0.5].
+    #[arg(long, value_name = "F", value_parser = parse_duty, help_heading = "Traffic")]
+    duty: Option<f64>,
+
+    /// How long the simulated run lasts.
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, help_heading = "Run")]
+    duration: Duration,
+
+    /// The seed for random arrivals (only --traffic poisson draws any).
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Run")]
+    seed: u64,
+
+    /// Units every request costs.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Run")]
+    cost: u64,
+
+    /// The virtual start time in seconds since the Unix epoch (windows are epoch-aligned).
+    #[arg(
+        long,
+        value_name = "UNIX_SECONDS",
+        default_value_t = 1_700_000_000,
+        help_heading = "Run"
+    )]
+    start: u64,
+
+    /// Print the summary as JSON instead of text.
+    #[arg(long, help_heading = "Output")]
+    json: bool,
+
+    /// Write every decision to FILE (.csv, .json for an array, .jsonl for JSON lines; - for stdout,
+    /// which moves the summary to stderr).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    decisions: Option<PathBuf>,
+
+    /// The format of --decisions, overriding its extension (needed for -).
+    #[arg(long, value_enum, requires = "decisions", help_heading = "Output")]
+    decisions_format: Option<DecisionsFormat>,
+}
+
+/// The algorithms `--algorithm` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AlgorithmName {
+    TokenBucket,
+    Gcra,
+    LeakyBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+}
+
+impl AlgorithmName {
+    fn flag_value(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The algorithm flags this algorithm takes.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            AlgorithmName::TokenBucket => &["--max-tokens", "--tokens-per-fill", "--fill-interval"],
+            AlgorithmName::Gcra => &["--limit", "--period", "--burst"],
+            AlgorithmName::LeakyBucket => {
+                &["--rate", "--period", "--burst", "--nodelay", "--delay"]
+            }
+            AlgorithmName::FixedWindow
+            | AlgorithmName::SlidingWindow
+            | AlgorithmName::SlidingLog => &["--limit", "--window"],
+        }
+    }
+}
+
+/// The traffic profiles `--traffic` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TrafficName {
+    Steady,
+    Poisson,
+    Square,
+}
+
+impl TrafficName {
+    fn flag_value(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The traffic flags this profile takes.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            TrafficName::Steady | TrafficName::Poisson => &["--arrival-rate"],
+            TrafficName::Square => &["--peak-rate", "--base-rate", "--wave-period", "--duty"],
+        }
+    }
+}
+
+/// How `--decisions` are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DecisionsFormat {
+    /// Comma-separated values with a header line.
+    Csv,
+    /// One JSON array of decision objects.
+    Json,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Parses a rate that must be above zero.
+fn parse_positive_rate(text: &str) -> Result<f64, String> {
+    let rate = parse_finite(text)?;
+    if rate <= 0.0 {
+        return Err(format!("{rate} requests per second must be above 0"));
+    }
+    Ok(rate)
+}
+
+/// Parses a rate that may be zero.
+fn parse_non_negative_rate(text: &str) -> Result<f64, String> {
+    let rate = parse_finite(text)?;
+    if rate < 0.0 {
+        return Err(format!("{rate} requests per second must be at least 0"));
+    }
+    Ok(rate)
+}
+
+/// Parses a duty cycle in (0, 1].
+fn parse_duty(text: &str) -> Result<f64, String> {
+    let duty = parse_finite(text)?;
+    if !(duty > 0.0 && duty <= 1.0) {
+        return Err(format!("{duty} is not a fraction in (0, 1]"));
+    }
+    Ok(duty)
+}
+
+fn parse_finite(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !value.is_finite() {
+        return Err(format!("{text:?} is not a finite number"));
+    }
+    Ok(value)
+}
+
+/// Runs `tollgate simulate`.
+pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
+    let (algorithm, algorithm_description) = build_algorithm(args)?;
+    let (traffic, traffic_description) = build_traffic(args)?;
+    let simulation = Simulation {
+        algorithm,
+        traffic,
+        duration: args.duration,
+        seed: args.seed,
+        cost: args.cost,
+        start: Timestamp::from_secs(args.start),
+    };
+    simulation.validate().map_err(lab_error)?;
+
+    let mut sink = match &args.decisions {
+        Some(path) => Some(DecisionSink::open(path, args.decisions_format)?),
+        None => None,
+    };
+    let summary = simulation
+        .run(|record| {
+            if let Some(sink) = sink.as_mut() {
+                sink.write(record);
+            }
+        })
+        .map_err(lab_error)?;
+    let decisions_on_stdout = sink.as_ref().is_some_and(|s| s.is_stdout());
+    if let Some(sink) = sink {
+        sink.finish()?;
+    }
+
+    let report = Report {
+        algorithm: args.algorithm.flag_value(),
+        algorithm_description,
+        traffic: args.traffic.flag_value(),
+        traffic_description,
+        duration_ns: u64::try_from(args.duration.as_nanos()).unwrap_or(u64::MAX),
+        seed: args.seed,
+        cost: args.cost,
+        summary,
+    };
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&report)
+            .map_err(|e| CommandError::Io(format!("cannot format the summary as JSON: {e}")))?;
+        json.push('\n');
+        json
+    } else {
+        report.human(args)
+    };
+    // With the decisions on stdout, the summary goes to stderr so stdout stays one format.
+    let written = if decisions_on_stdout {
+        io::stderr().lock().write_all(text.as_bytes())
+    } else {
+        let mut out = io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    };
+    written.map_err(|e| CommandError::Io(format!("cannot write the summary: {e}")))
+}
+
+/// Builds the algorithm from its flags, with a one-line description.
+fn build_algorithm(args: &SimulateArgs) -> Result<(AnyAlgorithm, String), CommandError> {
+    let chosen = args.algorithm;
+    let given: [(&str, bool); 10] = [
+        ("--max-tokens", args.max_tokens.is_some()),
+        ("--tokens-per-fill", args.tokens_per_fill.is_some()),
+        ("--fill-interval", args.fill_interval.is_some()),
+        ("--limit", args.limit.is_some()),
+        ("--period", args.period.is_some()),
+        ("--burst", args.burst.is_some()),
+        ("--rate", args.rate.is_some()),
+        ("--nodelay", args.nodelay),
+        ("--delay", args.delay.is_some()),
+        ("--window", args.window.is_some()),
+    ];
+    for (flag, set) in given {
+        if set && !chosen.flags().contains(&flag) {
+            let users: Vec<String> = AlgorithmName::value_variants()
+                .iter()
+                .filter(|a| a.flags().contains(&flag))
+                .map(|a| a.flag_value())
+                .collect();
+            return Err(CommandError::Usage(format!(
+                "{flag} does not apply to --algorithm {} (it is for {})",
+                chosen.flag_value(),
+                users.join(", ")
+            )));
+        }
+    }
+    let need = |flag: &str| {
+        CommandError::Usage(format!(
+            "{flag} is required for --algorithm {}",
+            chosen.flag_value()
+        ))
+    };
+    let name = chosen.flag_value();
+    let built = match chosen {
+        AlgorithmName::TokenBucket => {
+            let max_tokens = args.max_tokens.ok_or_else(|| need("--max-tokens"))?;
+            let per_fill = args
+                .tokens_per_fill
+                .ok_or_else(|| need("--tokens-per-fill"))?;
+            let interval = args.fill_interval.ok_or_else(|| need("--fill-interval"))?;
+            let bucket = TokenBucket::new(max_tokens, per_fill, interval).map_err(core_error)?;
+            let description = format!(
+                "{name}: {max_tokens} tokens, refilled {per_fill} per {}",
+                format_duration(interval)
+            );
+            (bucket.into(), description)
+        }
+        AlgorithmName::Gcra => {
+            let limit = args.limit.ok_or_else(|| need("--limit"))?;
+            let period = args.period.ok_or_else(|| need("--period"))?;
+            let burst = args.burst.ok_or_else(|| need("--burst"))?;
+            let gcra = Gcra::new(limit, period, burst).map_err(core_error)?;
+            let description = format!(
+                "{name}: {limit} per {}, bursts of up to {burst}",
+                format_duration(period)
+            );
+            (gcra.into(), description)
+        }
+        AlgorithmName::LeakyBucket => {
+            let rate = args.rate.ok_or_else(|| need("--rate"))?;
+            let period = args.period.ok_or_else(|| need("--period"))?;
+            let burst = args.burst.ok_or_else(|| need("--burst"))?;
+            let (mode, kind) = match (args.nodelay, args.delay) {
+                (true, _) => (DelayMode::NoDelay, "policer (nodelay)".to_owned()),
+                (false, Some(n)) => (DelayMode::DelayAfter(n), format!("shaper (delay={n})")),
+                (false, None) => (DelayMode::Delay, "shaper".to_owned()),
+            };
+            let bucket = LeakyBucket::new(rate, period, burst, mode).map_err(core_error)?;
+            let description = format!(
+                "{name} {kind}: {rate} per {}, burst {burst}",
+                format_duration(period)
+            );
+            (bucket.into(), description)
+        }
+        AlgorithmName::FixedWindow | AlgorithmName::SlidingWindow | AlgorithmName::SlidingLog => {
+            let limit = args.limit.ok_or_else(|| need("--limit"))?;
+            let window = args.window.ok_or_else(|| need("--window"))?;
+            let algorithm: AnyAlgorithm = match chosen {
+                AlgorithmName::FixedWindow => {
+                    FixedWindow::new(limit, window).map_err(core_error)?.into()
+                }
+                AlgorithmName::SlidingWindow => SlidingWindow::new(limit, window)
+                    .map_err(core_error)?
+                    .into(),
+                _ => SlidingLog::new(limit, window).map_err(core_error)?.into(),
+            };
+            let description = format!("{name}: {limit} per {}", format_duration(window));
+            (algorithm, description)
+        }
+    };
+    Ok(built)
+}
+
+/// Builds the traffic profile from its flags, with a one-line description.
+fn build_traffic(args: &SimulateArgs) -> Result<(Traffic, String), CommandError> {
+    let chosen = args.traffic;
+    let given: [(&str, bool); 5] = [
+        ("--arrival-rate", args.arrival_rate.is_some()),
+        ("--peak-rate", args.peak_rate.is_some()),
+        ("--base-rate", args.base_rate.is_some()),
+        ("--wave-period", args.wave_period.is_some()),
+        ("--duty", args.duty.is_some()),
+    ];
+    for (flag, set) in given {
+        if set && !chosen.flags().contains(&flag) {
+            let users: Vec<String> = TrafficName::value_variants()
+                .iter()
+                .filter(|t| t.flags().contains(&flag))
+                .map(|t| t.flag_value())
+                .collect();
+            return Err(CommandError::Usage(format!(
+                "{flag} does not apply to --traffic {} (it is for --traffic {})",
+                chosen.flag_value(),
+                users.join(", ")
+            )));
+        }
+    }
+    let need = |flag: &str| {
+        CommandError::Usage(format!(
+            "{flag} is required for --traffic {}",
+            chosen.flag_value()
+        ))
+    };
+    let built = match chosen {
+        TrafficName::Steady => {
+            let rate = args.arrival_rate.ok_or_else(|| need("--arrival-rate"))?;
+            (
+                Traffic::steady(rate).map_err(lab_error)?,
+                format!("steady, {rate} req/s evenly spaced"),
+            )
+        }
+        TrafficName::Poisson => {
+            let rate = args.arrival_rate.ok_or_else(|| need("--arrival-rate"))?;
+            (
+                Traffic::poisson(rate).map_err(lab_error)?,
+                format!("poisson, {rate} req/s on average"),
+            )
+        }
+        TrafficName::Square => {
+            let peak = args.peak_rate.ok_or_else(|| need("--peak-rate"))?;
+            let period = args.wave_period.ok_or_else(|| need("--wave-period"))?;
+            let base = args.base_rate.unwrap_or(0.0);
+            let duty = args.duty.unwrap_or(Traffic::DEFAULT_DUTY);
+            (
+                Traffic::square_with_duty(peak, base, period, duty).map_err(lab_error)?,
+                format!(
+                    "square, {peak} req/s for {}% of every {}, {base} req/s otherwise",
+                    format_percent(duty),
+                    format_duration(period)
+                ),
+            )
+        }
+    };
+    Ok(built)
+}
+
+/// Formats a fraction as a percentage with at most two decimals: `50`, `33.33`.
+fn format_percent(fraction: f64) -> String {
+    let text = format!("{:.2}", fraction * 100.0);
+    match text.split_once('.') {
+        Some((whole, decimals)) if decimals.trim_end_matches('0').is_empty() => whole.to_owned(),
+        Some((whole, decimals)) => format!("{whole}.{}", decimals.trim_end_matches('0')),
+        None => text,
+    }
+}
+
+/// A parameter the core rejected, with the flag that set it.
+fn core_error(error: ConfigError) -> CommandError {
+    let flag = format!("--{}", error.parameter().replace('_', "-"));
+    CommandError::Usage(format!("{error} ({flag})"))
+}
+
+/// A parameter the simulator rejected, with the flag that set it.
+fn lab_error(error: ParameterError) -> CommandError {
+    let flag = match error.parameter() {
+        "rate" => "--arrival-rate",
+        "peak" => "--peak-rate",
+        "base" => "--base-rate",
+        "period" => "--wave-period",
+        "duty" => "--duty",
+        "cost" => "--cost",
+        "start" => "--start",
+        _ => "--duration",
+    };
+    CommandError::Usage(format!("{error} ({flag})"))
+}
+
+/// Where `--decisions` go, remembering the first write error.
+struct DecisionSink {
+    path: PathBuf,
+    format: DecisionsFormat,
+    out: BufWriter<Box<dyn Write>>,
+    written: u64,
+    error: Option<io::Error>,
+}
+
+impl DecisionSink {
+    fn open(path: &Path, format: Option<DecisionsFormat>) -> Result<Self, CommandError> {
+        let to_stdout = path == Path::new("-");
+        let format = match format {
+            Some(format) => format,
+            None if to_stdout => {
+                return Err(CommandError::Usage(
+                    "--decisions - writes to stdout and needs --decisions-format csv, json or jsonl"
+                        .to_owned(),
+                ));
+            }
+            None => match path.extension().and_then(|e| e.to_str()) {
+                Some(e) if e.eq_ignore_ascii_case("csv") => DecisionsFormat::Csv,
+                Some(e) if e.eq_ignore_ascii_case("json") => DecisionsFormat::Json,
+                Some(e) if e.eq_ignore_ascii_case("jsonl") || e.eq_ignore_ascii_case("ndjson") => {
+                    DecisionsFormat::Jsonl
+                }
+                _ => {
+                    return Err(CommandError::Usage(format!(
+                        "cannot tell the format of --decisions {} from its extension; \
+                         name it .csv, .json or .jsonl, or pass --decisions-format",
+                        path.display()
+                    )));
+                }
+            },
+        };
+        let out: Box<dyn Write> = if to_stdout {
+            Box::new(io::stdout())
+        } else {
+            let file = File::create(path).map_err(|e| {
+                CommandError::Io(format!("cannot write decisions to {}: {e}", path.display()))
+            })?;
+            Box::new(file)
+        };
+        let mut sink = DecisionSink {
+            path: path.to_owned(),
+            format,
+            out: BufWriter::with_capacity(1 << 16, out),
+            written: 0,
+            error: None,
+        };
+        let opening = match format {
+            DecisionsFormat::Csv => writeln!(sink.out, "{}", DecisionRecord::CSV_HEADER),
+            DecisionsFormat::Json => sink.out.write_all(b"["),
+            DecisionsFormat::Jsonl => Ok(()),
+        };
+        sink.keep_error(opening);
+        Ok(sink)
+    }
+
+    fn is_stdout(&self) -> bool {
+        self.path == Path::new("-")
+    }
+
+    fn keep_error(&mut self, result: io::Result<()>) {
+        if let (Err(e), None) = (result, &self.error) {
+            self.error = Some(e);
+        }
+    }
+
+    fn write(&mut self, record: &DecisionRecord) {
+        if self.error.is_some() {
+            return;
+        }
+        let result = match self.format {
+            DecisionsFormat::Csv => record.write_csv_row(&mut self.out),
+            DecisionsFormat::Json => {
+                let separator: &[u8] = if self.written == 0 { b"\n" } else { b",\n" };
+                self.out.write_all(separator).and_then(|()| {
+                    serde_json::to_writer(&mut self.out, record).map_err(io::Error::from)
+                })
+            }
+            DecisionsFormat::Jsonl => serde_json::to_writer(&mut self.out, record)
+                .map_err(io::Error::from)
+                .and_then(|()| self.out.write_all(b"\n")),
+        };
+        self.written += 1;
+        self.keep_error(result);
+    }
+
+    fn finish(mut self) -> Result<(), CommandError> {
+        if self.format == DecisionsFormat::Json {
+            let closing = self.out.write_all(b"\n]\n");
+            self.keep_error(closing);
+        }
+        let flushed = self.out.flush();
+        self.keep_error(flushed);
+        let destination = if self.is_stdout() {
+            "stdout".to_owned()
+        } else {
+            self.path.display().to_string()
+        };
+        match self.error {
+            None => Ok(()),
+            Some(e) => Err(CommandError::Io(format!(
+                "cannot write decisions to {destination}: {e}"
+            ))),
+        }
+    }
+}
+
+/// The summary as printed: what ran, and its totals.
+#[derive(Serialize)]
+struct Report {
+    algorithm: String,
+    algorithm_description: String,
+    traffic: String,
+    traffic_description: String,
+    duration_ns: u64,
+    seed: u64,
+    cost: u64,
+    #[serde(flatten)]
+    summary: Summary,
+}
+
+impl Report {
+    /// The summary as a few lines of text.
+    fn human(&self, args: &SimulateArgs) -> String {
+        let s = &self.summary;
+        let mut text = String::new();
+        let mut line = |label: &str, value: String| {
+            text.push_str(&format!("{label:<11}{value}\n"));
+        };
+        line("algorithm", self.algorithm_description.clone());
+        line(
+            "traffic",
+            format!(
+                "{} for {}, seed {}, cost {}",
+                self.traffic_description,
+                format_duration(args.duration),
+                self.seed,
+                self.cost
+            ),
+        );
+        line("arrivals", s.arrivals.to_string());
+        line(
+            "admitted",
+            format!("{} ({:.2}%)", s.admitted, s.acceptance_rate * 100.0),
+        );
+        line(
+            "rejected",
+            format!(
+                "{} ({} denied, {} costing more than the limit can hold)",
+                s.rejected(),
+                s.denied,
+                s.exceeded
+            ),
+        );
+        let shaper = args.algorithm == AlgorithmName::LeakyBucket && !args.nodelay;
+        if shaper {
+            line(
+                "delayed",
+                format!("{} (admitted, held by the shaper)", s.delayed),
+            );
+        }
+        let window_note = match args.algorithm {
+            AlgorithmName::TokenBucket => " (the time to refill the whole bucket)",
+            AlgorithmName::Gcra => " (the time to earn the whole burst back)",
+            AlgorithmName::LeakyBucket => " (the time to drain the whole bucket)",
+            _ => "",
+        };
+        line(
+            "busiest",
+            format!(
+                "{} units admitted in one {} window{window_note}; limit {}",
+                s.max_admitted_in_window,
+                format_duration(s.window),
+                s.limit
+            ),
+        );
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_keep_at_most_two_decimals() {
+        assert_eq!(format_percent(1.0), "100");
+        assert_eq!(format_percent(0.5), "50");
+        assert_eq!(format_percent(0.25), "25");
+        assert_eq!(format_percent(0.105), "10.5");
+        assert_eq!(format_percent(1.0 / 3.0), "33.33");
+    }
+}
