@@ -58,6 +58,23 @@ impl Timestamp {
     }
 }
 
+/// The latest instant the algorithms distinguish: 2⁶³ ns after the epoch
+/// (April 2262). A later `now` is treated as this instant, so no arithmetic
+/// on times can overflow.
+pub(crate) const LATEST_NANOS: u64 = 1 << 63;
+
+/// The longest window or refill span an algorithm accepts: 2⁶¹ ns (about 73
+/// years), so that `now` plus two of them still fits in a `u64`.
+pub(crate) const LONGEST_SPAN_NANOS: u64 = 1 << 61;
+
+impl Timestamp {
+    /// Nanoseconds since the epoch, capped at the latest supported instant.
+    #[inline]
+    pub(crate) fn clamped_nanos(self) -> u64 {
+        self.0.min(LATEST_NANOS)
+    }
+}
+
 /// Converts a duration to whole nanoseconds, saturating at `u64::MAX`.
 pub(crate) fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

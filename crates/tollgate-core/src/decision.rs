@@ -18,14 +18,17 @@ pub enum Outcome {
 /// `limit`, `remaining` and the times describe the limit after this request
 /// (a denied request consumes nothing, except where an algorithm's documented
 /// semantics say otherwise: the fixed window counts denied requests).
+///
+/// It is 40 bytes: a denial's retry-after and an admission's delay share one
+/// field, since no decision has both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Decision {
-    outcome: Outcome,
     limit: u64,
     remaining: u64,
     reset_after_ns: u64,
-    retry_after_ns: u64,
-    delay_ns: u64,
+    /// Retry-after when denied, shaping delay when allowed, 0 otherwise.
+    wait_ns: u64,
+    outcome: Outcome,
 }
 
 impl Decision {
@@ -35,8 +38,7 @@ impl Decision {
             limit,
             remaining,
             reset_after_ns,
-            retry_after_ns: 0,
-            delay_ns: 0,
+            wait_ns: 0,
         }
     }
 
@@ -51,8 +53,7 @@ impl Decision {
             limit,
             remaining,
             reset_after_ns,
-            retry_after_ns,
-            delay_ns: 0,
+            wait_ns: retry_after_ns,
         }
     }
 
@@ -62,13 +63,14 @@ impl Decision {
             limit,
             remaining,
             reset_after_ns,
-            retry_after_ns: 0,
-            delay_ns: 0,
+            wait_ns: 0,
         }
     }
 
+    /// This admission, held for `delay_ns` by a shaper.
     pub(crate) fn with_delay(mut self, delay_ns: u64) -> Self {
-        self.delay_ns = delay_ns;
+        debug_assert_eq!(self.outcome, Outcome::Allowed);
+        self.wait_ns = delay_ns;
         self
     }
 
@@ -108,22 +110,44 @@ impl Decision {
     ///
     /// `None` for an allowed request and for one that can never pass.
     pub fn retry_after(&self) -> Option<Duration> {
-        (self.outcome == Outcome::Denied).then(|| Duration::from_nanos(self.retry_after_ns))
+        (self.outcome == Outcome::Denied).then(|| Duration::from_nanos(self.wait_ns))
     }
 
     /// [`Decision::retry_after`] in nanoseconds (0 unless denied).
     pub fn retry_after_nanos(&self) -> u64 {
-        self.retry_after_ns
+        if self.outcome == Outcome::Denied {
+            self.wait_ns
+        } else {
+            0
+        }
     }
 
     /// For an allowed request through a shaper, how long to hold it before
     /// passing it on so that output leaves at the configured rate; zero otherwise.
     pub fn delay(&self) -> Duration {
-        Duration::from_nanos(self.delay_ns)
+        Duration::from_nanos(self.delay_nanos())
     }
 
     /// [`Decision::delay`] in nanoseconds.
     pub fn delay_nanos(&self) -> u64 {
-        self.delay_ns
+        if self.outcome == Outcome::Allowed {
+            self.wait_ns
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_and_delay_never_leak_into_each_other() {
+        let denied = Decision::denied(5, 0, 10, 7);
+        assert_eq!((denied.retry_after_nanos(), denied.delay_nanos()), (7, 0));
+        let delayed = Decision::allowed(5, 1, 10).with_delay(3);
+        assert_eq!((delayed.retry_after(), delayed.delay_nanos()), (None, 3));
+        assert_eq!(std::mem::size_of::<Decision>(), 40);
     }
 }

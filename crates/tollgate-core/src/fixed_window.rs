@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::duration_nanos;
+use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
 use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 
 /// At most `limit` units per window; windows are aligned to the Unix epoch.
@@ -48,8 +48,11 @@ impl FixedWindow {
             ));
         }
         let window = duration_nanos(window);
-        if window == 0 {
-            return Err(ConfigError::new("window", "must be longer than zero"));
+        if window == 0 || window > LONGEST_SPAN_NANOS {
+            return Err(ConfigError::new(
+                "window",
+                "must be longer than zero and at most 73 years",
+            ));
         }
         // Counts run to `limit + 1`; one spare value keeps the state off `u64::MAX`.
         let count_bits = u64::BITS - (limit + 2).leading_zeros();
@@ -72,11 +75,25 @@ impl FixedWindow {
 
     /// Units counted in the window containing `now`, for `state`.
     pub fn count(&self, state: u64, now: Timestamp) -> u64 {
-        let (tag, count) = self.unpack(state);
-        if tag == self.tag(now.as_nanos() / self.window) {
-            count
+        self.place(state, now.clamped_nanos()).1
+    }
+
+    /// The window a request at `now` counts in, and its count so far.
+    ///
+    /// Normally the window containing `now`; but if the state already holds
+    /// a count for the *next* window (a request stamped just before a
+    /// boundary, decided after one stamped just after), the request counts in
+    /// that newer window rather than wiping it.
+    #[inline]
+    fn place(&self, state: u64, now: u64) -> (u64, u64) {
+        let index = now / self.window;
+        let (stored_tag, stored) = self.unpack(state);
+        if stored_tag == self.tag(index) {
+            (index, stored)
+        } else if stored > 0 && stored_tag == self.tag(index + 1) {
+            (index + 1, stored)
         } else {
-            0
+            (index, 0)
         }
     }
 
@@ -103,11 +120,9 @@ impl FixedWindow {
 impl WordAlgorithm for FixedWindow {
     #[inline]
     fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
-        let index = now / self.window;
+        let now = now.clamped_nanos();
+        let (index, count) = self.place(state, now);
         let tag = self.tag(index);
-        let (stored_tag, stored) = self.unpack(state);
-        let count = if stored_tag == tag { stored } else { 0 };
         let reset = (index + 1) * self.window - now;
         let after = count.saturating_add(cost);
         if after <= self.limit {
@@ -115,7 +130,7 @@ impl WordAlgorithm for FixedWindow {
             return (d, (cost > 0).then(|| self.pack(tag, after)));
         }
         let kept = after.min(self.limit + 1);
-        let new_state = (kept != count || stored_tag != tag).then(|| self.pack(tag, kept));
+        let new_state = (self.pack(tag, kept) != state).then(|| self.pack(tag, kept));
         let d = if cost > self.limit {
             Decision::exceeds(self.limit, 0, reset)
         } else {
@@ -125,11 +140,9 @@ impl WordAlgorithm for FixedWindow {
     }
 
     fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
-        let index = now / self.window;
+        let now = now.clamped_nanos();
+        let (index, count) = self.place(state, now);
         let tag = self.tag(index);
-        let (stored_tag, stored) = self.unpack(state);
-        let count = if stored_tag == tag { stored } else { 0 };
         // A window closed by a denial stays closed until it ends.
         let after = if count > self.limit {
             count
@@ -146,8 +159,12 @@ impl WordAlgorithm for FixedWindow {
         if count == 0 {
             return Timestamp::EPOCH;
         }
-        let index = now.as_nanos() / self.window;
-        let stored_index = index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask());
+        let index = now.clamped_nanos() / self.window;
+        let stored_index = if tag == self.tag(index + 1) {
+            index + 1
+        } else {
+            index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask())
+        };
         Timestamp::from_nanos((stored_index + 1).saturating_mul(self.window))
     }
 
@@ -261,6 +278,35 @@ mod tests {
         let (d, s) = fw.refund(s, t, 3);
         assert_eq!(d.remaining(), 4);
         assert_eq!(fw.count(s.unwrap(), t), 1);
+    }
+
+    #[test]
+    fn a_late_stamped_request_counts_in_the_newer_window_instead_of_wiping_it() {
+        // Two threads either side of a boundary: the one stamped 1 ms before
+        // it is decided after the one stamped after it.
+        let fw = FixedWindow::new(1, Duration::from_secs(60)).unwrap();
+        let boundary = Timestamp::from_secs(1_700_000_040);
+        let s = fw.decide(0, boundary, 1).1.unwrap();
+        let late = Timestamp::from_nanos(boundary.as_nanos() - 1_000_000);
+        let (d, new) = fw.decide(s, late, 1);
+        assert_eq!(d.outcome(), Outcome::Denied, "the newer window is full");
+        assert_eq!(
+            fw.count(new.unwrap_or(s), boundary),
+            2,
+            "and keeps its count"
+        );
+        assert_eq!(d.reset_after(), Duration::from_millis(60_001));
+        assert_eq!(fw.fresh_at(s, late), Timestamp::from_secs(1_700_000_100));
+    }
+
+    #[test]
+    fn times_beyond_2262_are_clamped_instead_of_overflowing() {
+        let fw = FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+        let far = Timestamp::from_nanos(u64::MAX);
+        let (d, s) = fw.decide(0, far, 1);
+        assert!(d.is_allowed());
+        assert_ne!(s, Some(u64::MAX));
+        assert!(FixedWindow::new(1, Duration::from_secs(u64::MAX)).is_err());
     }
 
     #[test]

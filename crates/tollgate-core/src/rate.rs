@@ -23,12 +23,8 @@
 
 use std::time::Duration;
 
-use crate::clock::{Timestamp, duration_nanos};
+use crate::clock::{LONGEST_SPAN_NANOS, Timestamp, duration_nanos};
 use crate::{ConfigError, Decision, WordAlgorithm};
-
-/// The largest `C·T` accepted: about 146 years, far beyond any real limit,
-/// and small enough that TAT arithmetic on Unix-epoch nanoseconds cannot overflow.
-const MAX_SPAN_NS: u64 = 1 << 62;
 
 /// The shared virtual-scheduling meter: `capacity` units, one unit per `interval` ns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,11 +64,11 @@ impl Schedule {
         let interval = period_ns.div_ceil(count);
         let span = capacity
             .checked_mul(interval)
-            .filter(|&s| s <= MAX_SPAN_NS)
+            .filter(|&s| s <= LONGEST_SPAN_NANOS)
             .ok_or_else(|| {
                 ConfigError::new(
                     capacity_name,
-                    format!("{capacity} units at one per {interval} ns take longer than 146 years to refill"),
+                    format!("{capacity} units at one per {interval} ns take longer than 73 years to refill"),
                 )
             })?;
         Ok(Schedule {
@@ -96,7 +92,7 @@ impl Schedule {
 
     #[inline]
     fn decide(&self, tat: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         let backlog = tat.saturating_sub(now);
         if cost > self.capacity {
             let d = Decision::exceeds(self.capacity, self.available(tat, now), backlog);
@@ -121,7 +117,7 @@ impl Schedule {
 
     #[inline]
     fn refund(&self, tat: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         let new_tat = tat.saturating_sub(amount.saturating_mul(self.interval));
         let new_tat = if new_tat <= now { 0 } else { new_tat };
         let d = Decision::allowed(
@@ -184,7 +180,7 @@ impl TokenBucket {
 
     /// Whole tokens in the bucket at `now` for `state`.
     pub fn tokens(&self, state: u64, now: Timestamp) -> u64 {
-        self.schedule.available(state, now.as_nanos())
+        self.schedule.available(state, now.clamped_nanos())
     }
 }
 
@@ -223,7 +219,7 @@ impl Gcra {
 
     /// Requests that could pass at once at `now` for `state`.
     pub fn available(&self, state: u64, now: Timestamp) -> u64 {
-        self.schedule.available(state, now.as_nanos())
+        self.schedule.available(state, now.clamped_nanos())
     }
 }
 
@@ -318,7 +314,7 @@ impl LeakyBucket {
     /// Units still draining at `now` for `state` (the queue depth of a shaper).
     pub fn queued(&self, state: u64, now: Timestamp) -> u64 {
         state
-            .saturating_sub(now.as_nanos())
+            .saturating_sub(now.clamped_nanos())
             .div_ceil(self.schedule.interval)
     }
 }

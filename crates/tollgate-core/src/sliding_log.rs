@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::clock::duration_nanos;
+use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
 use crate::{ConfigError, Decision, Timestamp};
 
 /// At most `limit` units in any window of length `window`, exactly.
@@ -71,8 +71,11 @@ impl SlidingLog {
             ));
         }
         let window = duration_nanos(window);
-        if window == 0 {
-            return Err(ConfigError::new("window", "must be longer than zero"));
+        if window == 0 || window > LONGEST_SPAN_NANOS {
+            return Err(ConfigError::new(
+                "window",
+                "must be longer than zero and at most 73 years",
+            ));
         }
         Ok(SlidingLog { limit, window })
     }
@@ -109,7 +112,7 @@ impl SlidingLog {
 
     /// Decides a request costing `cost` at `now`, updating `state` if it passes.
     pub fn decide(&self, state: &mut LogState, now: Timestamp, cost: u64) -> Decision {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         self.expire(state, now);
         if cost > self.limit {
             return Decision::exceeds(
@@ -153,7 +156,7 @@ impl SlidingLog {
 
     /// Gives back `amount` units, taken from the newest entries.
     pub fn refund(&self, state: &mut LogState, now: Timestamp, amount: u64) -> Decision {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         self.expire(state, now);
         let mut left = amount;
         while left > 0 {
@@ -229,6 +232,18 @@ mod tests {
             log.decide(&mut s, at(11_000), 11).outcome(),
             Outcome::Exceeds
         );
+    }
+
+    #[test]
+    fn times_beyond_2262_are_clamped_instead_of_overflowing() {
+        let log = SlidingLog::new(1, Duration::from_secs(1)).unwrap();
+        let mut s = LogState::default();
+        assert!(
+            log.decide(&mut s, Timestamp::from_nanos(u64::MAX), 1)
+                .is_allowed()
+        );
+        let d = log.decide(&mut s, Timestamp::from_nanos(u64::MAX), 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
     }
 
     #[test]

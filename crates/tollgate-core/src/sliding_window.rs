@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::duration_nanos;
+use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
 use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 
 /// At most `limit` units in a window sliding over time, estimated from two
@@ -52,8 +52,11 @@ impl SlidingWindow {
             ));
         }
         let window = duration_nanos(window);
-        if window == 0 {
-            return Err(ConfigError::new("window", "must be longer than zero"));
+        if window == 0 || window > LONGEST_SPAN_NANOS {
+            return Err(ConfigError::new(
+                "window",
+                "must be longer than zero and at most 73 years",
+            ));
         }
         Ok(SlidingWindow {
             limit,
@@ -75,13 +78,13 @@ impl SlidingWindow {
 
     /// The units in the previous and current aligned windows at `now`.
     pub fn counts(&self, state: u64, now: Timestamp) -> (u64, u64) {
-        let c = self.counts_at(state, now.as_nanos());
+        let c = self.counts_at(state, now.clamped_nanos());
         (c.prev, c.cur)
     }
 
     /// The estimate the algorithm decides on at `now`: `prev · (window − e)/window + cur`.
     pub fn estimate(&self, state: u64, now: Timestamp) -> f64 {
-        let c = self.counts_at(state, now.as_nanos());
+        let c = self.counts_at(state, now.clamped_nanos());
         self.used_scaled(&c) as f64 / self.window as f64
     }
 
@@ -97,21 +100,30 @@ impl SlidingWindow {
         ((index & self.tag_mask()) << (2 * self.count_bits)) | (prev << self.count_bits) | cur
     }
 
+    /// The counts a request at `now` sees.
+    ///
+    /// If the state already holds counts for the *next* window (a request
+    /// stamped just before a boundary, decided after one stamped just after),
+    /// the request is placed at the start of that newer window rather than
+    /// wiping it.
     fn counts_at(&self, state: u64, now: u64) -> Counts {
         let index = now / self.window;
+        let elapsed = now - index * self.window;
         let tag = state >> (2 * self.count_bits);
         let stored_prev = (state >> self.count_bits) & self.count_mask();
         let stored_cur = state & self.count_mask();
-        let (prev, cur) = if tag == index & self.tag_mask() {
-            (stored_prev, stored_cur)
+        let (index, elapsed, prev, cur) = if tag == index & self.tag_mask() {
+            (index, elapsed, stored_prev, stored_cur)
+        } else if stored_prev | stored_cur != 0 && tag == (index + 1) & self.tag_mask() {
+            (index + 1, 0, stored_prev, stored_cur)
         } else if tag == index.wrapping_sub(1) & self.tag_mask() {
-            (stored_cur, 0)
+            (index, elapsed, stored_cur, 0)
         } else {
-            (0, 0)
+            (index, elapsed, 0, 0)
         };
         Counts {
             index,
-            elapsed: now - index * self.window,
+            elapsed,
             prev,
             cur,
         }
@@ -172,7 +184,7 @@ impl SlidingWindow {
 impl WordAlgorithm for SlidingWindow {
     #[inline]
     fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         let mut c = self.counts_at(state, now);
         if cost > self.limit {
             let d = Decision::exceeds(self.limit, self.remaining(&c), self.reset_after(&c, now));
@@ -196,7 +208,7 @@ impl WordAlgorithm for SlidingWindow {
     }
 
     fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        let now = now.as_nanos();
+        let now = now.clamped_nanos();
         let mut c = self.counts_at(state, now);
         let before = c.cur;
         c.cur = c.cur.saturating_sub(amount);
@@ -208,9 +220,13 @@ impl WordAlgorithm for SlidingWindow {
     }
 
     fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp {
-        let index = now.as_nanos() / self.window;
+        let index = now.clamped_nanos() / self.window;
         let tag = state >> (2 * self.count_bits);
-        let stored_index = index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask());
+        let stored_index = if tag == (index + 1) & self.tag_mask() {
+            index + 1
+        } else {
+            index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask())
+        };
         let prev = (state >> self.count_bits) & self.count_mask();
         let cur = state & self.count_mask();
         let windows = if cur > 0 {
@@ -306,6 +322,29 @@ mod tests {
         assert_eq!(sw.decide(s, at(119.0), 0).0.remaining(), 9);
         assert_eq!(sw.decide(s, at(120.0), 0).0.remaining(), 10);
         assert_eq!(sw.decide(s, at(120.0), 0).0.reset_after(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_late_stamped_request_counts_in_the_newer_window_instead_of_wiping_it() {
+        let sw = SlidingWindow::new(2, Duration::from_secs(60)).unwrap();
+        let s = sw.decide(0, at(60.0), 2).1.unwrap();
+        let (d, new) = sw.decide(s, at(59.999), 1);
+        assert_eq!(d.outcome(), Outcome::Denied);
+        assert_eq!(new, None);
+        // Room for one comes when the full window [60 s, 120 s) weighs at
+        // most 1: at 150 s, 90.001 s after the late request.
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(90_001)));
+        assert_eq!(sw.counts(s, at(60.0)), (0, 2));
+        assert_eq!(sw.fresh_at(s, at(59.999)), at(180.0));
+    }
+
+    #[test]
+    fn times_beyond_2262_are_clamped_instead_of_overflowing() {
+        let sw = SlidingWindow::new(5, Duration::from_secs(60)).unwrap();
+        let (d, s) = sw.decide(0, Timestamp::from_nanos(u64::MAX), 1);
+        assert!(d.is_allowed());
+        assert_ne!(s, Some(u64::MAX));
+        assert!(SlidingWindow::new(1, Duration::from_secs(u64::MAX)).is_err());
     }
 
     #[test]

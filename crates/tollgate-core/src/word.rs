@@ -36,7 +36,10 @@ pub trait WordAlgorithm: Send + Sync {
     ///
     /// Window algorithms keep only the low bits of the window number; a store
     /// must look at every key (and drop the fresh ones) at least this often.
-    /// `None` when the encoding never wraps.
+    /// `None` when the encoding never wraps. Implementations keep this span
+    /// far longer than the time a written state takes to become fresh (a
+    /// store may rely on at most a quarter of it): for the windows it is at
+    /// least 2¹⁶ windows against one or two.
     fn max_unexamined(&self) -> Option<Duration>;
 }
 
