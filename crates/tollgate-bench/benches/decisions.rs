@@ -322,6 +322,10 @@ fn clocks(c: &mut Criterion) {
     g.bench_function("monotonic", |b| b.iter(|| black_box(precise.now())));
     let coarse = CoarseClock::new();
     g.bench_function("coarse", |b| b.iter(|| black_box(coarse.now())));
+    let governor_precise = QuantaClock::default();
+    g.bench_function("governor_quanta", |b| {
+        b.iter(|| black_box(governor::clock::Clock::now(&governor_precise)))
+    });
     g.finish();
 }
 

@@ -115,20 +115,20 @@ fn system_now() -> Timestamp {
 /// to within the drift between the two clocks since it was created.
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
-    anchor_wall: Timestamp,
+    anchor_wall: u64,
     source: quanta::Clock,
-    anchor: quanta::Instant,
+    anchor_raw: u64,
 }
 
 impl MonotonicClock {
     /// A monotonic clock anchored to the wall clock now.
     pub fn new() -> Self {
         let source = quanta::Clock::new();
-        let anchor = source.now();
+        let anchor_raw = source.raw();
         MonotonicClock {
-            anchor_wall: system_now(),
+            anchor_wall: system_now().as_nanos(),
             source,
-            anchor,
+            anchor_raw,
         }
     }
 }
@@ -140,9 +140,12 @@ impl Default for MonotonicClock {
 }
 
 impl Clock for MonotonicClock {
+    #[inline]
     fn now(&self) -> Timestamp {
-        let elapsed = self.source.now().saturating_duration_since(self.anchor);
-        self.anchor_wall.saturating_add(elapsed)
+        let elapsed = self
+            .source
+            .delta_as_nanos(self.anchor_raw, self.source.raw());
+        Timestamp(self.anchor_wall.saturating_add(elapsed))
     }
 }
 

@@ -26,13 +26,33 @@ use std::time::Duration;
 use crate::clock::{LONGEST_SPAN_NANOS, Timestamp, duration_nanos};
 use crate::{ConfigError, Decision, WordAlgorithm};
 
+/// Capacities up to this count whole units with a floating-point reciprocal
+/// (exact after one correction step); larger ones divide.
+const RECIPROCAL_MAX_CAPACITY: u64 = 1 << 50;
+
 /// The shared virtual-scheduling meter: `capacity` units, one unit per `interval` ns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Schedule {
     interval: u64,
     capacity: u64,
     /// `capacity · interval`: how far ahead of now the TAT may run.
     span: u64,
+    /// `1 / interval`, to count whole units without a (slow) 64-bit division.
+    per_interval: f64,
+}
+
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        (self.interval, self.capacity) == (other.interval, other.capacity)
+    }
+}
+
+impl Eq for Schedule {}
+
+impl std::hash::Hash for Schedule {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.interval, self.capacity).hash(state);
+    }
 }
 
 impl Schedule {
@@ -75,6 +95,7 @@ impl Schedule {
             interval,
             capacity,
             span,
+            per_interval: 1.0 / interval as f64,
         })
     }
 
@@ -84,13 +105,36 @@ impl Schedule {
     }
 
     /// Whole units available at `now` for a meter whose TAT is `tat`.
-    #[inline]
+    #[inline(always)]
     fn available(&self, tat: u64, now: u64) -> u64 {
-        let backlog = tat.saturating_sub(now).min(self.span);
-        (self.span - backlog) / self.interval
+        self.whole_units(self.span - tat.saturating_sub(now).min(self.span))
     }
 
-    #[inline]
+    /// `⌊free / interval⌋`, exactly, usually without dividing.
+    ///
+    /// For capacities below 2⁵⁰ the floating-point product is within one of
+    /// the quotient (three roundings of 2⁻⁵³ each on a value below 2⁵⁰), and
+    /// one integer step corrects it.
+    #[inline(always)]
+    fn whole_units(&self, free: u64) -> u64 {
+        if free < self.interval {
+            return 0;
+        }
+        if self.capacity > RECIPROCAL_MAX_CAPACITY {
+            return free / self.interval;
+        }
+        // `free` < 2⁶² fits an i64, whose conversions are single instructions.
+        let q = (free as i64 as f64 * self.per_interval) as i64 as u64;
+        if q * self.interval > free {
+            q - 1
+        } else if (q + 1) * self.interval <= free {
+            q + 1
+        } else {
+            q
+        }
+    }
+
+    #[inline(always)]
     fn decide(&self, tat: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
         let now = now.clamped_nanos();
         let backlog = tat.saturating_sub(now);
@@ -101,7 +145,7 @@ impl Schedule {
         let new_tat = tat.max(now) + cost * self.interval;
         let backlog_after = new_tat - now;
         if backlog_after <= self.span {
-            let remaining = (self.span - backlog_after) / self.interval;
+            let remaining = self.whole_units(self.span - backlog_after);
             let d = Decision::allowed(self.capacity, remaining, backlog_after);
             (d, (cost > 0).then_some(new_tat))
         } else {
@@ -320,7 +364,7 @@ impl LeakyBucket {
 }
 
 impl WordAlgorithm for TokenBucket {
-    #[inline]
+    #[inline(always)]
     fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
         self.schedule.decide(state, now, cost)
     }
@@ -339,7 +383,7 @@ impl WordAlgorithm for TokenBucket {
 }
 
 impl WordAlgorithm for Gcra {
-    #[inline]
+    #[inline(always)]
     fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
         self.schedule.decide(state, now, cost)
     }
@@ -585,6 +629,37 @@ mod tests {
             ],
         );
         assert_eq!(lb.queued(0, at(0)), 0);
+    }
+
+    #[test]
+    fn whole_units_matches_integer_division() {
+        let schedules = [
+            Schedule::new(5, "c", 2, "n", Duration::from_secs(1), "p").unwrap(),
+            Schedule::new(1_000_000_000, "c", 3, "n", Duration::from_secs(1), "p").unwrap(),
+            Schedule::new(1 << 49, "c", 1, "n", Duration::from_nanos(7), "p").unwrap(),
+            Schedule::new(1 << 60, "c", 1, "n", Duration::from_nanos(2), "p").unwrap(),
+        ];
+        for sch in schedules {
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            for _ in 0..100_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let free = x % (sch.span + 1);
+                assert_eq!(
+                    sch.whole_units(free),
+                    free / sch.interval,
+                    "{free} / {}",
+                    sch.interval
+                );
+            }
+            for k in [0, 1, sch.capacity - 1, sch.capacity] {
+                for d in [0, 1] {
+                    let free = (k * sch.interval).saturating_sub(d).min(sch.span);
+                    assert_eq!(sch.whole_units(free), free / sch.interval);
+                }
+            }
+        }
     }
 
     #[test]

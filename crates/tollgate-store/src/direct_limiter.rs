@@ -56,7 +56,14 @@ impl<A: WordAlgorithm, C: Clock> DirectLimiter<A, C> {
     /// Decides a request costing `cost` now, consuming if it passes.
     #[inline]
     pub fn check(&self, cost: u64) -> Decision {
-        self.apply(self.clock.now(), Request::Take(cost))
+        let now = self.clock.now();
+        if !self.sweep_due(now) {
+            let decide = |state| self.algorithm.decide(state, now, cost);
+            if let Ok(decision) = state_word::update(&self.word.state, decide) {
+                return decision;
+            }
+        }
+        self.apply_swept(now, Request::Take(cost))
     }
 
     /// Gives back `amount` units consumed earlier.
