@@ -10,7 +10,8 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub(crate) fn new(parameter: &'static str, reason: impl Into<String>) -> Self {
+    /// An error naming `parameter` (as its field is called, e.g. `max_tokens`) and why it is wrong.
+    pub fn new(parameter: &'static str, reason: impl Into<String>) -> Self {
         ConfigError {
             parameter,
             reason: reason.into(),

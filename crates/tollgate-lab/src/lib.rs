@@ -18,44 +18,8 @@
 //! assert_eq!((summary.arrivals, summary.admitted), (100, 24));
 //! ```
 
-use std::fmt;
-
 mod simulation;
 mod traffic;
 
 pub use simulation::{DecisionRecord, MAX_ARRIVALS, Simulation, Summary, state_level_meaning};
 pub use traffic::{Arrivals, MAX_RATE, Traffic};
-
-/// A simulation or traffic parameter that cannot be used, named with the reason.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParameterError {
-    parameter: &'static str,
-    reason: String,
-}
-
-impl ParameterError {
-    pub(crate) fn new(parameter: &'static str, reason: impl Into<String>) -> Self {
-        ParameterError {
-            parameter,
-            reason: reason.into(),
-        }
-    }
-
-    /// The parameter that is wrong, as the Rust field is named (e.g. `rate`, `duty`, `duration`).
-    pub fn parameter(&self) -> &'static str {
-        self.parameter
-    }
-
-    /// Why it is wrong.
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
-
-impl fmt::Display for ParameterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.parameter, self.reason)
-    }
-}
-
-impl std::error::Error for ParameterError {}

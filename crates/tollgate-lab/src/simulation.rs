@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
 
-use crate::{ParameterError, Traffic};
+use tollgate_core::ConfigError;
+
+use crate::Traffic;
 use tollgate_store::{MemoryStore, StoreConfig};
 
 /// The most arrivals one run may be asked to simulate (about 10–20 s of work in release).
@@ -80,16 +82,16 @@ impl Simulation {
     }
 
     /// Checks the run's parameters, naming the first one that is wrong.
-    pub fn validate(&self) -> Result<(), ParameterError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         self.traffic.validate()?;
         if self.cost == 0 {
-            return Err(ParameterError::new(
+            return Err(ConfigError::new(
                 "cost",
                 "must be at least 1; a cost of 0 only checks and never consumes",
             ));
         }
         if self.start.as_nanos() >= LAST_INSTANT_NS {
-            return Err(ParameterError::new(
+            return Err(ConfigError::new(
                 "start",
                 format!(
                     "{} s after the epoch is past the year 2262, the end of virtual time",
@@ -98,13 +100,13 @@ impl Simulation {
             ));
         }
         if self.duration.is_zero() {
-            return Err(ParameterError::new("duration", "must be longer than zero"));
+            return Err(ConfigError::new("duration", "must be longer than zero"));
         }
         let end = u64::try_from(self.duration.as_nanos())
             .ok()
             .and_then(|d| self.start.as_nanos().checked_add(d));
         if end.is_none_or(|end| end > LAST_INSTANT_NS) {
-            return Err(ParameterError::new(
+            return Err(ConfigError::new(
                 "duration",
                 format!(
                     "{:?} from a start {} s after the epoch runs past the year 2262",
@@ -115,7 +117,7 @@ impl Simulation {
         }
         let expected = self.traffic.mean_rate() * self.duration.as_secs_f64();
         if expected > MAX_ARRIVALS as f64 {
-            return Err(ParameterError::new(
+            return Err(ConfigError::new(
                 "duration",
                 format!(
                     "{:?} of {} traffic at {} requests per second averages {expected:.0} arrivals; \
@@ -155,7 +157,7 @@ impl Simulation {
     pub fn run(
         &self,
         mut on_decision: impl FnMut(&DecisionRecord),
-    ) -> Result<Summary, ParameterError> {
+    ) -> Result<Summary, ConfigError> {
         self.validate()?;
         // One key needs the smallest store: a single shard.
         let store = MemoryStore::new(self.algorithm, StoreConfig::with_max_keys(16));

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Exp1;
 
-use crate::ParameterError;
+use tollgate_core::ConfigError;
 
 /// Nanoseconds in one second, as a float for rate arithmetic.
 const NANOS_PER_SEC_F64: f64 = 1e9;
@@ -49,21 +49,21 @@ impl Traffic {
     pub const DEFAULT_DUTY: f64 = 0.5;
 
     /// Evenly spaced traffic at `rate` requests per second, validated.
-    pub fn steady(rate: f64) -> Result<Self, ParameterError> {
+    pub fn steady(rate: f64) -> Result<Self, ConfigError> {
         let traffic = Traffic::Steady { rate };
         traffic.validate()?;
         Ok(traffic)
     }
 
     /// Poisson traffic averaging `rate` requests per second, validated.
-    pub fn poisson(rate: f64) -> Result<Self, ParameterError> {
+    pub fn poisson(rate: f64) -> Result<Self, ConfigError> {
         let traffic = Traffic::Poisson { rate };
         traffic.validate()?;
         Ok(traffic)
     }
 
     /// A square wave with the default duty cycle of one half, validated.
-    pub fn square(peak: f64, base: f64, period: Duration) -> Result<Self, ParameterError> {
+    pub fn square(peak: f64, base: f64, period: Duration) -> Result<Self, ConfigError> {
         Self::square_with_duty(peak, base, period, Self::DEFAULT_DUTY)
     }
 
@@ -73,7 +73,7 @@ impl Traffic {
         base: f64,
         period: Duration,
         duty: f64,
-    ) -> Result<Self, ParameterError> {
+    ) -> Result<Self, ConfigError> {
         let traffic = Traffic::Square {
             peak,
             base,
@@ -94,7 +94,7 @@ impl Traffic {
     }
 
     /// Checks every parameter, naming the first one that is wrong.
-    pub fn validate(&self) -> Result<(), ParameterError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         match *self {
             Traffic::Steady { rate } | Traffic::Poisson { rate } => check_rate("rate", rate, false),
             Traffic::Square {
@@ -106,16 +106,16 @@ impl Traffic {
                 check_rate("peak", peak, false)?;
                 check_rate("base", base, true)?;
                 if period.is_zero() {
-                    return Err(ParameterError::new("period", "must be longer than zero"));
+                    return Err(ConfigError::new("period", "must be longer than zero"));
                 }
                 if !(duty.is_finite() && duty > 0.0 && duty <= 1.0) {
-                    return Err(ParameterError::new(
+                    return Err(ConfigError::new(
                         "duty",
                         format!("{duty} is not a fraction in (0, 1]"),
                     ));
                 }
                 if SquarePhases::new(period, duty).high == 0 {
-                    return Err(ParameterError::new(
+                    return Err(ConfigError::new(
                         "duty",
                         format!("{duty} of {period:?} is shorter than one nanosecond"),
                     ));
@@ -178,13 +178,9 @@ impl Traffic {
 }
 
 /// Checks that a rate is finite, not above [`MAX_RATE`], and above zero (or zero when allowed).
-fn check_rate(
-    parameter: &'static str,
-    rate: f64,
-    zero_allowed: bool,
-) -> Result<(), ParameterError> {
+fn check_rate(parameter: &'static str, rate: f64, zero_allowed: bool) -> Result<(), ConfigError> {
     if !rate.is_finite() {
-        return Err(ParameterError::new(
+        return Err(ConfigError::new(
             parameter,
             format!("{rate} is not a finite number of requests per second"),
         ));
@@ -195,13 +191,13 @@ fn check_rate(
         } else {
             "above 0"
         };
-        return Err(ParameterError::new(
+        return Err(ConfigError::new(
             parameter,
             format!("{rate} requests per second must be {floor}"),
         ));
     }
     if rate > MAX_RATE {
-        return Err(ParameterError::new(
+        return Err(ConfigError::new(
             parameter,
             format!("{rate} requests per second is faster than one per nanosecond"),
         ));

@@ -11,7 +11,7 @@ use tollgate_core::{
     AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
     SlidingWindow, Timestamp, TokenBucket,
 };
-use tollgate_lab::{DecisionRecord, ParameterError, Simulation, Summary, Traffic};
+use tollgate_lab::{DecisionRecord, Simulation, Summary, Traffic};
 
 use crate::CommandError;
 use crate::duration::{format_duration, parse_duration};
@@ -138,14 +138,55 @@ enum AlgorithmName {
     SlidingLog,
 }
 
-impl AlgorithmName {
+/// A value of a choosing flag (`--algorithm`, `--traffic`) that takes flags of its own.
+trait FlagChoice: ValueEnum + Copy {
+    /// The flag that chooses, e.g. `--algorithm`.
+    const OPTION: &'static str;
+
+    /// The flags this choice takes.
+    fn flags(self) -> &'static [&'static str];
+
+    /// The value as typed on the command line, e.g. `token-bucket`.
     fn flag_value(self) -> String {
         self.to_possible_value()
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default()
     }
 
-    /// The algorithm flags this algorithm takes.
+    /// Rejects a flag that was `given` but belongs to other choices, naming them.
+    fn reject_foreign(self, given: &[(&'static str, bool)]) -> Result<(), CommandError> {
+        for &(flag, set) in given {
+            if set && !self.flags().contains(&flag) {
+                let users: Vec<String> = Self::value_variants()
+                    .iter()
+                    .filter(|c| c.flags().contains(&flag))
+                    .map(|c| c.flag_value())
+                    .collect();
+                return Err(CommandError::Usage(format!(
+                    "{flag} does not apply to {} {} (it is for {} {})",
+                    Self::OPTION,
+                    self.flag_value(),
+                    Self::OPTION,
+                    users.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The error for a missing `flag` this choice requires.
+    fn missing(self, flag: &str) -> CommandError {
+        CommandError::Usage(format!(
+            "{flag} is required for {} {}",
+            Self::OPTION,
+            self.flag_value()
+        ))
+    }
+}
+
+impl FlagChoice for AlgorithmName {
+    const OPTION: &'static str = "--algorithm";
+
     fn flags(self) -> &'static [&'static str] {
         match self {
             AlgorithmName::TokenBucket => &["--max-tokens", "--tokens-per-fill", "--fill-interval"],
@@ -168,14 +209,9 @@ enum TrafficName {
     Square,
 }
 
-impl TrafficName {
-    fn flag_value(self) -> String {
-        self.to_possible_value()
-            .map(|v| v.get_name().to_owned())
-            .unwrap_or_default()
-    }
+impl FlagChoice for TrafficName {
+    const OPTION: &'static str = "--traffic";
 
-    /// The traffic flags this profile takes.
     fn flags(self) -> &'static [&'static str] {
         match self {
             TrafficName::Steady | TrafficName::Poisson => &["--arrival-rate"],
@@ -306,26 +342,8 @@ fn build_algorithm(args: &SimulateArgs) -> Result<(AnyAlgorithm, String), Comman
         ("--delay", args.delay.is_some()),
         ("--window", args.window.is_some()),
     ];
-    for (flag, set) in given {
-        if set && !chosen.flags().contains(&flag) {
-            let users: Vec<String> = AlgorithmName::value_variants()
-                .iter()
-                .filter(|a| a.flags().contains(&flag))
-                .map(|a| a.flag_value())
-                .collect();
-            return Err(CommandError::Usage(format!(
-                "{flag} does not apply to --algorithm {} (it is for {})",
-                chosen.flag_value(),
-                users.join(", ")
-            )));
-        }
-    }
-    let need = |flag: &str| {
-        CommandError::Usage(format!(
-            "{flag} is required for --algorithm {}",
-            chosen.flag_value()
-        ))
-    };
+    chosen.reject_foreign(&given)?;
+    let need = |flag: &str| chosen.missing(flag);
     let name = chosen.flag_value();
     let built = match chosen {
         AlgorithmName::TokenBucket => {
@@ -397,26 +415,8 @@ fn build_traffic(args: &SimulateArgs) -> Result<(Traffic, String), CommandError>
         ("--wave-period", args.wave_period.is_some()),
         ("--duty", args.duty.is_some()),
     ];
-    for (flag, set) in given {
-        if set && !chosen.flags().contains(&flag) {
-            let users: Vec<String> = TrafficName::value_variants()
-                .iter()
-                .filter(|t| t.flags().contains(&flag))
-                .map(|t| t.flag_value())
-                .collect();
-            return Err(CommandError::Usage(format!(
-                "{flag} does not apply to --traffic {} (it is for --traffic {})",
-                chosen.flag_value(),
-                users.join(", ")
-            )));
-        }
-    }
-    let need = |flag: &str| {
-        CommandError::Usage(format!(
-            "{flag} is required for --traffic {}",
-            chosen.flag_value()
-        ))
-    };
+    chosen.reject_foreign(&given)?;
+    let need = |flag: &str| chosen.missing(flag);
     let built = match chosen {
         TrafficName::Steady => {
             let rate = args.arrival_rate.ok_or_else(|| need("--arrival-rate"))?;
@@ -467,7 +467,7 @@ fn core_error(error: ConfigError) -> CommandError {
 }
 
 /// A parameter the simulator rejected, with the flag that set it.
-fn lab_error(error: ParameterError) -> CommandError {
+fn lab_error(error: ConfigError) -> CommandError {
     let flag = match error.parameter() {
         "rate" => "--arrival-rate",
         "peak" => "--peak-rate",
