@@ -44,6 +44,17 @@ fn stingy_gcra() -> Gcra {
     Gcra::new(1, Duration::from_secs(3600), 1).expect("valid")
 }
 
+/// A per-key quota under which every key stays live for the whole run: one
+/// per second with a burst of 1000. Each visit adds a second of backlog, so
+/// no key becomes fresh (and droppable) and every check is still allowed.
+fn live_key_quota() -> Quota {
+    Quota::per_second(nz(1)).allow_burst(nz(1000))
+}
+
+fn live_key_gcra() -> Gcra {
+    Gcra::new(1, Duration::from_secs(1), 1000).expect("valid")
+}
+
 fn upkeep_clock() -> QuantaUpkeepClock {
     QuantaUpkeepClock::from_interval(Duration::from_millis(1)).expect("quanta upkeep thread")
 }
@@ -125,12 +136,11 @@ fn permutation(n: u64) -> Vec<u64> {
     keys
 }
 
-/// One million distinct keys, each already known, visited in random order.
+/// One million distinct keys, each already known and live, visited in random order.
 fn million_keys(c: &mut Criterion) {
     let mut g = c.benchmark_group("million_keys");
     let keys = permutation(MILLION);
-    let quota = Quota::per_second(nz(1000)).allow_burst(nz(1000));
-    let gov = RateLimiter::dashmap_with_clock(quota, upkeep_clock());
+    let gov = RateLimiter::dashmap_with_clock(live_key_quota(), upkeep_clock());
     for k in &keys {
         let _ = gov.check_key(k);
     }
@@ -143,11 +153,14 @@ fn million_keys(c: &mut Criterion) {
     });
     drop(gov);
     let clock = CoarseClock::new();
-    let alg = Gcra::new(1000, Duration::from_secs(1), 1000).expect("valid");
-    let store = WordStore::new(alg, StoreConfig::with_max_keys(2 * MILLION as usize));
+    let store = WordStore::new(
+        live_key_gcra(),
+        StoreConfig::with_max_keys(2 * MILLION as usize),
+    );
     for k in &keys {
         store.check(k, clock.now(), 1);
     }
+    assert_eq!(store.len(), MILLION as usize, "every key is held");
     let mut i = 0usize;
     g.bench_function("tollgate", |b| {
         b.iter(|| {
@@ -214,10 +227,11 @@ fn hot_key_two_threads(c: &mut Criterion) {
 }
 
 /// A key never seen before: lookup miss plus insert. Limiters are rebuilt
-/// (untimed) every million keys so neither grows without bound.
+/// (untimed) every million keys so neither grows without bound; the keys stay
+/// live, so the store keeps (and grows for) every one of them.
 fn first_seen_key(c: &mut Criterion) {
     let mut g = c.benchmark_group("first_seen_key");
-    let quota = Quota::per_second(nz(1000));
+    let quota = live_key_quota();
     g.bench_function("governor", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -236,14 +250,14 @@ fn first_seen_key(c: &mut Criterion) {
         })
     });
     let clock = CoarseClock::new();
-    let alg = Gcra::new(1000, Duration::from_secs(1), 1000).expect("valid");
+    let alg = live_key_gcra();
     g.bench_function("tollgate", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             let mut done = 0;
             while done < iters {
                 let n = (iters - done).min(MILLION);
-                let store = WordStore::new(alg, StoreConfig::with_max_keys(MILLION as usize));
+                let store = WordStore::new(alg, StoreConfig::with_max_keys(2 * MILLION as usize));
                 let start = Instant::now();
                 for k in 0..n {
                     black_box(store.check(&k, clock.now(), 1).is_allowed());
