@@ -1,5 +1,18 @@
-//! The limits file: parsing, validation, descriptor matching and hot reload (not built yet).
+//! Tollgate's limits files: loading, validation with file:line:column messages, and the descriptor matcher.
 //!
-//! This crate will own everything about rules and nothing about how counters
-//! are stored: it depends on `tollgate-core` for the algorithms and is used
-//! by the server and the proxy. See the server issue for its scope.
+//! A limits file in envoyproxy/ratelimit's format loads unchanged into a
+//! [`RuleSet`]; Tollgate's extensions (`algorithm`, `burst`,
+//! `unit_multiplier`, `window`, `rate_limits`) ride on the same tree. Every
+//! problem becomes a [`Diagnostic`] naming its file, line and column, and all
+//! of them are collected before loading fails. This crate knows nothing of
+//! how counters are stored; [`Rule::counter_key`] only names them.
+
+mod diagnostics;
+mod load;
+mod model;
+mod tree;
+
+pub use diagnostics::{Diagnostic, Diagnostics, Severity};
+pub use load::{LoadOptions, Loaded, limits_files, load_path, load_sources};
+pub use model::{AlgorithmKind, Applied, Limit, Rule, RuleSet, WindowLength};
+pub use tree::Position;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod duration;
 mod simulate;
+mod validate;
 
 /// Rate limiting for service meshes and API gateways.
 #[derive(Parser, Debug)]
@@ -20,9 +21,15 @@ struct Cli {
 
 /// The subcommands.
 #[derive(Subcommand, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at startup; boxing the flags would gain nothing"
+)]
 enum Command {
     /// Run a rate-limit algorithm against simulated traffic in virtual time.
     Simulate(simulate::SimulateArgs),
+    /// Check limits files (a file or a directory) without starting a server.
+    Validate(validate::ValidateArgs),
 }
 
 /// Why a subcommand failed, which decides the exit code.
@@ -55,6 +62,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Validate(args) => validate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

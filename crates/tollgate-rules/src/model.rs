@@ -1,0 +1,440 @@
+//! The loaded rules: domains, descriptor trees, and the limits on each descriptor.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use tollgate_core::{AnyAlgorithm, Unit};
+
+use crate::tree::Position;
+
+/// Which algorithm a limit counts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AlgorithmKind {
+    /// Epoch-aligned fixed windows, as envoyproxy/ratelimit counts (the default).
+    #[default]
+    FixedWindow,
+    /// A token bucket that starts full and refills continuously.
+    TokenBucket,
+    /// The generic cell rate algorithm.
+    Gcra,
+    /// The sliding window counter.
+    SlidingWindow,
+    /// The exact sliding log.
+    SlidingLog,
+    /// A leaky bucket policer (nginx `limit_req … nodelay`).
+    LeakyBucket,
+}
+
+impl AlgorithmKind {
+    /// Every algorithm, in the order the docs list them.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::Gcra,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::LeakyBucket,
+    ];
+
+    /// The name used in limits files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::Gcra => "gcra",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::LeakyBucket => "leaky_bucket",
+        }
+    }
+}
+
+impl fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AlgorithmKind {
+    type Err = String;
+
+    /// Parses an algorithm name, case-insensitively.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AlgorithmKind::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                format!(
+                    "unknown algorithm `{s}`; expected one of fixed_window, token_bucket, gcra, \
+                     sliding_window, sliding_log, leaky_bucket"
+                )
+            })
+    }
+}
+
+/// How long a limit's window is, as the file says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WindowLength {
+    /// A named unit times a multiplier (`unit: minute`, `unit_multiplier: 5`).
+    Unit {
+        /// The named unit.
+        unit: Unit,
+        /// How many units one window spans (at least 1).
+        multiplier: u32,
+    },
+    /// A duration (`window: 90s`).
+    Duration(Duration),
+}
+
+impl WindowLength {
+    /// The window's length.
+    pub fn duration(&self) -> Duration {
+        match *self {
+            WindowLength::Unit { unit, multiplier } => unit.duration() * multiplier,
+            WindowLength::Duration(d) => d,
+        }
+    }
+}
+
+/// One limit on a descriptor: a `rate_limit` block (or one entry of `rate_limits`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limit {
+    /// `name`, reported as the limit's name and the target of `replaces`.
+    pub name: Option<String>,
+    /// The names this limit's rule replaces when it matches.
+    pub replaces: Vec<String>,
+    /// `requests_per_unit` (0 when missing: every request is over, as upstream).
+    pub requests_per_unit: u32,
+    /// The window, or `None` when `unlimited: true`.
+    pub window: Option<WindowLength>,
+    /// The algorithm named in the file (fixed window when it names none).
+    pub algorithm_kind: AlgorithmKind,
+    /// `burst`, when the file sets it.
+    pub burst: Option<u64>,
+    /// The algorithm, built at load time, or `None` when `unlimited: true`.
+    pub algorithm: Option<AnyAlgorithm>,
+    /// Where the block starts.
+    pub position: Position,
+}
+
+impl Limit {
+    /// Whether this limit is `unlimited: true` (never counted, always OK).
+    pub fn is_unlimited(&self) -> bool {
+        self.algorithm.is_none()
+    }
+}
+
+/// A descriptor in the file that carries at least one limit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    /// The `(key, value)` pairs from the domain down to this descriptor; `None` for key-only.
+    pub path: Vec<(String, Option<String>)>,
+    /// The limits that all apply (one for upstream files; several with `rate_limits`).
+    pub limits: Vec<Limit>,
+    /// `shadow_mode`: counted, but an over-limit result is reported as OK.
+    pub shadow_mode: bool,
+    /// `detailed_metric`: statistics name the request's values.
+    pub detailed_metric: bool,
+    /// The file the rule is in.
+    pub file: PathBuf,
+    /// Where its descriptor starts.
+    pub position: Position,
+}
+
+impl Rule {
+    /// The dotted path as upstream prints it: `domain.key_value.key2`.
+    pub fn dotted_path(&self, domain: &str) -> String {
+        let mut text = domain.to_owned();
+        for (key, value) in &self.path {
+            text.push('.');
+            text.push_str(key);
+            if let Some(value) = value {
+                text.push('_');
+                text.push_str(value);
+            }
+        }
+        text
+    }
+
+    /// The storage key of one limit of this rule for one request, which no other
+    /// domain, request, limit length or algorithm can share.
+    ///
+    /// Every part is length-prefixed, so `("a_b", "c")` and `("a", "b_c")` differ,
+    /// and the algorithm and window length (in nanoseconds) are part of the key, so a
+    /// per-minute and a per-hour limit never share a counter. The window start
+    /// is not in the key: the algorithm keeps it in its state.
+    pub fn counter_key<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+        limit_index: usize,
+    ) -> Vec<u8> {
+        let mut key = Vec::with_capacity(64);
+        key.extend_from_slice(b"tg1");
+        push_part(&mut key, domain.as_bytes());
+        key.extend_from_slice(&(entries.len() as u64).to_be_bytes());
+        for (k, v) in entries {
+            push_part(&mut key, k.as_ref().as_bytes());
+            push_part(&mut key, v.as_ref().as_bytes());
+        }
+        let limit = self.limits.get(limit_index);
+        let algorithm = limit.map_or("none", |l| l.algorithm_kind.name());
+        push_part(&mut key, algorithm.as_bytes());
+        let window = limit.and_then(|l| l.window).map_or(0, |w| {
+            w.duration().as_nanos().min(u128::from(u64::MAX)) as u64
+        });
+        key.extend_from_slice(&window.to_be_bytes());
+        key.extend_from_slice(&(limit_index as u64).to_be_bytes());
+        key
+    }
+}
+
+fn push_part(key: &mut Vec<u8>, part: &[u8]) {
+    key.extend_from_slice(&(part.len() as u64).to_be_bytes());
+    key.extend_from_slice(part);
+}
+
+/// A descriptor value with `*` wildcards, split at each `*`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct WildcardPattern {
+    pieces: Vec<String>,
+}
+
+impl WildcardPattern {
+    /// The pattern for `value`, which contains at least one `*`.
+    pub(crate) fn new(value: &str) -> Self {
+        WildcardPattern {
+            pieces: value.split('*').map(str::to_owned).collect(),
+        }
+    }
+
+    /// Whether `text` matches: each `*` stands for any run of characters, including none.
+    pub(crate) fn matches(&self, text: &str) -> bool {
+        let Some((first, rest)) = self.pieces.split_first() else {
+            return text.is_empty();
+        };
+        let Some(mut remaining) = text.strip_prefix(first.as_str()) else {
+            return false;
+        };
+        let Some((last, middle)) = rest.split_last() else {
+            return remaining.is_empty();
+        };
+        for piece in middle {
+            match remaining.find(piece.as_str()) {
+                Some(at) => remaining = &remaining[at + piece.len()..],
+                None => return false,
+            }
+        }
+        remaining.len() >= last.len() && remaining.ends_with(last.as_str())
+    }
+}
+
+/// The index of a descriptor node inside its domain.
+pub(crate) type NodeId = usize;
+
+/// The descriptors under one key at one level.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct KeyEntry {
+    /// Descriptors with a value (wildcards included, looked up literally), by value.
+    pub(crate) exact: HashMap<String, NodeId>,
+    /// Descriptors whose value has a `*`, in file order.
+    pub(crate) wildcards: Vec<(WildcardPattern, NodeId)>,
+    /// The descriptor without a value.
+    pub(crate) key_only: Option<NodeId>,
+}
+
+/// The descriptors at one level of the tree, by key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Level {
+    pub(crate) keys: HashMap<String, KeyEntry>,
+}
+
+/// One descriptor: its rule if it has limits, and the level below it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct DescriptorNode {
+    pub(crate) rule: Option<Rule>,
+    pub(crate) children: Level,
+    /// The file the descriptor is in.
+    pub(crate) file: PathBuf,
+    /// Where it starts.
+    pub(crate) position: Position,
+}
+
+/// One domain's descriptor tree.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct DomainRules {
+    pub(crate) root: Level,
+    pub(crate) nodes: Vec<DescriptorNode>,
+}
+
+impl DomainRules {
+    fn find<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Option<&Rule> {
+        let mut level = &self.root;
+        let mut found = None;
+        for (key, value) in entries {
+            let entry = level.keys.get(key.as_ref())?;
+            let value = value.as_ref();
+            let id = if value.is_empty() {
+                entry.key_only
+            } else {
+                entry
+                    .exact
+                    .get(value)
+                    .copied()
+                    .or_else(|| {
+                        entry
+                            .wildcards
+                            .iter()
+                            .find(|(pattern, _)| pattern.matches(value))
+                            .map(|(_, id)| *id)
+                    })
+                    .or(entry.key_only)
+            }?;
+            let node = self.nodes.get(id)?;
+            found = Some(node);
+            level = &node.children;
+        }
+        found?.rule.as_ref()
+    }
+
+    fn rule_count(&self) -> usize {
+        self.nodes.iter().filter(|n| n.rule.is_some()).count()
+    }
+}
+
+/// Every loaded domain with its descriptor tree: what a limits directory says.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuleSet {
+    pub(crate) domains: HashMap<String, DomainRules>,
+}
+
+/// What applies to one descriptor of a request once `replaces` and `unlimited` are resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Applied<'a> {
+    /// No rule matched, or every limit of the matched rule was replaced: OK, no limit.
+    NoLimit,
+    /// The rule is `unlimited: true`: OK, nothing counted.
+    Unlimited(&'a Rule),
+    /// These limits of the rule are counted (indices into `rule.limits`).
+    Limited {
+        /// The matched rule.
+        rule: &'a Rule,
+        /// The indices of the limits that apply, in file order.
+        limit_indices: Vec<usize>,
+    },
+}
+
+impl RuleSet {
+    /// The rule for one request descriptor, with upstream's precedence.
+    ///
+    /// At each level: the exact value, else the first wildcard value that
+    /// matches (file order), else the key-only descriptor; an empty request
+    /// value matches only the key-only one. The rule applies only when found
+    /// at the request's last entry. Unknown domains and empty requests get `None`.
+    pub fn find<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Option<&Rule> {
+        self.domains.get(domain)?.find(entries)
+    }
+
+    /// What applies to each descriptor of one request, in request order.
+    ///
+    /// Every name in a `replaces` of a matched rule (unlimited ones included)
+    /// drops every matched limit of that name; unlimited rules count nothing.
+    pub fn resolve<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        descriptors: &[&[(K, V)]],
+    ) -> Vec<Applied<'_>> {
+        let rules: Vec<Option<&Rule>> = descriptors
+            .iter()
+            .map(|entries| self.find(domain, entries))
+            .collect();
+        let replaced: Vec<&str> = rules
+            .iter()
+            .flatten()
+            .flat_map(|rule| rule.limits.iter())
+            .flat_map(|limit| limit.replaces.iter().map(String::as_str))
+            .collect();
+        let is_replaced = |limit: &Limit| {
+            limit
+                .name
+                .as_deref()
+                .is_some_and(|name| replaced.contains(&name))
+        };
+        rules
+            .into_iter()
+            .map(|rule| {
+                let Some(rule) = rule else {
+                    return Applied::NoLimit;
+                };
+                let kept: Vec<usize> = (0..rule.limits.len())
+                    .filter(|&i| !is_replaced(&rule.limits[i]))
+                    .collect();
+                if kept.is_empty() {
+                    Applied::NoLimit
+                } else if kept.iter().all(|&i| rule.limits[i].is_unlimited()) {
+                    Applied::Unlimited(rule)
+                } else {
+                    Applied::Limited {
+                        rule,
+                        limit_indices: kept
+                            .into_iter()
+                            .filter(|&i| !rule.limits[i].is_unlimited())
+                            .collect(),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// The domain names, in no particular order.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// How many domains there are.
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
+    /// How many descriptors carry limits, across all domains.
+    pub fn rule_count(&self) -> usize {
+        self.domains.values().map(DomainRules::rule_count).sum()
+    }
+
+    /// Every rule of `domain`, in the order they were loaded.
+    pub fn rules(&self, domain: &str) -> impl Iterator<Item = &Rule> {
+        self.domains
+            .get(domain)
+            .into_iter()
+            .flat_map(|d| d.nodes.iter().filter_map(|n| n.rule.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_any_run_including_empty() {
+        let p = |s: &str| WildcardPattern::new(s);
+        assert!(p("foo*").matches("foo"));
+        assert!(p("foo*").matches("foobar"));
+        assert!(!p("foo*").matches("fo"));
+        assert!(p("*.example.com").matches("a.example.com"));
+        assert!(!p("*.example.com").matches("example.com"));
+        assert!(p("/api/*/action").matches("/api/v1/x/action"));
+        assert!(p("a*b*c").matches("abc"));
+        assert!(p("a*b*c").matches("aXbYbZc"));
+        assert!(!p("a*b*c").matches("acb"));
+        assert!(p("*").matches(""));
+        assert!(!p("ab*ba").matches("aba"));
+        assert!(p("ab*ba").matches("abba"));
+    }
+}

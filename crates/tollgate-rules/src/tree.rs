@@ -1,0 +1,243 @@
+//! A YAML document as a tree of nodes that remember where they were written.
+//!
+//! The limits file is read into this tree with `serde-saphyr` (each node
+//! through its `Spanned` wrapper), and every check after that works on the
+//! tree, so every message can name the line and column of what it is about.
+
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::Spanned;
+
+/// A line and column in a file, both counted from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Position {
+    /// The line, from 1.
+    pub line: u64,
+    /// The column in characters, from 1.
+    pub column: u64,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
+}
+
+/// One YAML node with the position where it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Node {
+    pub(crate) position: Position,
+    pub(crate) value: NodeValue,
+}
+
+/// What a YAML node holds.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum NodeValue {
+    Null,
+    Bool(bool),
+    Integer(i128),
+    Float(f64),
+    Text(String),
+    List(Vec<Node>),
+    /// Entries in file order.
+    Map(Vec<(Node, Node)>),
+}
+
+impl NodeValue {
+    /// The YAML kind, as a message names it ("a string", "a list", …).
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            NodeValue::Null => "null",
+            NodeValue::Bool(_) => "a boolean",
+            NodeValue::Integer(_) => "an integer",
+            NodeValue::Float(_) => "a float",
+            NodeValue::Text(_) => "a string",
+            NodeValue::List(_) => "a list",
+            NodeValue::Map(_) => "a mapping",
+        }
+    }
+}
+
+/// Why a document could not be read as YAML, with where the reader stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SyntaxError {
+    pub(crate) position: Position,
+    pub(crate) message: String,
+}
+
+/// Reads one YAML document into a located tree.
+pub(crate) fn parse_document(text: &str) -> Result<Node, SyntaxError> {
+    let mut options = serde_saphyr::options::Options::default();
+    // `n`, `no`, `on`, `y` are keys and values in limits files, not booleans.
+    options.strict_booleans = true;
+    match serde_saphyr::from_str_with_options::<Spanned<LocatedValue>>(text, options) {
+        Ok(spanned) => Ok(into_node(spanned)),
+        Err(error) => {
+            let position = error
+                .location()
+                .map(|location| Position {
+                    line: location.line().max(1),
+                    column: location.column().max(1),
+                })
+                .unwrap_or(Position { line: 1, column: 1 });
+            let mut message = error.without_snippet().to_string();
+            if let Some(at) = message.rfind(" at line ") {
+                message.truncate(at);
+            }
+            Err(SyntaxError { position, message })
+        }
+    }
+}
+
+/// The value half of a spanned node, as `serde-saphyr` hands it over.
+enum LocatedValue {
+    Null,
+    Bool(bool),
+    Integer(i128),
+    Float(f64),
+    Text(String),
+    List(Vec<Spanned<LocatedValue>>),
+    Map(Vec<(Spanned<LocatedValue>, Spanned<LocatedValue>)>),
+}
+
+fn into_node(spanned: Spanned<LocatedValue>) -> Node {
+    let position = Position {
+        line: spanned.referenced.line(),
+        column: spanned.referenced.column(),
+    };
+    let value = match spanned.value {
+        LocatedValue::Null => NodeValue::Null,
+        LocatedValue::Bool(b) => NodeValue::Bool(b),
+        LocatedValue::Integer(i) => NodeValue::Integer(i),
+        LocatedValue::Float(f) => NodeValue::Float(f),
+        LocatedValue::Text(s) => NodeValue::Text(s),
+        LocatedValue::List(items) => NodeValue::List(items.into_iter().map(into_node).collect()),
+        LocatedValue::Map(entries) => NodeValue::Map(
+            entries
+                .into_iter()
+                .map(|(k, v)| (into_node(k), into_node(v)))
+                .collect(),
+        ),
+    };
+    Node { position, value }
+}
+
+/// The serde visitor that accepts any YAML value.
+struct AnyValueVisitor;
+
+impl<'de> Visitor<'de> for AnyValueVisitor {
+    type Value = LocatedValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_unit<E>(self) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<LocatedValue, D::Error> {
+        d.deserialize_any(AnyValueVisitor)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Integer(i128::from(v)))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Integer(i128::from(v)))
+    }
+
+    fn visit_i128<E>(self, v: i128) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Integer(v))
+    }
+
+    fn visit_u128<E>(self, v: u128) -> Result<LocatedValue, E> {
+        Ok(i128::try_from(v).map_or(LocatedValue::Float(v as f64), LocatedValue::Integer))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Float(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Text(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Text(v))
+    }
+
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<LocatedValue, E> {
+        Ok(LocatedValue::Text(String::from_utf8_lossy(v).into_owned()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<LocatedValue, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = access.next_element()? {
+            items.push(item);
+        }
+        Ok(LocatedValue::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<LocatedValue, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = access.next_entry()? {
+            entries.push(entry);
+        }
+        Ok(LocatedValue::Map(entries))
+    }
+}
+
+impl<'de> Deserialize<'de> for LocatedValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyValueVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_carry_the_line_and_column_of_keys_and_values() {
+        let doc = parse_document("domain: x\ndescriptors:\n  - key: n\n    value: 404\n").unwrap();
+        let NodeValue::Map(entries) = &doc.value else {
+            panic!("expected a map, got {doc:?}")
+        };
+        let (key, list) = &entries[1];
+        assert_eq!(key.position, Position { line: 2, column: 1 });
+        let NodeValue::List(items) = &list.value else {
+            panic!("expected a list")
+        };
+        let NodeValue::Map(descriptor) = &items[0].value else {
+            panic!("expected a map")
+        };
+        // `n` stays a string: booleans are only `true` and `false`.
+        assert_eq!(descriptor[0].1.value, NodeValue::Text("n".into()));
+        assert_eq!(descriptor[1].1.value, NodeValue::Integer(404));
+        assert_eq!(
+            descriptor[1].1.position,
+            Position {
+                line: 4,
+                column: 12
+            }
+        );
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position_and_a_bare_message() {
+        let error = parse_document("a: [\n").unwrap_err();
+        assert_eq!(error.position.line, 1);
+        assert!(!error.message.contains(" at line "), "{}", error.message);
+    }
+}

@@ -1,0 +1,67 @@
+//! `tollgate validate PATH`: checks limits files and reports every problem with its file, line and column.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use tollgate_rules::{LoadOptions, load_path};
+
+use crate::CommandError;
+
+/// The arguments of `tollgate validate`.
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// A limits file, or a directory of `*.yaml` / `*.yml` limits files.
+    pub path: PathBuf,
+    /// Merge files that name the same domain instead of rejecting the second
+    /// (upstream's MERGE_DOMAIN_CONFIG).
+    #[arg(long)]
+    pub merge_domains: bool,
+}
+
+/// Loads the limits at `args.path`, prints each diagnostic on stderr and a summary on stdout.
+///
+/// Succeeds when there are no errors (warnings are allowed); a path that
+/// cannot be read is a usage error.
+pub fn run(args: &ValidateArgs) -> Result<(), CommandError> {
+    let options = LoadOptions {
+        merge_domains: args.merge_domains,
+    };
+    let loaded = load_path(&args.path, options).map_err(|error| {
+        CommandError::Usage(format!("cannot read {}: {error}", args.path.display()))
+    })?;
+    for diagnostic in loaded.diagnostics.all() {
+        eprintln!("{diagnostic}");
+    }
+    let errors = loaded.diagnostics.error_count();
+    let warnings = loaded.diagnostics.warning_count();
+    let counts = format!(
+        "{}, {}, {}",
+        counted(loaded.file_count, "file"),
+        counted(loaded.rule_set.domain_count(), "domain"),
+        counted(loaded.rule_set.rule_count(), "rule"),
+    );
+    let verdict = match (errors, warnings) {
+        (0, 0) => "OK".to_owned(),
+        (0, w) => format!("OK, {}", counted(w, "warning")),
+        (e, 0) => counted(e, "error"),
+        (e, w) => format!("{}, {}", counted(e, "error"), counted(w, "warning")),
+    };
+    println!("{counts}: {verdict}");
+    if errors > 0 {
+        return Err(CommandError::Io(format!(
+            "{} has {}",
+            args.path.display(),
+            counted(errors, "error")
+        )));
+    }
+    Ok(())
+}
+
+/// `1 file`, `2 files`.
+fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
