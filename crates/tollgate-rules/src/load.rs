@@ -296,17 +296,15 @@ impl Loader {
         let mut descriptors: Option<&Node> = None;
         for (key, value) in self.checked_entries(file, entries, FILE_SECTION) {
             match key {
-                "domain" => match self.text_value(file, value, "domain") {
-                    Some(name) if !name.is_empty() => domain = Some((name, value.position)),
-                    Some(_) | None
-                        if matches!(value.value, NodeValue::Null | NodeValue::Text(_)) =>
-                    {
+                "domain" => {
+                    let is_text = matches!(value.value, NodeValue::Null | NodeValue::Text(_));
+                    let name = self.text_value(file, value, "domain").unwrap_or_default();
+                    if name.is_empty() && is_text {
                         self.diagnostics
                             .error(file, value.position, "`domain` must not be empty");
-                        domain = Some((String::new(), value.position));
                     }
-                    _ => domain = Some((String::new(), value.position)),
-                },
+                    domain = Some((name, value.position));
+                }
                 "descriptors" => descriptors = Some(value),
                 _ => {}
             }
@@ -317,9 +315,11 @@ impl Loader {
                 document.position,
                 "missing `domain`: every limits file names its domain",
             );
+            self.check_descriptors_only(file, "", descriptors);
             return;
         };
         if name.is_empty() {
+            self.check_descriptors_only(file, "", descriptors);
             return;
         }
         let mut target = match self.domains.remove(&name) {
@@ -334,17 +334,8 @@ impl Loader {
                         existing.position
                     ),
                 );
-                // Check this file's descriptors anyway, so every error is reported.
-                let mut scratch = DomainRules::default();
-                if let Some(list) = descriptors {
-                    let context = Context {
-                        file,
-                        domain: &name,
-                    };
-                    let mut root = Level::default();
-                    self.load_level(&context, &mut scratch, &mut root, &[], list, 0);
-                }
-                self.domains.insert(name, existing);
+                self.domains.insert(name.clone(), existing);
+                self.check_descriptors_only(file, &name, descriptors);
                 return;
             }
             None => DomainUnderConstruction {
@@ -359,10 +350,23 @@ impl Loader {
                 domain: &name,
             };
             let mut root = std::mem::take(&mut target.rules.root);
-            self.load_level(&context, &mut target.rules, &mut root, &[], list, 0);
+            self.load_level(&context, &mut target.rules, &mut root, &[], list);
             target.rules.root = root;
         }
         self.domains.insert(name, target);
+    }
+
+    /// Checks descriptors that will not be loaded (their file's domain is
+    /// missing or taken), so that every error in them is still reported.
+    fn check_descriptors_only(&mut self, file: &Path, domain: &str, descriptors: Option<&Node>) {
+        let Some(list) = descriptors else { return };
+        let pending = self.replaces.len();
+        let context = Context { file, domain };
+        let mut scratch = DomainRules::default();
+        let mut root = Level::default();
+        self.load_level(&context, &mut scratch, &mut root, &[], list);
+        // Names in `replaces` cannot be checked against a domain that is not loaded.
+        self.replaces.truncate(pending);
     }
 
     /// The entries of a mapping with string keys that are valid in `section`;
@@ -429,7 +433,7 @@ impl Loader {
         match &node.value {
             NodeValue::Null => None,
             NodeValue::Text(s) => Some(s.clone()),
-            NodeValue::Integer(i) => Some(i.to_string()),
+            NodeValue::Integer(i) => Some(node.written.clone().unwrap_or_else(|| i.to_string())),
             NodeValue::Bool(b) => Some(b.to_string()),
             NodeValue::Float(_) => {
                 self.diagnostics.error(
@@ -538,7 +542,6 @@ impl Loader {
         level: &mut Level,
         path: &[(String, Option<String>)],
         list: &Node,
-        depth: usize,
     ) {
         let items = match &list.value {
             NodeValue::List(items) => items.as_slice(),
@@ -553,7 +556,7 @@ impl Loader {
             }
         };
         for item in items {
-            self.load_descriptor(context, rules, level, path, item, depth);
+            self.load_descriptor(context, rules, level, path, item);
         }
     }
 
@@ -564,7 +567,6 @@ impl Loader {
         level: &mut Level,
         path: &[(String, Option<String>)],
         item: &Node,
-        depth: usize,
     ) {
         let file = context.file;
         let NodeValue::Map(entries) = &item.value else {
@@ -646,7 +648,7 @@ impl Loader {
         };
         let mut own_path = path.to_vec();
         own_path.push((key.clone(), value.clone()));
-        let dotted = dotted_path(context.domain, &own_path);
+        let dotted = crate::model::dotted_path(context.domain, &own_path);
         let entry = level.keys.entry(key.clone()).or_default();
         let existing = match &value {
             Some(v) => entry.exact.get(v).copied(),
@@ -673,14 +675,7 @@ impl Loader {
         }
         let mut child_level = Level::default();
         if let Some(children) = children {
-            self.load_level(
-                context,
-                rules,
-                &mut child_level,
-                &own_path,
-                children,
-                depth + 1,
-            );
+            self.load_level(context, rules, &mut child_level, &own_path, children);
         }
         let rule = (!built_limits.is_empty()).then(|| Rule {
             path: own_path,
@@ -725,8 +720,8 @@ impl Loader {
         let mut ok = true;
         let mut unit: Option<(Unit, Position)> = None;
         let mut requests_per_unit = 0u32;
+        let mut requests_position: Option<Position> = None;
         let mut unlimited = false;
-        let mut unlimited_position = block.position;
         let mut name = None;
         let mut replaces = Vec::new();
         let mut algorithm_kind = AlgorithmKind::default();
@@ -762,6 +757,7 @@ impl Loader {
                     }
                 },
                 "requests_per_unit" => {
+                    requests_position = Some(node.position);
                     match self.integer_value(file, node, field, 0, i128::from(u32::MAX)) {
                         Some(n) => requests_per_unit = n as u32,
                         None => ok = false,
@@ -769,7 +765,6 @@ impl Loader {
                 }
                 "unlimited" => {
                     unlimited = self.bool_value(file, node, field);
-                    unlimited_position = node.position;
                 }
                 "name" => name = self.text_value(file, node, field).filter(|n| !n.is_empty()),
                 "replaces" => match &node.value {
@@ -900,7 +895,6 @@ impl Loader {
             if !ok {
                 return None;
             }
-            let _ = unlimited_position;
             return Some(Limit {
                 name,
                 replaces: replaces.into_iter().map(|(n, _)| n).collect(),
@@ -912,6 +906,7 @@ impl Loader {
                 position: block.position,
             });
         }
+        let window_position = unit.map(|(_, p)| p).or(window.map(|(_, p)| p));
         let length = match (unit, window) {
             (Some((_, unit_position)), Some(_)) => {
                 self.diagnostics.error(
@@ -964,11 +959,12 @@ impl Loader {
         if requests_per_unit == 0 && algorithm_kind != AlgorithmKind::FixedWindow {
             self.diagnostics.error(
                 file,
-                block.position,
+                requests_position.unwrap_or(block.position),
                 format!("`{algorithm_kind}` needs `requests_per_unit` of at least 1 (only `fixed_window` reads 0 as \"always over\")"),
             );
             return None;
         }
+        let burst_position = burst.map(|(_, p)| p);
         let burst = burst.map(|(b, _)| b);
         match build_algorithm(
             algorithm_kind,
@@ -976,18 +972,33 @@ impl Loader {
             length.duration(),
             burst,
         ) {
-            Ok(algorithm) => Some(Limit {
-                name,
-                replaces: replaces.into_iter().map(|(n, _)| n).collect(),
-                requests_per_unit,
-                window: Some(length),
-                algorithm_kind,
-                burst,
-                algorithm: Some(algorithm),
-                position: block.position,
-            }),
-            Err(message) => {
-                self.diagnostics.error(file, block.position, message);
+            Ok(algorithm) => {
+                if requests_position.is_none() {
+                    self.diagnostics.warning(
+                        file,
+                        block.position,
+                        "`requests_per_unit` is missing, so it is 0 and every request is over the limit (as upstream); write `requests_per_unit: 0` if that is meant",
+                    );
+                }
+                Some(Limit {
+                    name,
+                    replaces: replaces.into_iter().map(|(n, _)| n).collect(),
+                    requests_per_unit,
+                    window: Some(length),
+                    algorithm_kind,
+                    burst,
+                    algorithm: Some(algorithm),
+                    position: block.position,
+                })
+            }
+            Err((field, message)) => {
+                let position = match field {
+                    "requests_per_unit" => requests_position,
+                    "burst" => burst_position,
+                    _ => window_position,
+                };
+                self.diagnostics
+                    .error(file, position.unwrap_or(block.position), message);
                 None
             }
         }
@@ -1018,13 +1029,14 @@ impl Loader {
     }
 }
 
-/// Builds the algorithm for one limit, so a parameter it cannot work with is a config error.
+/// Builds the algorithm for one limit, so a parameter it cannot work with is a
+/// config error; the error names the file's field and says what is wrong.
 fn build_algorithm(
     kind: AlgorithmKind,
     requests: u64,
     window: Duration,
     burst: Option<u64>,
-) -> Result<AnyAlgorithm, String> {
+) -> Result<AnyAlgorithm, (&'static str, String)> {
     let built: Result<AnyAlgorithm, tollgate_core::ConfigError> = match kind {
         AlgorithmKind::FixedWindow => FixedWindow::new(requests, window).map(Into::into),
         AlgorithmKind::TokenBucket => {
@@ -1043,13 +1055,13 @@ fn build_algorithm(
         let field = match e.parameter() {
             "limit" | "rate" | "tokens_per_fill" => "requests_per_unit",
             "max_tokens" | "burst" => "burst",
-            "window" | "period" | "fill_interval" => "the window",
-            other => other,
+            _ => "window",
         };
-        format!(
-            "this `{kind}` limit cannot be built: {field} {}",
+        let message = format!(
+            "this `{kind}` limit cannot be built: `{field}` {}",
             e.reason()
-        )
+        );
+        (field, message)
     })
 }
 
@@ -1079,19 +1091,6 @@ fn parse_window(text: &str) -> Result<Duration, String> {
         return Err("`window` must be longer than zero".to_owned());
     }
     Ok(duration)
-}
-
-fn dotted_path(domain: &str, path: &[(String, Option<String>)]) -> String {
-    let mut text = domain.to_owned();
-    for (key, value) in path {
-        text.push('.');
-        text.push_str(key);
-        if let Some(value) = value {
-            text.push('_');
-            text.push_str(value);
-        }
-    }
-    text
 }
 
 /// The valid key closest to `name`, if it is close enough to be a typo.

@@ -147,16 +147,7 @@ pub struct Rule {
 impl Rule {
     /// The dotted path as upstream prints it: `domain.key_value.key2`.
     pub fn dotted_path(&self, domain: &str) -> String {
-        let mut text = domain.to_owned();
-        for (key, value) in &self.path {
-            text.push('.');
-            text.push_str(key);
-            if let Some(value) = value {
-                text.push('_');
-                text.push_str(value);
-            }
-        }
-        text
+        dotted_path(domain, &self.path)
     }
 
     /// The storage key of one limit of this rule for one request, which no other
@@ -192,6 +183,21 @@ impl Rule {
     }
 }
 
+/// The dotted path of a descriptor as upstream prints it: `domain.key_value.key2`.
+pub(crate) fn dotted_path(domain: &str, path: &[(String, Option<String>)]) -> String {
+    let mut text = domain.to_owned();
+    for (key, value) in path {
+        text.push('.');
+        text.push_str(key);
+        if let Some(value) = value {
+            text.push('_');
+            text.push_str(value);
+        }
+    }
+    text
+}
+
+/// Appends one length-prefixed part to a counter key.
 fn push_part(key: &mut Vec<u8>, part: &[u8]) {
     key.extend_from_slice(&(part.len() as u64).to_be_bytes());
     key.extend_from_slice(part);

@@ -29,6 +29,8 @@ impl fmt::Display for Position {
 pub(crate) struct Node {
     pub(crate) position: Position,
     pub(crate) value: NodeValue,
+    /// The scalar exactly as written, for numbers (`0x1F`, `010`), when the source can be sliced.
+    pub(crate) written: Option<String>,
 }
 
 /// What a YAML node holds.
@@ -72,7 +74,7 @@ pub(crate) fn parse_document(text: &str) -> Result<Node, SyntaxError> {
     // `n`, `no`, `on`, `y` are keys and values in limits files, not booleans.
     options.strict_booleans = true;
     match serde_saphyr::from_str_with_options::<Spanned<LocatedValue>>(text, options) {
-        Ok(spanned) => Ok(into_node(spanned)),
+        Ok(spanned) => Ok(into_node(spanned, text)),
         Err(error) => {
             let position = error
                 .location()
@@ -101,10 +103,24 @@ enum LocatedValue {
     Map(Vec<(Spanned<LocatedValue>, Spanned<LocatedValue>)>),
 }
 
-fn into_node(spanned: Spanned<LocatedValue>) -> Node {
+fn into_node(spanned: Spanned<LocatedValue>, text: &str) -> Node {
     let position = Position {
         line: spanned.referenced.line(),
         column: spanned.referenced.column(),
+    };
+    let span = spanned.defined.span();
+    let written = match spanned.value {
+        LocatedValue::Integer(_) | LocatedValue::Float(_) => span
+            .byte_offset()
+            .zip(span.byte_len())
+            .and_then(|(start, len)| {
+                let start = usize::try_from(start).ok()?;
+                let end = start.checked_add(usize::try_from(len).ok()?)?;
+                text.get(start..end)
+            })
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty()),
+        _ => None,
     };
     let value = match spanned.value {
         LocatedValue::Null => NodeValue::Null,
@@ -112,15 +128,24 @@ fn into_node(spanned: Spanned<LocatedValue>) -> Node {
         LocatedValue::Integer(i) => NodeValue::Integer(i),
         LocatedValue::Float(f) => NodeValue::Float(f),
         LocatedValue::Text(s) => NodeValue::Text(s),
-        LocatedValue::List(items) => NodeValue::List(items.into_iter().map(into_node).collect()),
+        LocatedValue::List(items) => NodeValue::List(
+            items
+                .into_iter()
+                .map(|item| into_node(item, text))
+                .collect(),
+        ),
         LocatedValue::Map(entries) => NodeValue::Map(
             entries
                 .into_iter()
-                .map(|(k, v)| (into_node(k), into_node(v)))
+                .map(|(k, v)| (into_node(k, text), into_node(v, text)))
                 .collect(),
         ),
     };
-    Node { position, value }
+    Node {
+        position,
+        value,
+        written,
+    }
 }
 
 /// The serde visitor that accepts any YAML value.
@@ -232,6 +257,17 @@ mod tests {
                 column: 12
             }
         );
+    }
+
+    #[test]
+    fn numbers_keep_their_written_form() {
+        let doc = parse_document("a: 0x1F\nb: 010\nc: 1_000\n").unwrap();
+        let NodeValue::Map(entries) = &doc.value else {
+            panic!("expected a map")
+        };
+        let written: Vec<Option<&str>> =
+            entries.iter().map(|(_, v)| v.written.as_deref()).collect();
+        assert_eq!(written, [Some("0x1F"), Some("010"), Some("1_000")]);
     }
 
     #[test]
