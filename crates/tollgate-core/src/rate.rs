@@ -26,10 +26,6 @@ use std::time::Duration;
 use crate::clock::{LONGEST_SPAN_NANOS, Timestamp, duration_nanos};
 use crate::{ConfigError, Decision, WordAlgorithm};
 
-/// Capacities up to this count whole units with a floating-point reciprocal
-/// (exact after one correction step); larger ones divide.
-const RECIPROCAL_MAX_CAPACITY: u64 = 1 << 50;
-
 /// The shared virtual-scheduling meter: `capacity` units, one unit per `interval` ns.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Schedule {
@@ -37,8 +33,9 @@ pub(crate) struct Schedule {
     capacity: u64,
     /// `capacity · interval`: how far ahead of now the TAT may run.
     span: u64,
-    /// `1 / interval`, to count whole units without a (slow) 64-bit division.
-    per_interval: f64,
+    /// `⌈2⁶⁴ / interval⌉` (0 when the interval is 1 ns): counting whole units
+    /// is then a multiply instead of a (slow) 64-bit division.
+    reciprocal: u64,
 }
 
 impl PartialEq for Schedule {
@@ -95,7 +92,11 @@ impl Schedule {
             interval,
             capacity,
             span,
-            per_interval: 1.0 / interval as f64,
+            reciprocal: if interval == 1 {
+                0
+            } else {
+                u64::MAX / interval + 1
+            },
         })
     }
 
@@ -110,28 +111,18 @@ impl Schedule {
         self.whole_units(self.span - tat.saturating_sub(now).min(self.span))
     }
 
-    /// `⌊free / interval⌋`, exactly, usually without dividing.
+    /// `⌊free / interval⌋`, exactly, without dividing.
     ///
-    /// For capacities below 2⁵⁰ the floating-point product is within one of
-    /// the quotient (three roundings of 2⁻⁵³ each on a value below 2⁵⁰), and
-    /// one integer step corrects it.
+    /// With `m = ⌈2⁶⁴/interval⌉`, `⌊free·m / 2⁶⁴⌋` is the quotient or one
+    /// more (`m` exceeds `2⁶⁴/interval` by less than 1, and `free < 2⁶⁴`);
+    /// one multiply tells which.
     #[inline(always)]
     fn whole_units(&self, free: u64) -> u64 {
-        if free < self.interval {
-            return 0;
+        if self.reciprocal == 0 {
+            return free;
         }
-        if self.capacity > RECIPROCAL_MAX_CAPACITY {
-            return free / self.interval;
-        }
-        // `free` < 2⁶² fits an i64, whose conversions are single instructions.
-        let q = (free as i64 as f64 * self.per_interval) as i64 as u64;
-        if q * self.interval > free {
-            q - 1
-        } else if (q + 1) * self.interval <= free {
-            q + 1
-        } else {
-            q
-        }
+        let q = ((u128::from(free) * u128::from(self.reciprocal)) >> 64) as u64;
+        if q * self.interval > free { q - 1 } else { q }
     }
 
     #[inline(always)]
@@ -638,6 +629,8 @@ mod tests {
             Schedule::new(1_000_000_000, "c", 3, "n", Duration::from_secs(1), "p").unwrap(),
             Schedule::new(1 << 49, "c", 1, "n", Duration::from_nanos(7), "p").unwrap(),
             Schedule::new(1 << 60, "c", 1, "n", Duration::from_nanos(2), "p").unwrap(),
+            Schedule::new(1 << 60, "c", 1, "n", Duration::from_nanos(1), "p").unwrap(),
+            Schedule::new(3, "c", 1, "n", Duration::from_nanos(1 << 59), "p").unwrap(),
         ];
         for sch in schedules {
             let mut x = 0x9E37_79B9_7F4A_7C15u64;
