@@ -213,22 +213,27 @@ struct Section {
     keys: &'static [&'static str],
 }
 
+/// The top level of a file.
 const FILE_SECTION: Section = Section {
     name: "the top level of a file",
     keys: FILE_KEYS,
 };
+/// A descriptor.
 const DESCRIPTOR_SECTION: Section = Section {
     name: "a descriptor",
     keys: DESCRIPTOR_KEYS,
 };
+/// A `rate_limit` block (or an entry of `rate_limits`).
 const RATE_LIMIT_SECTION: Section = Section {
     name: "`rate_limit`",
     keys: RATE_LIMIT_KEYS,
 };
+/// An entry of `replaces`.
 const REPLACES_SECTION: Section = Section {
     name: "a `replaces` entry",
     keys: REPLACES_KEYS,
 };
+/// Every section, to say where a misplaced key belongs.
 const SECTIONS: [Section; 4] = [
     FILE_SECTION,
     DESCRIPTOR_SECTION,
@@ -251,6 +256,7 @@ struct PendingReplace {
     name: String,
 }
 
+/// The state of one load: options, findings, and the domains built so far.
 struct Loader {
     options: LoadOptions,
     diagnostics: Diagnostics,
@@ -265,9 +271,19 @@ struct Context<'a> {
 }
 
 impl Loader {
+    /// Loads one file's domain and descriptors.
     fn load_file(&mut self, file: &Path, text: &str) {
         let document = match parse_document(text) {
-            Ok(document) => document,
+            Ok(document) => {
+                for position in &document.ignored_documents {
+                    self.diagnostics.warning(
+                        file,
+                        *position,
+                        "only the first YAML document of a file is read (as upstream); this one is ignored",
+                    );
+                }
+                document.root
+            }
             Err(error) => {
                 self.diagnostics.error(
                     file,
@@ -454,6 +470,7 @@ impl Loader {
         }
     }
 
+    /// A boolean, with YAML 1.1 spellings accepted as upstream does; reports other kinds.
     fn bool_value(&mut self, file: &Path, node: &Node, field: &str) -> bool {
         match &node.value {
             NodeValue::Bool(b) => *b,
@@ -535,6 +552,7 @@ impl Loader {
         }
     }
 
+    /// Loads a `descriptors` list into `level`.
     fn load_level(
         &mut self,
         context: &Context<'_>,
@@ -560,6 +578,7 @@ impl Loader {
         }
     }
 
+    /// Loads one descriptor, its limits and its children into `level`.
     fn load_descriptor(
         &mut self,
         context: &Context<'_>,
@@ -704,6 +723,7 @@ impl Loader {
         }
     }
 
+    /// Loads one `rate_limit` block and builds its algorithm.
     fn load_limit(&mut self, context: &Context<'_>, block: &Node) -> Option<Limit> {
         let file = context.file;
         let NodeValue::Map(entries) = &block.value else {
@@ -718,6 +738,7 @@ impl Loader {
             return None;
         };
         let mut ok = true;
+        let errors_before = self.diagnostics.error_count();
         let mut unit: Option<(Unit, Position)> = None;
         let mut requests_per_unit = 0u32;
         let mut requests_position: Option<Position> = None;
@@ -973,7 +994,8 @@ impl Loader {
             burst,
         ) {
             Ok(algorithm) => {
-                if requests_position.is_none() {
+                // A misspelt `requests_per_unit` has its own error already.
+                if requests_position.is_none() && self.diagnostics.error_count() == errors_before {
                     self.diagnostics.warning(
                         file,
                         block.position,
@@ -1004,6 +1026,7 @@ impl Loader {
         }
     }
 
+    /// Reports every `replaces` name that no limit in its domain has.
     fn check_replaces(&mut self) {
         let pending = std::mem::take(&mut self.replaces);
         for replace in pending {
@@ -1103,6 +1126,7 @@ fn nearest(name: &str, candidates: &[&'static str]) -> Option<&'static str> {
         .map(|(_, c)| c)
 }
 
+/// Formats keys as `` `a`, `b` ``.
 fn quoted_list(keys: &[&str]) -> String {
     keys.iter()
         .map(|k| format!("`{k}`"))

@@ -277,6 +277,7 @@ pub(crate) struct DomainRules {
 }
 
 impl DomainRules {
+    /// The rule for one request descriptor in this domain (see [`RuleSet::find`]).
     fn find<K: AsRef<str>, V: AsRef<str>>(&self, entries: &[(K, V)]) -> Option<&Rule> {
         let mut level = &self.root;
         let mut found = None;
@@ -306,6 +307,7 @@ impl DomainRules {
         found?.rule.as_ref()
     }
 
+    /// How many descriptors of this domain carry limits.
     fn rule_count(&self) -> usize {
         self.nodes.iter().filter(|n| n.rule.is_some()).count()
     }

@@ -68,13 +68,33 @@ pub(crate) struct SyntaxError {
     pub(crate) message: String,
 }
 
-/// Reads one YAML document into a located tree.
-pub(crate) fn parse_document(text: &str) -> Result<Node, SyntaxError> {
+/// The first YAML document of a file, and where any later ones start.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Document {
+    /// The first document's root (null for an empty file).
+    pub(crate) root: Node,
+    /// Where each later document starts; upstream reads only the first.
+    pub(crate) ignored_documents: Vec<Position>,
+}
+
+/// Reads a file's YAML into a located tree.
+pub(crate) fn parse_document(text: &str) -> Result<Document, SyntaxError> {
     let mut options = serde_saphyr::options::Options::default();
     // `n`, `no`, `on`, `y` are keys and values in limits files, not booleans.
     options.strict_booleans = true;
-    match serde_saphyr::from_str_with_options::<Spanned<LocatedValue>>(text, options) {
-        Ok(spanned) => Ok(into_node(spanned, text)),
+    match serde_saphyr::from_multiple_with_options::<Spanned<LocatedValue>>(text, options) {
+        Ok(documents) => {
+            let mut nodes = documents.into_iter().map(|d| into_node(d, text));
+            let root = nodes.next().unwrap_or(Node {
+                position: Position { line: 1, column: 1 },
+                value: NodeValue::Null,
+                written: None,
+            });
+            Ok(Document {
+                root,
+                ignored_documents: nodes.map(|n| n.position).collect(),
+            })
+        }
         Err(error) => {
             let position = error
                 .location()
@@ -235,7 +255,9 @@ mod tests {
 
     #[test]
     fn nodes_carry_the_line_and_column_of_keys_and_values() {
-        let doc = parse_document("domain: x\ndescriptors:\n  - key: n\n    value: 404\n").unwrap();
+        let doc = parse_document("domain: x\ndescriptors:\n  - key: n\n    value: 404\n")
+            .unwrap()
+            .root;
         let NodeValue::Map(entries) = &doc.value else {
             panic!("expected a map, got {doc:?}")
         };
@@ -261,13 +283,21 @@ mod tests {
 
     #[test]
     fn numbers_keep_their_written_form() {
-        let doc = parse_document("a: 0x1F\nb: 010\nc: 1_000\n").unwrap();
+        let doc = parse_document("a: 0x1F\nb: 010\nc: 1_000\n").unwrap().root;
         let NodeValue::Map(entries) = &doc.value else {
             panic!("expected a map")
         };
         let written: Vec<Option<&str>> =
             entries.iter().map(|(_, v)| v.written.as_deref()).collect();
         assert_eq!(written, [Some("0x1F"), Some("010"), Some("1_000")]);
+    }
+
+    #[test]
+    fn later_documents_are_located_but_not_read() {
+        let doc = parse_document("domain: a\n---\ndomain: b\n").unwrap();
+        assert_eq!(doc.ignored_documents.len(), 1);
+        assert_eq!(doc.ignored_documents[0].line, 3);
+        assert_eq!(parse_document("").unwrap().root.value, NodeValue::Null);
     }
 
     #[test]

@@ -462,3 +462,29 @@ fn lookups_do_not_scan_the_rules() {
         Some((0, Unit::Second))
     );
 }
+
+#[test]
+fn anchors_and_merge_keys_load() {
+    let set = rules(
+        "
+domain: anchors
+descriptors:
+  - key: k
+    rate_limit: &per_second {unit: second, requests_per_unit: 3}
+  - key: j
+    rate_limit: *per_second
+  - key: m
+    rate_limit:
+      <<: *per_second
+      requests_per_unit: 9
+",
+    );
+    assert_eq!(
+        per_unit(set.find("anchors", &[("j", "v")])),
+        Some((3, Unit::Second))
+    );
+    assert_eq!(
+        per_unit(set.find("anchors", &[("m", "v")])),
+        Some((9, Unit::Second))
+    );
+}

@@ -99,7 +99,7 @@ fn yaml_1_1_booleans_load_as_upstream_reads_them_with_a_warning() {
     let loaded = load_sources(
         [(
             Path::new("a.yaml"),
-            "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes\n    rate_limit: {unit: second}\n",
+            "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
         )],
         LoadOptions::default(),
     );
@@ -111,6 +111,26 @@ fn yaml_1_1_booleans_load_as_upstream_reads_them_with_a_warning() {
             .find("d", &[("k", "v")])
             .unwrap()
             .shadow_mode
+    );
+}
+
+#[test]
+fn a_missing_requests_per_unit_loads_as_zero_with_a_warning() {
+    let loaded = load_sources(
+        [(
+            Path::new("a.yaml"),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n",
+        )],
+        LoadOptions::default(),
+    );
+    assert_eq!(
+        loaded.diagnostics.to_string().trim_end(),
+        "a.yaml:5:7: warning: `requests_per_unit` is missing, so it is 0 and every request is over the limit \
+         (as upstream); write `requests_per_unit: 0` if that is meant"
+    );
+    assert_eq!(
+        loaded.rule_set.find("d", &[("k", "v")]).unwrap().limits[0].requests_per_unit,
+        0
     );
 }
 
@@ -267,7 +287,7 @@ fn units_windows_and_algorithms_are_checked() {
     );
     assert_reports(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, burst: 0}\n",
-        &["a.yaml:4:17: error: this `gcra` limit cannot be built: burst must be at least 1"],
+        &["a.yaml:4:78: error: this `gcra` limit cannot be built: `burst` must be at least 1"],
     );
 }
 
@@ -328,6 +348,38 @@ proptest! {
         let loaded = load_sources([(Path::new("a.yaml"), text.as_str())], LoadOptions::default());
         for diagnostic in loaded.diagnostics.all() {
             prop_assert!(diagnostic.position.line >= 1 && diagnostic.position.column >= 1);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any numbers in a rate limit either load with a built algorithm or give errors; never a panic.
+    #[test]
+    fn any_limit_parameters_load_or_are_reported(
+        requests in prop_oneof![Just(0i128), Just(1), -5i128..5, any::<u32>().prop_map(i128::from), any::<i64>().prop_map(i128::from)],
+        burst in proptest::option::of(prop_oneof![Just(0i128), any::<i64>().prop_map(i128::from)]),
+        multiplier in proptest::option::of(any::<i64>()),
+        algorithm in prop_oneof![Just("fixed_window"), Just("token_bucket"), Just("gcra"), Just("sliding_window"), Just("sliding_log"), Just("leaky_bucket")],
+        window in prop_oneof![Just("unit: year"), Just("unit: second"), Just("window: 1ns"), Just("window: 100000000y"), Just("window: 3m")],
+    ) {
+        let mut yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      {window}\n      requests_per_unit: {requests}\n      algorithm: {algorithm}\n"
+        );
+        if let Some(burst) = burst {
+            yaml.push_str(&format!("      burst: {burst}\n"));
+        }
+        if let Some(multiplier) = multiplier {
+            yaml.push_str(&format!("      unit_multiplier: {multiplier}\n"));
+        }
+        let loaded = load_sources([(Path::new("a.yaml"), yaml.as_str())], LoadOptions::default());
+        match loaded.rule_set.find("d", &[("k", "v")]) {
+            Some(rule) => {
+                prop_assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+                prop_assert!(rule.limits[0].algorithm.is_some());
+            }
+            None => prop_assert!(loaded.diagnostics.has_errors(), "no rule and no error for\n{yaml}"),
         }
     }
 }

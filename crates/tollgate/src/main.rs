@@ -37,15 +37,16 @@ enum Command {
 pub enum CommandError {
     /// The command line asks for something impossible (exit code 2, like clap's own errors).
     Usage(String),
-    /// Reading or writing a file or stream failed (exit code 1).
-    Io(String),
+    /// The command ran but could not do its job: a file it had to write,
+    /// or the limits it checked have errors (exit code 1).
+    Failed(String),
 }
 
 impl CommandError {
     fn exit_code(&self) -> ExitCode {
         match self {
             CommandError::Usage(_) => ExitCode::from(2),
-            CommandError::Io(_) => ExitCode::from(1),
+            CommandError::Failed(_) => ExitCode::from(1),
         }
     }
 }
@@ -53,7 +54,7 @@ impl CommandError {
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CommandError::Usage(message) | CommandError::Io(message) => f.write_str(message),
+            CommandError::Usage(message) | CommandError::Failed(message) => f.write_str(message),
         }
     }
 }

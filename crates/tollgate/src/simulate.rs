@@ -311,7 +311,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     };
     let text = if args.json {
         let mut json = serde_json::to_string_pretty(&report)
-            .map_err(|e| CommandError::Io(format!("cannot format the summary as JSON: {e}")))?;
+            .map_err(|e| CommandError::Failed(format!("cannot format the summary as JSON: {e}")))?;
         json.push('\n');
         json
     } else {
@@ -324,7 +324,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
         let mut out = io::stdout().lock();
         out.write_all(text.as_bytes()).and_then(|()| out.flush())
     };
-    written.map_err(|e| CommandError::Io(format!("cannot write the summary: {e}")))
+    written.map_err(|e| CommandError::Failed(format!("cannot write the summary: {e}")))
 }
 
 /// Builds the algorithm from its flags, with a one-line description.
@@ -520,7 +520,7 @@ impl DecisionSink {
             Box::new(io::stdout())
         } else {
             let file = File::create(path).map_err(|e| {
-                CommandError::Io(format!("cannot write decisions to {}: {e}", path.display()))
+                CommandError::Failed(format!("cannot write decisions to {}: {e}", path.display()))
             })?;
             Box::new(file)
         };
@@ -584,7 +584,7 @@ impl DecisionSink {
         };
         match self.error {
             None => Ok(()),
-            Some(e) => Err(CommandError::Io(format!(
+            Some(e) => Err(CommandError::Failed(format!(
                 "cannot write decisions to {destination}: {e}"
             ))),
         }

@@ -48,7 +48,7 @@ pub fn run(args: &ValidateArgs) -> Result<(), CommandError> {
     };
     println!("{counts}: {verdict}");
     if errors > 0 {
-        return Err(CommandError::Io(format!(
+        return Err(CommandError::Failed(format!(
             "{} has {}",
             args.path.display(),
             counted(errors, "error")
