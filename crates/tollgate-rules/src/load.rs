@@ -470,6 +470,29 @@ impl Loader {
         }
     }
 
+    /// A string field turned into a value by `parse`; reports a non-string
+    /// (saying what was expected, e.g. "a duration such as `5m`") or the
+    /// parse error at the field's position.
+    fn parsed_text<T>(
+        &mut self,
+        file: &Path,
+        node: &Node,
+        field: &str,
+        expected: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let parsed = match &node.value {
+            NodeValue::Text(text) => parse(text),
+            other => Err(format!(
+                "`{field}` must be {expected}, found {}",
+                other.kind_name()
+            )),
+        };
+        parsed
+            .map_err(|message| self.diagnostics.error(file, node.position, message))
+            .ok()
+    }
+
     /// A boolean, with YAML 1.1 spellings accepted as upstream does; reports other kinds.
     fn bool_value(&mut self, file: &Path, node: &Node, field: &str) -> bool {
         match &node.value {
@@ -752,31 +775,24 @@ impl Loader {
         let checked = self.checked_entries(file, entries, RATE_LIMIT_SECTION);
         for (field, node) in checked {
             match field {
-                "unit" => match &node.value {
-                    NodeValue::Text(text) => match text.parse::<Unit>() {
-                        Ok(u) => unit = Some((u, node.position)),
-                        Err(e) => {
-                            self.diagnostics.error(
-                                file,
-                                node.position,
-                                format!("`unit`: {}", e.replace('"', "`")),
-                            );
-                            ok = false;
-                        }
-                    },
-                    NodeValue::Null => {}
-                    other => {
-                        self.diagnostics.error(
-                            file,
-                            node.position,
-                            format!(
-                                "`unit` must be a string such as `second`, found {}",
-                                other.kind_name()
-                            ),
-                        );
-                        ok = false;
+                // An empty `unit:` (as beside `unlimited`) is no unit.
+                "unit" if matches!(node.value, NodeValue::Null) => {}
+                "unit" => {
+                    let unit_named = |text: &str| {
+                        text.parse::<Unit>()
+                            .map_err(|e| format!("`unit`: {}", e.replace('"', "`")))
+                    };
+                    match self.parsed_text(
+                        file,
+                        node,
+                        field,
+                        "a string such as `second`",
+                        unit_named,
+                    ) {
+                        Some(u) => unit = Some((u, node.position)),
+                        None => ok = false,
                     }
-                },
+                }
                 "requests_per_unit" => {
                     requests_position = Some(node.position);
                     match self.integer_value(file, node, field, 0, i128::from(u32::MAX)) {
@@ -826,26 +842,19 @@ impl Loader {
                         ok = false;
                     }
                 },
-                "algorithm" => match &node.value {
-                    NodeValue::Text(text) => match text.parse::<AlgorithmKind>() {
-                        Ok(kind) => algorithm_kind = kind,
-                        Err(e) => {
-                            self.diagnostics.error(file, node.position, e);
-                            ok = false;
-                        }
-                    },
-                    other => {
-                        self.diagnostics.error(
-                            file,
-                            node.position,
-                            format!(
-                                "`algorithm` must be a string such as `token_bucket`, found {}",
-                                other.kind_name()
-                            ),
-                        );
-                        ok = false;
+                "algorithm" => {
+                    let kind = |text: &str| text.parse::<AlgorithmKind>();
+                    match self.parsed_text(
+                        file,
+                        node,
+                        field,
+                        "a string such as `token_bucket`",
+                        kind,
+                    ) {
+                        Some(k) => algorithm_kind = k,
+                        None => ok = false,
                     }
-                },
+                }
                 "burst" => match self.integer_value(file, node, field, 0, i128::from(u64::MAX)) {
                     Some(n) => burst = Some((n as u64, node.position)),
                     None => ok = false,
@@ -856,26 +865,18 @@ impl Loader {
                         None => ok = false,
                     }
                 }
-                "window" => match &node.value {
-                    NodeValue::Text(text) => match parse_window(text) {
-                        Ok(d) => window = Some((d, node.position)),
-                        Err(e) => {
-                            self.diagnostics.error(file, node.position, e);
-                            ok = false;
-                        }
-                    },
-                    other => {
-                        self.diagnostics.error(
-                            file,
-                            node.position,
-                            format!(
-                                "`window` must be a duration such as `5m`, found {}",
-                                other.kind_name()
-                            ),
-                        );
-                        ok = false;
+                "window" => {
+                    match self.parsed_text(
+                        file,
+                        node,
+                        field,
+                        "a duration such as `5m`",
+                        parse_window,
+                    ) {
+                        Some(d) => window = Some((d, node.position)),
+                        None => ok = false,
                     }
-                },
+                }
                 _ => {}
             }
         }
