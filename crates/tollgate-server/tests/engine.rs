@@ -1,0 +1,868 @@
+//! The engine answers RLS requests like envoyproxy/ratelimit, on a manual clock.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tollgate_core::{ManualClock, Timestamp, Unit};
+use tollgate_rules::{LoadOptions, RuleSet, load_sources};
+use tollgate_server::{
+    Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,
+    LimitOverride, RateLimitRequest, RateLimitResponse,
+};
+
+/// A minute boundary: `1_699_999_980` is a whole number of minutes since the epoch.
+const MINUTE_START: u64 = 1_699_999_980;
+
+fn rules(yaml: &str) -> Arc<RuleSet> {
+    let loaded = load_sources([(Path::new("test.yaml"), yaml)], LoadOptions::default());
+    assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+    Arc::new(loaded.rule_set)
+}
+
+/// An engine on a manual clock `secs_into_minute` seconds after a minute boundary.
+fn engine_at(yaml: &str, secs_into_minute: u64) -> (Engine<ManualClock>, ManualClock) {
+    engine_with(yaml, secs_into_minute, EngineOptions::default())
+}
+
+fn engine_with(
+    yaml: &str,
+    secs_into_minute: u64,
+    options: EngineOptions,
+) -> (Engine<ManualClock>, ManualClock) {
+    let clock = ManualClock::new(Timestamp::from_secs(MINUTE_START + secs_into_minute));
+    (Engine::new(rules(yaml), options, clock.clone()), clock)
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> Descriptor {
+    Descriptor::new(entries.iter().copied())
+}
+
+fn request(domain: &str, descriptors: Vec<Descriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+fn call(engine: &Engine<ManualClock>, req: &RateLimitRequest) -> RateLimitResponse {
+    match engine.should_rate_limit(req) {
+        Ok(response) => response,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+/// The single status of a one-descriptor call.
+fn one(engine: &Engine<ManualClock>, domain: &str, entries: &[(&str, &str)]) -> DescriptorStatus {
+    let response = call(engine, &request(domain, vec![descriptor(entries)]));
+    assert_eq!(response.statuses.len(), 1);
+    response.statuses.into_iter().next().unwrap()
+}
+
+fn codes_and_remaining(
+    engine: &Engine<ManualClock>,
+    domain: &str,
+    entries: &[(&str, &str)],
+    calls: usize,
+) -> Vec<(Code, u32)> {
+    (0..calls)
+        .map(|_| {
+            let s = one(engine, domain, entries);
+            (s.code, s.limit_remaining)
+        })
+        .collect()
+}
+
+fn limit_of(status: &DescriptorStatus) -> (u32, Unit) {
+    let limit = status.current_limit.as_ref().expect("a current limit");
+    (limit.requests_per_unit, limit.unit)
+}
+
+fn no_limit() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: 0,
+        duration_until_reset: None,
+        retry_after: None,
+    }
+}
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+#[test]
+fn fixed_window_counts_remaining_and_reset_like_upstream() {
+    let (engine, clock) = engine_at(
+        "
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 3}
+",
+        45,
+    );
+    let limit = CurrentLimit {
+        name: String::new(),
+        requests_per_unit: 3,
+        unit: Unit::Minute,
+        unit_multiplier: 1,
+        window: SECS(60),
+    };
+    for remaining in [2, 1, 0] {
+        let s = one(&engine, "d", &[("k", "v")]);
+        assert_eq!(
+            s,
+            DescriptorStatus {
+                code: Code::Ok,
+                current_limit: Some(limit.clone()),
+                limit_remaining: remaining,
+                duration_until_reset: Some(SECS(15)),
+                retry_after: None,
+            }
+        );
+    }
+    let response = call(&engine, &request("d", vec![descriptor(&[("k", "v")])]));
+    assert_eq!(response.overall, Code::OverLimit);
+    assert_eq!(
+        response.statuses,
+        vec![DescriptorStatus {
+            code: Code::OverLimit,
+            current_limit: Some(limit.clone()),
+            limit_remaining: 0,
+            duration_until_reset: Some(SECS(15)),
+            retry_after: Some(SECS(15)),
+        }]
+    );
+    clock.advance(SECS(14));
+    assert_eq!(one(&engine, "d", &[("k", "v")]).code, Code::OverLimit);
+    clock.advance(SECS(1));
+    let s = one(&engine, "d", &[("k", "v")]);
+    assert_eq!((s.code, s.limit_remaining), (Code::Ok, 2));
+    // At a boundary the window has its whole length to run, as upstream says.
+    assert_eq!(s.duration_until_reset, Some(SECS(60)));
+}
+
+const MESSAGING: &str = "
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 100}
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 7}
+    descriptors:
+      - key: b
+        rate_limit: {unit: second, requests_per_unit: 8}
+";
+
+#[test]
+fn nested_descriptors_apply_only_at_the_last_entry() {
+    let (engine, _) = engine_at(MESSAGING, 0);
+    let nested = one(
+        &engine,
+        "messaging",
+        &[("message_type", "marketing"), ("to_number", "2061234567")],
+    );
+    assert_eq!(limit_of(&nested), (5, Unit::Day));
+    assert_eq!(nested.limit_remaining, 4);
+    let top = one(&engine, "messaging", &[("to_number", "2061234567")]);
+    assert_eq!(
+        (limit_of(&top), top.limit_remaining),
+        ((100, Unit::Day), 99)
+    );
+    // The intermediate descriptor has no rule of its own.
+    assert_eq!(
+        one(&engine, "messaging", &[("message_type", "marketing")]),
+        no_limit()
+    );
+    // A rule at an intermediate level does not apply to a longer request.
+    assert_eq!(
+        limit_of(&one(&engine, "messaging", &[("a", "1")])),
+        (7, Unit::Second)
+    );
+    assert_eq!(
+        limit_of(&one(&engine, "messaging", &[("a", "1"), ("b", "2")])),
+        (8, Unit::Second)
+    );
+    assert_eq!(
+        one(&engine, "messaging", &[("a", "1"), ("b", "2"), ("c", "3")]),
+        no_limit()
+    );
+    // Other message types match nothing.
+    assert_eq!(
+        one(
+            &engine,
+            "messaging",
+            &[("message_type", "transactional"), ("to_number", "1")]
+        ),
+        no_limit()
+    );
+}
+
+#[test]
+fn key_only_is_the_default_and_counts_each_value_separately() {
+    let (engine, _) = engine_at(
+        "
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: second, requests_per_unit: 500}
+  - key: database
+    rate_limit: {unit: second, requests_per_unit: 1}
+",
+        0,
+    );
+    let users = one(&engine, "mongo_cps", &[("database", "users")]);
+    assert_eq!(
+        (limit_of(&users), users.limit_remaining),
+        ((500, Unit::Second), 499)
+    );
+    let a = codes_and_remaining(&engine, "mongo_cps", &[("database", "a")], 2);
+    assert_eq!(a, [(Code::Ok, 0), (Code::OverLimit, 0)]);
+    // Another value has its own counter under the same key-only rule.
+    let b = one(&engine, "mongo_cps", &[("database", "b")]);
+    assert_eq!((b.code, limit_of(&b)), (Code::Ok, (1, Unit::Second)));
+    // An empty value can only match the key-only rule.
+    assert_eq!(
+        limit_of(&one(&engine, "mongo_cps", &[("database", "")])),
+        (1, Unit::Second)
+    );
+}
+
+#[test]
+fn wildcards_match_after_exact_values() {
+    let (engine, _) = engine_at(
+        "
+domain: w
+descriptors:
+  - key: path
+    value: /api/admin
+    rate_limit: {unit: minute, requests_per_unit: 9}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+",
+        0,
+    );
+    assert_eq!(
+        limit_of(&one(&engine, "w", &[("path", "/api/admin")])),
+        (9, Unit::Minute)
+    );
+    let x = codes_and_remaining(&engine, "w", &[("path", "/api/x")], 3);
+    assert_eq!(x, [(Code::Ok, 1), (Code::Ok, 0), (Code::OverLimit, 0)]);
+    // Each matching value counts on its own (no share_threshold).
+    assert_eq!(one(&engine, "w", &[("path", "/api/y")]).limit_remaining, 1);
+    assert_eq!(one(&engine, "w", &[("path", "/other")]), no_limit());
+}
+
+#[test]
+fn replaces_drops_the_named_limit_for_the_whole_request() {
+    let (engine, _) = engine_at(
+        "
+domain: r
+descriptors:
+  - key: api
+    rate_limit: {unit: minute, requests_per_unit: 2, name: generic}
+  - key: user
+    value: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces:
+        - name: generic
+",
+        0,
+    );
+    let both = call(
+        &engine,
+        &request(
+            "r",
+            vec![descriptor(&[("api", "x")]), descriptor(&[("user", "vip")])],
+        ),
+    );
+    assert_eq!(both.statuses[0], no_limit());
+    assert_eq!(limit_of(&both.statuses[1]), (100, Unit::Minute));
+    // Alone, the generic limit applies, and it was not consumed above.
+    let alone = one(&engine, "r", &[("api", "x")]);
+    assert_eq!(
+        (limit_of(&alone), alone.limit_remaining),
+        ((2, Unit::Minute), 1)
+    );
+    assert_eq!(
+        alone.current_limit.map(|l| l.name),
+        Some("generic".to_owned())
+    );
+}
+
+#[test]
+fn shadow_mode_rules_report_ok_but_keep_their_limit() {
+    let (engine, _) = engine_at(
+        "
+domain: s
+descriptors:
+  - key: k
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        30,
+    );
+    assert_eq!(one(&engine, "s", &[("k", "v")]).code, Code::Ok);
+    let response = call(&engine, &request("s", vec![descriptor(&[("k", "v")])]));
+    assert_eq!(response.overall, Code::Ok);
+    let s = &response.statuses[0];
+    assert_eq!(
+        (s.code, s.limit_remaining, s.retry_after),
+        (Code::Ok, 0, None)
+    );
+    assert_eq!(limit_of(s), (1, Unit::Minute));
+    assert_eq!(s.duration_until_reset, Some(SECS(30)));
+}
+
+#[test]
+fn global_shadow_mode_answers_ok_overall_and_keeps_the_statuses() {
+    let options = EngineOptions {
+        global_shadow_mode: true,
+        ..EngineOptions::default()
+    };
+    let (engine, _) = engine_with(
+        "
+domain: g
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        0,
+        options,
+    );
+    let req = request("g", vec![descriptor(&[("k", "v")])]);
+    assert_eq!(call(&engine, &req).overall, Code::Ok);
+    let response = call(&engine, &req);
+    assert_eq!(response.overall, Code::Ok);
+    assert_eq!(response.statuses[0].code, Code::OverLimit);
+    assert_eq!(response.statuses[0].retry_after, Some(SECS(60)));
+}
+
+#[test]
+fn overall_is_over_limit_when_any_descriptor_is() {
+    let (engine, _) = engine_at(
+        "
+domain: o
+descriptors:
+  - key: small
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: big
+    rate_limit: {unit: minute, requests_per_unit: 100}
+",
+        0,
+    );
+    let req = request(
+        "o",
+        vec![descriptor(&[("big", "1")]), descriptor(&[("small", "1")])],
+    );
+    assert_eq!(call(&engine, &req).overall, Code::Ok);
+    let response = call(&engine, &req);
+    assert_eq!(response.overall, Code::OverLimit);
+    let codes: Vec<Code> = response.statuses.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [Code::Ok, Code::OverLimit]);
+}
+
+#[test]
+fn unlimited_is_ok_with_the_largest_remaining_and_never_counts() {
+    let (engine, _) = engine_at(
+        "
+domain: u
+descriptors:
+  - key: k
+    rate_limit: {unlimited: true}
+",
+        0,
+    );
+    for _ in 0..1000 {
+        let s = one(&engine, "u", &[("k", "v")]);
+        assert_eq!(
+            s,
+            DescriptorStatus {
+                limit_remaining: 4_294_967_295,
+                ..no_limit()
+            }
+        );
+    }
+    assert_eq!(engine.store_count(), 0);
+}
+
+#[test]
+fn unknown_domains_and_unmatched_descriptors_are_ok_without_a_limit() {
+    let (engine, _) = engine_at(MESSAGING, 0);
+    let response = call(
+        &engine,
+        &request("nope", vec![descriptor(&[("to_number", "1")])]),
+    );
+    assert_eq!(response.overall, Code::Ok);
+    assert_eq!(response.statuses, vec![no_limit()]);
+    assert_eq!(one(&engine, "messaging", &[("zzz", "1")]), no_limit());
+    // Upstream looks the domain up before the override: none in an unknown domain.
+    let mut d = descriptor(&[("k", "v")]);
+    d.limit = Some(LimitOverride {
+        requests_per_unit: 0,
+        unit: Some(Unit::Second),
+        unit_multiplier: None,
+    });
+    assert_eq!(
+        call(&engine, &request("nope", vec![d])).statuses,
+        vec![no_limit()]
+    );
+}
+
+const TEN_PER_MINUTE: &str = "
+domain: h
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+#[test]
+fn hits_addend_zero_means_one_and_descriptor_hits_override_it() {
+    let (engine, _) = engine_at(TEN_PER_MINUTE, 0);
+    let mut req = request("h", vec![descriptor(&[("k", "v")])]);
+    req.hits_addend = 0;
+    assert_eq!(call(&engine, &req).statuses[0].limit_remaining, 9);
+    req.hits_addend = 5;
+    assert_eq!(call(&engine, &req).statuses[0].limit_remaining, 4);
+    req.descriptors[0].hits_addend = Some(3);
+    assert_eq!(call(&engine, &req).statuses[0].limit_remaining, 1);
+    // Descriptor-level 0 checks without consuming.
+    req.descriptors[0].hits_addend = Some(0);
+    for _ in 0..3 {
+        let s = &call(&engine, &req).statuses[0];
+        assert_eq!((s.code, s.limit_remaining), (Code::Ok, 1));
+    }
+    req.descriptors[0].hits_addend = Some(1);
+    assert_eq!(call(&engine, &req).statuses[0].limit_remaining, 0);
+    // At the limit a check-only call is still OK, as upstream (count not above the limit).
+    req.descriptors[0].hits_addend = Some(0);
+    assert_eq!(call(&engine, &req).statuses[0].code, Code::Ok);
+    // A multi-hit call that does not fit is over.
+    req.descriptors[0].hits_addend = None;
+    req.hits_addend = 2;
+    assert_eq!(call(&engine, &req).overall, Code::OverLimit);
+}
+
+#[test]
+fn negative_hits_give_units_back() {
+    for algorithm in ["fixed_window", "token_bucket", "sliding_log"] {
+        let yaml = format!(
+            "
+domain: n
+descriptors:
+  - key: k
+    rate_limit: {{unit: minute, requests_per_unit: 5, algorithm: {algorithm}}}
+"
+        );
+        let (engine, _) = engine_at(&yaml, 0);
+        let mut req = request("n", vec![descriptor(&[("k", "v")])]);
+        req.descriptors[0].hits_addend = Some(3);
+        assert_eq!(
+            call(&engine, &req).statuses[0].limit_remaining,
+            2,
+            "{algorithm}"
+        );
+        req.descriptors[0].hits_addend = Some(2);
+        req.descriptors[0].is_negative_hits = true;
+        let s = &call(&engine, &req).statuses[0];
+        assert_eq!((s.code, s.limit_remaining), (Code::Ok, 4), "{algorithm}");
+        assert_eq!(s.retry_after, None);
+        req.descriptors[0].is_negative_hits = false;
+        req.descriptors[0].hits_addend = Some(4);
+        let s = &call(&engine, &req).statuses[0];
+        assert_eq!((s.code, s.limit_remaining), (Code::Ok, 0), "{algorithm}");
+    }
+}
+
+fn with_override(entries: &[(&str, &str)], rpu: u32, unit: Unit, mult: Option<u32>) -> Descriptor {
+    let mut d = descriptor(entries);
+    d.limit = Some(LimitOverride {
+        requests_per_unit: rpu,
+        unit: Some(unit),
+        unit_multiplier: mult,
+    });
+    d
+}
+
+#[test]
+fn limit_overrides_count_in_their_own_fixed_window() {
+    let (engine, clock) = engine_at(TEN_PER_MINUTE, 0);
+    let req = request(
+        "h",
+        vec![with_override(&[("k", "v")], 2, Unit::Minute, None)],
+    );
+    let first = call(&engine, &req).statuses.remove(0);
+    assert_eq!(
+        first.current_limit,
+        Some(CurrentLimit {
+            name: String::new(),
+            requests_per_unit: 2,
+            unit: Unit::Minute,
+            unit_multiplier: 1,
+            window: SECS(60),
+        })
+    );
+    assert_eq!(first.limit_remaining, 1);
+    assert_eq!(call(&engine, &req).statuses[0].limit_remaining, 0);
+    assert_eq!(call(&engine, &req).overall, Code::OverLimit);
+    // The rule's own counter was not touched.
+    assert_eq!(one(&engine, "h", &[("k", "v")]).limit_remaining, 9);
+    // Another limit for the same entries has its own counter.
+    let other = request(
+        "h",
+        vec![with_override(&[("k", "v")], 5, Unit::Minute, None)],
+    );
+    assert_eq!(call(&engine, &other).statuses[0].limit_remaining, 4);
+    // The multiplier stretches the window: 5 minutes, epoch-aligned.
+    clock.advance(SECS(90));
+    let five = request(
+        "h",
+        vec![with_override(&[("k", "v")], 2, Unit::Minute, Some(5))],
+    );
+    let s = call(&engine, &five).statuses.remove(0);
+    let limit = s.current_limit.clone().unwrap();
+    assert_eq!((limit.unit_multiplier, limit.window), (5, SECS(300)));
+    let into_window = (MINUTE_START + 90) % 300;
+    assert_eq!(s.duration_until_reset, Some(SECS(300 - into_window)));
+    assert_eq!(s.limit_remaining, 1);
+    // Negative hits give back to the override's counter.
+    let mut spend = request("h", vec![with_override(&[("k", "n")], 3, Unit::Hour, None)]);
+    spend.descriptors[0].hits_addend = Some(3);
+    assert_eq!(call(&engine, &spend).statuses[0].limit_remaining, 0);
+    spend.descriptors[0].hits_addend = Some(2);
+    spend.descriptors[0].is_negative_hits = true;
+    let s = call(&engine, &spend).statuses.remove(0);
+    assert_eq!((s.code, s.limit_remaining), (Code::Ok, 2));
+    // A multiplier of 0 means 1; requests_per_unit 0 is always over.
+    let zero = request(
+        "h",
+        vec![with_override(&[("k", "z")], 0, Unit::Second, Some(0))],
+    );
+    let s = call(&engine, &zero).statuses.remove(0);
+    assert_eq!(
+        (s.code, s.current_limit.unwrap().unit_multiplier),
+        (Code::OverLimit, 1)
+    );
+}
+
+const TWO_LIMITS: &str = "
+domain: m
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, name: per_second}
+      - {unit: minute, requests_per_unit: 15, algorithm: token_bucket, name: per_minute}
+";
+
+fn reported(s: &DescriptorStatus) -> (Code, String, u32) {
+    let name = s
+        .current_limit
+        .as_ref()
+        .map(|l| l.name.clone())
+        .unwrap_or_default();
+    (s.code, name, s.limit_remaining)
+}
+
+#[test]
+fn several_limits_report_the_most_restrictive_and_a_denial_consumes_nothing_else() {
+    let (engine, clock) = engine_at(TWO_LIMITS, 0);
+    for i in 1..=10u32 {
+        let s = one(&engine, "m", &[("k", "v")]);
+        assert_eq!(reported(&s), (Code::Ok, "per_second".to_owned(), 10 - i));
+    }
+    let denied = one(&engine, "m", &[("k", "v")]);
+    assert_eq!(
+        reported(&denied),
+        (Code::OverLimit, "per_second".to_owned(), 0)
+    );
+    assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+    // The denied call did not take a token of the per-minute bucket: 5 were
+    // left, plus a quarter token after a second, minus this call = 4.
+    clock.advance(SECS(1));
+    let s = one(&engine, "m", &[("k", "v")]);
+    assert_eq!(reported(&s), (Code::Ok, "per_minute".to_owned(), 4));
+    for left in (0..4).rev() {
+        let s = one(&engine, "m", &[("k", "v")]);
+        assert_eq!(reported(&s), (Code::Ok, "per_minute".to_owned(), left));
+    }
+    // A quarter token is left; three quarters more take 3 s at 15 per minute.
+    let s = one(&engine, "m", &[("k", "v")]);
+    assert_eq!(reported(&s), (Code::OverLimit, "per_minute".to_owned(), 0));
+    assert_eq!(s.retry_after, Some(SECS(3)));
+}
+
+#[test]
+fn fixed_window_limits_count_denied_requests_next_to_other_limits() {
+    let (engine, clock) = engine_at(
+        "
+domain: f
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: second, requests_per_unit: 1, algorithm: token_bucket, name: bucket}
+      - {unit: minute, requests_per_unit: 5, name: window}
+",
+        0,
+    );
+    assert_eq!(
+        reported(&one(&engine, "f", &[("k", "v")])),
+        (Code::Ok, "bucket".to_owned(), 0)
+    );
+    // Denied by the bucket; the fixed window still counts it, like upstream.
+    assert_eq!(
+        reported(&one(&engine, "f", &[("k", "v")])),
+        (Code::OverLimit, "bucket".to_owned(), 0)
+    );
+    clock.advance(SECS(1));
+    let s = one(&engine, "f", &[("k", "v")]);
+    assert_eq!(reported(&s), (Code::Ok, "bucket".to_owned(), 0));
+    clock.advance(SECS(1));
+    // 5 - 4 counted (three allowed, one denied) = 1.
+    assert_eq!(
+        reported(&one(&engine, "f", &[("k", "v")])),
+        (Code::Ok, "bucket".to_owned(), 0)
+    );
+    let s = call(
+        &engine,
+        &RateLimitRequest {
+            descriptors: vec![Descriptor {
+                hits_addend: Some(0),
+                ..descriptor(&[("k", "v")])
+            }],
+            ..request("f", vec![])
+        },
+    );
+    assert_eq!(reported(&s.statuses[0]), (Code::Ok, "bucket".to_owned(), 0));
+    clock.advance(SECS(1));
+    // Both have 0 left: the first limit is reported on ties.
+    let s = one(&engine, "f", &[("k", "v")]);
+    assert_eq!(reported(&s), (Code::Ok, "bucket".to_owned(), 0));
+    // Four allowed calls and one denied one: the sixth is over the window.
+    clock.advance(SECS(1));
+    let s = one(&engine, "f", &[("k", "v")]);
+    assert_eq!(reported(&s), (Code::OverLimit, "window".to_owned(), 0));
+    assert_eq!(s.retry_after, Some(SECS(56)));
+}
+
+#[test]
+fn every_algorithm_runs_through_the_engine() {
+    let (engine, clock) = engine_at(
+        "
+domain: a
+descriptors:
+  - key: tb
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
+  - key: gcra
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: gcra}
+  - key: sw
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window}
+  - key: sl
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_log}
+  - key: lb
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: leaky_bucket, burst: 1}
+",
+        0,
+    );
+    for key in ["tb", "gcra", "sw", "sl", "lb"] {
+        let got = codes_and_remaining(&engine, "a", &[(key, "x")], 3);
+        let codes: Vec<Code> = got.iter().map(|(c, _)| *c).collect();
+        assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit], "{key}");
+        assert_eq!(got[1].1, 0, "{key}");
+    }
+    let tb = one(&engine, "a", &[("tb", "x")]);
+    assert_eq!(tb.retry_after, Some(Duration::from_millis(500)));
+    let gcra = one(&engine, "a", &[("gcra", "x")]);
+    assert_eq!(gcra.retry_after, Some(Duration::from_millis(500)));
+    let sl = one(&engine, "a", &[("sl", "x")]);
+    assert_eq!(sl.retry_after, Some(SECS(60)));
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(one(&engine, "a", &[("tb", "x")]).code, Code::Ok);
+    assert_eq!(one(&engine, "a", &[("gcra", "x")]).code, Code::Ok);
+    assert_eq!(one(&engine, "a", &[("sl", "x")]).code, Code::OverLimit);
+    assert_eq!(engine.store_count(), 5);
+}
+
+#[test]
+fn counters_survive_a_reload_unless_their_limit_changed() {
+    let v1 = "
+domain: d
+descriptors:
+  - key: same
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: changed
+    rate_limit: {unit: minute, requests_per_unit: 4, algorithm: token_bucket}
+";
+    let (engine, _) = engine_at(v1, 0);
+    for _ in 0..2 {
+        one(&engine, "d", &[("same", "x")]);
+        one(&engine, "d", &[("changed", "x")]);
+    }
+    let reloaded = engine.with_rules(rules(v1));
+    assert_eq!(one(&reloaded, "d", &[("same", "x")]).limit_remaining, 0);
+    assert_eq!(one(&reloaded, "d", &[("changed", "x")]).limit_remaining, 1);
+    let v2 = v1.replace("requests_per_unit: 4", "requests_per_unit: 6");
+    let changed = reloaded.with_rules(rules(&v2));
+    drop(reloaded);
+    drop(engine);
+    assert_eq!(one(&changed, "d", &[("same", "x")]).code, Code::OverLimit);
+    assert_eq!(one(&changed, "d", &[("changed", "x")]).limit_remaining, 5);
+    assert_eq!(changed.store_count(), 2);
+}
+
+fn invalid(engine: &Engine<ManualClock>, req: &RateLimitRequest) -> String {
+    match engine.should_rate_limit(req) {
+        Err(EngineError::InvalidArgument(message)) => message,
+        Ok(r) => panic!("expected an error, got {r:?}"),
+    }
+}
+
+#[test]
+fn malformed_requests_are_invalid_arguments_with_a_message() {
+    let (engine, _) = engine_at(TEN_PER_MINUTE, 0);
+    let ok = descriptor(&[("k", "v")]);
+    assert_eq!(
+        invalid(&engine, &request("", vec![ok.clone()])),
+        "rate limit domain must not be empty"
+    );
+    assert_eq!(
+        invalid(&engine, &request("h", vec![])),
+        "rate limit descriptor list must not be empty"
+    );
+    assert_eq!(
+        invalid(
+            &engine,
+            &request("h", vec![ok.clone(), Descriptor::default()])
+        ),
+        "descriptors[1].entries must not be empty"
+    );
+    assert_eq!(
+        invalid(
+            &engine,
+            &request("h", vec![ok.clone(), descriptor(&[("a", "1"), ("", "2")])])
+        ),
+        "descriptors[1].entries[1].key must not be empty"
+    );
+    let mut unknown_unit = ok.clone();
+    unknown_unit.limit = Some(LimitOverride {
+        requests_per_unit: 1,
+        unit: None,
+        unit_multiplier: None,
+    });
+    assert_eq!(
+        invalid(&engine, &request("h", vec![unknown_unit])),
+        "descriptors[0].limit.unit must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR, not UNKNOWN"
+    );
+    let huge = with_override(&[("k", "v")], 1, Unit::Year, Some(u32::MAX));
+    let message = invalid(&engine, &request("h", vec![ok.clone(), huge]));
+    assert!(message.starts_with("descriptors[1].limit: "), "{message}");
+    // A rejected request consumed nothing.
+    assert_eq!(one(&engine, "h", &[("k", "v")]).limit_remaining, 9);
+    assert_eq!(
+        EngineError::InvalidArgument("x".to_owned()).to_string(),
+        "x"
+    );
+}
+
+#[test]
+fn extreme_hits_never_panic() {
+    let (engine, _) = engine_at(
+        "
+domain: x
+descriptors:
+  - key: fw
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: tb
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
+  - key: sl
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}
+",
+        0,
+    );
+    for key in ["fw", "tb", "sl"] {
+        for negative in [false, true] {
+            let mut d = descriptor(&[(key, "v")]);
+            d.hits_addend = Some(u64::MAX);
+            d.is_negative_hits = negative;
+            let s = call(&engine, &request("x", vec![d])).statuses.remove(0);
+            let expected = if negative { Code::Ok } else { Code::OverLimit };
+            assert_eq!(s.code, expected, "{key} negative={negative}");
+            if !negative {
+                // A cost that can never pass has no retry time.
+                assert_eq!(s.retry_after, None, "{key}");
+            }
+        }
+    }
+}
+
+fn hammer(yaml: &str) -> usize {
+    let (engine, _) = engine_at(yaml, 0);
+    let allowed = AtomicUsize::new(0);
+    let req = request("c", vec![descriptor(&[("k", "hot")])]);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..1000 {
+                    if let Ok(r) = engine.should_rate_limit(&req)
+                        && r.overall == Code::Ok
+                    {
+                        allowed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    allowed.into_inner()
+}
+
+#[test]
+fn four_threads_on_one_key_admit_exactly_the_limit() {
+    let fixed = "
+domain: c
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100}
+";
+    assert_eq!(hammer(fixed), 100);
+    let bucket = "
+domain: c
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+";
+    assert_eq!(hammer(bucket), 100);
+}
+
+#[test]
+fn duration_windows_are_reported_in_the_largest_whole_unit() {
+    let (engine, _) = engine_at(
+        "
+domain: w
+descriptors:
+  - key: a
+    rate_limit: {window: 2h, requests_per_unit: 1}
+  - key: b
+    rate_limit: {window: 90s, requests_per_unit: 1}
+  - key: c
+    rate_limit: {window: 1500ms, requests_per_unit: 1, algorithm: sliding_log}
+",
+        0,
+    );
+    let unit = |key: &str| {
+        let l = one(&engine, "w", &[(key, "v")]).current_limit.unwrap();
+        (l.unit, l.unit_multiplier, l.window)
+    };
+    assert_eq!(unit("a"), (Unit::Hour, 2, SECS(7200)));
+    assert_eq!(unit("b"), (Unit::Second, 90, SECS(90)));
+    assert_eq!(unit("c"), (Unit::Second, 2, Duration::from_millis(1500)));
+}
