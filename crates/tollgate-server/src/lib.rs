@@ -2,11 +2,13 @@
 //!
 //! [`engine`] holds the decision engine: plain Rust types that mirror the RLS
 //! v3 request and response, and [`Engine`], which answers them with
-//! envoyproxy/ratelimit's semantics. The gRPC service, the HTTP JSON API,
-//! metrics and health will sit on top of it and map their wire types onto
-//! these; this crate knows nothing of the proxy.
+//! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's
+//! `RateLimitService` plus the gRPC health service; the HTTP JSON API and
+//! metrics will sit on top of it the same way. This crate knows nothing of
+//! the proxy.
 
 pub mod engine;
+pub mod grpc;
 
 pub use engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,

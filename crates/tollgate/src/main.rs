@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod duration;
+mod serve;
 mod simulate;
 mod validate;
 
@@ -21,16 +23,20 @@ struct Cli {
 
 /// The subcommands.
 #[derive(Subcommand, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once at startup; boxing the flags would gain nothing"
-)]
 enum Command {
     /// Run a rate-limit algorithm against simulated traffic in virtual time.
     Simulate(simulate::SimulateArgs),
     /// Check limits files (a file or a directory) without starting a server.
     Validate(validate::ValidateArgs),
+    /// Serve Envoy's rate limit service (RLS v3, gRPC) from limits files.
+    Serve(serve::ServeArgs),
+    /// Ask a running rate limit service for one decision and print it
+    /// (exit 0 OK, 3 OVER_LIMIT, 1 error).
+    Check(check::CheckArgs),
 }
+
+/// The exit code of `tollgate check` when the answer is OVER_LIMIT.
+const OVER_LIMIT_EXIT: u8 = 3;
 
 /// Why a subcommand failed, which decides the exit code.
 #[derive(Debug)]
@@ -64,6 +70,12 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Check(args) => match check::run(args) {
+            Ok(check::Verdict::Ok) => Ok(()),
+            Ok(check::Verdict::OverLimit) => return ExitCode::from(OVER_LIMIT_EXIT),
+            Err(error) => Err(error),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,456 @@
+//! The gRPC front end: Envoy's `RateLimitService` and the standard health service over an [`Engine`].
+//!
+//! [`RateLimitGrpc`] maps `envoy.service.ratelimit.v3.RateLimitRequest` onto
+//! the engine's [`RateLimitRequest`] and its answer back onto the wire:
+//!
+//! * `overall_code` is OK or OVER_LIMIT, never UNKNOWN (Envoy reads UNKNOWN as OK).
+//! * One status per descriptor, in request order, with `current_limit` only
+//!   when a limit applied.
+//! * `duration_until_reset` is rounded **up** to whole seconds, like
+//!   upstream reports it, so it is never earlier than the real reset.
+//! * A malformed request is `INVALID_ARGUMENT` with the engine's message.
+//!
+//! The messages are declared in [`wire`] rather than taken from
+//! `envoy-types`, whose generated code (0.7.7) predates the newer
+//! `unit_multiplier` fields (`RateLimitOverride` field 3, `RateLimit` field
+//! 4) and would drop them; they are wire-compatible with it otherwise, so
+//! `envoy-types` clients and Envoy itself talk to this service unchanged.
+//!
+//! [`serve`] runs both services on a listener until a shutdown future
+//! completes, then drains the calls in flight; [`should_rate_limit`] is a
+//! minimal client for the same messages.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use tokio::net::TcpListener;
+use tollgate_core::{Clock, Unit};
+use tonic::codegen::http;
+use tonic::server::{NamedService, UnaryService};
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
+use tonic_prost::ProstCodec;
+
+use crate::engine::{
+    Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, LimitOverride,
+    RateLimitRequest, RateLimitResponse,
+};
+
+/// The RLS v3 messages this service reads and writes, field for field with Envoy 1.40's protos.
+///
+/// Enumerations are kept as their `i32` wire numbers; the `CODE_*` and
+/// `UNIT_*` constants name them. Response fields the service never sets
+/// (headers, `raw_body`, `dynamic_metadata`, `quota`) are left out, which
+/// on the wire is the same as leaving them empty.
+pub mod wire {
+    use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
+
+    /// The UNKNOWN code (`RateLimitResponse.Code`), never sent by this service.
+    pub const CODE_UNKNOWN: i32 = 0;
+    /// The OK code.
+    pub const CODE_OK: i32 = 1;
+    /// The OVER_LIMIT code.
+    pub const CODE_OVER_LIMIT: i32 = 2;
+
+    /// The UNKNOWN unit (`RateLimitUnit` and `RateLimit.Unit`).
+    pub const UNIT_UNKNOWN: i32 = 0;
+    /// The SECOND unit.
+    pub const UNIT_SECOND: i32 = 1;
+    /// The MINUTE unit.
+    pub const UNIT_MINUTE: i32 = 2;
+    /// The HOUR unit.
+    pub const UNIT_HOUR: i32 = 3;
+    /// The DAY unit.
+    pub const UNIT_DAY: i32 = 4;
+    /// The MONTH unit.
+    pub const UNIT_MONTH: i32 = 5;
+    /// The YEAR unit.
+    pub const UNIT_YEAR: i32 = 6;
+    /// The WEEK unit, only in `RateLimit.Unit` and numbered after YEAR.
+    pub const UNIT_WEEK: i32 = 7;
+
+    /// The request (`envoy.service.ratelimit.v3.RateLimitRequest`).
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct RateLimitRequest {
+        /// The domain.
+        #[prost(string, tag = "1")]
+        pub domain: String,
+        /// The descriptors.
+        #[prost(message, repeated, tag = "2")]
+        pub descriptors: Vec<RateLimitDescriptor>,
+        /// Hits for every descriptor; 0 means 1.
+        #[prost(uint32, tag = "3")]
+        pub hits_addend: u32,
+    }
+
+    /// One descriptor (`envoy.extensions.common.ratelimit.v3.RateLimitDescriptor`).
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct RateLimitDescriptor {
+        /// The ordered entries.
+        #[prost(message, repeated, tag = "1")]
+        pub entries: Vec<Entry>,
+        /// A limit replacing the configured one.
+        #[prost(message, optional, tag = "2")]
+        pub limit: Option<RateLimitOverride>,
+        /// Hits for this descriptor, overriding the request's.
+        #[prost(message, optional, tag = "3")]
+        pub hits_addend: Option<UInt64Value>,
+        /// Give the hits back instead of consuming them.
+        #[prost(bool, tag = "4")]
+        pub is_negative_hits: bool,
+    }
+
+    /// One key and value of a descriptor (`RateLimitDescriptor.Entry`).
+    #[derive(Clone, PartialEq, Eq, ::prost::Message)]
+    pub struct Entry {
+        /// The key.
+        #[prost(string, tag = "1")]
+        pub key: String,
+        /// The value.
+        #[prost(string, tag = "2")]
+        pub value: String,
+    }
+
+    /// A limit sent with a descriptor (`RateLimitDescriptor.RateLimitOverride`).
+    #[derive(Clone, Copy, PartialEq, Eq, ::prost::Message)]
+    pub struct RateLimitOverride {
+        /// Requests per window.
+        #[prost(uint32, tag = "1")]
+        pub requests_per_unit: u32,
+        /// The unit, an `envoy.type.v3.RateLimitUnit` number (SECOND 1 … YEAR 6).
+        #[prost(int32, tag = "2")]
+        pub unit: i32,
+        /// Units per window; absent or 0 means 1.
+        #[prost(message, optional, tag = "3")]
+        pub unit_multiplier: Option<UInt32Value>,
+    }
+
+    /// The response, with the fields this service sets (`envoy.service.ratelimit.v3.RateLimitResponse`).
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct RateLimitResponse {
+        /// OK or OVER_LIMIT.
+        #[prost(int32, tag = "1")]
+        pub overall_code: i32,
+        /// One status per request descriptor, in order.
+        #[prost(message, repeated, tag = "2")]
+        pub statuses: Vec<DescriptorStatus>,
+    }
+
+    /// The answer for one descriptor, without the unimplemented `quota` (`RateLimitResponse.DescriptorStatus`).
+    #[derive(Clone, PartialEq, ::prost::Message)]
+    pub struct DescriptorStatus {
+        /// OK or OVER_LIMIT.
+        #[prost(int32, tag = "1")]
+        pub code: i32,
+        /// The limit that applied, if any.
+        #[prost(message, optional, tag = "2")]
+        pub current_limit: Option<RateLimit>,
+        /// Units left in the window.
+        #[prost(uint32, tag = "3")]
+        pub limit_remaining: u32,
+        /// Time until the limit resets, in whole seconds.
+        #[prost(message, optional, tag = "4")]
+        pub duration_until_reset: Option<Duration>,
+    }
+
+    /// The limit a status reports (`RateLimitResponse.RateLimit`).
+    #[derive(Clone, PartialEq, Eq, ::prost::Message)]
+    pub struct RateLimit {
+        /// The limit's name, empty when unnamed.
+        #[prost(string, tag = "3")]
+        pub name: String,
+        /// Requests per window.
+        #[prost(uint32, tag = "1")]
+        pub requests_per_unit: u32,
+        /// The unit, a `RateLimit.Unit` number (SECOND 1 … YEAR 6, WEEK 7).
+        #[prost(int32, tag = "2")]
+        pub unit: i32,
+        /// Units per window.
+        #[prost(message, optional, tag = "4")]
+        pub unit_multiplier: Option<UInt32Value>,
+    }
+}
+
+/// The gRPC service name.
+pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// The HTTP/2 path of the one method.
+pub const SHOULD_RATE_LIMIT_PATH: &str =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The service name upstream envoyproxy/ratelimit registers with the health service.
+pub const UPSTREAM_HEALTH_NAME: &str = "ratelimit";
+
+/// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
+pub struct RateLimitGrpc<C: Clock> {
+    engine: Arc<Engine<C>>,
+}
+
+impl<C: Clock> RateLimitGrpc<C> {
+    /// A service answering from `engine`.
+    pub fn new(engine: Arc<Engine<C>>) -> Self {
+        RateLimitGrpc { engine }
+    }
+
+    /// The engine it answers from.
+    pub fn engine(&self) -> &Arc<Engine<C>> {
+        &self.engine
+    }
+
+    /// Answers one decoded call.
+    pub fn decide(
+        &self,
+        request: wire::RateLimitRequest,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        let request = engine_request(request);
+        match self.engine.should_rate_limit(&request) {
+            Ok(response) => Ok(wire_response(&response)),
+            Err(EngineError::InvalidArgument(message)) => {
+                tracing::debug!(domain = %request.domain, %message, "invalid ShouldRateLimit request");
+                Err(Status::invalid_argument(message))
+            }
+        }
+    }
+}
+
+impl<C: Clock> Clone for RateLimitGrpc<C> {
+    fn clone(&self) -> Self {
+        RateLimitGrpc {
+            engine: Arc::clone(&self.engine),
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for RateLimitGrpc<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitGrpc")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+impl<C: Clock> NamedService for RateLimitGrpc<C> {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+/// A boxed, sendable future.
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<C> {
+    type Response = wire::RateLimitResponse;
+    type Future = std::future::Ready<Result<Response<wire::RateLimitResponse>, Status>>;
+
+    fn call(&mut self, request: Request<wire::RateLimitRequest>) -> Self::Future {
+        std::future::ready(self.decide(request.into_inner()).map(Response::new))
+    }
+}
+
+impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body>>
+    for RateLimitGrpc<C>
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT_PATH {
+            let path = request.uri().path().to_owned();
+            return Box::pin(async move {
+                Ok(Status::unimplemented(format!("no method {path}")).into_http())
+            });
+        }
+        let service = self.clone();
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(ProstCodec::<
+                wire::RateLimitResponse,
+                wire::RateLimitRequest,
+            >::default());
+            Ok(grpc.unary(service, request).await)
+        })
+    }
+}
+
+/// The engine's form of a wire request.
+pub fn engine_request(request: wire::RateLimitRequest) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: request.domain,
+        descriptors: request
+            .descriptors
+            .into_iter()
+            .map(engine_descriptor)
+            .collect(),
+        hits_addend: request.hits_addend,
+    }
+}
+
+/// The engine's form of one wire descriptor.
+fn engine_descriptor(descriptor: wire::RateLimitDescriptor) -> Descriptor {
+    Descriptor {
+        entries: descriptor
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect(),
+        limit: descriptor.limit.map(|limit| LimitOverride {
+            requests_per_unit: limit.requests_per_unit,
+            unit: override_unit(limit.unit),
+            unit_multiplier: limit.unit_multiplier.map(|m| m.value),
+        }),
+        hits_addend: descriptor.hits_addend.map(|h| h.value),
+        is_negative_hits: descriptor.is_negative_hits,
+    }
+}
+
+/// The unit of a `RateLimitOverride` (`envoy.type.v3.RateLimitUnit`, which
+/// has no WEEK); `None` for UNKNOWN or any other number, which the engine
+/// rejects with a message.
+fn override_unit(unit: i32) -> Option<Unit> {
+    match unit {
+        wire::UNIT_SECOND => Some(Unit::Second),
+        wire::UNIT_MINUTE => Some(Unit::Minute),
+        wire::UNIT_HOUR => Some(Unit::Hour),
+        wire::UNIT_DAY => Some(Unit::Day),
+        wire::UNIT_MONTH => Some(Unit::Month),
+        wire::UNIT_YEAR => Some(Unit::Year),
+        _ => None,
+    }
+}
+
+/// The wire form of the engine's answer.
+pub fn wire_response(response: &RateLimitResponse) -> wire::RateLimitResponse {
+    wire::RateLimitResponse {
+        overall_code: wire_code(response.overall),
+        statuses: response.statuses.iter().map(wire_status).collect(),
+    }
+}
+
+fn wire_code(code: Code) -> i32 {
+    match code {
+        Code::Ok => wire::CODE_OK,
+        Code::OverLimit => wire::CODE_OVER_LIMIT,
+    }
+}
+
+fn wire_status(status: &DescriptorStatus) -> wire::DescriptorStatus {
+    wire::DescriptorStatus {
+        code: wire_code(status.code),
+        current_limit: status.current_limit.as_ref().map(wire_limit),
+        limit_remaining: status.limit_remaining,
+        duration_until_reset: status.duration_until_reset.map(whole_seconds_up),
+    }
+}
+
+fn wire_limit(limit: &CurrentLimit) -> wire::RateLimit {
+    wire::RateLimit {
+        name: limit.name.clone(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: wire_unit(limit.unit),
+        unit_multiplier: Some(UInt32Value {
+            value: limit.unit_multiplier.max(1),
+        }),
+    }
+}
+
+/// The `RateLimit.Unit` number of `unit`.
+pub fn wire_unit(unit: Unit) -> i32 {
+    match unit {
+        Unit::Second => wire::UNIT_SECOND,
+        Unit::Minute => wire::UNIT_MINUTE,
+        Unit::Hour => wire::UNIT_HOUR,
+        Unit::Day => wire::UNIT_DAY,
+        Unit::Week => wire::UNIT_WEEK,
+        Unit::Month => wire::UNIT_MONTH,
+        Unit::Year => wire::UNIT_YEAR,
+    }
+}
+
+/// The lower-case name of a `RateLimit.Unit` number (`minute`), or `unit#N` for an unknown one.
+pub fn unit_name(unit: i32) -> String {
+    match unit {
+        wire::UNIT_SECOND => "second".to_owned(),
+        wire::UNIT_MINUTE => "minute".to_owned(),
+        wire::UNIT_HOUR => "hour".to_owned(),
+        wire::UNIT_DAY => "day".to_owned(),
+        wire::UNIT_WEEK => "week".to_owned(),
+        wire::UNIT_MONTH => "month".to_owned(),
+        wire::UNIT_YEAR => "year".to_owned(),
+        other => format!("unit#{other}"),
+    }
+}
+
+/// The name of a `Code` number: `OK`, `OVER_LIMIT` or `UNKNOWN`.
+pub fn code_name(code: i32) -> &'static str {
+    match code {
+        wire::CODE_OK => "OK",
+        wire::CODE_OVER_LIMIT => "OVER_LIMIT",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Rounds `d` up to whole seconds, as a protobuf duration.
+pub fn whole_seconds_up(d: Duration) -> PbDuration {
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    PbDuration {
+        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// Serves the rate limit and health services on `listener` until `shutdown`
+/// completes, then stops accepting and waits for the calls in flight.
+///
+/// The health service reports SERVING for the whole server (`""`), for
+/// upstream's name (`ratelimit`) and for [`SERVICE_NAME`].
+pub async fn serve<C, F>(
+    listener: TcpListener,
+    engine: Arc<Engine<C>>,
+    shutdown: F,
+) -> Result<(), tonic::transport::Error>
+where
+    C: Clock + 'static,
+    F: Future<Output = ()> + Send,
+{
+    let (reporter, health) = tonic_health::server::health_reporter();
+    for name in ["", UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+        reporter
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
+    }
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitGrpc::new(engine))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+/// Sends one `ShouldRateLimit` call on `channel` (a minimal client for [`wire`]'s messages).
+pub async fn should_rate_limit(
+    channel: tonic::transport::Channel,
+    request: wire::RateLimitRequest,
+) -> Result<wire::RateLimitResponse, Status> {
+    let mut client = tonic::client::Grpc::new(channel);
+    client
+        .ready()
+        .await
+        .map_err(|error| Status::unavailable(format!("the service is not ready: {error}")))?;
+    let codec = ProstCodec::<wire::RateLimitRequest, wire::RateLimitResponse>::default();
+    client
+        .unary(
+            Request::new(request),
+            http::uri::PathAndQuery::from_static(SHOULD_RATE_LIMIT_PATH),
+            codec,
+        )
+        .await
+        .map(Response::into_inner)
+}

@@ -1,0 +1,504 @@
+//! The gRPC service answers Envoy's `ShouldRateLimit` and the health check over a real loopback connection.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3 as rls;
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value, UInt64Value};
+use rls::rate_limit_response::rate_limit::Unit as PbUnit;
+use rls::rate_limit_response::{Code as PbCode, RateLimit};
+use rls::rate_limit_service_client::RateLimitServiceClient;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate_core::{ManualClock, Timestamp};
+use tollgate_rules::{LoadOptions, load_sources};
+use tollgate_server::grpc::{self, wire};
+use tollgate_server::{Engine, EngineOptions};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// A minute boundary: a whole number of minutes since the epoch.
+const MINUTE_START: u64 = 1_699_999_980;
+
+const LIMITS: &str = "\
+domain: edge
+descriptors:
+  - key: path
+    value: /login
+    rate_limit:
+      name: login
+      unit: minute
+      requests_per_unit: 3
+  - key: remote_address
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+  - key: client
+    value: internal
+    rate_limit:
+      unlimited: true
+  - key: report
+    rate_limit:
+      unit: minute
+      unit_multiplier: 15
+      requests_per_unit: 2
+";
+
+/// A running server on 127.0.0.1 that stops (and is awaited) when dropped or shut down.
+struct TestServer {
+    addr: String,
+    clock: ManualClock,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+impl TestServer {
+    /// Starts a server on an ephemeral port with the clock `millis_into_minute` after a minute boundary.
+    async fn start(millis_into_minute: u64) -> TestServer {
+        let loaded = load_sources([(Path::new("test.yaml"), LIMITS)], LoadOptions::default());
+        assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+        let clock = ManualClock::new(Timestamp::from_millis(
+            MINUTE_START * 1000 + millis_into_minute,
+        ));
+        let engine = Arc::new(Engine::new(
+            Arc::new(loaded.rule_set),
+            EngineOptions::default(),
+            clock.clone(),
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = format!("http://{}", listener.local_addr().expect("local address"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(grpc::serve(listener, engine, async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            addr,
+            clock,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// A channel to the server, retrying the connection within a bounded time budget.
+    async fn channel(&self) -> Channel {
+        let endpoint = Channel::from_shared(self.addr.clone()).expect("a valid address");
+        let budget = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match endpoint.connect().await {
+                    Ok(channel) => return channel,
+                    Err(_) => tokio::task::yield_now().await,
+                }
+            }
+        });
+        budget.await.expect("the server accepts within 10 s")
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
+    /// Stops the server and checks it shut down cleanly.
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let result = tokio::time::timeout(Duration::from_secs(10), task)
+                .await
+                .expect("the server stops within 10 s");
+            result
+                .expect("the server task")
+                .expect("the server ends cleanly");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> rls::RateLimitRequest {
+    rls::RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn call(
+    client: &mut RateLimitServiceClient<Channel>,
+    req: rls::RateLimitRequest,
+) -> rls::RateLimitResponse {
+    client
+        .should_rate_limit(req)
+        .await
+        .expect("ShouldRateLimit succeeds")
+        .into_inner()
+}
+
+fn secs(seconds: i64) -> Option<PbDuration> {
+    Some(PbDuration { seconds, nanos: 0 })
+}
+
+fn login_limit() -> Option<RateLimit> {
+    Some(RateLimit {
+        name: "login".to_owned(),
+        requests_per_unit: 3,
+        unit: PbUnit::Minute as i32,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_per_minute_answers_ok_ok_ok_over_limit_with_whole_second_resets() {
+    // 10.25 s into the minute: the window resets in 49.75 s, reported as 50.
+    let server = TestServer::start(10_250).await;
+    let mut client = server.client().await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let response = call(
+            &mut client,
+            request("edge", vec![descriptor(&[("path", "/login")])]),
+        )
+        .await;
+        assert_eq!(response.statuses.len(), 1);
+        let status = &response.statuses[0];
+        assert_eq!(status.current_limit, login_limit());
+        assert_eq!(status.duration_until_reset, secs(50));
+        assert_eq!(status.code, response.overall_code);
+        seen.push((response.overall_code, status.limit_remaining));
+    }
+    let ok = PbCode::Ok as i32;
+    let over = PbCode::OverLimit as i32;
+    assert_eq!(seen, vec![(ok, 2), (ok, 1), (ok, 0), (over, 0)]);
+
+    // A new window starts at the next minute boundary.
+    server.clock.advance(Duration::from_millis(49_750));
+    let response = call(
+        &mut client,
+        request("edge", vec![descriptor(&[("path", "/login")])]),
+    )
+    .await;
+    assert_eq!(response.overall_code, ok);
+    assert_eq!(response.statuses[0].limit_remaining, 2);
+    assert_eq!(response.statuses[0].duration_until_reset, secs(60));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_descriptors_keep_their_order_and_unmatched_ones_have_no_limit() {
+    let server = TestServer::start(0).await;
+    let mut client = server.client().await;
+    let response = call(
+        &mut client,
+        request(
+            "edge",
+            vec![
+                descriptor(&[("remote_address", "10.0.0.1")]),
+                descriptor(&[("nothing", "matches")]),
+                descriptor(&[("client", "internal")]),
+                descriptor(&[("path", "/login")]),
+            ],
+        ),
+    )
+    .await;
+    let ok = PbCode::Ok as i32;
+    assert_eq!(response.overall_code, ok);
+    let statuses = &response.statuses;
+    assert_eq!(statuses.len(), 4);
+
+    assert_eq!(statuses[0].code, ok);
+    assert_eq!(
+        statuses[0].current_limit,
+        Some(RateLimit {
+            name: String::new(),
+            requests_per_unit: 100,
+            unit: PbUnit::Hour as i32,
+        })
+    );
+    assert_eq!(statuses[0].limit_remaining, 99);
+
+    assert_eq!(statuses[1].code, ok);
+    assert_eq!(statuses[1].current_limit, None);
+    assert_eq!(statuses[1].limit_remaining, 0);
+    assert_eq!(statuses[1].duration_until_reset, None);
+
+    assert_eq!(statuses[2].code, ok);
+    assert_eq!(statuses[2].current_limit, None);
+    assert_eq!(statuses[2].limit_remaining, u32::MAX);
+
+    assert_eq!(statuses[3].current_limit, login_limit());
+    assert_eq!(statuses[3].limit_remaining, 2);
+    assert_eq!(statuses[3].duration_until_reset, secs(60));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_addends_overrides_and_refunds_reach_the_engine() {
+    let server = TestServer::start(0).await;
+    let mut client = server.client().await;
+    let login = || descriptor(&[("path", "/login")]);
+
+    // Request-level hits_addend 2 consumes two of three.
+    let mut req = request("edge", vec![login()]);
+    req.hits_addend = 2;
+    let response = call(&mut client, req).await;
+    assert_eq!(response.statuses[0].limit_remaining, 1);
+
+    // Descriptor-level hits_addend 0 only checks.
+    let mut check_only = login();
+    check_only.hits_addend = Some(UInt64Value { value: 0 });
+    let response = call(&mut client, request("edge", vec![check_only])).await;
+    assert_eq!(response.statuses[0].limit_remaining, 1);
+
+    // is_negative_hits gives one back.
+    let mut refund = login();
+    refund.hits_addend = Some(UInt64Value { value: 1 });
+    refund.is_negative_hits = true;
+    let response = call(&mut client, request("edge", vec![refund])).await;
+    assert_eq!(response.overall_code, PbCode::Ok as i32);
+    assert_eq!(response.statuses[0].limit_remaining, 2);
+
+    // A limit override replaces the rule: 1 per second.
+    let mut overridden = descriptor(&[("path", "/login")]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: envoy_types::pb::envoy::r#type::v3::RateLimitUnit::Second as i32,
+    });
+    let first = call(&mut client, request("edge", vec![overridden.clone()])).await;
+    let second = call(&mut client, request("edge", vec![overridden])).await;
+    let expected_limit = Some(RateLimit {
+        name: String::new(),
+        requests_per_unit: 1,
+        unit: PbUnit::Second as i32,
+    });
+    assert_eq!(first.statuses[0].current_limit, expected_limit);
+    assert_eq!(first.overall_code, PbCode::Ok as i32);
+    assert_eq!(second.overall_code, PbCode::OverLimit as i32);
+    assert_eq!(second.statuses[0].duration_until_reset, secs(1));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_invalid_argument_with_a_message() {
+    let server = TestServer::start(0).await;
+    let mut client = server.client().await;
+    let cases = [
+        (
+            request("", vec![descriptor(&[("path", "/login")])]),
+            "rate limit domain must not be empty",
+        ),
+        (
+            request("edge", vec![]),
+            "rate limit descriptor list must not be empty",
+        ),
+        (
+            request("edge", vec![descriptor(&[])]),
+            "descriptors[0].entries must not be empty",
+        ),
+    ];
+    for (req, message) in cases {
+        let status = client
+            .should_rate_limit(req)
+            .await
+            .expect_err("a malformed request is rejected");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), message);
+    }
+    let mut unknown_unit = descriptor(&[("path", "/login")]);
+    unknown_unit.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 0,
+    });
+    let status = client
+        .should_rate_limit(request("edge", vec![unknown_unit]))
+        .await
+        .expect_err("an UNKNOWN override unit is rejected");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("descriptors[0].limit.unit"),
+        "{}",
+        status.message()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_serving_for_the_server_and_upstreams_name() {
+    let server = TestServer::start(0).await;
+    let mut health = HealthClient::new(server.channel().await);
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        let response = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("health check succeeds")
+            .into_inner();
+        assert_eq!(
+            response.status,
+            ServingStatus::Serving as i32,
+            "{service:?}"
+        );
+    }
+    server.shutdown().await;
+}
+
+fn wire_descriptor(entries: &[(&str, &str)]) -> wire::RateLimitDescriptor {
+    wire::RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| wire::Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..wire::RateLimitDescriptor::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unit_multipliers_travel_both_ways() {
+    // 10 s into a quarter hour (MINUTE_START is 13 minutes into one).
+    let server = TestServer::start(2 * 60_000 + 10_000).await;
+    let channel = server.channel().await;
+
+    // A rule with `unit_multiplier: 15` reports it.
+    let request = wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![wire_descriptor(&[("report", "weekly")])],
+        hits_addend: 0,
+    };
+    let response = grpc::should_rate_limit(channel.clone(), request)
+        .await
+        .expect("ShouldRateLimit succeeds");
+    let status = &response.statuses[0];
+    assert_eq!(
+        status.current_limit,
+        Some(wire::RateLimit {
+            name: String::new(),
+            requests_per_unit: 2,
+            unit: wire::UNIT_MINUTE,
+            unit_multiplier: Some(UInt32Value { value: 15 }),
+        })
+    );
+    assert_eq!(status.limit_remaining, 1);
+    assert_eq!(status.duration_until_reset, secs(15 * 60 - 10));
+
+    // An override of 1 per 2 hours: the window is two hours long.
+    let mut overridden = wire_descriptor(&[("anything", "x")]);
+    overridden.limit = Some(wire::RateLimitOverride {
+        requests_per_unit: 1,
+        unit: wire::UNIT_HOUR,
+        unit_multiplier: Some(UInt32Value { value: 2 }),
+    });
+    let request = wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![overridden],
+        hits_addend: 0,
+    };
+    let first = grpc::should_rate_limit(channel.clone(), request.clone())
+        .await
+        .expect("ShouldRateLimit succeeds");
+    let second = grpc::should_rate_limit(channel, request)
+        .await
+        .expect("ShouldRateLimit succeeds");
+    assert_eq!(first.overall_code, wire::CODE_OK);
+    assert_eq!(second.overall_code, wire::CODE_OVER_LIMIT);
+    let limit = second.statuses[0].current_limit.clone().expect("a limit");
+    assert_eq!((limit.requests_per_unit, limit.unit), (1, wire::UNIT_HOUR));
+    assert_eq!(limit.unit_multiplier, Some(UInt32Value { value: 2 }));
+    let reset = second.statuses[0]
+        .duration_until_reset
+        .expect("a reset")
+        .seconds;
+    assert!(reset > 3600 && reset <= 7200, "{reset}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_method_of_the_service_is_unimplemented() {
+    let server = TestServer::start(0).await;
+    let mut client = tonic::client::Grpc::new(server.channel().await);
+    client.ready().await.expect("the channel is ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldNotExist",
+    );
+    let codec =
+        tonic_prost::ProstCodec::<wire::RateLimitRequest, wire::RateLimitResponse>::default();
+    let request = wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![wire_descriptor(&[("path", "/login")])],
+        hits_addend: 0,
+    };
+    let status = client
+        .unary(tonic::Request::new(request), path, codec)
+        .await
+        .expect_err("no such method");
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+    server.shutdown().await;
+}
+
+#[test]
+fn resets_round_up_to_whole_seconds() {
+    let up = |d: Duration| grpc::whole_seconds_up(d);
+    assert_eq!(
+        up(Duration::ZERO),
+        PbDuration {
+            seconds: 0,
+            nanos: 0
+        }
+    );
+    assert_eq!(
+        up(Duration::from_nanos(1)),
+        PbDuration {
+            seconds: 1,
+            nanos: 0
+        }
+    );
+    assert_eq!(
+        up(Duration::from_secs(59)),
+        PbDuration {
+            seconds: 59,
+            nanos: 0
+        }
+    );
+    assert_eq!(
+        up(Duration::from_millis(59_001)),
+        PbDuration {
+            seconds: 60,
+            nanos: 0
+        }
+    );
+    assert_eq!(up(Duration::MAX).seconds, i64::MAX);
+}

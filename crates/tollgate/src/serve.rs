@@ -1,0 +1,297 @@
+//! `tollgate serve`: answers Envoy's rate limit service (RLS v3) over gRPC from a limits file or directory.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use clap::builder::BoolishValueParser;
+use tokio::net::TcpListener;
+use tollgate_core::CoarseClock;
+use tollgate_rules::{LoadOptions, load_path};
+use tollgate_server::{Engine, EngineOptions, grpc};
+
+use crate::CommandError;
+
+/// The address served when neither a flag nor an environment variable names one.
+const DEFAULT_GRPC_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8081);
+
+/// The arguments of `tollgate serve`.
+///
+/// Each flag has a `TOLLGATE_*` variable; upstream envoyproxy/ratelimit's
+/// `GRPC_HOST`/`GRPC_PORT`, `SHADOW_MODE` and `LOG_LEVEL` are read too,
+/// after the flag and the `TOLLGATE_*` variable.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, SHADOW_MODE and LOG_LEVEL are also read, after the flags and TOLLGATE_* variables."
+)]
+pub struct ServeArgs {
+    /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
+    /// (envoyproxy/ratelimit's format, with Tollgate's extensions).
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "PATH")]
+    pub config: PathBuf,
+    /// The address the gRPC rate limit and health services listen on
+    /// [default: 127.0.0.1:8081]; port 0 picks a free port. The address
+    /// bound is printed on stdout as `listening on ADDR`.
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", value_name = "ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// Answer OK overall whatever the limits say, still counting and
+    /// reporting every descriptor (upstream's SHADOW_MODE).
+    #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
+    pub shadow_mode: bool,
+    /// Merge files that name the same domain instead of rejecting the second
+    /// (upstream's MERGE_DOMAIN_CONFIG).
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS", value_parser = BoolishValueParser::new())]
+    pub merge_domains: bool,
+    /// The most verbose level logged on stderr: error, warn, info, debug or
+    /// trace [default: info].
+    #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<tracing::Level>,
+}
+
+/// What `serve` runs with once flags and environment are combined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Settings {
+    grpc_addr: SocketAddr,
+    shadow_mode: bool,
+    log_level: tracing::Level,
+}
+
+/// Combines the flags (and `TOLLGATE_*` variables, which clap has read)
+/// with upstream's variables, looked up through `env`.
+fn settings(
+    args: &ServeArgs,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Settings, CommandError> {
+    let grpc_addr = match (args.grpc_addr, env("GRPC_PORT")) {
+        (Some(addr), _) => addr,
+        (None, Some(port)) => {
+            let port: u16 = port.trim().parse().map_err(|_| {
+                CommandError::Usage(format!("GRPC_PORT={port:?} is not a port number"))
+            })?;
+            let host = env("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".to_owned());
+            let ip: std::net::IpAddr = host.trim().parse().map_err(|_| {
+                CommandError::Usage(format!("GRPC_HOST={host:?} is not an IP address"))
+            })?;
+            SocketAddr::new(ip, port)
+        }
+        (None, None) => DEFAULT_GRPC_ADDR,
+    };
+    let upstream_shadow = match env("SHADOW_MODE") {
+        None => false,
+        Some(value) => parse_bool(&value).ok_or_else(|| {
+            CommandError::Usage(format!("SHADOW_MODE={value:?} is not true or false"))
+        })?,
+    };
+    let log_level = match (args.log_level, env("LOG_LEVEL")) {
+        (Some(level), _) => level,
+        (None, Some(value)) => value.trim().parse().map_err(|_| {
+            CommandError::Usage(format!(
+                "LOG_LEVEL={value:?} is not one of error, warn, info, debug, trace"
+            ))
+        })?,
+        (None, None) => tracing::Level::INFO,
+    };
+    Ok(Settings {
+        grpc_addr,
+        shadow_mode: args.shadow_mode || upstream_shadow,
+        log_level,
+    })
+}
+
+/// Reads a boolean the way upstream's configuration does (`1`, `t`, `true`, `0`, `f`, `false`, any case).
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" => Some(true),
+        "0" | "f" | "false" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// Loads the limits, then serves gRPC until SIGTERM or Ctrl-C and drains the calls in flight.
+///
+/// A configuration with any error never starts: every diagnostic is
+/// printed as `file:line:col: …` on stderr and the command fails.
+pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
+    let settings = settings(args, |name| std::env::var(name).ok())?;
+    // A second initialisation (only possible in tests) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(settings.log_level)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+
+    let options = LoadOptions {
+        merge_domains: args.merge_domains,
+    };
+    let loaded = load_path(&args.config, options).map_err(|error| {
+        CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
+    })?;
+    let file_count = loaded.file_count;
+    let (rules, warnings) = match loaded.into_result() {
+        Ok(ok) => ok,
+        Err(diagnostics) => {
+            for diagnostic in diagnostics.all() {
+                eprintln!("{diagnostic}");
+            }
+            return Err(CommandError::Failed(format!(
+                "{} has errors; not starting",
+                args.config.display()
+            )));
+        }
+    };
+    for diagnostic in warnings.all() {
+        eprintln!("{diagnostic}");
+    }
+    tracing::info!(
+        config = %args.config.display(),
+        files = file_count,
+        domains = rules.domain_count(),
+        rules = rules.rule_count(),
+        "limits loaded"
+    );
+
+    let engine_options = EngineOptions {
+        global_shadow_mode: settings.shadow_mode,
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::new(
+        Arc::new(rules),
+        engine_options,
+        CoarseClock::new(),
+    ));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate-worker")
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    runtime.block_on(serve(settings.grpc_addr, engine))
+}
+
+/// Binds `addr`, announces the bound address and serves until a shutdown signal.
+async fn serve(addr: SocketAddr, engine: Arc<Engine<CoarseClock>>) -> Result<(), CommandError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    tracing::info!(addr = %bound, shadow_mode = engine.options().global_shadow_mode, "gRPC rate limit service listening");
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout must not stop the server; the log line above says the same.
+    let _ = writeln!(stdout, "listening on {bound}").and_then(|()| stdout.flush());
+    drop(stdout);
+
+    grpc::serve(listener, engine, shutdown_signal())
+        .await
+        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C received, draining"),
+        () = terminate => tracing::info!("SIGTERM received, draining"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn resolve(flags: &[&str], env: &[(&str, &str)]) -> Result<Settings, CommandError> {
+        let mut argv = vec!["serve", "--config", "limits"];
+        argv.extend_from_slice(flags);
+        let cli = Cli::try_parse_from(argv).expect("the flags parse");
+        settings(&cli.serve, |name| {
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("a socket address")
+    }
+
+    #[test]
+    fn defaults_are_loopback_8081_no_shadow_info() {
+        let s = resolve(&[], &[]).expect("valid");
+        assert_eq!(s.grpc_addr, addr("127.0.0.1:8081"));
+        assert!(!s.shadow_mode);
+        assert_eq!(s.log_level, tracing::Level::INFO);
+    }
+
+    #[test]
+    fn upstream_variables_apply_when_no_flag_says_otherwise() {
+        let env = [
+            ("GRPC_PORT", "9091"),
+            ("SHADOW_MODE", "true"),
+            ("LOG_LEVEL", "DEBUG"),
+        ];
+        let s = resolve(&[], &env).expect("valid");
+        assert_eq!(s.grpc_addr, addr("0.0.0.0:9091"));
+        assert!(s.shadow_mode);
+        assert_eq!(s.log_level, tracing::Level::DEBUG);
+
+        let with_host = [("GRPC_HOST", "127.0.0.1"), ("GRPC_PORT", "9091")];
+        assert_eq!(
+            resolve(&[], &with_host).expect("valid").grpc_addr,
+            addr("127.0.0.1:9091")
+        );
+
+        let s =
+            resolve(&["--grpc-addr", "127.0.0.1:0", "--log-level", "warn"], &env).expect("valid");
+        assert_eq!(s.grpc_addr, addr("127.0.0.1:0"));
+        assert_eq!(s.log_level, tracing::Level::WARN);
+    }
+
+    #[test]
+    fn bad_upstream_values_are_usage_errors() {
+        for env in [
+            [("GRPC_PORT", "http")],
+            [("SHADOW_MODE", "maybe")],
+            [("LOG_LEVEL", "loud")],
+        ] {
+            match resolve(&[], &env) {
+                Err(CommandError::Usage(message)) => {
+                    assert!(message.contains(env[0].0), "{message}")
+                }
+                other => panic!("{env:?}: expected a usage error, got {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! `tollgate serve` answers `tollgate check` until the first OVER_LIMIT, stops on SIGTERM, and never starts on a bad config.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::Duration;
+
+/// How long a child may take to print its address or to exit.
+const BUDGET: Duration = Duration::from_secs(30);
+
+/// The environment variables that would change what the commands do.
+const TOLLGATE_VARS: [&str; 10] = [
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "SHADOW_MODE",
+    "LOG_LEVEL",
+    "TOLLGATE_CONFIG",
+    "TOLLGATE_GRPC_ADDR",
+    "TOLLGATE_SHADOW_MODE",
+    "TOLLGATE_MERGE_DOMAINS",
+    "TOLLGATE_LOG_LEVEL",
+    "TOLLGATE_CHECK_ADDR",
+];
+
+fn tollgate(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    for var in TOLLGATE_VARS {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// A `tollgate serve` child that is killed and reaped when dropped, whatever happened.
+struct Server {
+    child: Child,
+    /// Each stdout line as it is printed.
+    stdout_lines: Receiver<String>,
+    /// All of stderr, sent once the child closes it (when it exits).
+    stderr: Receiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn spawn(args: &[&str]) -> Server {
+        Server::spawn_with_env(args, &[])
+    }
+
+    fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = tollgate(args);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tollgate binary starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let (line_tx, stdout_lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let (err_tx, stderr_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            let _ = err_tx.send(text);
+        });
+        Server {
+            child,
+            stdout_lines,
+            stderr: stderr_rx,
+        }
+    }
+
+    /// The address from the `listening on ADDR` line, waiting at most [`BUDGET`].
+    fn address(&self) -> String {
+        loop {
+            match self.stdout_lines.recv_timeout(BUDGET) {
+                Ok(line) => {
+                    if let Some(addr) = line.strip_prefix("listening on ") {
+                        return addr.to_owned();
+                    }
+                }
+                Err(error) => panic!(
+                    "no `listening on` line within {BUDGET:?} ({error}); stderr: {}",
+                    self.stderr.try_recv().unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// Waits at most [`BUDGET`] for the child to exit; its exit code, stdout lines and stderr.
+    fn finish(&mut self) -> (Option<i32>, Vec<String>, String) {
+        let stderr = self
+            .stderr
+            .recv_timeout(BUDGET)
+            .expect("the server exits and closes stderr in time");
+        let status = self.child.wait().expect("the child is reaped");
+        let lines = self.stdout_lines.try_iter().collect();
+        (status.code(), lines, stderr)
+    }
+}
+
+fn check(addr: &str, descriptors: &[&str]) -> Output {
+    let url = format!("http://{addr}");
+    let mut args = vec!["check", "--addr", url.as_str(), "--domain", "edge"];
+    args.extend_from_slice(descriptors);
+    tollgate(&args).output().expect("tollgate check runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_example_limits_validate() {
+    let output = tollgate(&["validate", "../../examples/limits"])
+        .output()
+        .expect("tollgate validate runs");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout).trim_end(),
+        "1 file, 1 domain, 5 rules: OK"
+    );
+    assert_eq!(text(&output.stderr), "");
+}
+
+#[test]
+fn serve_answers_check_until_the_first_over_limit_and_drains_on_sigterm() {
+    let mut server = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--log-level",
+        "warn",
+    ]);
+    let addr = server.address();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+
+    // 3 logins per minute: OK, OK, OK, OVER_LIMIT — or a few more OKs if a
+    // minute boundary passes during the loop.
+    let mut answers = Vec::new();
+    let mut over_limit = None;
+    for _ in 0..10 {
+        let output = check(&addr, &["path=/login", "--descriptor", "client=internal"]);
+        let code = output.status.code();
+        answers.push(code);
+        if code == Some(3) {
+            over_limit = Some(output);
+            break;
+        }
+        assert_eq!(
+            code,
+            Some(0),
+            "{}{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        let stdout = text(&output.stdout);
+        assert!(stdout.starts_with("OK\n"), "{stdout}");
+    }
+    let output = over_limit.unwrap_or_else(|| panic!("no OVER_LIMIT in {answers:?}"));
+    assert!(answers.len() >= 4, "{answers:?}");
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"OVER_LIMIT"), "{stdout}");
+    let login = lines.get(1).copied().unwrap_or_default();
+    assert!(
+        login.starts_with("  path=/login: OVER_LIMIT limit=3/minute name=login remaining=0 reset="),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines.get(2),
+        Some(&"  client=internal: OK limit=none remaining=4294967295"),
+        "{stdout}"
+    );
+
+    // A malformed request is an error (exit 1) with the service's message.
+    let output = tollgate(&[
+        "check",
+        "--addr",
+        &format!("http://{addr}"),
+        "--domain",
+        "",
+        "path=/login",
+    ])
+    .output()
+    .expect("tollgate check runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("rate limit domain must not be empty"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // SIGTERM: a graceful stop with exit code 0.
+    let pid = server.child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", pid.as_str()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let (code, _, stderr) = server.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn upstream_variables_choose_the_address_and_shadow_mode() {
+    let server = Server::spawn_with_env(
+        &["serve", "--config", "../../examples/limits"],
+        &[
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("SHADOW_MODE", "true"),
+            ("LOG_LEVEL", "warn"),
+        ],
+    );
+    let addr = server.address();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    // Global shadow mode: the fourth login in a minute is still OK overall
+    // while its status says OVER_LIMIT. Eight calls see four in one window
+    // even if a minute boundary passes between two of them.
+    let mut outputs = Vec::new();
+    for _ in 0..8 {
+        let output = check(&addr, &["path=/login"]);
+        let stdout = text(&output.stdout);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{stdout}{}",
+            text(&output.stderr)
+        );
+        assert!(stdout.starts_with("OK\n"), "{stdout}");
+        let over = stdout.contains("path=/login: OVER_LIMIT");
+        outputs.push(stdout);
+        if over {
+            return;
+        }
+    }
+    panic!("no OVER_LIMIT status in shadow mode: {outputs:?}");
+}
+
+#[test]
+fn a_bad_config_exits_1_with_file_line_col_and_never_listens() {
+    let path = "tests/fixtures/limits/bad/unknown_key.yaml";
+    let mut server = Server::spawn(&["serve", "--config", path, "--grpc-addr", "127.0.0.1:0"]);
+    let (code, stdout, stderr) = server.finish();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l
+            == format!("{path}:6:7: error: unknown key `requests_per_units` in `rate_limit`; did you mean `requests_per_unit`?")),
+        "{stderr}"
+    );
+    assert!(
+        stdout.iter().all(|l| !l.starts_with("listening on")),
+        "{stdout:?}"
+    );
+}
+
+#[test]
+fn check_rejects_a_descriptor_that_is_not_key_value() {
+    let output = tollgate(&["check", "--domain", "edge", "path"])
+        .output()
+        .expect("tollgate check runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("is not key=value"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn check_against_nothing_listening_fails_with_exit_1() {
+    // Port 1 on loopback: nothing of ours listens there, and the refusal is immediate.
+    let output = tollgate(&[
+        "check",
+        "--addr",
+        "http://127.0.0.1:1",
+        "--domain",
+        "edge",
+        "path=/",
+        "--timeout",
+        "2s",
+    ])
+    .output()
+    .expect("tollgate check runs");
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("cannot connect"),
+        "{}",
+        text(&output.stderr)
+    );
+}
