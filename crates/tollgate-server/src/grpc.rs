@@ -9,6 +9,9 @@
 //! * `duration_until_reset` is rounded **up** to whole seconds, like
 //!   upstream reports it, so it is never earlier than the real reset.
 //! * A malformed request is `INVALID_ARGUMENT` with the engine's message.
+//! * With [`HeaderOptions`](crate::headers::HeaderOptions) switched on, the
+//!   headers go in `response_headers_to_add` and the 429 body in `raw_body`
+//!   (only on OVER_LIMIT); Envoy adds both to its reply. Off by default.
 //!
 //! The messages are declared in [`wire`] rather than taken from
 //! `envoy-types`, whose generated code (0.7.7) predates the newer
@@ -41,13 +44,14 @@ use crate::engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, LimitOverride,
     RateLimitRequest, RateLimitResponse,
 };
+use crate::headers::ResponseHeaders;
 
 /// The RLS v3 messages this service reads and writes, field for field with Envoy 1.40's protos.
 ///
 /// Enumerations are kept as their `i32` wire numbers; the `CODE_*` and
 /// `UNIT_*` constants name them. Response fields the service never sets
-/// (headers, `raw_body`, `dynamic_metadata`, `quota`) are left out, which
-/// on the wire is the same as leaving them empty.
+/// (`request_headers_to_add`, `dynamic_metadata`, `quota`) are left out,
+/// which on the wire is the same as leaving them empty.
 pub mod wire {
     use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 
@@ -140,6 +144,23 @@ pub mod wire {
         /// One status per request descriptor, in order.
         #[prost(message, repeated, tag = "2")]
         pub statuses: Vec<DescriptorStatus>,
+        /// Headers Envoy adds to its reply to the client.
+        #[prost(message, repeated, tag = "3")]
+        pub response_headers_to_add: Vec<HeaderValue>,
+        /// The body of Envoy's OVER_LIMIT reply; empty for Envoy's own.
+        #[prost(bytes = "vec", tag = "5")]
+        pub raw_body: Vec<u8>,
+    }
+
+    /// One header (`envoy.config.core.v3.HeaderValue`, without the `raw_value` bytes form).
+    #[derive(Clone, PartialEq, Eq, ::prost::Message)]
+    pub struct HeaderValue {
+        /// The header's name.
+        #[prost(string, tag = "1")]
+        pub key: String,
+        /// Its value.
+        #[prost(string, tag = "2")]
+        pub value: String,
     }
 
     /// The answer for one descriptor, without the unimplemented `quota` (`RateLimitResponse.DescriptorStatus`).
@@ -190,12 +211,23 @@ pub const UPSTREAM_HEALTH_NAME: &str = "ratelimit";
 /// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
 pub struct RateLimitGrpc<C: Clock> {
     engine: Arc<Engine<C>>,
+    headers: Arc<ResponseHeaders>,
 }
 
 impl<C: Clock> RateLimitGrpc<C> {
-    /// A service answering from `engine`.
+    /// A service answering from `engine`, with no response headers.
     pub fn new(engine: Arc<Engine<C>>) -> Self {
-        RateLimitGrpc { engine }
+        RateLimitGrpc::with_headers(engine, Arc::new(ResponseHeaders::default()))
+    }
+
+    /// A service answering from `engine` and adding what `headers` renders.
+    pub fn with_headers(engine: Arc<Engine<C>>, headers: Arc<ResponseHeaders>) -> Self {
+        RateLimitGrpc { engine, headers }
+    }
+
+    /// The response headers it adds.
+    pub fn headers(&self) -> &Arc<ResponseHeaders> {
+        &self.headers
     }
 
     /// The engine it answers from.
@@ -210,7 +242,17 @@ impl<C: Clock> RateLimitGrpc<C> {
     ) -> Result<wire::RateLimitResponse, Status> {
         let request = engine_request(request);
         match self.engine.should_rate_limit(&request) {
-            Ok(response) => Ok(wire_response(&response)),
+            Ok(response) => {
+                let mut wire = wire_response(&response);
+                let rendered = self.headers.render(&request.descriptors, &response);
+                wire.response_headers_to_add = rendered
+                    .headers
+                    .into_iter()
+                    .map(|(key, value)| wire::HeaderValue { key, value })
+                    .collect();
+                wire.raw_body = rendered.raw_body.unwrap_or_default();
+                Ok(wire)
+            }
             Err(EngineError::InvalidArgument(message)) => {
                 tracing::debug!(domain = %request.domain, %message, "invalid ShouldRateLimit request");
                 Err(Status::invalid_argument(message))
@@ -223,6 +265,7 @@ impl<C: Clock> Clone for RateLimitGrpc<C> {
     fn clone(&self) -> Self {
         RateLimitGrpc {
             engine: Arc::clone(&self.engine),
+            headers: Arc::clone(&self.headers),
         }
     }
 }
@@ -231,6 +274,7 @@ impl<C: Clock> std::fmt::Debug for RateLimitGrpc<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitGrpc")
             .field("engine", &self.engine)
+            .field("headers", self.headers.options())
             .finish()
     }
 }
@@ -331,6 +375,8 @@ pub fn wire_response(response: &RateLimitResponse) -> wire::RateLimitResponse {
     wire::RateLimitResponse {
         overall_code: wire_code(response.overall),
         statuses: response.statuses.iter().map(wire_status).collect(),
+        response_headers_to_add: Vec::new(),
+        raw_body: Vec::new(),
     }
 }
 
@@ -410,10 +456,24 @@ pub fn whole_seconds_up(d: Duration) -> PbDuration {
 /// completes, then stops accepting and waits for the calls in flight.
 ///
 /// The health service reports SERVING for the whole server (`""`), for
-/// upstream's name (`ratelimit`) and for [`SERVICE_NAME`].
+/// upstream's name (`ratelimit`) and for [`SERVICE_NAME`]. No response
+/// headers are added; [`serve_with`] takes a service that adds them.
 pub async fn serve<C, F>(
     listener: TcpListener,
     engine: Arc<Engine<C>>,
+    shutdown: F,
+) -> Result<(), tonic::transport::Error>
+where
+    C: Clock + 'static,
+    F: Future<Output = ()> + Send,
+{
+    serve_with(listener, RateLimitGrpc::new(engine), shutdown).await
+}
+
+/// [`serve`] with a configured service (for instance one built by [`RateLimitGrpc::with_headers`]).
+pub async fn serve_with<C, F>(
+    listener: TcpListener,
+    service: RateLimitGrpc<C>,
     shutdown: F,
 ) -> Result<(), tonic::transport::Error>
 where
@@ -429,7 +489,7 @@ where
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(RateLimitGrpc::new(engine))
+        .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

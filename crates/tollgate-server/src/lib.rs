@@ -4,13 +4,16 @@
 //! v3 request and response, and [`Engine`], which answers them with
 //! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's
 //! `RateLimitService` plus the gRPC health service; the HTTP JSON API and
-//! metrics will sit on top of it the same way. This crate knows nothing of
-//! the proxy.
+//! metrics will sit on top of it the same way. [`headers`] renders the
+//! optional response headers and 429 body Envoy adds to its reply. This
+//! crate knows nothing of the proxy.
 
 pub mod engine;
 pub mod grpc;
+pub mod headers;
 
 pub use engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,
     LimitOverride, RateLimitRequest, RateLimitResponse,
 };
+pub use headers::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tollgate_core::{ManualClock, Timestamp};
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::grpc::{self, wire};
-use tollgate_server::{Engine, EngineOptions};
+use tollgate_server::{Engine, EngineOptions, HeaderOptions, Jitter, ResponseHeaders};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -63,6 +63,11 @@ struct TestServer {
 impl TestServer {
     /// Starts a server on an ephemeral port with the clock `millis_into_minute` after a minute boundary.
     async fn start(millis_into_minute: u64) -> TestServer {
+        TestServer::start_with(millis_into_minute, None).await
+    }
+
+    /// [`TestServer::start`] with response headers rendered by `headers` (none when `None`).
+    async fn start_with(millis_into_minute: u64, headers: Option<ResponseHeaders>) -> TestServer {
         let loaded = load_sources([(Path::new("test.yaml"), LIMITS)], LoadOptions::default());
         assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
         let clock = ManualClock::new(Timestamp::from_millis(
@@ -78,9 +83,17 @@ impl TestServer {
             .expect("bind loopback");
         let addr = format!("http://{}", listener.local_addr().expect("local address"));
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(grpc::serve(listener, engine, async {
+        let shutdown = async {
             let _ = stopped.await;
-        }));
+        };
+        let task = match headers {
+            None => tokio::spawn(grpc::serve(listener, engine, shutdown)),
+            Some(headers) => tokio::spawn(grpc::serve_with(
+                listener,
+                grpc::RateLimitGrpc::with_headers(engine, Arc::new(headers)),
+                shutdown,
+            )),
+        };
         TestServer {
             addr,
             clock,
@@ -501,4 +514,163 @@ fn resets_round_up_to_whole_seconds() {
         }
     );
     assert_eq!(up(Duration::MAX).seconds, i64::MAX);
+}
+
+/// The headers of a wire response, as `(name, value)` pairs.
+fn header_pairs(response: &wire::RateLimitResponse) -> Vec<(String, String)> {
+    response
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect()
+}
+
+fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn login_request() -> wire::RateLimitRequest {
+    wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![wire_descriptor(&[("path", "/login")])],
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_headers_and_no_body_by_default() {
+    let server = TestServer::start(10_250).await;
+    let channel = server.channel().await;
+    for _ in 0..4 {
+        let response = grpc::should_rate_limit(channel.clone(), login_request())
+            .await
+            .expect("ShouldRateLimit succeeds");
+        assert!(response.response_headers_to_add.is_empty());
+        assert!(response.raw_body.is_empty());
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_and_body_for_three_per_minute_when_switched_on() {
+    // 10.25 s into the minute: the window resets in 49.75 s, reported as 50.
+    let options = HeaderOptions {
+        limit_headers: true,
+        ietf_headers: true,
+        retry_after: true,
+        raw_body: true,
+        ..HeaderOptions::default()
+    };
+    let server = TestServer::start_with(
+        10_250,
+        Some(ResponseHeaders::new(options, Jitter::seeded(3))),
+    )
+    .await;
+    let channel = server.channel().await;
+    for remaining in ["2", "1", "0"] {
+        let response = grpc::should_rate_limit(channel.clone(), login_request())
+            .await
+            .expect("ShouldRateLimit succeeds");
+        assert_eq!(response.overall_code, wire::CODE_OK);
+        assert_eq!(
+            header_pairs(&response),
+            owned(&[
+                ("RateLimit-Limit", "3"),
+                ("RateLimit-Remaining", remaining),
+                ("RateLimit-Reset", "50"),
+                ("RateLimit-Policy", "\"login\";q=3;w=60"),
+                ("RateLimit", &format!("\"login\";r={remaining};t=50")),
+            ])
+        );
+        assert!(response.raw_body.is_empty(), "no body on OK");
+    }
+    let response = grpc::should_rate_limit(channel.clone(), login_request())
+        .await
+        .expect("ShouldRateLimit succeeds");
+    assert_eq!(response.overall_code, wire::CODE_OVER_LIMIT);
+    assert_eq!(
+        header_pairs(&response),
+        owned(&[
+            ("RateLimit-Limit", "3"),
+            ("RateLimit-Remaining", "0"),
+            ("RateLimit-Reset", "50"),
+            ("RateLimit-Policy", "\"login\";q=3;w=60"),
+            ("RateLimit", "\"login\";r=0;t=50"),
+            ("Retry-After", "50"),
+        ])
+    );
+    assert_eq!(
+        String::from_utf8(response.raw_body).expect("UTF-8"),
+        "{\"code\":\"OVER_LIMIT\",\"retry_after\":50,\"statuses\":[{\"code\":\"OVER_LIMIT\",\
+         \"limit\":3,\"name\":\"login\",\"remaining\":0,\"reset\":50,\"retry_after\":50,\"window\":60}]}"
+    );
+
+    // Two descriptors: the unnamed hourly limit is named after its entries,
+    // and the OVER_LIMIT login status is the one the trio and RateLimit describe.
+    let request = wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![
+            wire_descriptor(&[("remote_address", "10.0.0.1")]),
+            wire_descriptor(&[("path", "/login")]),
+        ],
+        hits_addend: 0,
+    };
+    let response = grpc::should_rate_limit(channel, request)
+        .await
+        .expect("ShouldRateLimit succeeds");
+    assert_eq!(response.overall_code, wire::CODE_OVER_LIMIT);
+    let headers = header_pairs(&response);
+    assert_eq!(
+        headers.get(3),
+        Some(&(
+            "RateLimit-Policy".to_owned(),
+            "\"remote_address=10.0.0.1\";q=100;w=3600, \"login\";q=3;w=60".to_owned()
+        ))
+    );
+    assert_eq!(
+        headers.get(4),
+        Some(&("RateLimit".to_owned(), "\"login\";r=0;t=50".to_owned()))
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_jitter_only_adds_and_stays_within_its_bound() {
+    let options = HeaderOptions {
+        retry_after: true,
+        retry_after_jitter: Duration::from_secs(5),
+        ..HeaderOptions::default()
+    };
+    let server = TestServer::start_with(
+        10_250,
+        Some(ResponseHeaders::new(options, Jitter::seeded(11))),
+    )
+    .await;
+    let channel = server.channel().await;
+    let mut seen = Vec::new();
+    for _ in 0..40 {
+        let response = grpc::should_rate_limit(channel.clone(), login_request())
+            .await
+            .expect("ShouldRateLimit succeeds");
+        let headers = header_pairs(&response);
+        if response.overall_code == wire::CODE_OK {
+            assert!(headers.is_empty(), "{headers:?}");
+            continue;
+        }
+        assert_eq!(headers.len(), 1, "{headers:?}");
+        let (name, value) = &headers[0];
+        assert_eq!(name, "Retry-After");
+        let seconds: u64 = value.parse().expect("whole seconds");
+        // The wait is 49.75 s: never earlier than 50, below 49.75 + 5 + 1.
+        assert!((50..=55).contains(&seconds), "{seconds}");
+        seen.push(seconds);
+    }
+    assert_eq!(seen.len(), 37);
+    seen.sort_unstable();
+    seen.dedup();
+    assert!(seen.len() > 1, "the jitter spreads the answers: {seen:?}");
+    server.shutdown().await;
 }

@@ -4,13 +4,16 @@ use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
 use tollgate_rules::{LoadOptions, load_path};
-use tollgate_server::{Engine, EngineOptions, grpc};
+use tollgate_server::{
+    Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders, grpc,
+};
 
 use crate::CommandError;
 
@@ -21,11 +24,13 @@ const DEFAULT_GRPC_ADDR: SocketAddr =
 /// The arguments of `tollgate serve`.
 ///
 /// Each flag has a `TOLLGATE_*` variable; upstream envoyproxy/ratelimit's
-/// `GRPC_HOST`/`GRPC_PORT`, `SHADOW_MODE` and `LOG_LEVEL` are read too,
-/// after the flag and the `TOLLGATE_*` variable.
+/// `GRPC_HOST`/`GRPC_PORT`, `SHADOW_MODE`, `LOG_LEVEL` and
+/// `LIMIT_RESPONSE_HEADERS_ENABLED` (with `LIMIT_LIMIT_HEADER`,
+/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`) are read too, after the
+/// flag and the `TOLLGATE_*` variable.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, SHADOW_MODE and LOG_LEVEL are also read, after the flags and TOLLGATE_* variables."
+    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, SHADOW_MODE, LOG_LEVEL and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
 )]
 pub struct ServeArgs {
     /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
@@ -49,14 +54,40 @@ pub struct ServeArgs {
     /// trace [default: info].
     #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<tracing::Level>,
+    /// Add the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
+    /// headers to every answer with a limit (upstream's
+    /// LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER,
+    /// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+    #[arg(long, env = "TOLLGATE_LIMIT_HEADERS", value_parser = BoolishValueParser::new())]
+    pub limit_headers: bool,
+    /// Add the IETF draft-10 `RateLimit-Policy` and `RateLimit` fields to every answer with a limit.
+    #[arg(long, env = "TOLLGATE_IETF_HEADERS", value_parser = BoolishValueParser::new())]
+    pub ietf_headers: bool,
+    /// Add `Retry-After: SECONDS` to OVER_LIMIT answers: never earlier than
+    /// the request could pass, plus up to --retry-after-jitter.
+    #[arg(long, env = "TOLLGATE_RETRY_AFTER", value_parser = BoolishValueParser::new())]
+    pub retry_after: bool,
+    /// The most random delay added to `Retry-After`, so limited clients do not all return together.
+    #[arg(
+        long,
+        env = "TOLLGATE_RETRY_AFTER_JITTER",
+        value_name = "DUR",
+        default_value = "0s",
+        value_parser = crate::duration::parse_duration
+    )]
+    pub retry_after_jitter: Duration,
+    /// Send a JSON body for Envoy's 429 reply (`raw_body`).
+    #[arg(long, env = "TOLLGATE_RAW_BODY", value_parser = BoolishValueParser::new())]
+    pub raw_body: bool,
 }
 
 /// What `serve` runs with once flags and environment are combined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Settings {
     grpc_addr: SocketAddr,
     shadow_mode: bool,
     log_level: tracing::Level,
+    headers: HeaderOptions,
 }
 
 /// Combines the flags (and `TOLLGATE_*` variables, which clap has read)
@@ -94,11 +125,50 @@ fn settings(
         })?,
         (None, None) => tracing::Level::INFO,
     };
+    let upstream_limit_headers = match env("LIMIT_RESPONSE_HEADERS_ENABLED") {
+        None => false,
+        Some(value) => parse_bool(&value).ok_or_else(|| {
+            CommandError::Usage(format!(
+                "LIMIT_RESPONSE_HEADERS_ENABLED={value:?} is not true or false"
+            ))
+        })?,
+    };
+    let defaults = LimitHeaderNames::default();
+    let header_name = |variable: &str, default: String| -> Result<String, CommandError> {
+        match env(variable) {
+            None => Ok(default),
+            Some(name) if is_header_name(name.trim()) => Ok(name.trim().to_owned()),
+            Some(name) => Err(CommandError::Usage(format!(
+                "{variable}={name:?} is not a header name"
+            ))),
+        }
+    };
+    let headers = HeaderOptions {
+        limit_headers: args.limit_headers || upstream_limit_headers,
+        limit_header_names: LimitHeaderNames {
+            limit: header_name("LIMIT_LIMIT_HEADER", defaults.limit)?,
+            remaining: header_name("LIMIT_REMAINING_HEADER", defaults.remaining)?,
+            reset: header_name("LIMIT_RESET_HEADER", defaults.reset)?,
+        },
+        ietf_headers: args.ietf_headers,
+        retry_after: args.retry_after,
+        retry_after_jitter: args.retry_after_jitter,
+        raw_body: args.raw_body,
+    };
     Ok(Settings {
         grpc_addr,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
+        headers,
     })
+}
+
+/// Whether `name` is an HTTP field name (an RFC 9110 token).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// Reads a boolean the way upstream's configuration does (`1`, `t`, `true`, `0`, `f`, `false`, any case).
@@ -168,24 +238,40 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         .thread_name("tollgate-worker")
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
-    runtime.block_on(serve(settings.grpc_addr, engine))
+    let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
+    runtime.block_on(serve(settings.grpc_addr, engine, headers))
 }
 
 /// Binds `addr`, announces the bound address and serves until a shutdown signal.
-async fn serve(addr: SocketAddr, engine: Arc<Engine<CoarseClock>>) -> Result<(), CommandError> {
+async fn serve(
+    addr: SocketAddr,
+    engine: Arc<Engine<CoarseClock>>,
+    headers: Arc<ResponseHeaders>,
+) -> Result<(), CommandError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
     let bound = listener
         .local_addr()
         .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
-    tracing::info!(addr = %bound, shadow_mode = engine.options().global_shadow_mode, "gRPC rate limit service listening");
+    let options = headers.options();
+    tracing::info!(
+        addr = %bound,
+        shadow_mode = engine.options().global_shadow_mode,
+        limit_headers = options.limit_headers,
+        ietf_headers = options.ietf_headers,
+        retry_after = options.retry_after,
+        retry_after_jitter = ?options.retry_after_jitter,
+        raw_body = options.raw_body,
+        "gRPC rate limit service listening"
+    );
     let mut stdout = std::io::stdout().lock();
     // A closed stdout must not stop the server; the log line above says the same.
     let _ = writeln!(stdout, "listening on {bound}").and_then(|()| stdout.flush());
     drop(stdout);
 
-    grpc::serve(listener, engine, shutdown_signal())
+    let service = grpc::RateLimitGrpc::with_headers(engine, headers);
+    grpc::serve_with(listener, service, shutdown_signal())
         .await
         .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))?;
     tracing::info!("stopped");
@@ -253,6 +339,63 @@ mod tests {
         assert_eq!(s.grpc_addr, addr("127.0.0.1:8081"));
         assert!(!s.shadow_mode);
         assert_eq!(s.log_level, tracing::Level::INFO);
+        assert_eq!(s.headers, HeaderOptions::default());
+        assert!(s.headers.is_off());
+    }
+
+    #[test]
+    fn header_flags_and_upstreams_header_variables() {
+        let s = resolve(
+            &[
+                "--limit-headers",
+                "--ietf-headers",
+                "--retry-after",
+                "--retry-after-jitter",
+                "2s",
+                "--raw-body",
+            ],
+            &[],
+        )
+        .expect("valid");
+        assert_eq!(
+            s.headers,
+            HeaderOptions {
+                limit_headers: true,
+                limit_header_names: LimitHeaderNames::default(),
+                ietf_headers: true,
+                retry_after: true,
+                retry_after_jitter: Duration::from_secs(2),
+                raw_body: true,
+            }
+        );
+
+        let env = [
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", "X-Limit"),
+            ("LIMIT_REMAINING_HEADER", "X-Left"),
+            ("LIMIT_RESET_HEADER", "X-Reset"),
+        ];
+        let s = resolve(&[], &env).expect("valid");
+        assert!(s.headers.limit_headers);
+        assert!(!s.headers.ietf_headers && !s.headers.retry_after && !s.headers.raw_body);
+        assert_eq!(
+            s.headers.limit_header_names,
+            LimitHeaderNames {
+                limit: "X-Limit".to_owned(),
+                remaining: "X-Left".to_owned(),
+                reset: "X-Reset".to_owned(),
+            }
+        );
+        let off = resolve(&[], &[("LIMIT_RESPONSE_HEADERS_ENABLED", "false")]).expect("valid");
+        assert!(!off.headers.limit_headers);
+        let bad_jitter = [
+            "serve",
+            "--config",
+            "limits",
+            "--retry-after-jitter",
+            "soon",
+        ];
+        assert!(Cli::try_parse_from(bad_jitter).is_err());
     }
 
     #[test]
@@ -285,6 +428,8 @@ mod tests {
             [("GRPC_PORT", "http")],
             [("SHADOW_MODE", "maybe")],
             [("LOG_LEVEL", "loud")],
+            [("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please")],
+            [("LIMIT_RESET_HEADER", "bad name")],
         ] {
             match resolve(&[], &env) {
                 Err(CommandError::Usage(message)) => {
