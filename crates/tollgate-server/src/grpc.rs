@@ -45,6 +45,7 @@ use crate::engine::{
     RateLimitRequest, RateLimitResponse,
 };
 use crate::headers::ResponseHeaders;
+use crate::reload::LiveEngine;
 
 /// The RLS v3 messages this service reads and writes, field for field with Envoy 1.40's protos.
 ///
@@ -209,8 +210,11 @@ pub const SHOULD_RATE_LIMIT_PATH: &str =
 pub const UPSTREAM_HEALTH_NAME: &str = "ratelimit";
 
 /// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
+///
+/// It answers from a [`LiveEngine`], loading the engine in service once per
+/// call, so a reload takes effect on the next call without a lock.
 pub struct RateLimitGrpc<C: Clock> {
-    engine: Arc<Engine<C>>,
+    engine: Arc<LiveEngine<C>>,
     headers: Arc<ResponseHeaders>,
 }
 
@@ -222,6 +226,11 @@ impl<C: Clock> RateLimitGrpc<C> {
 
     /// A service answering from `engine` and adding what `headers` renders.
     pub fn with_headers(engine: Arc<Engine<C>>, headers: Arc<ResponseHeaders>) -> Self {
+        RateLimitGrpc::live(Arc::new(LiveEngine::fixed(engine)), headers)
+    }
+
+    /// A service answering from whatever engine `engine` has in service, adding what `headers` renders.
+    pub fn live(engine: Arc<LiveEngine<C>>, headers: Arc<ResponseHeaders>) -> Self {
         RateLimitGrpc { engine, headers }
     }
 
@@ -230,8 +239,13 @@ impl<C: Clock> RateLimitGrpc<C> {
         &self.headers
     }
 
-    /// The engine it answers from.
-    pub fn engine(&self) -> &Arc<Engine<C>> {
+    /// The engine it answers from now.
+    pub fn engine(&self) -> Arc<Engine<C>> {
+        self.engine.engine()
+    }
+
+    /// The live handle whose engine it answers from.
+    pub fn live_engine(&self) -> &Arc<LiveEngine<C>> {
         &self.engine
     }
 
@@ -241,7 +255,7 @@ impl<C: Clock> RateLimitGrpc<C> {
         request: wire::RateLimitRequest,
     ) -> Result<wire::RateLimitResponse, Status> {
         let request = engine_request(request);
-        match self.engine.should_rate_limit(&request) {
+        match self.engine.load().should_rate_limit(&request) {
             Ok(response) => {
                 let mut wire = wire_response(&response);
                 let rendered = self.headers.render(&request.descriptors, &response);

@@ -5,15 +5,19 @@
 //! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's
 //! `RateLimitService` plus the gRPC health service; the HTTP JSON API and
 //! metrics will sit on top of it the same way. [`headers`] renders the
-//! optional response headers and 429 body Envoy adds to its reply. This
+//! optional response headers and 429 body Envoy adds to its reply. [`reload`]
+//! swaps in a new configuration while serving, when its files change or on
+//! demand. This
 //! crate knows nothing of the proxy.
 
 pub mod engine;
 pub mod grpc;
 pub mod headers;
+pub mod reload;
 
 pub use engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,
     LimitOverride, RateLimitRequest, RateLimitResponse,
 };
 pub use headers::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
+pub use reload::{ConfigWatcher, LiveEngine, ReloadError, ReloadOutcome, Trigger};

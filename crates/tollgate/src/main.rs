@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
 mod duration;
 mod serve;
@@ -33,6 +34,8 @@ enum Command {
     /// Ask a running rate limit service for one decision and print it
     /// (exit 0 OK, 3 OVER_LIMIT, 1 error).
     Check(check::CheckArgs),
+    /// Load a running service and report its throughput and latency.
+    Bench(bench::BenchArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
             Ok(check::Verdict::OverLimit) => return ExitCode::from(OVER_LIMIT_EXIT),
             Err(error) => Err(error),
         },
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,9 +10,11 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
-use tollgate_rules::{LoadOptions, load_path};
+use tollgate_rules::LoadOptions;
+use tollgate_server::reload::read_config;
 use tollgate_server::{
-    Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders, grpc,
+    ConfigWatcher, Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine,
+    ResponseHeaders, Trigger, grpc,
 };
 
 use crate::CommandError;
@@ -183,7 +185,9 @@ fn parse_bool(value: &str) -> Option<bool> {
 /// Loads the limits, then serves gRPC until SIGTERM or Ctrl-C and drains the calls in flight.
 ///
 /// A configuration with any error never starts: every diagnostic is
-/// printed as `file:line:col: …` on stderr and the command fails.
+/// printed as `file:line:col: …` on stderr and the command fails. While
+/// serving, a change under the config path or SIGHUP reloads it all or
+/// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, |name| std::env::var(name).ok())?;
     // A second initialisation (only possible in tests) keeps the first subscriber.
@@ -196,9 +200,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let options = LoadOptions {
         merge_domains: args.merge_domains,
     };
-    let loaded = load_path(&args.config, options).map_err(|error| {
+    let read = read_config(&args.config, options).map_err(|error| {
         CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
     })?;
+    let config_hash = read.hash;
+    let loaded = read.loaded;
     let file_count = loaded.file_count;
     let (rules, warnings) = match loaded.into_result() {
         Ok(ok) => ok,
@@ -220,6 +226,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         files = file_count,
         domains = rules.domain_count(),
         rules = rules.rule_count(),
+        hash = %format_args!("{config_hash:016x}"),
         "limits loaded"
     );
 
@@ -232,6 +239,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         engine_options,
         CoarseClock::new(),
     ));
+    let live = Arc::new(LiveEngine::new(
+        engine,
+        args.config.clone(),
+        options,
+        config_hash,
+    ));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -239,15 +252,16 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
-    runtime.block_on(serve(settings.grpc_addr, engine, headers))
+    runtime.block_on(serve(settings.grpc_addr, live, headers))
 }
 
 /// Binds `addr`, announces the bound address and serves until a shutdown signal.
 async fn serve(
     addr: SocketAddr,
-    engine: Arc<Engine<CoarseClock>>,
+    live: Arc<LiveEngine<CoarseClock>>,
     headers: Arc<ResponseHeaders>,
 ) -> Result<(), CommandError> {
+    let _reloader = start_reloader(&live);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
@@ -257,7 +271,7 @@ async fn serve(
     let options = headers.options();
     tracing::info!(
         addr = %bound,
-        shadow_mode = engine.options().global_shadow_mode,
+        shadow_mode = live.load().options().global_shadow_mode,
         limit_headers = options.limit_headers,
         ietf_headers = options.ietf_headers,
         retry_after = options.retry_after,
@@ -270,12 +284,72 @@ async fn serve(
     let _ = writeln!(stdout, "listening on {bound}").and_then(|()| stdout.flush());
     drop(stdout);
 
-    let service = grpc::RateLimitGrpc::with_headers(engine, headers);
+    let service = grpc::RateLimitGrpc::live(live, headers);
     grpc::serve_with(listener, service, shutdown_signal())
         .await
         .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Starts reloading `live` when its config path changes and, on Unix, on SIGHUP.
+///
+/// A path that cannot be watched is logged and only SIGHUP reloads it.
+fn start_reloader(live: &Arc<LiveEngine<CoarseClock>>) -> AbortOnDrop {
+    let Some(path) = live.path() else {
+        return AbortOnDrop(Vec::new());
+    };
+    let mut tasks = Vec::new();
+    let (trigger, watcher) = match ConfigWatcher::new(path) {
+        Ok(watcher) => (Some(watcher.trigger()), Some(watcher)),
+        Err(error) => {
+            tracing::warn!(config = %path.display(), %error, "cannot watch the config; only SIGHUP reloads it");
+            (None, None)
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut sighup) => {
+                let live = Arc::clone(live);
+                tasks.push(tokio::spawn(async move {
+                    while sighup.recv().await.is_some() {
+                        tracing::info!("SIGHUP received, reloading the config");
+                        match &trigger {
+                            Some(trigger) => {
+                                let _ = trigger.send(Trigger::Signal);
+                            }
+                            None => {
+                                let live = Arc::clone(&live);
+                                let _ =
+                                    tokio::task::spawn_blocking(move || live.reload_and_log(true))
+                                        .await;
+                            }
+                        }
+                    }
+                }));
+            }
+            Err(error) => tracing::warn!(%error, "cannot listen for SIGHUP"),
+        }
+    }
+    #[cfg(not(unix))]
+    drop(trigger);
+    if let Some(watcher) = watcher {
+        tasks.push(tokio::spawn(watcher.run(Arc::clone(live))));
+    }
+    AbortOnDrop(tasks)
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.

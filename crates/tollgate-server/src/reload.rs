@@ -1,0 +1,471 @@
+//! Hot reload: a live engine that a new limits configuration replaces all at once, and a watcher that triggers it.
+//!
+//! [`LiveEngine`] holds the running [`Engine`] behind an [`ArcSwap`]: every
+//! call reads it with one atomic load and no lock. [`LiveEngine::reload`]
+//! reads the configuration again and either swaps in
+//! [`Engine::with_rules`] of the new rules (so every counter whose
+//! algorithm and window are unchanged keeps counting) or, when any file
+//! has an error, keeps the running engine and returns the diagnostics.
+//!
+//! [`ConfigWatcher`] watches the configuration path with `notify`: the
+//! directory itself (or, for a single file, the directory holding it), not
+//! a resolved symlink target, so writes in place, rename-replace and a
+//! Kubernetes ConfigMap's `..data` symlink swap are all seen. Bursts of
+//! events are collected for [`DEBOUNCE`] and answered by one reload; a
+//! reload whose files hash the same as the running configuration does
+//! nothing. [`Trigger::Signal`] (sent on SIGHUP) always reloads.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tollgate_core::Clock;
+use tollgate_rules::{Diagnostics, LoadOptions, Loaded, Position, limits_files, load_sources};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::engine::Engine;
+
+/// How long the watcher waits for a burst of file events to go quiet before it reloads once.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The most quiet-waits one burst may extend, so a file that never stops changing still reloads.
+const MAX_DEBOUNCE_ROUNDS: usize = 20;
+
+/// A limits configuration read from disk, with the hash of what was read.
+#[derive(Debug)]
+pub struct ReadConfig {
+    /// The rules and diagnostics.
+    pub loaded: Loaded,
+    /// The xxh3 hash of every file's name and contents, in load order.
+    pub hash: u64,
+}
+
+/// Reads the limits file or directory at `path` (following symlinks afresh) and hashes what it read.
+///
+/// Fails only when `path` itself cannot be read; a file that cannot be
+/// read or is not UTF-8 becomes an error at its line 1, column 1.
+pub fn read_config(path: &Path, options: LoadOptions) -> io::Result<ReadConfig> {
+    let files = limits_files(path)?;
+    let mut hasher = Xxh3::new();
+    let mut sources = Vec::with_capacity(files.len());
+    let mut unreadable = Diagnostics::new();
+    for file in files {
+        let name = file.to_string_lossy().into_owned();
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        match fs::read(&file) {
+            Ok(bytes) => {
+                hasher.update(&(bytes.len() as u64).to_le_bytes());
+                hasher.update(&bytes);
+                match String::from_utf8(bytes) {
+                    Ok(text) => sources.push((file, text)),
+                    Err(_) => unreadable.error(&file, FIRST, "the file is not UTF-8 text"),
+                }
+            }
+            Err(error) => {
+                hasher.update(&u64::MAX.to_le_bytes());
+                unreadable.error(&file, FIRST, format!("cannot read the file: {error}"));
+            }
+        }
+    }
+    let file_count = sources.len() + unreadable.error_count();
+    let mut loaded = load_sources(
+        sources.iter().map(|(f, t)| (f.as_path(), t.as_str())),
+        options,
+    );
+    for diagnostic in unreadable.all() {
+        loaded.diagnostics.error(
+            &diagnostic.file,
+            diagnostic.position,
+            diagnostic.message.clone(),
+        );
+    }
+    loaded.diagnostics.sort();
+    loaded.file_count = file_count;
+    Ok(ReadConfig {
+        loaded,
+        hash: hasher.digest(),
+    })
+}
+
+/// The first line and column of a file.
+const FIRST: Position = Position { line: 1, column: 1 };
+
+/// Where a [`LiveEngine`] reloads its rules from.
+#[derive(Clone, Debug)]
+struct Source {
+    path: PathBuf,
+    options: LoadOptions,
+}
+
+/// What a successful [`LiveEngine::reload`] did.
+#[derive(Debug)]
+pub enum ReloadOutcome {
+    /// The new rules are serving.
+    Reloaded(ReloadSummary),
+    /// The files hash the same as the running configuration, so nothing changed.
+    Unchanged,
+}
+
+/// The configuration a reload put in service.
+#[derive(Debug)]
+pub struct ReloadSummary {
+    /// How many files were read.
+    pub files: usize,
+    /// How many domains they define.
+    pub domains: usize,
+    /// How many rules they define.
+    pub rules: usize,
+    /// The configuration's hash.
+    pub hash: u64,
+    /// Warnings found while loading.
+    pub warnings: Diagnostics,
+}
+
+/// Why a reload kept the running configuration.
+#[derive(Debug)]
+pub enum ReloadError {
+    /// The engine has no configuration path to reload from.
+    NoSource,
+    /// The configuration path itself could not be read.
+    Unreadable {
+        /// The path.
+        path: PathBuf,
+        /// What went wrong.
+        error: io::Error,
+    },
+    /// At least one file has an error; every diagnostic, with file, line and column.
+    Invalid(Diagnostics),
+}
+
+impl fmt::Display for ReloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReloadError::NoSource => f.write_str("no configuration path to reload from"),
+            ReloadError::Unreadable { path, error } => {
+                write!(f, "cannot read {}: {error}", path.display())
+            }
+            ReloadError::Invalid(diagnostics) => {
+                write!(
+                    f,
+                    "the configuration has {} error(s)",
+                    diagnostics.error_count()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReloadError {}
+
+/// The engine in service, replaceable while calls are answered; share it in an [`Arc`].
+pub struct LiveEngine<C: Clock> {
+    current: ArcSwap<Engine<C>>,
+    source: Option<Source>,
+    /// Serialises reloads so two never race to swap.
+    reloading: parking_lot::Mutex<()>,
+    successes: AtomicU64,
+    failures: AtomicU64,
+    config_hash: AtomicU64,
+}
+
+impl<C: Clock> LiveEngine<C> {
+    /// A live engine that never reloads: [`reload`](Self::reload) fails with [`ReloadError::NoSource`].
+    pub fn fixed(engine: Arc<Engine<C>>) -> Self {
+        LiveEngine {
+            current: ArcSwap::new(engine),
+            source: None,
+            reloading: parking_lot::Mutex::new(()),
+            successes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            config_hash: AtomicU64::new(0),
+        }
+    }
+
+    /// A live engine serving `engine`, loaded from `path` with `options` as a configuration hashing to `hash`.
+    pub fn new(engine: Arc<Engine<C>>, path: PathBuf, options: LoadOptions, hash: u64) -> Self {
+        LiveEngine {
+            source: Some(Source { path, options }),
+            config_hash: AtomicU64::new(hash),
+            ..LiveEngine::fixed(engine)
+        }
+    }
+
+    /// The engine in service now (one atomic load; hold it only for one call).
+    pub fn load(&self) -> arc_swap::Guard<Arc<Engine<C>>> {
+        self.current.load()
+    }
+
+    /// The engine in service now, as an owned handle.
+    pub fn engine(&self) -> Arc<Engine<C>> {
+        self.current.load_full()
+    }
+
+    /// The configuration path, if it reloads from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.source.as_ref().map(|s| s.path.as_path())
+    }
+
+    /// How many reloads put a configuration in service.
+    pub fn successes(&self) -> u64 {
+        self.successes.load(Ordering::Relaxed)
+    }
+
+    /// How many reloads failed and kept the running configuration.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The hash of the configuration in service (see [`read_config`]).
+    pub fn config_hash(&self) -> u64 {
+        self.config_hash.load(Ordering::Relaxed)
+    }
+
+    /// Reads the configuration again and puts it in service if it has no errors.
+    ///
+    /// Unless `force` is set, a configuration that hashes the same as the
+    /// running one is left alone ([`ReloadOutcome::Unchanged`]). On any
+    /// error the running engine keeps serving and nothing is swapped.
+    pub fn reload(&self, force: bool) -> Result<ReloadOutcome, ReloadError>
+    where
+        C: Clone,
+    {
+        let Some(source) = &self.source else {
+            return Err(ReloadError::NoSource);
+        };
+        let _reloading = self.reloading.lock();
+        let read = match read_config(&source.path, source.options) {
+            Ok(read) => read,
+            Err(error) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(ReloadError::Unreadable {
+                    path: source.path.clone(),
+                    error,
+                });
+            }
+        };
+        if !force && read.hash == self.config_hash() {
+            return Ok(ReloadOutcome::Unchanged);
+        }
+        let files = read.loaded.file_count;
+        let (rules, warnings) = match read.loaded.into_result() {
+            Ok(ok) => ok,
+            Err(diagnostics) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(ReloadError::Invalid(diagnostics));
+            }
+        };
+        let summary = ReloadSummary {
+            files,
+            domains: rules.domain_count(),
+            rules: rules.rule_count(),
+            hash: read.hash,
+            warnings,
+        };
+        let next = self.current.load().with_rules(Arc::new(rules));
+        self.current.store(Arc::new(next));
+        self.config_hash.store(read.hash, Ordering::Relaxed);
+        self.successes.fetch_add(1, Ordering::Relaxed);
+        Ok(ReloadOutcome::Reloaded(summary))
+    }
+
+    /// Reloads like [`reload`](Self::reload) and logs the outcome; true when new rules went into service.
+    ///
+    /// Success logs `config reloaded` (info) with the counts and hash; failure
+    /// logs every diagnostic as `file:line:col: …` and then `keeping the
+    /// running config` (error).
+    pub fn reload_and_log(&self, force: bool) -> bool
+    where
+        C: Clone,
+    {
+        let config = self
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        match self.reload(force) {
+            Ok(ReloadOutcome::Reloaded(summary)) => {
+                for warning in summary.warnings.all() {
+                    tracing::warn!("{warning}");
+                }
+                tracing::info!(
+                    %config,
+                    files = summary.files,
+                    domains = summary.domains,
+                    rules = summary.rules,
+                    hash = %format_args!("{:016x}", summary.hash),
+                    forced = force,
+                    "config reloaded"
+                );
+                true
+            }
+            Ok(ReloadOutcome::Unchanged) => {
+                tracing::debug!(%config, "config unchanged, nothing to reload");
+                false
+            }
+            Err(ReloadError::Invalid(diagnostics)) => {
+                for diagnostic in diagnostics.all() {
+                    tracing::error!("{diagnostic}");
+                }
+                tracing::error!(
+                    %config,
+                    errors = diagnostics.error_count(),
+                    "the new config has errors; keeping the running config"
+                );
+                false
+            }
+            Err(error) => {
+                tracing::error!(%config, %error, "cannot reload; keeping the running config");
+                false
+            }
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for LiveEngine<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveEngine")
+            .field("engine", &*self.current.load())
+            .field("path", &self.path())
+            .field("successes", &self.successes())
+            .field("failures", &self.failures())
+            .field("config_hash", &format_args!("{:016x}", self.config_hash()))
+            .finish()
+    }
+}
+
+/// Whether a change to `path` can change the configuration: a limits file, the
+/// configured file `file`, or a dot entry such as a ConfigMap's `..data` link.
+///
+/// Other files in the directory (a log written next to the limits, say) are
+/// ignored, so they cannot set off reloads.
+fn concerns(path: &Path, file: &Option<std::ffi::OsString>) -> bool {
+    let Some(name) = path.file_name() else {
+        return true;
+    };
+    if file.as_deref() == Some(name) {
+        return true;
+    }
+    let name = name.to_string_lossy();
+    name.starts_with('.') || name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+/// Why the watcher should reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Something changed in the watched directory; reload if the files differ.
+    FileChange,
+    /// A forced reload (SIGHUP); reload even if the files look the same.
+    Signal,
+}
+
+/// Watches a configuration path and turns its changes (and forced triggers) into reloads.
+pub struct ConfigWatcher {
+    _watcher: RecommendedWatcher,
+    sender: UnboundedSender<Trigger>,
+    receiver: UnboundedReceiver<Trigger>,
+}
+
+impl fmt::Debug for ConfigWatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConfigWatcher").finish_non_exhaustive()
+    }
+}
+
+impl ConfigWatcher {
+    /// Starts watching `path`: the directory itself, or the directory holding a single file.
+    ///
+    /// The watch is on the directory entry, not on a symlink's target, so
+    /// swapping a ConfigMap's `..data` link or renaming a file over the
+    /// old one is seen; each reload resolves the links again.
+    pub fn new(path: &Path) -> notify::Result<ConfigWatcher> {
+        let (directory, file) = if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            (path.to_path_buf(), None)
+        } else {
+            let directory = match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            (directory, path.file_name().map(ToOwned::to_owned))
+        };
+        let (sender, receiver) = unbounded_channel();
+        let events = sender.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                match event {
+                    // Reads (our own included) change nothing.
+                    Ok(event) if matches!(event.kind, EventKind::Access(_)) => {}
+                    Ok(event) => {
+                        if event.paths.is_empty() || event.paths.iter().any(|p| concerns(p, &file))
+                        {
+                            tracing::trace!(?event, "config change");
+                            let _ = events.send(Trigger::FileChange);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "config watch error; reloading to be safe");
+                        let _ = events.send(Trigger::FileChange);
+                    }
+                }
+            })?;
+        watcher.watch(&directory, RecursiveMode::NonRecursive)?;
+        tracing::debug!(directory = %directory.display(), "watching the config");
+        Ok(ConfigWatcher {
+            _watcher: watcher,
+            sender,
+            receiver,
+        })
+    }
+
+    /// A sender for forcing reloads (for instance from a SIGHUP handler).
+    pub fn trigger(&self) -> UnboundedSender<Trigger> {
+        self.sender.clone()
+    }
+
+    /// Reloads `live` after each burst of triggers, until the task is dropped.
+    pub async fn run<C>(mut self, live: Arc<LiveEngine<C>>)
+    where
+        C: Clock + Clone + Send + Sync + 'static,
+    {
+        while let Some(first) = self.receiver.recv().await {
+            let mut force = first == Trigger::Signal;
+            for _ in 0..MAX_DEBOUNCE_ROUNDS {
+                match tokio::time::timeout(DEBOUNCE, self.receiver.recv()).await {
+                    Ok(Some(trigger)) => force |= trigger == Trigger::Signal,
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            let live = Arc::clone(&live);
+            if let Err(error) =
+                tokio::task::spawn_blocking(move || live.reload_and_log(force)).await
+            {
+                tracing::error!(%error, "the reload task failed; keeping the running config");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_limits_files_the_config_file_and_dot_entries_concern_the_config() {
+        let dir = None;
+        assert!(concerns(Path::new("/c/a.yaml"), &dir));
+        assert!(concerns(Path::new("/c/b.yml"), &dir));
+        assert!(concerns(Path::new("/c/..data"), &dir));
+        assert!(concerns(Path::new("/c/..2026_01_01_00_00_00.1"), &dir));
+        assert!(!concerns(Path::new("/c/server.log"), &dir));
+        assert!(!concerns(Path::new("/c/limits.yaml.tmp"), &dir));
+        let file = Some(std::ffi::OsString::from("limits.conf"));
+        assert!(concerns(Path::new("/c/limits.conf"), &file));
+        assert!(!concerns(Path::new("/c/other.conf"), &file));
+    }
+}

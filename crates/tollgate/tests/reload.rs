@@ -1,0 +1,387 @@
+//! `tollgate serve` reloads its limits when they are written in place, renamed over or swapped by a ConfigMap `..data` link, and on SIGHUP.
+//!
+//! Every wait reads the server's log lines with a bounded timeout; no test
+//! sleeps and hopes. Counters are checked on a per-day rule whose limit never
+//! changes, so they cannot roll over during a test (short of midnight UTC).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::Duration;
+
+use tollgate_server::grpc::{self, wire};
+
+/// How long one log line may take to arrive.
+const LINE_BUDGET: Duration = Duration::from_secs(10);
+
+/// The most log lines read while waiting for one.
+const MAX_LINES: usize = 200;
+
+/// The environment variables that would change what the server does.
+const TOLLGATE_VARS: [&str; 9] = [
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "SHADOW_MODE",
+    "LOG_LEVEL",
+    "TOLLGATE_CONFIG",
+    "TOLLGATE_GRPC_ADDR",
+    "TOLLGATE_SHADOW_MODE",
+    "TOLLGATE_MERGE_DOMAINS",
+    "TOLLGATE_LOG_LEVEL",
+];
+
+/// The limits file with `/login` allowing `login` requests a minute; `/keep` never changes.
+fn limits(login: u32) -> String {
+    format!(
+        "domain: edge
+descriptors:
+  - key: path
+    value: /login
+    rate_limit:
+      unit: minute
+      requests_per_unit: {login}
+  - key: path
+    value: /keep
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+"
+    )
+}
+
+/// A limits file with a wrong type at line 7.
+const BROKEN: &str = "domain: edge
+descriptors:
+  - key: path
+    value: /login
+    rate_limit:
+      unit: minute
+      requests_per_unit: lots
+";
+
+/// A scratch directory removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-reload-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the scratch directory is created");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How a test replaces the limits file.
+#[derive(Clone, Copy, Debug)]
+enum Style {
+    /// `write` over the same file.
+    InPlace,
+    /// Write a temporary file, then rename it over the old one.
+    RenameReplace,
+    /// Kubernetes' ConfigMap layout: `limits.yaml -> ..data/limits.yaml`,
+    /// `..data -> ..VERSION`, updated by swapping `..data`.
+    ConfigMap,
+}
+
+impl Style {
+    /// Lays out the first version of the limits in `dir`.
+    fn install(self, dir: &Path, text: &str) {
+        match self {
+            Style::InPlace | Style::RenameReplace => {
+                std::fs::write(dir.join("limits.yaml"), text).expect("written");
+            }
+            Style::ConfigMap => {
+                let version = dir.join("..2026_01_01_00_00_00.1");
+                std::fs::create_dir(&version).expect("created");
+                std::fs::write(version.join("limits.yaml"), text).expect("written");
+                symlink("..2026_01_01_00_00_00.1", &dir.join("..data"));
+                symlink("..data/limits.yaml", &dir.join("limits.yaml"));
+            }
+        }
+    }
+
+    /// Replaces the limits in `dir` with `text`; `version` names a ConfigMap's new directory.
+    fn update(self, dir: &Path, text: &str, version: u32) {
+        match self {
+            Style::InPlace => std::fs::write(dir.join("limits.yaml"), text).expect("written"),
+            Style::RenameReplace => {
+                let tmp = dir.join("limits.yaml.tmp");
+                std::fs::write(&tmp, text).expect("written");
+                std::fs::rename(&tmp, dir.join("limits.yaml")).expect("renamed");
+            }
+            Style::ConfigMap => {
+                let old = std::fs::read_link(dir.join("..data")).expect("..data is a link");
+                let name = format!("..2026_01_01_00_00_0{version}.1");
+                let new = dir.join(&name);
+                std::fs::create_dir(&new).expect("created");
+                std::fs::write(new.join("limits.yaml"), text).expect("written");
+                symlink(&name, &dir.join("..data_tmp"));
+                std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swapped");
+                std::fs::remove_dir_all(dir.join(old)).expect("the old version is removed");
+            }
+        }
+    }
+}
+
+fn symlink(target: impl AsRef<Path>, link: &Path) {
+    std::os::unix::fs::symlink(target, link).expect("symlink created");
+}
+
+/// A `tollgate serve` child, killed and reaped when dropped, whose log lines arrive on a channel.
+struct Server {
+    child: Child,
+    addr: String,
+    lines: Receiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn spawn(config: &Path) -> Server {
+        let config = config.to_str().expect("a UTF-8 path");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command.args([
+            "serve",
+            "--config",
+            config,
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "info",
+        ]);
+        for var in TOLLGATE_VARS {
+            command.env_remove(var);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tollgate binary starts");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        for stream in [
+            Box::new(stdout) as Box<dyn std::io::Read + Send>,
+            Box::new(stderr),
+        ] {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut server = Server {
+            child,
+            addr: String::new(),
+            lines,
+        };
+        let seen = server.wait_for("listening on ");
+        let last = seen.last().cloned().unwrap_or_default();
+        server.addr = last
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("no address in {seen:?}"))
+            .to_owned();
+        server
+    }
+
+    /// The lines up to and including the first that contains `needle`, each awaited at most [`LINE_BUDGET`].
+    fn wait_for(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        for _ in 0..MAX_LINES {
+            match self.lines.recv_timeout(LINE_BUDGET) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    seen.push(line);
+                    if found {
+                        return seen;
+                    }
+                }
+                Err(error) => panic!("no line with {needle:?} ({error}); saw {seen:#?}"),
+            }
+        }
+        panic!("no line with {needle:?} in {MAX_LINES} lines: {seen:#?}");
+    }
+
+    fn hup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+/// A gRPC client on its own single-threaded runtime.
+struct Client {
+    runtime: tokio::runtime::Runtime,
+    channel: tonic::transport::Channel,
+}
+
+impl Client {
+    fn connect(addr: &str) -> Client {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let url = format!("http://{addr}");
+        let channel = runtime
+            .block_on(async {
+                tonic::transport::Channel::from_shared(url)
+                    .expect("a valid URL")
+                    .connect_timeout(LINE_BUDGET)
+                    .timeout(LINE_BUDGET)
+                    .connect()
+                    .await
+            })
+            .expect("connected");
+        Client { runtime, channel }
+    }
+
+    /// One hit on `path=VALUE`: its status.
+    fn hit(&self, value: &str) -> wire::DescriptorStatus {
+        let request = wire::RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![wire::RateLimitDescriptor {
+                entries: vec![wire::Entry {
+                    key: "path".to_owned(),
+                    value: value.to_owned(),
+                }],
+                limit: None,
+                hits_addend: None,
+                is_negative_hits: false,
+            }],
+            hits_addend: 1,
+        };
+        let response = self
+            .runtime
+            .block_on(grpc::should_rate_limit(self.channel.clone(), request))
+            .expect("the call succeeds");
+        response.statuses.into_iter().next().expect("one status")
+    }
+}
+
+fn limit_of(status: &wire::DescriptorStatus) -> u32 {
+    status
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.requests_per_unit)
+}
+
+/// Raises `/login` from 3 to 5 a minute, checks the unchanged counter survived, then breaks the file and checks the old config keeps serving.
+///
+/// With `single_file`, `--config` names `limits.yaml` rather than its directory.
+fn reload_with(style: Style, name: &str, single_file: bool) {
+    let scratch = Scratch::new(name);
+    let dir = &scratch.0;
+    style.install(dir, &limits(3));
+    let config = if single_file {
+        dir.join("limits.yaml")
+    } else {
+        dir.clone()
+    };
+    let server = Server::spawn(&config);
+    let client = Client::connect(&server.addr);
+
+    for expected in [99, 98] {
+        let keep = client.hit("/keep");
+        assert_eq!(keep.code, wire::CODE_OK);
+        assert_eq!(keep.limit_remaining, expected);
+    }
+    for _ in 0..3 {
+        let login = client.hit("/login");
+        assert_eq!(login.code, wire::CODE_OK);
+        assert_eq!(limit_of(&login), 3);
+    }
+
+    style.update(dir, &limits(5), 2);
+    let seen = server.wait_for("config reloaded");
+    assert!(
+        seen.iter()
+            .all(|l| !l.contains("keeping the running config")),
+        "{seen:#?}"
+    );
+
+    // The fourth login in the minute passes now: the limit is 5, and its
+    // counter started over because the limit changed.
+    let login = client.hit("/login");
+    assert_eq!(login.code, wire::CODE_OK, "{login:?}");
+    assert_eq!(limit_of(&login), 5);
+    assert_eq!(login.limit_remaining, 4, "{login:?}");
+    // The unchanged rule kept its count through the reload.
+    let keep = client.hit("/keep");
+    assert_eq!(keep.limit_remaining, 97, "{keep:?}");
+
+    // A broken file: the error is logged at file:line:col and the running config stays.
+    style.update(dir, BROKEN, 3);
+    let seen = server.wait_for("keeping the running config");
+    assert!(
+        seen.iter().any(|l| l.contains("limits.yaml:7:")),
+        "no file:line:col in {seen:#?}"
+    );
+    let login = client.hit("/login");
+    assert_eq!(limit_of(&login), 5, "{login:?}");
+    let keep = client.hit("/keep");
+    assert_eq!(keep.limit_remaining, 96, "{keep:?}");
+}
+
+#[test]
+fn a_file_written_in_place_reloads_and_a_bad_one_keeps_the_running_config() {
+    reload_with(Style::InPlace, "in-place", false);
+}
+
+#[test]
+fn a_file_renamed_over_reloads_and_a_bad_one_keeps_the_running_config() {
+    reload_with(Style::RenameReplace, "rename", false);
+}
+
+#[test]
+fn a_configmap_data_swap_reloads_and_a_bad_one_keeps_the_running_config() {
+    reload_with(Style::ConfigMap, "configmap", false);
+}
+
+#[test]
+fn a_single_file_config_follows_rename_replace_and_a_configmap_swap() {
+    reload_with(Style::RenameReplace, "file-rename", true);
+    reload_with(Style::ConfigMap, "file-configmap", true);
+}
+
+#[test]
+fn sighup_forces_a_reload_and_counters_survive() {
+    let scratch = Scratch::new("sighup");
+    Style::InPlace.install(&scratch.0, &limits(3));
+    let server = Server::spawn(&scratch.0);
+    let client = Client::connect(&server.addr);
+    assert_eq!(client.hit("/keep").limit_remaining, 99);
+
+    // The files did not change: only the signal can cause this reload.
+    server.hup();
+    let seen = server.wait_for("config reloaded");
+    assert!(
+        seen.iter().any(|l| l.contains("SIGHUP received")),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.last().is_some_and(|l| l.contains("forced=true")),
+        "{seen:#?}"
+    );
+    assert_eq!(client.hit("/keep").limit_remaining, 98);
+}
