@@ -45,6 +45,7 @@ use crate::engine::{
     RateLimitRequest, RateLimitResponse,
 };
 use crate::headers::ResponseHeaders;
+use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
 
 /// The RLS v3 messages this service reads and writes, field for field with Envoy 1.40's protos.
@@ -216,6 +217,7 @@ pub const UPSTREAM_HEALTH_NAME: &str = "ratelimit";
 pub struct RateLimitGrpc<C: Clock> {
     engine: Arc<LiveEngine<C>>,
     headers: Arc<ResponseHeaders>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<C: Clock> RateLimitGrpc<C> {
@@ -231,7 +233,18 @@ impl<C: Clock> RateLimitGrpc<C> {
 
     /// A service answering from whatever engine `engine` has in service, adding what `headers` renders.
     pub fn live(engine: Arc<LiveEngine<C>>, headers: Arc<ResponseHeaders>) -> Self {
-        RateLimitGrpc { engine, headers }
+        RateLimitGrpc {
+            engine,
+            headers,
+            metrics: None,
+        }
+    }
+
+    /// This service, counting its answers in `metrics` (api `grpc`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The response headers it adds.
@@ -254,8 +267,17 @@ impl<C: Clock> RateLimitGrpc<C> {
         &self,
         request: wire::RateLimitRequest,
     ) -> Result<wire::RateLimitResponse, Status> {
+        let start = self.metrics.as_ref().map(|m| m.start());
         let request = engine_request(request);
-        match self.engine.load().should_rate_limit(&request) {
+        let engine = self.engine.load();
+        let answer = engine.should_rate_limit(&request);
+        if let (Some(metrics), Some(start)) = (&self.metrics, start) {
+            if let Ok(response) = &answer {
+                metrics.observe(engine.rules(), &request, response);
+            }
+            metrics.observe_duration("grpc", start);
+        }
+        match answer {
             Ok(response) => {
                 let mut wire = wire_response(&response);
                 let rendered = self.headers.render(&request.descriptors, &response);
@@ -280,6 +302,7 @@ impl<C: Clock> Clone for RateLimitGrpc<C> {
         RateLimitGrpc {
             engine: Arc::clone(&self.engine),
             headers: Arc::clone(&self.headers),
+            metrics: self.metrics.clone(),
         }
     }
 }

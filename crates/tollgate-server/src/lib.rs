@@ -3,16 +3,18 @@
 //! [`engine`] holds the decision engine: plain Rust types that mirror the RLS
 //! v3 request and response, and [`Engine`], which answers them with
 //! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's
-//! `RateLimitService` plus the gRPC health service; the HTTP JSON API and
-//! metrics will sit on top of it the same way. [`headers`] renders the
-//! optional response headers and 429 body Envoy adds to its reply. [`reload`]
-//! swaps in a new configuration while serving, when its files change or on
-//! demand. This
-//! crate knows nothing of the proxy.
+//! `RateLimitService` plus the gRPC health service; [`http`] serves it as
+//! upstream's `/json` endpoint, a native `/v1/check`, health checks and
+//! `/metrics`; [`metrics`] counts what both front ends answer. [`headers`]
+//! renders the optional response headers and 429 body Envoy adds to its
+//! reply. [`reload`] swaps in a new configuration while serving, when its
+//! files change or on demand. This crate knows nothing of the proxy.
 
 pub mod engine;
 pub mod grpc;
 pub mod headers;
+pub mod http;
+pub mod metrics;
 pub mod reload;
 
 pub use engine::{

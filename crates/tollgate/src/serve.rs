@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -11,10 +12,11 @@ use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
 use tollgate_rules::LoadOptions;
+use tollgate_server::metrics::{ConfigStats, Metrics};
 use tollgate_server::reload::read_config;
 use tollgate_server::{
     ConfigWatcher, Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine,
-    ResponseHeaders, Trigger, grpc,
+    ResponseHeaders, Trigger, grpc, http,
 };
 
 use crate::CommandError;
@@ -23,16 +25,20 @@ use crate::CommandError;
 const DEFAULT_GRPC_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8081);
 
+/// The HTTP address served when neither a flag nor an environment variable names one.
+const DEFAULT_HTTP_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+
 /// The arguments of `tollgate serve`.
 ///
 /// Each flag has a `TOLLGATE_*` variable; upstream envoyproxy/ratelimit's
-/// `GRPC_HOST`/`GRPC_PORT`, `SHADOW_MODE`, `LOG_LEVEL` and
+/// `GRPC_HOST`/`GRPC_PORT`, `HOST`/`PORT`, `SHADOW_MODE`, `LOG_LEVEL` and
 /// `LIMIT_RESPONSE_HEADERS_ENABLED` (with `LIMIT_LIMIT_HEADER`,
 /// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`) are read too, after the
 /// flag and the `TOLLGATE_*` variable.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, SHADOW_MODE, LOG_LEVEL and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
+    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, HOST (default 0.0.0.0) and PORT (the HTTP API), SHADOW_MODE, LOG_LEVEL and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
 )]
 pub struct ServeArgs {
     /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
@@ -44,6 +50,16 @@ pub struct ServeArgs {
     /// bound is printed on stdout as `listening on ADDR`.
     #[arg(long, env = "TOLLGATE_GRPC_ADDR", value_name = "ADDR")]
     pub grpc_addr: Option<SocketAddr>,
+    /// The address the HTTP API (`/json`, `/v1/check`, health checks,
+    /// `/rlconfig`) listens on [default: 127.0.0.1:8080]; port 0 picks a
+    /// free port. The address bound is printed on stdout as
+    /// `http listening on ADDR`.
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", value_name = "ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// Allowed hits above this fraction of a limit also count in
+    /// `ratelimit_near_limit` (between 0 and 1).
+    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", value_name = "RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
+    pub near_limit_ratio: f64,
     /// Answer OK overall whatever the limits say, still counting and
     /// reporting every descriptor (upstream's SHADOW_MODE).
     #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
@@ -87,6 +103,7 @@ pub struct ServeArgs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Settings {
     grpc_addr: SocketAddr,
+    http_addr: SocketAddr,
     shadow_mode: bool,
     log_level: tracing::Level,
     headers: HeaderOptions,
@@ -98,20 +115,14 @@ fn settings(
     args: &ServeArgs,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Settings, CommandError> {
-    let grpc_addr = match (args.grpc_addr, env("GRPC_PORT")) {
-        (Some(addr), _) => addr,
-        (None, Some(port)) => {
-            let port: u16 = port.trim().parse().map_err(|_| {
-                CommandError::Usage(format!("GRPC_PORT={port:?} is not a port number"))
-            })?;
-            let host = env("GRPC_HOST").unwrap_or_else(|| "0.0.0.0".to_owned());
-            let ip: std::net::IpAddr = host.trim().parse().map_err(|_| {
-                CommandError::Usage(format!("GRPC_HOST={host:?} is not an IP address"))
-            })?;
-            SocketAddr::new(ip, port)
-        }
-        (None, None) => DEFAULT_GRPC_ADDR,
-    };
+    let grpc_addr = listen_addr(
+        args.grpc_addr,
+        "GRPC_HOST",
+        "GRPC_PORT",
+        DEFAULT_GRPC_ADDR,
+        &env,
+    )?;
+    let http_addr = listen_addr(args.http_addr, "HOST", "PORT", DEFAULT_HTTP_ADDR, &env)?;
     let upstream_shadow = match env("SHADOW_MODE") {
         None => false,
         Some(value) => parse_bool(&value).ok_or_else(|| {
@@ -159,10 +170,44 @@ fn settings(
     };
     Ok(Settings {
         grpc_addr,
+        http_addr,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
         headers,
     })
+}
+
+/// The address to listen on: the flag, else upstream's `host_var`
+/// (default 0.0.0.0) and `port_var` when the port is set, else `default`.
+fn listen_addr(
+    flag: Option<SocketAddr>,
+    host_var: &str,
+    port_var: &str,
+    default: SocketAddr,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<SocketAddr, CommandError> {
+    match (flag, env(port_var)) {
+        (Some(addr), _) => Ok(addr),
+        (None, Some(port)) => {
+            let port: u16 = port.trim().parse().map_err(|_| {
+                CommandError::Usage(format!("{port_var}={port:?} is not a port number"))
+            })?;
+            let host = env(host_var).unwrap_or_else(|| "0.0.0.0".to_owned());
+            let ip: std::net::IpAddr = host.trim().parse().map_err(|_| {
+                CommandError::Usage(format!("{host_var}={host:?} is not an IP address"))
+            })?;
+            Ok(SocketAddr::new(ip, port))
+        }
+        (None, None) => Ok(default),
+    }
+}
+
+/// Parses a ratio between 0 and 1.
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text:?} is not a number between 0 and 1")),
+    }
 }
 
 /// Whether `name` is an HTTP field name (an RFC 9110 token).
@@ -252,14 +297,26 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
-    runtime.block_on(serve(settings.grpc_addr, live, headers))
+    let metrics = Arc::new(Metrics::new(
+        Arc::clone(&live) as Arc<dyn ConfigStats>,
+        args.near_limit_ratio,
+    ));
+    runtime.block_on(serve(
+        settings.grpc_addr,
+        settings.http_addr,
+        live,
+        headers,
+        metrics,
+    ))
 }
 
-/// Binds `addr`, announces the bound address and serves until a shutdown signal.
+/// Binds both addresses, announces them and serves gRPC and HTTP until a shutdown signal.
 async fn serve(
     addr: SocketAddr,
+    http_addr: SocketAddr,
     live: Arc<LiveEngine<CoarseClock>>,
     headers: Arc<ResponseHeaders>,
+    metrics: Arc<Metrics>,
 ) -> Result<(), CommandError> {
     let _reloader = start_reloader(&live);
     let listener = TcpListener::bind(addr)
@@ -279,15 +336,52 @@ async fn serve(
         raw_body = options.raw_body,
         "gRPC rate limit service listening"
     );
+    let http_listener = TcpListener::bind(http_addr)
+        .await
+        .map_err(|error| CommandError::Failed(format!("cannot listen on {http_addr}: {error}")))?;
+    let http_bound = http_listener
+        .local_addr()
+        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    tracing::info!(addr = %http_bound, "HTTP API listening");
     let mut stdout = std::io::stdout().lock();
-    // A closed stdout must not stop the server; the log line above says the same.
-    let _ = writeln!(stdout, "listening on {bound}").and_then(|()| stdout.flush());
+    // A closed stdout must not stop the server; the log lines above say the same.
+    let _ = writeln!(stdout, "listening on {bound}")
+        .and_then(|()| writeln!(stdout, "http listening on {http_bound}"))
+        .and_then(|()| stdout.flush());
     drop(stdout);
 
-    let service = grpc::RateLimitGrpc::live(live, headers);
-    grpc::serve_with(listener, service, shutdown_signal())
-        .await
-        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))?;
+    // One signal stops both servers; /readyz turns 503 as soon as it arrives.
+    let ready = Arc::new(AtomicBool::new(true));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let signal_task = {
+        let ready = Arc::clone(&ready);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            ready.store(false, Ordering::Release);
+            let _ = stop.send(true);
+        })
+    };
+    let _signal_task = AbortOnDrop(vec![signal_task]);
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+
+    let router = http::router(
+        http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
+            .with_metrics(Arc::clone(&metrics)),
+    );
+    let service = grpc::RateLimitGrpc::live(live, headers).with_metrics(metrics);
+    let grpc_server = async {
+        grpc::serve_with(listener, service, until_stopped(stopped.clone()))
+            .await
+            .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+    };
+    let http_server = async {
+        http::serve(http_listener, router, until_stopped(stopped.clone()))
+            .await
+            .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
+    };
+    tokio::try_join!(grpc_server, http_server)?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -411,6 +505,7 @@ mod tests {
     fn defaults_are_loopback_8081_no_shadow_info() {
         let s = resolve(&[], &[]).expect("valid");
         assert_eq!(s.grpc_addr, addr("127.0.0.1:8081"));
+        assert_eq!(s.http_addr, addr("127.0.0.1:8080"));
         assert!(!s.shadow_mode);
         assert_eq!(s.log_level, tracing::Level::INFO);
         assert_eq!(s.headers, HeaderOptions::default());
@@ -481,6 +576,18 @@ mod tests {
         ];
         let s = resolve(&[], &env).expect("valid");
         assert_eq!(s.grpc_addr, addr("0.0.0.0:9091"));
+        assert_eq!(s.http_addr, addr("127.0.0.1:8080"));
+        let upstream_http = [("HOST", "127.0.0.1"), ("PORT", "9090")];
+        assert_eq!(
+            resolve(&[], &upstream_http).expect("valid").http_addr,
+            addr("127.0.0.1:9090")
+        );
+        assert_eq!(
+            resolve(&["--http-addr", "127.0.0.1:0"], &upstream_http)
+                .expect("valid")
+                .http_addr,
+            addr("127.0.0.1:0")
+        );
         assert!(s.shadow_mode);
         assert_eq!(s.log_level, tracing::Level::DEBUG);
 
@@ -500,6 +607,7 @@ mod tests {
     fn bad_upstream_values_are_usage_errors() {
         for env in [
             [("GRPC_PORT", "http")],
+            [("PORT", "eighty")],
             [("SHADOW_MODE", "maybe")],
             [("LOG_LEVEL", "loud")],
             [("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please")],

@@ -52,6 +52,8 @@ impl Server {
             "../../examples/limits",
             "--grpc-addr",
             "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -141,6 +141,8 @@ impl Tollgate {
         command.arg("serve").arg("--config").arg(config).args([
             "--grpc-addr",
             "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
             "--log-level",
             "warn",
         ]);

@@ -160,6 +160,8 @@ impl Server {
             config,
             "--grpc-addr",
             "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
             "--log-level",
             "info",
         ]);

@@ -149,6 +149,8 @@ fn serve_answers_check_until_the_first_over_limit_and_drains_on_sigterm() {
         "../../examples/limits",
         "--grpc-addr",
         "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
         "--log-level",
         "warn",
     ]);
@@ -261,7 +263,15 @@ fn upstream_variables_choose_the_address_and_shadow_mode() {
 #[test]
 fn a_bad_config_exits_1_with_file_line_col_and_never_listens() {
     let path = "tests/fixtures/limits/bad/unknown_key.yaml";
-    let mut server = Server::spawn(&["serve", "--config", path, "--grpc-addr", "127.0.0.1:0"]);
+    let mut server = Server::spawn(&[
+        "serve",
+        "--config",
+        path,
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]);
     let (code, stdout, stderr) = server.finish();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(

@@ -1,0 +1,292 @@
+//! Prometheus metrics: per-rule hit counters, request latency and config reloads.
+//!
+//! [`Metrics::observe`] counts one answered request; the gRPC and HTTP front
+//! ends call it where the engine's statuses become a response, so the
+//! engine's hot loop counts nothing. Per-rule counters carry the labels
+//! `domain` and `descriptor`, the rule's dotted config path without the
+//! domain (`path_/login`), so their number is bounded by the config; a rule
+//! with `detailed_metric: true` is labelled with the request's entries
+//! instead (`path_/login.user_alice`), as upstream's detailed stats are.
+//! Descriptors that match no rule, or that nothing limits, are not counted.
+//!
+//! prometheus-client writes counters with the OpenMetrics `_total` suffix,
+//! so the rule counters are exported as `ratelimit_total_hits_total`,
+//! `ratelimit_over_limit_total`, `ratelimit_near_limit_total` and
+//! `ratelimit_within_limit_total`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tollgate_core::{Clock, MonotonicClock, Timestamp};
+use tollgate_rules::RuleSet;
+
+use crate::engine::{Code, RateLimitRequest, RateLimitResponse};
+use crate::reload::LiveEngine;
+
+/// The near-limit ratio used when none is configured (upstream's `NEAR_LIMIT_RATIO`).
+pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
+
+/// The labels of a per-rule counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The rule's domain.
+    pub domain: String,
+    /// The rule's dotted path without the domain, or the request's entries for detailed rules.
+    pub descriptor: String,
+}
+
+/// The label of the latency histogram: which front end answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    /// `grpc` or `http`.
+    pub api: String,
+}
+
+/// The label of `ratelimit_config_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HashLabels {
+    hash: String,
+}
+
+/// Reload statistics read at scrape time.
+pub trait ConfigStats: fmt::Debug + Send + Sync + 'static {
+    /// Successful loads, the initial one included.
+    fn successes(&self) -> u64;
+    /// Failed reloads.
+    fn failures(&self) -> u64;
+    /// The hash of the config in service.
+    fn config_hash(&self) -> u64;
+}
+
+impl<C: Clock + 'static> ConfigStats for LiveEngine<C> {
+    /// Successful reloads, plus the initial load when the engine was loaded from a file.
+    fn successes(&self) -> u64 {
+        LiveEngine::successes(self) + u64::from(self.path().is_some())
+    }
+
+    fn failures(&self) -> u64 {
+        LiveEngine::failures(self)
+    }
+
+    fn config_hash(&self) -> u64 {
+        LiveEngine::config_hash(self)
+    }
+}
+
+/// Writes the config counters and info gauge from [`ConfigStats`] on each scrape.
+#[derive(Debug)]
+struct ConfigCollector(Arc<dyn ConfigStats>);
+
+impl prometheus_client::collector::Collector for ConfigCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let success = ConstCounter::new(self.0.successes());
+        let metric = encoder.encode_descriptor(
+            "ratelimit_config_load_success",
+            "Config loads that succeeded, the first one included",
+            None,
+            success.metric_type(),
+        )?;
+        success.encode(metric)?;
+        let error = ConstCounter::new(self.0.failures());
+        let metric = encoder.encode_descriptor(
+            "ratelimit_config_load_error",
+            "Config reloads that failed (the previous config stayed in service)",
+            None,
+            error.metric_type(),
+        )?;
+        error.encode(metric)?;
+        let info = ConstGauge::new(1_i64);
+        let labels = HashLabels {
+            hash: format!("{:016x}", self.0.config_hash()),
+        };
+        let mut family = encoder.encode_descriptor(
+            "ratelimit_config_info",
+            "Always 1; the label `hash` identifies the config in service",
+            None,
+            info.metric_type(),
+        )?;
+        let metric = family.encode_family(&labels)?;
+        info.encode(metric)
+    }
+}
+
+/// The service's metrics; share one behind an `Arc` between the front ends.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    total_hits: Family<RuleLabels, Counter>,
+    over_limit: Family<RuleLabels, Counter>,
+    near_limit: Family<RuleLabels, Counter>,
+    within_limit: Family<RuleLabels, Counter>,
+    duration: Family<ApiLabels, Histogram>,
+    near_limit_ratio: f64,
+    clock: MonotonicClock,
+}
+
+impl Metrics {
+    /// Metrics reading reload statistics from `config`, counting near-limit hits above `near_limit_ratio` × limit.
+    pub fn new(config: Arc<dyn ConfigStats>, near_limit_ratio: f64) -> Self {
+        let mut registry = Registry::default();
+        let total_hits = Family::<RuleLabels, Counter>::default();
+        let over_limit = Family::<RuleLabels, Counter>::default();
+        let near_limit = Family::<RuleLabels, Counter>::default();
+        let within_limit = Family::<RuleLabels, Counter>::default();
+        let duration = Family::<ApiLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.000_01, 4.0, 10))) as fn() -> Histogram,
+        );
+        registry.register(
+            "ratelimit_total_hits",
+            "Hits counted against a rule",
+            total_hits.clone(),
+        );
+        registry.register(
+            "ratelimit_over_limit",
+            "Hits of OVER_LIMIT answers",
+            over_limit.clone(),
+        );
+        registry.register(
+            "ratelimit_near_limit",
+            "Allowed hits above near_limit_ratio times the limit",
+            near_limit.clone(),
+        );
+        registry.register(
+            "ratelimit_within_limit",
+            "Hits of OK answers",
+            within_limit.clone(),
+        );
+        registry.register(
+            "ratelimit_request_duration_seconds",
+            "Time to answer one rate limit request, by front end",
+            duration.clone(),
+        );
+        registry.register_collector(Box::new(ConfigCollector(config)));
+        Metrics {
+            registry,
+            total_hits,
+            over_limit,
+            near_limit,
+            within_limit,
+            duration,
+            near_limit_ratio: if near_limit_ratio.is_finite() {
+                near_limit_ratio.clamp(0.0, 1.0)
+            } else {
+                DEFAULT_NEAR_LIMIT_RATIO
+            },
+            clock: MonotonicClock::new(),
+        }
+    }
+
+    /// Counts one answered request: per-rule hits from the statuses, against the rules that matched.
+    pub fn observe(
+        &self,
+        rules: &RuleSet,
+        request: &RateLimitRequest,
+        response: &RateLimitResponse,
+    ) {
+        let request_hits = u64::from(request.hits_addend.max(1));
+        for (descriptor, status) in request.descriptors.iter().zip(&response.statuses) {
+            if descriptor.is_negative_hits {
+                continue;
+            }
+            let Some(limit) = status.current_limit.as_ref() else {
+                continue;
+            };
+            let Some(rule) = rules.find(&request.domain, &descriptor.entries) else {
+                continue;
+            };
+            let hits = descriptor.hits_addend.unwrap_or(request_hits);
+            let descriptor_label = if rule.detailed_metric {
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|(k, v)| format!("{k}_{v}"))
+                    .collect::<Vec<_>>()
+                    .join(".")
+            } else {
+                let full = rule.dotted_path(&request.domain);
+                full.strip_prefix(&format!("{}.", request.domain))
+                    .map(str::to_owned)
+                    .unwrap_or(full)
+            };
+            let labels = RuleLabels {
+                domain: request.domain.clone(),
+                descriptor: descriptor_label,
+            };
+            self.total_hits.get_or_create(&labels).inc_by(hits);
+            match status.code {
+                Code::OverLimit => {
+                    self.over_limit.get_or_create(&labels).inc_by(hits);
+                }
+                Code::Ok => {
+                    self.within_limit.get_or_create(&labels).inc_by(hits);
+                    let near = near_hits(
+                        u64::from(limit.requests_per_unit),
+                        u64::from(status.limit_remaining),
+                        hits,
+                        self.near_limit_ratio,
+                    );
+                    if near > 0 {
+                        self.near_limit.get_or_create(&labels).inc_by(near);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A start time for [`Metrics::observe_duration`].
+    pub fn start(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Records the time since `start` for `api` (`grpc` or `http`).
+    pub fn observe_duration(&self, api: &str, start: Timestamp) {
+        let elapsed = self.clock.now().saturating_since(start);
+        self.duration
+            .get_or_create(&ApiLabels {
+                api: api.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn render(&self) -> Result<String, fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// The hits of an allowed call that landed above `ratio` × `limit`, given what remained after it.
+fn near_hits(limit: u64, remaining: u64, hits: u64, ratio: f64) -> u64 {
+    // The limit fits in u32, so the product is exact enough in f64.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let threshold = (limit as f64 * ratio).floor() as u64;
+    let after = limit.saturating_sub(remaining);
+    let before = after.saturating_sub(hits);
+    if after > threshold {
+        after - threshold.max(before)
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::near_hits;
+
+    #[test]
+    fn near_hits_counts_only_the_part_above_the_threshold() {
+        // limit 10, threshold 8: the 9th and 10th hits are near the limit.
+        assert_eq!(near_hits(10, 2, 1, 0.8), 0);
+        assert_eq!(near_hits(10, 1, 1, 0.8), 1);
+        assert_eq!(near_hits(10, 0, 1, 0.8), 1);
+        assert_eq!(near_hits(10, 0, 5, 0.8), 2);
+        assert_eq!(near_hits(0, 0, 1, 0.8), 0);
+    }
+}

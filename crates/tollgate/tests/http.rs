@@ -1,0 +1,176 @@
+//! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::Duration;
+
+/// How long the child may take to print its addresses, and one exchange may take.
+const BUDGET: Duration = Duration::from_secs(30);
+
+/// The environment variables that would change what `serve` does.
+const VARS: [&str; 13] = [
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "HOST",
+    "PORT",
+    "SHADOW_MODE",
+    "LOG_LEVEL",
+    "TOLLGATE_CONFIG",
+    "TOLLGATE_GRPC_ADDR",
+    "TOLLGATE_HTTP_ADDR",
+    "TOLLGATE_SHADOW_MODE",
+    "TOLLGATE_MERGE_DOMAINS",
+    "TOLLGATE_LOG_LEVEL",
+    "TOLLGATE_NEAR_LIMIT_RATIO",
+];
+
+/// A `tollgate serve` child, killed and reaped when dropped.
+struct Server {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn spawn() -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        command
+            .args([
+                "serve",
+                "--config",
+                "../../examples/limits",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "warn",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        for var in VARS {
+            command.env_remove(var);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the tollgate binary starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server { child, lines }
+    }
+
+    /// The line after `prefix`, waiting at most [`BUDGET`] for each line.
+    fn line_after(&self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(BUDGET)
+                .unwrap_or_else(|error| panic!("no `{prefix}` line within {BUDGET:?}: {error}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+    }
+}
+
+/// Sends one HTTP/1.1 request with `Connection: close`; the status code and body.
+fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP address");
+    stream.set_read_timeout(Some(BUDGET)).expect("read timeout");
+    stream
+        .set_write_timeout(Some(BUDGET))
+        .expect("write timeout");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .expect("send the request");
+    let mut raw = String::new();
+    stream
+        .read_to_string(&mut raw)
+        .expect("read the whole reply");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+#[test]
+fn serve_answers_json_and_metrics_over_http() {
+    let server = Server::spawn();
+    let grpc = server.line_after("listening on ");
+    let http = server.line_after("http listening on ");
+    assert!(grpc.starts_with("127.0.0.1:"), "{grpc}");
+    assert!(http.starts_with("127.0.0.1:"), "{http}");
+    assert_ne!(grpc, http);
+
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"path","value":"/login"}]}]}"#;
+    let codes: Vec<u16> = (0..4)
+        .map(|_| exchange(&http, "POST", "/json", body).0)
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 429]);
+    let (status, reply) = exchange(&http, "POST", "/json", body);
+    assert_eq!(status, 429);
+    assert!(reply.contains(r#""overallCode":"OVER_LIMIT""#), "{reply}");
+
+    // One gRPC call through `tollgate check` is counted in the same metrics.
+    let url = format!("http://{grpc}");
+    let mut check = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    for var in VARS {
+        check.env_remove(var);
+    }
+    let output = check
+        .args(["check", "--addr", &url, "--domain", "edge", "path=/login"])
+        .output()
+        .expect("tollgate check runs");
+    assert!(
+        !output.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let (status, text) = exchange(&http, "GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for expected in [
+        r#"ratelimit_total_hits_total{domain="edge",descriptor="path_/login"} 6"#,
+        r#"ratelimit_over_limit_total{domain="edge",descriptor="path_/login"} 3"#,
+        r#"ratelimit_request_duration_seconds_count{api="http"} 5"#,
+        r#"ratelimit_request_duration_seconds_count{api="grpc"} 1"#,
+        r#"ratelimit_within_limit_total{domain="edge",descriptor="path_/login"} 3"#,
+        "ratelimit_config_load_success_total 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == expected),
+            "no `{expected}` in:\n{text}"
+        );
+    }
+    assert_eq!(
+        exchange(&http, "GET", "/healthcheck", ""),
+        (200, "OK".to_owned())
+    );
+    assert_eq!(exchange(&http, "GET", "/readyz", "").0, 200);
+}
