@@ -1,6 +1,7 @@
 //! The gRPC service answers Envoy's `ShouldRateLimit` and the health check over a real loopback connection.
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,20 +14,15 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value, UIn
 use rls::rate_limit_response::rate_limit::Unit as PbUnit;
 use rls::rate_limit_response::{Code as PbCode, RateLimit};
 use rls::rate_limit_service_client::RateLimitServiceClient;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_core::{ManualClock, Timestamp};
-use tollgate_rules::{LoadOptions, load_sources};
+use tollgate_core::ManualClock;
 use tollgate_server::grpc::{self, wire};
-use tollgate_server::{Engine, EngineOptions, HeaderOptions, Jitter, ResponseHeaders};
+use tollgate_server::{HeaderOptions, Jitter, ResponseHeaders};
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-
-/// A minute boundary: a whole number of minutes since the epoch.
-const MINUTE_START: u64 = 1_699_999_980;
 
 const LIMITS: &str = "\
 domain: edge
@@ -68,19 +64,8 @@ impl TestServer {
 
     /// [`TestServer::start`] with response headers rendered by `headers` (none when `None`).
     async fn start_with(millis_into_minute: u64, headers: Option<ResponseHeaders>) -> TestServer {
-        let loaded = load_sources([(Path::new("test.yaml"), LIMITS)], LoadOptions::default());
-        assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
-        let clock = ManualClock::new(Timestamp::from_millis(
-            MINUTE_START * 1000 + millis_into_minute,
-        ));
-        let engine = Arc::new(Engine::new(
-            Arc::new(loaded.rule_set),
-            EngineOptions::default(),
-            clock.clone(),
-        ));
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
+        let (engine, clock) = common::engine(LIMITS, millis_into_minute);
+        let listener = common::bind_loopback().await;
         let addr = format!("http://{}", listener.local_addr().expect("local address"));
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async {

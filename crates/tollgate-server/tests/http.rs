@@ -1,25 +1,19 @@
 //! The HTTP API answers `/json`, `/v1/check`, health checks and `/rlconfig` over a real loopback connection.
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_core::{ManualClock, Timestamp};
-use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::http::{self, HttpState};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
-use tollgate_server::{
-    Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine, ResponseHeaders,
-};
-
-/// A minute boundary: a whole number of minutes since the epoch.
-const MINUTE_START: u64 = 1_699_999_980;
+use tollgate_server::{HeaderOptions, Jitter, LimitHeaderNames, LiveEngine, ResponseHeaders};
 
 /// How long one request may take, connection included.
 const BUDGET: Duration = Duration::from_secs(10);
@@ -55,14 +49,7 @@ struct TestServer {
 impl TestServer {
     /// Starts a server 45 s into a minute, adding the limit headers when `limit_headers`.
     async fn start(limit_headers: bool) -> TestServer {
-        let loaded = load_sources([(Path::new("test.yaml"), LIMITS)], LoadOptions::default());
-        assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
-        let clock = ManualClock::new(Timestamp::from_millis(MINUTE_START * 1000 + 45_000));
-        let engine = Arc::new(Engine::new(
-            Arc::new(loaded.rule_set),
-            EngineOptions::default(),
-            clock,
-        ));
+        let (engine, _clock) = common::engine(LIMITS, 45_000);
         let headers = ResponseHeaders::new(
             HeaderOptions {
                 limit_headers,
@@ -79,9 +66,7 @@ impl TestServer {
         ));
         let state =
             HttpState::new(live, Arc::new(headers), Arc::clone(&ready)).with_metrics(metrics);
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
+        let listener = common::bind_loopback().await;
         let addr = listener.local_addr().expect("local address").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(http::serve(listener, http::router(state), async {

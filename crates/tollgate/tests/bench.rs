@@ -1,90 +1,24 @@
 //! `tollgate bench rls` loads a `tollgate serve` child and reports consistent counts and latencies.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::Duration;
+mod support;
 
-/// How long the server may take to print its address.
-const BUDGET: Duration = Duration::from_secs(30);
+use std::process::Output;
 
-/// The environment variables that would change what the commands do.
-const TOLLGATE_VARS: [&str; 9] = [
-    "GRPC_HOST",
-    "GRPC_PORT",
-    "SHADOW_MODE",
-    "LOG_LEVEL",
-    "TOLLGATE_CONFIG",
-    "TOLLGATE_GRPC_ADDR",
-    "TOLLGATE_SHADOW_MODE",
-    "TOLLGATE_MERGE_DOMAINS",
-    "TOLLGATE_LOG_LEVEL",
-];
+use support::{Server, tollgate};
 
-fn tollgate(args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    command.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
-    for var in TOLLGATE_VARS {
-        command.env_remove(var);
-    }
-    command
-}
-
-/// A `tollgate serve` child on the example limits, killed and reaped when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn spawn() -> Server {
-        let mut child = tollgate(&[
-            "serve",
-            "--config",
-            "../../examples/limits",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the tollgate binary starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        // Build the guard first so the child is killed even if no address comes.
-        let mut server = Server {
-            child,
-            addr: String::new(),
-        };
-        loop {
-            let line = rx
-                .recv_timeout(BUDGET)
-                .expect("a `listening on` line in time");
-            if let Some(addr) = line.strip_prefix("listening on ") {
-                server.addr = format!("http://{addr}");
-                return server;
-            }
-        }
-    }
+/// A `tollgate serve` child on the example limits; its gRPC address as a URL.
+fn spawn_server() -> (Server, String) {
+    let server = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]);
+    let addr = format!("http://{}", server.address());
+    (server, addr)
 }
 
 fn bench(addr: &str, descriptors: &[&str], extra: &[&str]) -> Output {
@@ -149,8 +83,8 @@ fn assert_consistent(report: &serde_json::Value) {
 
 #[test]
 fn a_closed_loop_over_ten_keys_counts_every_answer() {
-    let server = Server::spawn();
-    let output = bench(&server.addr, &["path=/p{k}"], &["--keys", "10"]);
+    let (_server, addr) = spawn_server();
+    let output = bench(&addr, &["path=/p{k}"], &["--keys", "10"]);
     let report = report(&output);
     assert_consistent(&report);
     assert_eq!(report["mode"], "closed");
@@ -159,8 +93,8 @@ fn a_closed_loop_over_ten_keys_counts_every_answer() {
 
 #[test]
 fn the_login_limit_shows_over_limit_and_lets_at_most_three_a_minute_through() {
-    let server = Server::spawn();
-    let output = bench(&server.addr, &["path=/login"], &[]);
+    let (_server, addr) = spawn_server();
+    let output = bench(&addr, &["path=/login"], &[]);
     let report = report(&output);
     assert_consistent(&report);
     assert!(count(&report, "over_limit") > 0, "{report}");
@@ -171,12 +105,8 @@ fn the_login_limit_shows_over_limit_and_lets_at_most_three_a_minute_through() {
 
 #[test]
 fn an_open_loop_keeps_its_rate() {
-    let server = Server::spawn();
-    let output = bench(
-        &server.addr,
-        &["path=/p{k}"],
-        &["--keys", "10", "--rate", "200"],
-    );
+    let (_server, addr) = spawn_server();
+    let output = bench(&addr, &["path=/p{k}"], &["--keys", "10", "--rate", "200"]);
     let report = report(&output);
     assert_consistent(&report);
     assert_eq!(report["mode"], "open");

@@ -5,8 +5,10 @@
 //!
 //! Everything listens on 127.0.0.1 and every wait is bounded.
 
+mod support;
+
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,11 +18,10 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use support::{BUDGET, forward_lines, tollgate};
+
 /// The Envoy release the test is written against (scripts/test.sh installs it).
 const ENVOY_VERSION: &str = "1.40.0";
-
-/// How long `tollgate serve` may take to print its address.
-const TOLLGATE_BUDGET: Duration = Duration::from_secs(30);
 
 /// Envoy's readiness: this many polls of `/ready`, [`POLL_PAUSE`] apart (about 20 s).
 const READY_POLLS: u32 = 200;
@@ -29,19 +30,6 @@ const POLL_PAUSE: Duration = Duration::from_millis(100);
 /// Connect and read/write timeouts of every HTTP exchange of the test.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The environment variables that would change what `tollgate serve` does.
-const TOLLGATE_VARS: [&str; 9] = [
-    "GRPC_HOST",
-    "GRPC_PORT",
-    "SHADOW_MODE",
-    "LOG_LEVEL",
-    "TOLLGATE_CONFIG",
-    "TOLLGATE_GRPC_ADDR",
-    "TOLLGATE_SHADOW_MODE",
-    "TOLLGATE_MERGE_DOMAINS",
-    "TOLLGATE_LOG_LEVEL",
-];
 
 const DOMAIN: &str = "tollgate-e2e";
 
@@ -137,8 +125,8 @@ struct Tollgate {
 
 impl Tollgate {
     fn spawn(config: &Path, log: PathBuf) -> Tollgate {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        command.arg("serve").arg("--config").arg(config).args([
+        let mut command = tollgate(&["serve", "--config"]);
+        command.arg(config).args([
             "--grpc-addr",
             "127.0.0.1:0",
             "--http-addr",
@@ -146,9 +134,6 @@ impl Tollgate {
             "--log-level",
             "warn",
         ]);
-        for var in TOLLGATE_VARS {
-            command.env_remove(var);
-        }
         let mut child = ChildGuard(
             command
                 .stdin(Stdio::null())
@@ -159,23 +144,16 @@ impl Tollgate {
         );
         let stdout = child.0.stdout.take().expect("piped stdout");
         let (tx, lines): (_, Receiver<String>) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        forward_lines(stdout, tx);
         let addr = loop {
-            match lines.recv_timeout(TOLLGATE_BUDGET) {
+            match lines.recv_timeout(BUDGET) {
                 Ok(line) => {
                     if let Some(addr) = line.strip_prefix("listening on ") {
                         break addr.parse().expect("`listening on` names a socket address");
                     }
                 }
                 Err(error) => panic!(
-                    "tollgate printed no `listening on` line within {TOLLGATE_BUDGET:?} ({error}); log:\n{}",
+                    "tollgate printed no `listening on` line within {BUDGET:?} ({error}); log:\n{}",
                     log_tail(&log)
                 ),
             }

@@ -1,95 +1,25 @@
 //! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::thread;
-use std::time::Duration;
 
-/// How long the child may take to print its addresses, and one exchange may take.
-const BUDGET: Duration = Duration::from_secs(30);
+use support::{BUDGET, Server, tollgate};
 
-/// The environment variables that would change what `serve` does.
-const VARS: [&str; 13] = [
-    "GRPC_HOST",
-    "GRPC_PORT",
-    "HOST",
-    "PORT",
-    "SHADOW_MODE",
-    "LOG_LEVEL",
-    "TOLLGATE_CONFIG",
-    "TOLLGATE_GRPC_ADDR",
-    "TOLLGATE_HTTP_ADDR",
-    "TOLLGATE_SHADOW_MODE",
-    "TOLLGATE_MERGE_DOMAINS",
-    "TOLLGATE_LOG_LEVEL",
-    "TOLLGATE_NEAR_LIMIT_RATIO",
-];
-
-/// A `tollgate serve` child, killed and reaped when dropped.
-struct Server {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn spawn() -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        command
-            .args([
-                "serve",
-                "--config",
-                "../../examples/limits",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-level",
-                "warn",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        for var in VARS {
-            command.env_remove(var);
-        }
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the tollgate binary starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Server { child, lines }
-    }
-
-    /// The line after `prefix`, waiting at most [`BUDGET`] for each line.
-    fn line_after(&self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(BUDGET)
-                .unwrap_or_else(|error| panic!("no `{prefix}` line within {BUDGET:?}: {error}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
-                return rest.to_owned();
-            }
-        }
-    }
+/// `tollgate serve` on the example limits with free loopback ports.
+fn spawn_server() -> Server {
+    Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--log-level",
+        "warn",
+    ])
 }
 
 /// Sends one HTTP/1.1 request with `Connection: close`; the status code and body.
@@ -121,7 +51,7 @@ fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
 
 #[test]
 fn serve_answers_json_and_metrics_over_http() {
-    let server = Server::spawn();
+    let server = spawn_server();
     let grpc = server.line_after("listening on ");
     let http = server.line_after("http listening on ");
     assert!(grpc.starts_with("127.0.0.1:"), "{grpc}");
@@ -139,12 +69,7 @@ fn serve_answers_json_and_metrics_over_http() {
 
     // One gRPC call through `tollgate check` is counted in the same metrics.
     let url = format!("http://{grpc}");
-    let mut check = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    for var in VARS {
-        check.env_remove(var);
-    }
-    let output = check
-        .args(["check", "--addr", &url, "--domain", "edge", "path=/login"])
+    let output = tollgate(&["check", "--addr", &url, "--domain", "edge", "path=/login"])
         .output()
         .expect("tollgate check runs");
     assert!(

@@ -4,33 +4,22 @@
 //! sleeps and hopes. Counters are checked on a per-day rule whose limit never
 //! changes, so they cannot roll over during a test (short of midnight UTC).
 
-use std::io::{BufRead, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::thread;
 use std::time::Duration;
 
 use tollgate_server::grpc::{self, wire};
+
+use support::{forward_lines, tollgate};
 
 /// How long one log line may take to arrive.
 const LINE_BUDGET: Duration = Duration::from_secs(10);
 
 /// The most log lines read while waiting for one.
 const MAX_LINES: usize = 200;
-
-/// The environment variables that would change what the server does.
-const TOLLGATE_VARS: [&str; 9] = [
-    "GRPC_HOST",
-    "GRPC_PORT",
-    "SHADOW_MODE",
-    "LOG_LEVEL",
-    "TOLLGATE_CONFIG",
-    "TOLLGATE_GRPC_ADDR",
-    "TOLLGATE_SHADOW_MODE",
-    "TOLLGATE_MERGE_DOMAINS",
-    "TOLLGATE_LOG_LEVEL",
-];
 
 /// The limits file with `/login` allowing `login` requests a minute; `/keep` never changes.
 fn limits(login: u32) -> String {
@@ -153,8 +142,7 @@ impl Drop for Server {
 impl Server {
     fn spawn(config: &Path) -> Server {
         let config = config.to_str().expect("a UTF-8 path");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        command.args([
+        let mut command = tollgate(&[
             "serve",
             "--config",
             config,
@@ -165,9 +153,6 @@ impl Server {
             "--log-level",
             "info",
         ]);
-        for var in TOLLGATE_VARS {
-            command.env_remove(var);
-        }
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -177,20 +162,8 @@ impl Server {
         let (tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        for stream in [
-            Box::new(stdout) as Box<dyn std::io::Read + Send>,
-            Box::new(stderr),
-        ] {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
+        forward_lines(stdout, tx.clone());
+        forward_lines(stderr, tx);
         let mut server = Server {
             child,
             addr: String::new(),
