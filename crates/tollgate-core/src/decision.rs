@@ -74,6 +74,30 @@ impl Decision {
         self
     }
 
+    /// A decision made outside this crate (by a remote store's script), from its parts.
+    ///
+    /// `wait_ns` is the retry-after of a denial or the delay of an
+    /// admission; it is ignored for [`Outcome::Exceeds`].
+    pub fn from_parts(
+        outcome: Outcome,
+        limit: u64,
+        remaining: u64,
+        reset_after_ns: u64,
+        wait_ns: u64,
+    ) -> Self {
+        Decision {
+            outcome,
+            limit,
+            remaining,
+            reset_after_ns,
+            wait_ns: if outcome == Outcome::Exceeds {
+                0
+            } else {
+                wait_ns
+            },
+        }
+    }
+
     /// Whether the request passed, was denied for now, or can never pass.
     pub fn outcome(&self) -> Outcome {
         self.outcome

@@ -15,6 +15,9 @@
 //!   [`AnyAlgorithm`](tollgate_core::AnyAlgorithm) at run time.
 //! * [`Limiter`], a store and a [`Clock`](tollgate_core::Clock): what an
 //!   application uses.
+//! * [`CounterStore`], the one interface of every keeper of counters (this
+//!   crate's [`MemoryCounters`], the Redis store of `tollgate-redis`): a
+//!   batch of counters decided all-or-nothing per group.
 //! * [`DirectLimiter`], one limit with no key: a single state word and a
 //!   clock, with the same lock-free step.
 //!
@@ -41,6 +44,7 @@
 //! ```
 
 mod config;
+mod counters;
 mod direct_limiter;
 mod hashing;
 mod key;
@@ -52,6 +56,7 @@ mod sweep_schedule;
 pub mod word_store;
 
 pub use config::{BYTES_PER_KEY_AT_FULL_LOAD, DEFAULT_SHARDS, MAX_SHARDS, StoreConfig};
+pub use counters::{Counter, CounterStore, MemoryCounters, StoreError, counts_denied};
 pub use direct_limiter::DirectLimiter;
 pub use key::{Key, KeyId};
 pub use limiter::Limiter;

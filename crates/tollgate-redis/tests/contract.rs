@@ -1,0 +1,317 @@
+//! One contract, two stores: every test runs against the in-memory counters and a real Redis.
+//!
+//! Limits are per hour, so nothing refills between the calls of a test:
+//! the in-memory store is given one fixed instant, Redis reads its own
+//! `TIME`, and both must answer the same.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::{
+    AnyAlgorithm, Decision, DelayMode, FixedWindow, Gcra, LeakyBucket, Outcome, SlidingLog,
+    SlidingWindow, Timestamp, TokenBucket,
+};
+use tollgate_redis::RedisStore;
+use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig};
+
+const HOUR: Duration = Duration::from_secs(3600);
+const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
+
+/// Every algorithm with a capacity of 5 per hour.
+fn five_per_hour() -> Vec<AnyAlgorithm> {
+    vec![
+        TokenBucket::new(5, 5, HOUR).unwrap().into(),
+        Gcra::new(5, HOUR, 5).unwrap().into(),
+        LeakyBucket::policer(5, HOUR, 4).unwrap().into(),
+        FixedWindow::new(5, HOUR).unwrap().into(),
+        SlidingWindow::new(5, HOUR).unwrap().into(),
+        SlidingLog::new(5, HOUR).unwrap().into(),
+    ]
+}
+
+fn counter(key: &[u8], algorithm: AnyAlgorithm, hits: u64) -> Counter<'_> {
+    Counter {
+        group: 0,
+        key,
+        tag: xxhash_rust::xxh3::xxh3_64(key),
+        algorithm,
+        hits,
+        give_back: false,
+    }
+}
+
+async fn check<S: CounterStore>(store: &S, counters: &[Counter<'_>]) -> Vec<Decision> {
+    let mut out = Vec::new();
+    store
+        .check_batch(counters, NOW, &mut out)
+        .await
+        .expect("the store answers");
+    assert_eq!(out.len(), counters.len());
+    out
+}
+
+async fn one<S: CounterStore>(store: &S, c: Counter<'_>) -> Decision {
+    check(store, &[c]).await[0]
+}
+
+async fn admits_exactly_the_limit_then_denies<S: CounterStore>(store: &S) {
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = format!("exact-{i}");
+        for left in (0..5).rev() {
+            let d = one(store, counter(key.as_bytes(), algorithm, 1)).await;
+            assert!(d.is_allowed(), "{algorithm:?}");
+            assert_eq!(d.remaining(), left, "{algorithm:?}");
+            assert_eq!(d.limit(), 5);
+        }
+        let d = one(store, counter(key.as_bytes(), algorithm, 1)).await;
+        assert_eq!(d.outcome(), Outcome::Denied, "{algorithm:?}");
+        assert_eq!(d.remaining(), 0);
+        let retry = d.retry_after().expect("a denial says when to retry");
+        assert!(
+            retry > Duration::ZERO && retry <= HOUR,
+            "{algorithm:?}: {retry:?}"
+        );
+        assert!(d.reset_after() > Duration::ZERO && d.reset_after() <= 2 * HOUR);
+    }
+}
+
+async fn retry_after_is_the_algorithms<S: CounterStore>(store: &S) {
+    // A bucket of 5 per hour frees one token every 12 minutes.
+    let tb: AnyAlgorithm = TokenBucket::new(5, 5, HOUR).unwrap().into();
+    let log: AnyAlgorithm = SlidingLog::new(5, HOUR).unwrap().into();
+    for (algorithm, expected) in [(tb, HOUR / 5), (log, HOUR)] {
+        let key = format!("retry-{expected:?}");
+        for _ in 0..5 {
+            one(store, counter(key.as_bytes(), algorithm, 1)).await;
+        }
+        let retry = one(store, counter(key.as_bytes(), algorithm, 1))
+            .await
+            .retry_after()
+            .unwrap();
+        // Redis's clock moves on between the calls: allow 2 s.
+        assert!(
+            retry <= expected && retry + Duration::from_secs(2) >= expected,
+            "{retry:?}"
+        );
+    }
+}
+
+async fn check_only_consumes_nothing<S: CounterStore>(store: &S) {
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = format!("peek-{i}");
+        one(store, counter(key.as_bytes(), algorithm, 2)).await;
+        for _ in 0..3 {
+            let d = one(store, counter(key.as_bytes(), algorithm, 0)).await;
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), 3, "{algorithm:?}");
+        }
+    }
+}
+
+async fn a_cost_above_capacity_never_passes<S: CounterStore>(store: &S) {
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = format!("huge-{i}");
+        let d = one(store, counter(key.as_bytes(), algorithm, 6)).await;
+        assert_eq!(d.outcome(), Outcome::Exceeds, "{algorithm:?}");
+        assert_eq!(d.retry_after(), None);
+        let d = one(store, counter(key.as_bytes(), algorithm, 5)).await;
+        // A fixed window counts every request, even one that can never pass.
+        let counted = tollgate_store::counts_denied(&algorithm);
+        assert_eq!(d.is_allowed(), !counted, "{algorithm:?}");
+    }
+}
+
+async fn a_denied_group_consumes_nothing_of_its_other_limits<S: CounterStore>(store: &S) {
+    let wide: AnyAlgorithm = TokenBucket::new(10, 10, HOUR).unwrap().into();
+    for (i, narrow) in five_per_hour().into_iter().enumerate() {
+        if tollgate_store::counts_denied(&narrow) {
+            continue;
+        }
+        let (a, b) = (format!("group-wide-{i}"), format!("group-narrow-{i}"));
+        for _ in 0..5 {
+            let ds = check(
+                store,
+                &[
+                    counter(a.as_bytes(), wide, 1),
+                    counter(b.as_bytes(), narrow, 1),
+                ],
+            )
+            .await;
+            assert!(ds.iter().all(Decision::is_allowed));
+        }
+        let ds = check(
+            store,
+            &[
+                counter(a.as_bytes(), wide, 1),
+                counter(b.as_bytes(), narrow, 1),
+            ],
+        )
+        .await;
+        assert!(ds[0].is_allowed() && !ds[1].is_allowed(), "{narrow:?}");
+        let d = one(store, counter(a.as_bytes(), wide, 0)).await;
+        assert_eq!(
+            d.remaining(),
+            5,
+            "{narrow:?}: the denied request cost the wide limit nothing"
+        );
+    }
+}
+
+async fn fixed_windows_count_denied_requests<S: CounterStore>(store: &S) {
+    let fw: AnyAlgorithm = FixedWindow::new(10, HOUR).unwrap().into();
+    let tb: AnyAlgorithm = TokenBucket::new(1, 1, HOUR).unwrap().into();
+    let batch = [counter(b"fw-a", fw, 1), counter(b"fw-b", tb, 1)];
+    assert!(check(store, &batch).await.iter().all(Decision::is_allowed));
+    let ds = check(store, &batch).await;
+    assert!(ds[0].is_allowed() && !ds[1].is_allowed());
+    assert_eq!(one(store, counter(b"fw-a", fw, 0)).await.remaining(), 8);
+    // A fixed window that denies keeps counting (up to limit + 1).
+    let small: AnyAlgorithm = FixedWindow::new(1, HOUR).unwrap().into();
+    assert!(one(store, counter(b"fw-c", small, 1)).await.is_allowed());
+    let d = one(store, counter(b"fw-c", small, 1)).await;
+    assert_eq!(d.outcome(), Outcome::Denied);
+    assert_eq!(d.retry_after(), Some(d.reset_after()));
+}
+
+async fn groups_are_independent<S: CounterStore>(store: &S) {
+    let tb: AnyAlgorithm = TokenBucket::new(1, 1, HOUR).unwrap().into();
+    assert!(one(store, counter(b"indep-a", tb, 1)).await.is_allowed());
+    let mut second = counter(b"indep-b", tb, 1);
+    second.group = 1;
+    let ds = check(store, &[counter(b"indep-a", tb, 1), second]).await;
+    assert!(!ds[0].is_allowed() && ds[1].is_allowed());
+    assert_eq!(
+        one(store, counter(b"indep-b", tb, 0)).await.remaining(),
+        0,
+        "group 1 consumed"
+    );
+}
+
+async fn give_back_returns_units<S: CounterStore>(store: &S) {
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = format!("refund-{i}");
+        one(store, counter(key.as_bytes(), algorithm, 3)).await;
+        let mut back = counter(key.as_bytes(), algorithm, 2);
+        back.give_back = true;
+        let d = one(store, back).await;
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 4, "{algorithm:?}");
+        assert_eq!(
+            one(store, counter(key.as_bytes(), algorithm, 0))
+                .await
+                .remaining(),
+            4
+        );
+    }
+}
+
+async fn a_shaper_reports_its_delay<S: CounterStore>(store: &S) {
+    // One per second, a queue of 3, every request after the first delayed.
+    let shaper: AnyAlgorithm = LeakyBucket::new(1, Duration::from_secs(1), 3, DelayMode::Delay)
+        .unwrap()
+        .into();
+    assert_eq!(
+        one(store, counter(b"shape", shaper, 1)).await.delay(),
+        Duration::ZERO
+    );
+    let d = one(store, counter(b"shape", shaper, 1)).await;
+    assert!(d.is_allowed());
+    let delay = d.delay();
+    assert!(
+        delay <= Duration::from_secs(1) && delay >= Duration::from_millis(900),
+        "{delay:?}"
+    );
+}
+
+async fn keys_do_not_share_counters<S: CounterStore>(store: &S) {
+    let tb: AnyAlgorithm = TokenBucket::new(1, 1, HOUR).unwrap().into();
+    assert!(one(store, counter(b"iso", tb, 1)).await.is_allowed());
+    assert!(one(store, counter(b"iso2", tb, 1)).await.is_allowed());
+    assert!(!one(store, counter(b"iso", tb, 1)).await.is_allowed());
+    assert!(!one(store, counter(b"iso2", tb, 1)).await.is_allowed());
+}
+
+async fn concurrent_callers_get_exactly_the_limit<S: CounterStore + 'static>(store: Arc<S>) {
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = Arc::new(format!("race-{i}"));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                let key = Arc::clone(&key);
+                tokio::spawn(async move {
+                    let c = counter(key.as_bytes(), algorithm, 1);
+                    let mut out = Vec::new();
+                    store.check_batch(&[c], NOW, &mut out).await.unwrap();
+                    out[0].is_allowed()
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            admitted += usize::from(t.await.unwrap());
+        }
+        assert_eq!(admitted, 5, "{algorithm:?}");
+    }
+}
+
+fn memory() -> MemoryCounters {
+    MemoryCounters::new(
+        five_per_hour(),
+        StoreConfig::with_max_keys(10_000),
+        StoreConfig::with_max_keys(10_000),
+        16,
+    )
+}
+
+async fn redis(server: &support::RedisServer) -> RedisStore {
+    RedisStore::connect(&server.url(), Duration::from_secs(2))
+        .await
+        .expect("connects to the test redis-server")
+}
+
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod memory_store {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(&super::memory()).await;
+                }
+            )*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_callers_get_exactly_the_limit() {
+                super::concurrent_callers_get_exactly_the_limit(std::sync::Arc::new(super::memory())).await;
+            }
+        }
+        mod redis_store {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let server = super::support::RedisServer::start();
+                    super::$name(&super::redis(&server).await).await;
+                }
+            )*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_callers_get_exactly_the_limit() {
+                let server = super::support::RedisServer::start();
+                let store = std::sync::Arc::new(super::redis(&server).await);
+                super::concurrent_callers_get_exactly_the_limit(store).await;
+            }
+        }
+    };
+}
+
+contract!(
+    admits_exactly_the_limit_then_denies,
+    retry_after_is_the_algorithms,
+    check_only_consumes_nothing,
+    a_cost_above_capacity_never_passes,
+    a_denied_group_consumes_nothing_of_its_other_limits,
+    fixed_windows_count_denied_requests,
+    groups_are_independent,
+    give_back_returns_units,
+    a_shaper_reports_its_delay,
+    keys_do_not_share_counters,
+);

@@ -1,0 +1,253 @@
+//! [`CounterStore`]: the one interface every store of counters answers, local or remote.
+//!
+//! A caller (the RLS engine) hands a store every counter one request touches
+//! in one batch. Counters carry a *group* (one descriptor of the request):
+//! within a group the decision is all-or-nothing, so a request denied by one
+//! limit consumes nothing of the group's other limits. Fixed windows are the
+//! exception, as in envoyproxy/ratelimit: they count denied requests, so they
+//! keep their hits whatever the group decides.
+//!
+//! [`MemoryCounters`] is the in-process implementation, one [`MemoryStore`]
+//! per algorithm; its batch is synchronous ([`MemoryCounters::check_now`]) and
+//! the trait's future is a ready value, so the in-memory path allocates
+//! nothing beyond the decisions. A Redis store (crate `tollgate-redis`)
+//! implements the same trait with one script call per batch.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
+
+use crate::config::StoreConfig;
+use crate::memory_store::MemoryStore;
+
+/// One counter of a batch: which key, under which algorithm, and what to do to it.
+#[derive(Clone, Copy, Debug)]
+pub struct Counter<'a> {
+    /// The all-or-nothing group (one descriptor of the request).
+    pub group: u32,
+    /// The counter key (the engine's length-prefixed, collision-free bytes).
+    pub key: &'a [u8],
+    /// A 64-bit hash of the part of the key that a request's counters share
+    /// (the descriptor); a clustered store keeps counters with the same tag
+    /// on one node.
+    pub tag: u64,
+    /// The algorithm that decides for this counter.
+    pub algorithm: AnyAlgorithm,
+    /// Units to consume (0 checks without consuming) or to give back.
+    pub hits: u64,
+    /// Give `hits` back instead of consuming them.
+    pub give_back: bool,
+}
+
+/// Why a store could not answer a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// The store did not answer within the per-call timeout.
+    Timeout(Duration),
+    /// The store is unreachable or refused the call (connection refused,
+    /// cluster down, script error); the message says what happened.
+    Unavailable(String),
+    /// The store is not called at all while its circuit breaker is open.
+    CircuitOpen,
+    /// The counter cannot be kept by this store; the message says why.
+    Unsupported(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Timeout(t) => write!(f, "store call timed out after {t:?}"),
+            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
+            StoreError::CircuitOpen => f.write_str("store circuit breaker is open"),
+            StoreError::Unsupported(m) => write!(f, "counter not supported by the store: {m}"),
+        }
+    }
+}
+
+impl Error for StoreError {}
+
+/// A keeper of counters that decides a whole batch at once.
+///
+/// `decisions` is cleared and filled with one decision per counter, in
+/// order. `now` is the caller's clock; a store with its own clock (Redis
+/// `TIME`) ignores it, so that instances with skewed clocks agree.
+pub trait CounterStore: Send + Sync {
+    /// Decides every counter of `counters`, all-or-nothing within each group.
+    fn check_batch(
+        &self,
+        counters: &[Counter<'_>],
+        now: Timestamp,
+        decisions: &mut Vec<Decision>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Whether `algorithm` is the fixed window, which counts denied requests.
+pub fn counts_denied(algorithm: &AnyAlgorithm) -> bool {
+    matches!(
+        algorithm,
+        AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_))
+    )
+}
+
+/// Stores created on first use, by algorithm.
+type LazyStores = RwLock<HashMap<AnyAlgorithm, Arc<MemoryStore>>>;
+
+/// Counters in this process: one [`MemoryStore`] per algorithm.
+///
+/// The stores of the algorithms named at construction are built up front
+/// and read without a lock; any other algorithm (a descriptor's own `limit`)
+/// gets a store on first use, under a read-mostly lock, bounded in number.
+#[derive(Debug)]
+pub struct MemoryCounters {
+    stores: HashMap<AnyAlgorithm, Arc<MemoryStore>>,
+    lazy_stores: Arc<LazyStores>,
+    lazy_config: StoreConfig,
+    max_lazy_stores: usize,
+}
+
+impl MemoryCounters {
+    /// Stores for `algorithms` sized by `config`; others created on demand
+    /// sized by `lazy_config`, at most `max_lazy_stores` of them (when one
+    /// more is needed, all lazy stores are dropped and start again).
+    pub fn new(
+        algorithms: impl IntoIterator<Item = AnyAlgorithm>,
+        config: StoreConfig,
+        lazy_config: StoreConfig,
+        max_lazy_stores: usize,
+    ) -> Self {
+        let stores = algorithms
+            .into_iter()
+            .map(|a| (a, Arc::new(MemoryStore::new(a, config))))
+            .collect();
+        MemoryCounters {
+            stores,
+            lazy_stores: Arc::new(RwLock::new(HashMap::new())),
+            lazy_config,
+            max_lazy_stores,
+        }
+    }
+
+    /// Counters for `algorithms` that keep this one's stores for every
+    /// algorithm both name (and its lazy stores), so unchanged limits keep counting.
+    pub fn with_algorithms(
+        &self,
+        algorithms: impl IntoIterator<Item = AnyAlgorithm>,
+        config: StoreConfig,
+    ) -> Self {
+        let stores = algorithms
+            .into_iter()
+            .map(|a| {
+                let store = self
+                    .stores
+                    .get(&a)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(MemoryStore::new(a, config)));
+                (a, store)
+            })
+            .collect();
+        MemoryCounters {
+            stores,
+            lazy_stores: Arc::clone(&self.lazy_stores),
+            lazy_config: self.lazy_config,
+            max_lazy_stores: self.max_lazy_stores,
+        }
+    }
+
+    /// How many stores were built up front (one per distinct algorithm).
+    pub fn store_count(&self) -> usize {
+        self.stores.len()
+    }
+
+    /// How many stores were created on demand.
+    pub fn lazy_store_count(&self) -> usize {
+        self.lazy_stores.read().len()
+    }
+
+    /// Decides a batch now, synchronously: the in-memory fast path.
+    ///
+    /// Each counter is checked in order; when one of a group denies, what
+    /// the others of the group consumed is given back (except fixed
+    /// windows). Between the check and the give-back another caller may see
+    /// the hits as consumed: it errs on the strict side.
+    pub fn check_now(
+        &self,
+        counters: &[Counter<'_>],
+        now: Timestamp,
+        decisions: &mut Vec<Decision>,
+    ) {
+        decisions.clear();
+        let mut any_denied = false;
+        for c in counters {
+            let decision = self.with_store(c.algorithm, |store| {
+                if c.give_back {
+                    store.refund(c.key, now, c.hits)
+                } else {
+                    store.check(c.key, now, c.hits)
+                }
+            });
+            any_denied |= !decision.is_allowed();
+            decisions.push(decision);
+        }
+        if !any_denied {
+            return;
+        }
+        for (i, c) in counters.iter().enumerate() {
+            let group_denied = counters
+                .iter()
+                .zip(decisions.iter())
+                .any(|(o, d)| o.group == c.group && !d.is_allowed());
+            if group_denied
+                && decisions[i].is_allowed()
+                && !c.give_back
+                && c.hits > 0
+                && !counts_denied(&c.algorithm)
+            {
+                self.with_store(c.algorithm, |store| store.refund(c.key, now, c.hits));
+            }
+        }
+    }
+
+    /// Runs `f` on the store for `algorithm`, creating one if there is none.
+    #[inline]
+    fn with_store<R>(&self, algorithm: AnyAlgorithm, f: impl FnOnce(&MemoryStore) -> R) -> R {
+        match self.stores.get(&algorithm) {
+            Some(store) => f(store),
+            None => f(&self.lazy_store(algorithm)),
+        }
+    }
+
+    /// The store created on demand for `algorithm`.
+    fn lazy_store(&self, algorithm: AnyAlgorithm) -> Arc<MemoryStore> {
+        if let Some(store) = self.lazy_stores.read().get(&algorithm) {
+            return Arc::clone(store);
+        }
+        let mut stores = self.lazy_stores.write();
+        if let Some(store) = stores.get(&algorithm) {
+            return Arc::clone(store);
+        }
+        if stores.len() >= self.max_lazy_stores.max(1) {
+            stores.clear();
+        }
+        let store = Arc::new(MemoryStore::new(algorithm, self.lazy_config));
+        stores.insert(algorithm, Arc::clone(&store));
+        store
+    }
+}
+
+impl CounterStore for MemoryCounters {
+    fn check_batch(
+        &self,
+        counters: &[Counter<'_>],
+        now: Timestamp,
+        decisions: &mut Vec<Decision>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.check_now(counters, now, decisions);
+        std::future::ready(Ok(()))
+    }
+}
