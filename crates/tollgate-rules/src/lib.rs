@@ -14,5 +14,5 @@ mod tree;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use load::{LoadOptions, Loaded, limits_files, load_path, load_sources};
-pub use model::{AlgorithmKind, Applied, Limit, Rule, RuleSet, WindowLength};
+pub use model::{AlgorithmKind, Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 pub use tree::Position;

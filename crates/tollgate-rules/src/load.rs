@@ -11,7 +11,7 @@ use tollgate_core::{
 };
 
 use crate::diagnostics::Diagnostics;
-use crate::model::{
+use crate::model::{StoreErrorPolicy, 
     AlgorithmKind, DescriptorNode, DomainRules, Level, Limit, Rule, RuleSet, WildcardPattern,
     WindowLength,
 };
@@ -182,6 +182,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "rate_limit",
     "rate_limits",
     "shadow_mode",
+    "on_store_error",
     "detailed_metric",
     "quota_mode",
     "value_to_metric",
@@ -628,6 +629,7 @@ impl Loader {
         let mut limits = Vec::new();
         let mut children = None;
         let mut shadow_mode = false;
+        let mut on_store_error = StoreErrorPolicy::default();
         let mut detailed_metric = false;
         for (name, node) in self.checked_entries(file, entries, DESCRIPTOR_SECTION) {
             match name {
@@ -661,6 +663,20 @@ impl Loader {
                 },
                 "descriptors" => children = Some(node),
                 "shadow_mode" => shadow_mode = self.bool_value(file, node, "shadow_mode"),
+                "on_store_error" => match &node.value {
+                    NodeValue::Text(text) => match text.parse() {
+                        Ok(policy) => on_store_error = policy,
+                        Err(message) => self.diagnostics.error(file, node.position, message),
+                    },
+                    other => self.diagnostics.error(
+                        file,
+                        node.position,
+                        format!(
+                            "`on_store_error` must be one of allow, deny, local, found {}",
+                            other.kind_name()
+                        ),
+                    ),
+                },
                 "detailed_metric" => {
                     detailed_metric = self.bool_value(file, node, "detailed_metric")
                 }
@@ -723,6 +739,7 @@ impl Loader {
             path: own_path,
             limits: built_limits,
             shadow_mode,
+            on_store_error,
             detailed_metric,
             file: file.to_path_buf(),
             position: item.position,
@@ -1055,7 +1072,7 @@ impl Loader {
 
 /// Builds the algorithm for one limit, so a parameter it cannot work with is a
 /// config error; the error names the file's field and says what is wrong.
-fn build_algorithm(
+pub(crate) fn build_algorithm(
     kind: AlgorithmKind,
     requests: u64,
     window: Duration,

@@ -76,6 +76,44 @@ impl FromStr for AlgorithmKind {
 }
 
 /// How long a limit's window is, as the file says it.
+/// What a rule answers when the store of its counters fails (`on_store_error`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum StoreErrorPolicy {
+    /// Let the request through (Envoy's and envoyproxy/ratelimit's behaviour).
+    #[default]
+    Allow,
+    /// Answer OVER_LIMIT.
+    Deny,
+    /// Decide with an in-process limit of this instance's share of the limit.
+    Local,
+}
+
+impl StoreErrorPolicy {
+    /// The name used in limits files and metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StoreErrorPolicy::Allow => "allow",
+            StoreErrorPolicy::Deny => "deny",
+            StoreErrorPolicy::Local => "local",
+        }
+    }
+}
+
+impl FromStr for StoreErrorPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            StoreErrorPolicy::Allow,
+            StoreErrorPolicy::Deny,
+            StoreErrorPolicy::Local,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown on_store_error `{s}`; expected one of allow, deny, local"))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WindowLength {
     /// A named unit times a multiplier (`unit: minute`, `unit_multiplier: 5`).
@@ -121,6 +159,21 @@ pub struct Limit {
 }
 
 impl Limit {
+    /// This limit's algorithm for one of `instances` instances: the rate and
+    /// burst divided by `instances` (rounded up, at least 1); `None` when
+    /// unlimited or when the share cannot be built.
+    pub fn share(&self, instances: u64) -> Option<AnyAlgorithm> {
+        let algorithm = self.algorithm?;
+        let instances = instances.max(1);
+        if instances == 1 {
+            return Some(algorithm);
+        }
+        let window = self.window?.duration();
+        let requests = u64::from(self.requests_per_unit).div_ceil(instances).max(1);
+        let burst = self.burst.map(|b| b.div_ceil(instances).max(1));
+        crate::load::build_algorithm(self.algorithm_kind, requests, window, burst).ok()
+    }
+
     /// Whether this limit is `unlimited: true` (never counted, always OK).
     pub fn is_unlimited(&self) -> bool {
         self.algorithm.is_none()
@@ -136,6 +189,8 @@ pub struct Rule {
     pub limits: Vec<Limit>,
     /// `shadow_mode`: counted, but an over-limit result is reported as OK.
     pub shadow_mode: bool,
+    /// What to answer when the counter store cannot (`on_store_error`; default allow).
+    pub on_store_error: StoreErrorPolicy,
     /// `detailed_metric`: statistics name the request's values.
     pub detailed_metric: bool,
     /// The file the rule is in.

@@ -40,18 +40,19 @@
 //! over, since its keys ignore the limit). Overrides create their stores on
 //! first use, under a read-mostly lock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
 use tollgate_core::{
-    AnyAlgorithm, AnyWordAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit,
+    AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit,
 };
-use tollgate_rules::{Applied, Limit, Rule, RuleSet, WindowLength};
-use tollgate_store::{MemoryStore, StoreConfig};
+use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
+use tollgate_store::{Counter, MemoryCounters, StoreConfig};
+
+use crate::store::RemoteStore;
 
 /// One call to the service: a domain and the descriptors to check in it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -232,15 +233,12 @@ impl Default for EngineOptions {
     }
 }
 
-/// Stores created on first use, by algorithm.
-type LazyStores = RwLock<HashMap<AnyAlgorithm, Arc<MemoryStore>>>;
-
-/// Answers RLS requests from a rule set, in-memory stores and a clock.
+/// Answers RLS requests from a rule set, counters (in memory or Redis) and a clock.
 pub struct Engine<C: Clock> {
     rules: Arc<RuleSet>,
     domains: HashSet<String>,
-    stores: HashMap<AnyAlgorithm, Arc<MemoryStore>>,
-    lazy_stores: Arc<LazyStores>,
+    memory: MemoryCounters,
+    remote: Option<Arc<RemoteStore>>,
     options: EngineOptions,
     clock: C,
 }
@@ -249,75 +247,119 @@ impl<C: Clock> fmt::Debug for Engine<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
             .field("domains", &self.domains.len())
-            .field("stores", &self.stores.len())
-            .field("lazy_stores", &self.lazy_stores.read().len())
+            .field("stores", &self.memory.store_count())
+            .field("lazy_stores", &self.memory.lazy_store_count())
+            .field("remote", &self.remote.is_some())
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
-/// One limit's decision within a descriptor, and how to undo it.
-struct Checked {
+/// What one descriptor needs: an answer already, or counters to check.
+enum Work<'r> {
+    Done(DescriptorStatus),
+    Rule {
+        rule: &'r Rule,
+        /// This descriptor's counters are `plan.counters[first..first + count]`.
+        first: usize,
+        count: usize,
+    },
+    Override {
+        limit: CurrentLimit,
+        first: usize,
+    },
+}
+
+/// One counter to check, owning its key.
+struct PlannedCounter {
+    group: u32,
     limit_index: usize,
-    algorithm: AnyAlgorithm,
-    decision: Decision,
     key: Vec<u8>,
+    tag: u64,
+    algorithm: AnyAlgorithm,
+    hits: u64,
+    give_back: bool,
+}
+
+impl PlannedCounter {
+    fn counter(&self) -> Counter<'_> {
+        Counter {
+            group: self.group,
+            key: &self.key,
+            tag: self.tag,
+            algorithm: self.algorithm,
+            hits: self.hits,
+            give_back: self.give_back,
+        }
+    }
+}
+
+/// A request turned into counters: the descriptors' work, in request order.
+struct Plan<'r> {
+    work: Vec<Work<'r>>,
+    counters: Vec<PlannedCounter>,
 }
 
 impl<C: Clock> Engine<C> {
-    /// An engine for `rules`, with a fresh store for each algorithm they use.
+    /// An engine for `rules` with in-memory counters, a fresh store for each algorithm they use.
     pub fn new(rules: Arc<RuleSet>, options: EngineOptions, clock: C) -> Self {
-        Engine::build(
-            rules,
-            options,
-            clock,
-            &HashMap::new(),
-            Arc::new(RwLock::new(HashMap::new())),
-        )
+        let memory = MemoryCounters::new(
+            rule_algorithms(&rules),
+            options.store_config,
+            options.override_store_config,
+            options.max_override_stores,
+        );
+        Engine::build(rules, options, clock, memory, None)
+    }
+
+    /// An engine for `rules` whose counters live in a shared store (Redis).
+    pub fn with_remote(
+        rules: Arc<RuleSet>,
+        options: EngineOptions,
+        clock: C,
+        remote: Arc<RemoteStore>,
+    ) -> Self {
+        let memory = MemoryCounters::new([], options.store_config, options.store_config, 1);
+        Engine::build(rules, options, clock, memory, Some(remote))
     }
 
     fn build(
         rules: Arc<RuleSet>,
         options: EngineOptions,
         clock: C,
-        previous: &HashMap<AnyAlgorithm, Arc<MemoryStore>>,
-        lazy_stores: Arc<LazyStores>,
+        memory: MemoryCounters,
+        remote: Option<Arc<RemoteStore>>,
     ) -> Self {
         let domains: HashSet<String> = rules.domains().map(str::to_owned).collect();
-        let mut stores = HashMap::new();
-        for domain in &domains {
-            for rule in rules.rules(domain) {
-                for algorithm in rule.limits.iter().filter_map(|l| l.algorithm) {
-                    stores.entry(algorithm).or_insert_with(|| {
-                        previous.get(&algorithm).cloned().unwrap_or_else(|| {
-                            Arc::new(MemoryStore::new(algorithm, options.store_config))
-                        })
-                    });
-                }
-            }
-        }
         Engine {
             rules,
             domains,
-            stores,
-            lazy_stores,
+            memory,
+            remote,
             options,
             clock,
         }
     }
 
     /// An engine for `rules` that keeps this one's stores for every algorithm
-    /// both use (and its override stores), so unchanged limits keep counting.
+    /// both use (and its override stores, and its shared store), so unchanged
+    /// limits keep counting.
     pub fn with_rules(&self, rules: Arc<RuleSet>) -> Self
     where
         C: Clone,
     {
+        let memory = if self.remote.is_some() {
+            MemoryCounters::new([], self.options.store_config, self.options.store_config, 1)
+        } else {
+            self.memory
+                .with_algorithms(rule_algorithms(&rules), self.options.store_config)
+        };
         Engine::build(
             rules,
             self.options,
             self.clock.clone(),
-            &self.stores,
-            Arc::clone(&self.lazy_stores),
+            memory,
+            self.remote.clone(),
         )
     }
 
@@ -331,16 +373,62 @@ impl<C: Clock> Engine<C> {
         &self.options
     }
 
-    /// How many rule stores it holds (one per distinct algorithm).
+    /// How many in-memory rule stores it holds (one per distinct algorithm; 0 on Redis).
     pub fn store_count(&self) -> usize {
-        self.stores.len()
+        self.memory.store_count()
     }
 
-    /// Decides one request: one status per descriptor, and the overall code.
+    /// The shared store, when counters live in Redis.
+    pub fn remote(&self) -> Option<&Arc<RemoteStore>> {
+        self.remote.as_ref()
+    }
+
+    /// Decides one request with in-memory counters: one status per descriptor, and the overall code.
+    ///
+    /// On an engine with a shared store, use [`Engine::decide`]; this
+    /// method then decides with the `on_store_error` of each rule as if the
+    /// store had failed.
     pub fn should_rate_limit(
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
+        let now = self.clock.now();
+        let plan = self.plan(request)?;
+        let counters: Vec<Counter<'_>> = plan.counters.iter().map(PlannedCounter::counter).collect();
+        let mut decisions = Vec::with_capacity(counters.len());
+        if self.remote.is_some() {
+            return Ok(self.fall_back(request, plan, now));
+        }
+        self.memory.check_now(&counters, now, &mut decisions);
+        Ok(self.finish(plan, &decisions))
+    }
+
+    /// Decides one request through whichever store holds the counters.
+    ///
+    /// In memory this is [`Engine::should_rate_limit`] (the future is ready
+    /// at once); on Redis all the request's counters go in one script call,
+    /// and a store error is answered per rule by its `on_store_error`.
+    pub async fn decide(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, EngineError> {
+        let Some(remote) = &self.remote else {
+            return self.should_rate_limit(request);
+        };
+        let plan = self.plan(request)?;
+        if plan.counters.is_empty() {
+            return Ok(self.finish(plan, &[]));
+        }
+        let counters: Vec<Counter<'_>> = plan.counters.iter().map(PlannedCounter::counter).collect();
+        let mut decisions = Vec::with_capacity(counters.len());
+        match remote.check_batch(&self.clock, &counters, &mut decisions).await {
+            Ok(()) => Ok(self.finish(plan, &decisions)),
+            Err(_) => Ok(self.fall_back(request, plan, self.clock.now())),
+        }
+    }
+
+    /// Validates `request` and turns it into counters to check.
+    fn plan<'r>(&'r self, request: &RateLimitRequest) -> Result<Plan<'r>, EngineError> {
         validate(request)?;
         let overrides = request
             .descriptors
@@ -348,7 +436,6 @@ impl<C: Clock> Engine<C> {
             .enumerate()
             .map(|(i, d)| d.limit.map(|o| override_limit(i, &o)).transpose())
             .collect::<Result<Vec<_>, _>>()?;
-        let now = self.clock.now();
         let domain = request.domain.as_str();
         let known_domain = self.domains.contains(domain);
         let applied = if known_domain {
@@ -369,138 +456,267 @@ impl<C: Clock> Engine<C> {
             Vec::new()
         };
         let default_hits = u64::from(request.hits_addend.max(1));
-        let mut statuses = Vec::with_capacity(request.descriptors.len());
+        let mut plan = Plan {
+            work: Vec::with_capacity(request.descriptors.len()),
+            counters: Vec::new(),
+        };
         for (i, descriptor) in request.descriptors.iter().enumerate() {
             let hits = descriptor.hits_addend.unwrap_or(default_hits);
-            let status = if !known_domain {
-                DescriptorStatus::no_limit()
+            let group = u32::try_from(i).unwrap_or(u32::MAX);
+            let give_back = descriptor.is_negative_hits;
+            let work = if !known_domain {
+                Work::Done(DescriptorStatus::no_limit())
             } else if let Some(Some((algorithm, limit))) = overrides.get(i) {
-                self.apply_override(domain, descriptor, *algorithm, limit, hits, now)
+                let key = override_key(domain, &descriptor.entries, limit);
+                let tag = descriptor_tag(domain, &descriptor.entries);
+                plan.counters.push(PlannedCounter {
+                    group,
+                    limit_index: 0,
+                    key,
+                    tag,
+                    algorithm: *algorithm,
+                    hits,
+                    give_back,
+                });
+                Work::Override {
+                    limit: limit.clone(),
+                    first: plan.counters.len() - 1,
+                }
             } else {
                 match applied.get(i) {
                     Some(Applied::Limited {
                         rule,
                         limit_indices,
-                    }) => self.apply_rule(domain, descriptor, rule, limit_indices, hits, now),
-                    Some(Applied::Unlimited(_)) => DescriptorStatus::unlimited(),
-                    Some(Applied::NoLimit) | None => DescriptorStatus::no_limit(),
+                    }) => {
+                        let first = plan.counters.len();
+                        let tag = descriptor_tag(domain, &descriptor.entries);
+                        for &limit_index in limit_indices.iter() {
+                            let Some(algorithm) =
+                                rule.limits.get(limit_index).and_then(|l| l.algorithm)
+                            else {
+                                continue;
+                            };
+                            plan.counters.push(PlannedCounter {
+                                group,
+                                limit_index,
+                                key: rule.counter_key(domain, &descriptor.entries, limit_index),
+                                tag,
+                                algorithm,
+                                hits,
+                                give_back,
+                            });
+                        }
+                        Work::Rule {
+                            rule,
+                            first,
+                            count: plan.counters.len() - first,
+                        }
+                    }
+                    Some(Applied::Unlimited(_)) => Work::Done(DescriptorStatus::unlimited()),
+                    Some(Applied::NoLimit) | None => Work::Done(DescriptorStatus::no_limit()),
+                }
+            };
+            plan.work.push(work);
+        }
+        Ok(plan)
+    }
+
+    /// The response from the decisions of every planned counter.
+    fn finish(&self, plan: Plan<'_>, decisions: &[Decision]) -> RateLimitResponse {
+        let statuses: Vec<DescriptorStatus> = plan
+            .work
+            .into_iter()
+            .map(|work| match work {
+                Work::Done(status) => status,
+                Work::Override { limit, first } => match decisions.get(first) {
+                    Some(d) => DescriptorStatus::from_decision(d, Some(limit)),
+                    None => DescriptorStatus::no_limit(),
+                },
+                Work::Rule { rule, first, count } => {
+                    let counters = &plan.counters[first..first + count];
+                    let decided = decisions.get(first..first + count).unwrap_or(&[]);
+                    rule_status(rule, counters, decided)
+                }
+            })
+            .collect();
+        self.respond(statuses)
+    }
+
+    /// The response when the shared store failed: each rule's `on_store_error`.
+    fn fall_back(&self, request: &RateLimitRequest, plan: Plan<'_>, now: Timestamp) -> RateLimitResponse {
+        let remote = self.remote.as_ref();
+        let mut statuses = Vec::with_capacity(plan.work.len());
+        for work in plan.work {
+            let status = match work {
+                Work::Done(status) => status,
+                Work::Override { limit, .. } => {
+                    count_fallback(remote, StoreErrorPolicy::Allow);
+                    allowed_without_store(Some(limit))
+                }
+                Work::Rule { rule, first, count } => {
+                    let counters = &plan.counters[first..first + count];
+                    count_fallback(remote, rule.on_store_error);
+                    match rule.on_store_error {
+                        StoreErrorPolicy::Allow => allowed_without_store(
+                            counters
+                                .first()
+                                .and_then(|c| rule.limits.get(c.limit_index))
+                                .and_then(current_limit),
+                        ),
+                        StoreErrorPolicy::Deny => denied_without_store(rule, counters),
+                        StoreErrorPolicy::Local => {
+                            self.decide_locally(rule, counters, now)
+                        }
+                    }
                 }
             };
             statuses.push(status);
         }
+        let _ = request;
+        self.respond(statuses)
+    }
+
+    /// Decides a rule's counters in this process with this instance's share of each limit.
+    fn decide_locally(&self, rule: &Rule, counters: &[PlannedCounter], now: Timestamp) -> DescriptorStatus {
+        let Some(remote) = &self.remote else {
+            return allowed_without_store(None);
+        };
+        let instances = remote.expected_instances();
+        let shares: Vec<PlannedCounter> = counters
+            .iter()
+            .filter_map(|c| {
+                let share = rule.limits.get(c.limit_index)?.share(instances)?;
+                Some(PlannedCounter {
+                    algorithm: share,
+                    key: c.key.clone(),
+                    ..*c
+                })
+            })
+            .collect();
+        let local: Vec<Counter<'_>> = shares.iter().map(PlannedCounter::counter).collect();
+        let mut decisions = Vec::with_capacity(local.len());
+        remote.fallback().check_now(&local, now, &mut decisions);
+        rule_status(rule, &shares, &decisions)
+    }
+
+    /// The overall code from the statuses.
+    fn respond(&self, statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
         let over = statuses.iter().any(|s| s.code == Code::OverLimit);
         let overall = if over && !self.options.global_shadow_mode {
             Code::OverLimit
         } else {
             Code::Ok
         };
-        Ok(RateLimitResponse { overall, statuses })
+        RateLimitResponse { overall, statuses }
     }
+}
 
-    /// Checks (or refunds) every applying limit of `rule` for one descriptor.
-    fn apply_rule(
-        &self,
-        domain: &str,
-        descriptor: &Descriptor,
-        rule: &Rule,
-        limit_indices: &[usize],
-        hits: u64,
-        now: Timestamp,
-    ) -> DescriptorStatus {
-        let negative = descriptor.is_negative_hits;
-        let mut checked: Vec<Checked> = Vec::with_capacity(limit_indices.len());
-        for &limit_index in limit_indices {
-            let Some(algorithm) = rule.limits.get(limit_index).and_then(|l| l.algorithm) else {
-                continue;
-            };
-            let key = rule.counter_key(domain, &descriptor.entries, limit_index);
-            let decision = self.with_rule_store(algorithm, |store| {
-                if negative {
-                    store.refund(key.as_slice(), now, hits)
-                } else {
-                    store.check(key.as_slice(), now, hits)
-                }
-            });
-            checked.push(Checked {
-                limit_index,
-                algorithm,
-                decision,
-                key,
-            });
+impl Clone for PlannedCounter {
+    fn clone(&self) -> Self {
+        PlannedCounter {
+            key: self.key.clone(),
+            ..*self
         }
-        let denied = checked.iter().any(|c| !c.decision.is_allowed());
-        if denied && hits > 0 {
-            for c in checked.iter().filter(|c| c.decision.is_allowed()) {
-                if !is_fixed_window(&c.algorithm) {
-                    self.with_rule_store(c.algorithm, |store| {
-                        store.refund(c.key.as_slice(), now, hits)
-                    });
+    }
+}
+
+/// The status of one rule's descriptor from its counters' decisions.
+fn rule_status(rule: &Rule, counters: &[PlannedCounter], decisions: &[Decision]) -> DescriptorStatus {
+    let mut reported: Option<(usize, &Decision)> = None;
+    for (c, d) in counters.iter().zip(decisions) {
+        let replace = match reported {
+            None => true,
+            Some((_, best)) => more_restrictive(d, best),
+        };
+        if replace {
+            reported = Some((c.limit_index, d));
+        }
+    }
+    let Some((limit_index, decision)) = reported else {
+        return DescriptorStatus::no_limit();
+    };
+    let limit = rule.limits.get(limit_index).and_then(current_limit);
+    let mut status = DescriptorStatus::from_decision(decision, limit);
+    if rule.shadow_mode && status.code == Code::OverLimit {
+        status.code = Code::Ok;
+        status.retry_after = None;
+    }
+    status
+}
+
+/// OK without a counter (`on_store_error: allow`): the limit, nothing known about remaining.
+fn allowed_without_store(limit: Option<CurrentLimit>) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok,
+        current_limit: limit,
+        limit_remaining: 0,
+        duration_until_reset: None,
+        retry_after: None,
+    }
+}
+
+/// OVER_LIMIT without a counter (`on_store_error: deny`): retry after one second.
+fn denied_without_store(rule: &Rule, counters: &[PlannedCounter]) -> DescriptorStatus {
+    let limit = counters
+        .first()
+        .and_then(|c| rule.limits.get(c.limit_index))
+        .and_then(current_limit);
+    let code = if rule.shadow_mode {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    DescriptorStatus {
+        code,
+        current_limit: limit,
+        limit_remaining: 0,
+        duration_until_reset: None,
+        retry_after: (code == Code::OverLimit).then_some(STORE_DOWN_RETRY_AFTER),
+    }
+}
+
+/// The retry-after of a request denied because the store is down.
+pub const STORE_DOWN_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+fn count_fallback(remote: Option<&Arc<RemoteStore>>, policy: StoreErrorPolicy) {
+    if let Some(remote) = remote {
+        let stats = remote.stats();
+        let counter = match policy {
+            StoreErrorPolicy::Allow => &stats.fallback_allow,
+            StoreErrorPolicy::Deny => &stats.fallback_deny,
+            StoreErrorPolicy::Local => &stats.fallback_local,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Every algorithm the rules use.
+fn rule_algorithms(rules: &RuleSet) -> Vec<AnyAlgorithm> {
+    let mut algorithms = Vec::new();
+    for domain in rules.domains() {
+        for rule in rules.rules(domain) {
+            for algorithm in rule.limits.iter().filter_map(|l| l.algorithm) {
+                if !algorithms.contains(&algorithm) {
+                    algorithms.push(algorithm);
                 }
             }
         }
-        let Some(reported) = most_restrictive(&checked) else {
-            return DescriptorStatus::no_limit();
-        };
-        let limit = rule
-            .limits
-            .get(reported.limit_index)
-            .and_then(current_limit);
-        let mut status = DescriptorStatus::from_decision(&reported.decision, limit);
-        if rule.shadow_mode && status.code == Code::OverLimit {
-            status.code = Code::Ok;
-            status.retry_after = None;
-        }
-        status
     }
+    algorithms
+}
 
-    /// Checks (or refunds) a descriptor's own `limit`.
-    fn apply_override(
-        &self,
-        domain: &str,
-        descriptor: &Descriptor,
-        algorithm: AnyAlgorithm,
-        limit: &CurrentLimit,
-        hits: u64,
-        now: Timestamp,
-    ) -> DescriptorStatus {
-        let key = override_key(domain, &descriptor.entries, limit);
-        let store = self.lazy_store(algorithm);
-        let decision = if descriptor.is_negative_hits {
-            store.refund(key.as_slice(), now, hits)
-        } else {
-            store.check(key.as_slice(), now, hits)
-        };
-        DescriptorStatus::from_decision(&decision, Some(limit.clone()))
+/// The hash a descriptor's counters share (their cluster hash tag).
+fn descriptor_tag(domain: &str, entries: &[(String, String)]) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    hasher.update(&(domain.len() as u64).to_be_bytes());
+    hasher.update(domain.as_bytes());
+    for (k, v) in entries {
+        hasher.update(&(k.len() as u64).to_be_bytes());
+        hasher.update(k.as_bytes());
+        hasher.update(&(v.len() as u64).to_be_bytes());
+        hasher.update(v.as_bytes());
     }
-
-    /// Runs `f` on the rule store for `algorithm`, creating one lazily if the
-    /// rule set somehow named an algorithm the engine did not build a store for.
-    fn with_rule_store<R>(&self, algorithm: AnyAlgorithm, f: impl FnOnce(&MemoryStore) -> R) -> R {
-        match self.stores.get(&algorithm) {
-            Some(store) => f(store),
-            None => f(&self.lazy_store(algorithm)),
-        }
-    }
-
-    /// The lazily created store for `algorithm` (override limits).
-    fn lazy_store(&self, algorithm: AnyAlgorithm) -> Arc<MemoryStore> {
-        if let Some(store) = self.lazy_stores.read().get(&algorithm) {
-            return Arc::clone(store);
-        }
-        let mut stores = self.lazy_stores.write();
-        if let Some(store) = stores.get(&algorithm) {
-            return Arc::clone(store);
-        }
-        if stores.len() >= self.options.max_override_stores.max(1) {
-            stores.clear();
-        }
-        let store = Arc::new(MemoryStore::new(
-            algorithm,
-            self.options.override_store_config,
-        ));
-        stores.insert(algorithm, Arc::clone(&store));
-        store
-    }
+    hasher.digest()
 }
 
 /// An engine is shared between threads.
@@ -582,30 +798,6 @@ fn override_key(domain: &str, entries: &[(String, String)], limit: &CurrentLimit
 fn push_part(key: &mut Vec<u8>, part: &[u8]) {
     key.extend_from_slice(&(part.len() as u64).to_be_bytes());
     key.extend_from_slice(part);
-}
-
-/// Whether `algorithm` is the fixed window, which counts denied requests.
-fn is_fixed_window(algorithm: &AnyAlgorithm) -> bool {
-    matches!(
-        algorithm,
-        AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_))
-    )
-}
-
-/// The decision to report: a denial if any (one that can never pass first,
-/// then the longest wait), else the least remaining (the first on ties).
-fn most_restrictive(checked: &[Checked]) -> Option<&Checked> {
-    let mut best: Option<&Checked> = None;
-    for c in checked {
-        let replace = match best {
-            None => true,
-            Some(b) => more_restrictive(&c.decision, &b.decision),
-        };
-        if replace {
-            best = Some(c);
-        }
-    }
-    best
 }
 
 /// Whether `a` is strictly more restrictive than `b`.

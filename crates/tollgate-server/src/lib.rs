@@ -16,6 +16,7 @@ pub mod headers;
 pub mod http;
 pub mod metrics;
 pub mod reload;
+pub mod store;
 
 pub use engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,

@@ -1,0 +1,288 @@
+//! The shared counter store behind the engine: Redis, its circuit breaker and the local fallback.
+//!
+//! [`RemoteStore`] wraps a [`RedisStore`] with
+//!
+//! * a [`Breaker`]: after `threshold` consecutive failed calls it opens and
+//!   the store is not called at all (each request goes straight to its
+//!   rule's `on_store_error`); after a backoff one request probes the store
+//!   (half-open); success closes the breaker, failure opens it again with
+//!   the backoff doubled (up to a cap);
+//! * the in-process counters used by `on_store_error: local` rules, each
+//!   limit divided by the expected number of instances;
+//! * counts of store errors and fallbacks by policy, for `/metrics`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tollgate_core::{Clock, Decision, Timestamp};
+use tollgate_redis::RedisStore;
+use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig, StoreError};
+
+/// Where the breaker stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go to the store; `failures` consecutive ones have failed.
+    Closed {
+        /// Consecutive failures so far.
+        failures: u32,
+    },
+    /// No calls until `until`; the next wait after a failed probe is `2 × backoff`.
+    Open {
+        /// When a probe may go out.
+        until: Timestamp,
+        /// The wait that led to `until`.
+        backoff: Duration,
+    },
+    /// One probe is out; everyone else still falls back.
+    HalfOpen {
+        /// The wait before this probe.
+        backoff: Duration,
+    },
+}
+
+/// A circuit breaker timed by an injected clock.
+#[derive(Debug)]
+pub struct Breaker {
+    state: Mutex<BreakerState>,
+    threshold: u32,
+    first_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Breaker {
+    /// Opens after `threshold` consecutive failures, first for
+    /// `first_backoff`, doubling per failed probe up to `max_backoff`.
+    pub fn new(threshold: u32, first_backoff: Duration, max_backoff: Duration) -> Self {
+        Breaker {
+            state: Mutex::new(BreakerState::Closed { failures: 0 }),
+            threshold: threshold.max(1),
+            first_backoff,
+            max_backoff: max_backoff.max(first_backoff),
+        }
+    }
+
+    /// Whether a call may go to the store at `now` (a probe when half-opening).
+    pub fn admit(&self, now: Timestamp) -> bool {
+        let mut state = self.state.lock();
+        match *state {
+            BreakerState::Closed { .. } => true,
+            BreakerState::Open { until, backoff } if now >= until => {
+                *state = BreakerState::HalfOpen { backoff };
+                true
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => false,
+        }
+    }
+
+    /// Records a call that succeeded: the breaker closes.
+    pub fn on_success(&self) {
+        *self.state.lock() = BreakerState::Closed { failures: 0 };
+    }
+
+    /// Records a call that failed at `now`.
+    pub fn on_failure(&self, now: Timestamp) {
+        let mut state = self.state.lock();
+        *state = match *state {
+            BreakerState::Closed { failures } if failures + 1 >= self.threshold => {
+                BreakerState::Open {
+                    until: now.saturating_add(self.first_backoff),
+                    backoff: self.first_backoff,
+                }
+            }
+            BreakerState::Closed { failures } => BreakerState::Closed {
+                failures: failures + 1,
+            },
+            BreakerState::HalfOpen { backoff } | BreakerState::Open { backoff, .. } => {
+                let backoff = (backoff * 2).min(self.max_backoff);
+                BreakerState::Open {
+                    until: now.saturating_add(backoff),
+                    backoff,
+                }
+            }
+        };
+    }
+
+    /// Where the breaker stands now.
+    pub fn state(&self) -> BreakerState {
+        *self.state.lock()
+    }
+
+    /// 0 closed, 1 open, 2 half-open (the `/metrics` gauge).
+    pub fn state_code(&self) -> i64 {
+        match self.state() {
+            BreakerState::Closed { .. } => 0,
+            BreakerState::Open { .. } => 1,
+            BreakerState::HalfOpen { .. } => 2,
+        }
+    }
+}
+
+/// How the shared store is set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteOptions {
+    /// Instances sharing the store; `local` fallbacks allow limit ÷ this.
+    pub expected_instances: u64,
+    /// Consecutive failures that open the breaker.
+    pub breaker_threshold: u32,
+    /// The first open period; doubles per failed probe.
+    pub breaker_backoff: Duration,
+    /// The longest open period.
+    pub breaker_max_backoff: Duration,
+    /// Size of the fallback counters.
+    pub fallback_config: StoreConfig,
+}
+
+impl Default for RemoteOptions {
+    /// One instance; open after 3 failures for 100 ms, doubling up to 2 s.
+    fn default() -> Self {
+        RemoteOptions {
+            expected_instances: 1,
+            breaker_threshold: 3,
+            breaker_backoff: Duration::from_millis(100),
+            breaker_max_backoff: Duration::from_secs(2),
+            fallback_config: StoreConfig::with_max_keys(100_000),
+        }
+    }
+}
+
+/// Counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Batches the store failed (timeouts, connection errors, script errors).
+    pub errors: AtomicU64,
+    /// Batches not sent because the breaker was open.
+    pub short_circuited: AtomicU64,
+    /// Descriptors answered by `on_store_error: allow`.
+    pub fallback_allow: AtomicU64,
+    /// Descriptors answered by `on_store_error: deny`.
+    pub fallback_deny: AtomicU64,
+    /// Descriptors answered by `on_store_error: local`.
+    pub fallback_local: AtomicU64,
+}
+
+/// Redis behind a breaker, with the local fallback counters.
+#[derive(Debug)]
+pub struct RemoteStore {
+    redis: RedisStore,
+    breaker: Breaker,
+    fallback: MemoryCounters,
+    options: RemoteOptions,
+    stats: StoreStats,
+}
+
+impl RemoteStore {
+    /// Wraps a connected Redis store.
+    pub fn new(redis: RedisStore, options: RemoteOptions) -> Arc<Self> {
+        Arc::new(RemoteStore {
+            redis,
+            breaker: Breaker::new(
+                options.breaker_threshold,
+                options.breaker_backoff,
+                options.breaker_max_backoff,
+            ),
+            fallback: MemoryCounters::new(
+                [],
+                options.fallback_config,
+                options.fallback_config,
+                4096,
+            ),
+            options,
+            stats: StoreStats::default(),
+        })
+    }
+
+    /// Decides a batch in Redis unless the breaker is open.
+    pub async fn check_batch<C: Clock>(
+        &self,
+        clock: &C,
+        counters: &[Counter<'_>],
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        if !self.breaker.admit(clock.now()) {
+            self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::CircuitOpen);
+        }
+        match self.redis.check_batch(counters, clock.now(), decisions).await {
+            Ok(()) => {
+                self.breaker.on_success();
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.breaker.on_failure(clock.now());
+                tracing::debug!(error = %e, "counter store call failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The in-process counters for `on_store_error: local`.
+    pub fn fallback(&self) -> &MemoryCounters {
+        &self.fallback
+    }
+
+    /// Instances sharing the store.
+    pub fn expected_instances(&self) -> u64 {
+        self.options.expected_instances.max(1)
+    }
+
+    /// The breaker.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Error and fallback counts.
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// The Redis store.
+    pub fn redis(&self) -> &RedisStore {
+        &self.redis
+    }
+
+    /// Whether the store answers a PING now (for `/readyz` and gRPC health).
+    pub async fn is_ready(&self) -> bool {
+        self.redis.ping().await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_breaker_opens_probes_with_backoff_and_closes_on_success() {
+        let b = Breaker::new(3, 100 * MS, 400 * MS);
+        let t0 = Timestamp::from_secs(1_000);
+        let at = |ms: u64| t0.saturating_add(ms * MS);
+        assert!(b.admit(t0));
+        b.on_failure(t0);
+        b.on_failure(t0);
+        assert_eq!(b.state(), BreakerState::Closed { failures: 2 });
+        b.on_success();
+        b.on_failure(t0);
+        b.on_failure(t0);
+        assert!(b.admit(t0), "a success reset the count");
+        b.on_failure(t0);
+        assert_eq!(b.state_code(), 1, "open after 3 consecutive failures");
+        assert!(!b.admit(at(99)));
+        assert!(b.admit(at(100)), "one probe after the backoff");
+        assert!(!b.admit(at(100)), "only one probe at a time");
+        b.on_failure(at(100));
+        assert!(!b.admit(at(299)), "the backoff doubled");
+        assert!(b.admit(at(300)));
+        b.on_failure(at(300));
+        assert!(b.admit(at(700)));
+        b.on_failure(at(700));
+        assert!(!b.admit(at(1099)), "capped at 400 ms");
+        assert!(b.admit(at(1100)));
+        b.on_success();
+        assert_eq!(b.state(), BreakerState::Closed { failures: 0 });
+        assert!(b.admit(at(1100)));
+    }
+}
