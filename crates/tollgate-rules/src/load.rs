@@ -11,9 +11,9 @@ use tollgate_core::{
 };
 
 use crate::diagnostics::Diagnostics;
-use crate::model::{StoreErrorPolicy, 
-    AlgorithmKind, DescriptorNode, DomainRules, Level, Limit, Rule, RuleSet, WildcardPattern,
-    WindowLength,
+use crate::model::{
+    AlgorithmKind, DescriptorNode, DomainRules, Level, Limit, Rule, RuleSet, StoreErrorPolicy,
+    WildcardPattern, WindowLength,
 };
 use crate::tree::{Node, NodeValue, Position, parse_document};
 

@@ -35,7 +35,7 @@ fn unknown_keys_name_the_nearest_valid_key() {
         "domain: d\ndescriptors:\n  - key: k\n    zzz: 1\n",
         &[
             "a.yaml:4:5: error: unknown key `zzz` in a descriptor; expected one of `key`, `value`, `descriptors`, \
-             `rate_limit`, `rate_limits`, `shadow_mode`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
+             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
              `share_threshold`, `metadata`",
         ],
     );
@@ -172,7 +172,7 @@ fn duplicate_domains_across_files_name_both_places() {
             "b.yaml:2:9: error: duplicate domain `d`: already defined at a.yaml:1:9; use one file per domain or merge_domains",
             // The second file is still checked.
             "b.yaml:4:5: error: unknown key `zzz` in a descriptor; expected one of `key`, `value`, `descriptors`, \
-             `rate_limit`, `rate_limits`, `shadow_mode`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
+             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
              `share_threshold`, `metadata`",
             "b.yaml:4:5: error: descriptor has an empty or missing `key`",
         ]
@@ -381,5 +381,41 @@ proptest! {
             }
             None => prop_assert!(loaded.diagnostics.has_errors(), "no rule and no error for\n{yaml}"),
         }
+    }
+}
+
+#[test]
+fn on_store_error_takes_allow_deny_or_local() {
+    assert_reports(
+        "domain: d\ndescriptors:\n  - key: k\n    on_store_error: fail_open\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n",
+        &[
+            "a.yaml:4:21: error: unknown on_store_error `fail_open`; expected one of allow, deny, local",
+        ],
+    );
+    assert_reports(
+        "domain: d\ndescriptors:\n  - key: k\n    on_store_error: [deny]\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n",
+        &["a.yaml:4:21: error: `on_store_error` must be one of allow, deny, local, found a list"],
+    );
+    for (text, policy) in [
+        ("", tollgate_rules::StoreErrorPolicy::Allow),
+        (
+            "    on_store_error: deny\n",
+            tollgate_rules::StoreErrorPolicy::Deny,
+        ),
+        (
+            "    on_store_error: LOCAL\n",
+            tollgate_rules::StoreErrorPolicy::Local,
+        ),
+    ] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: k\n{text}    rate_limit:\n      unit: second\n      requests_per_unit: 5\n"
+        );
+        let loaded = load_sources(
+            [(Path::new("a.yaml"), yaml.as_str())],
+            LoadOptions::default(),
+        );
+        let (rules, _) = loaded.into_result().expect("valid");
+        let rule = rules.rules("d").next().expect("one rule");
+        assert_eq!(rule.on_store_error, policy, "{text}");
     }
 }

@@ -46,9 +46,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::{
-    AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit,
-};
+use tollgate_core::{AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit};
 use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 use tollgate_store::{Counter, MemoryCounters, StoreConfig};
 
@@ -394,7 +392,8 @@ impl<C: Clock> Engine<C> {
     ) -> Result<RateLimitResponse, EngineError> {
         let now = self.clock.now();
         let plan = self.plan(request)?;
-        let counters: Vec<Counter<'_>> = plan.counters.iter().map(PlannedCounter::counter).collect();
+        let counters: Vec<Counter<'_>> =
+            plan.counters.iter().map(PlannedCounter::counter).collect();
         let mut decisions = Vec::with_capacity(counters.len());
         if self.remote.is_some() {
             return Ok(self.fall_back(request, plan, now));
@@ -419,9 +418,13 @@ impl<C: Clock> Engine<C> {
         if plan.counters.is_empty() {
             return Ok(self.finish(plan, &[]));
         }
-        let counters: Vec<Counter<'_>> = plan.counters.iter().map(PlannedCounter::counter).collect();
+        let counters: Vec<Counter<'_>> =
+            plan.counters.iter().map(PlannedCounter::counter).collect();
         let mut decisions = Vec::with_capacity(counters.len());
-        match remote.check_batch(&self.clock, &counters, &mut decisions).await {
+        match remote
+            .check_batch(&self.clock, &counters, &mut decisions)
+            .await
+        {
             Ok(()) => Ok(self.finish(plan, &decisions)),
             Err(_) => Ok(self.fall_back(request, plan, self.clock.now())),
         }
@@ -543,7 +546,12 @@ impl<C: Clock> Engine<C> {
     }
 
     /// The response when the shared store failed: each rule's `on_store_error`.
-    fn fall_back(&self, request: &RateLimitRequest, plan: Plan<'_>, now: Timestamp) -> RateLimitResponse {
+    fn fall_back(
+        &self,
+        request: &RateLimitRequest,
+        plan: Plan<'_>,
+        now: Timestamp,
+    ) -> RateLimitResponse {
         let remote = self.remote.as_ref();
         let mut statuses = Vec::with_capacity(plan.work.len());
         for work in plan.work {
@@ -564,9 +572,7 @@ impl<C: Clock> Engine<C> {
                                 .and_then(current_limit),
                         ),
                         StoreErrorPolicy::Deny => denied_without_store(rule, counters),
-                        StoreErrorPolicy::Local => {
-                            self.decide_locally(rule, counters, now)
-                        }
+                        StoreErrorPolicy::Local => self.decide_locally(rule, counters, now),
                     }
                 }
             };
@@ -577,7 +583,12 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Decides a rule's counters in this process with this instance's share of each limit.
-    fn decide_locally(&self, rule: &Rule, counters: &[PlannedCounter], now: Timestamp) -> DescriptorStatus {
+    fn decide_locally(
+        &self,
+        rule: &Rule,
+        counters: &[PlannedCounter],
+        now: Timestamp,
+    ) -> DescriptorStatus {
         let Some(remote) = &self.remote else {
             return allowed_without_store(None);
         };
@@ -621,7 +632,11 @@ impl Clone for PlannedCounter {
 }
 
 /// The status of one rule's descriptor from its counters' decisions.
-fn rule_status(rule: &Rule, counters: &[PlannedCounter], decisions: &[Decision]) -> DescriptorStatus {
+fn rule_status(
+    rule: &Rule,
+    counters: &[PlannedCounter],
+    decisions: &[Decision],
+) -> DescriptorStatus {
     let mut reported: Option<(usize, &Decision)> = None;
     for (c, d) in counters.iter().zip(decisions) {
         let replace = match reported {

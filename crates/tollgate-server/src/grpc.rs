@@ -31,8 +31,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use futures_util::future::Either;
 use tokio::net::TcpListener;
-use tollgate_core::{Clock, Unit};
+use tollgate_core::{Clock, Timestamp, Unit};
 use tonic::codegen::http;
 use tonic::server::{NamedService, UnaryService};
 use tonic::transport::server::TcpIncoming;
@@ -271,9 +272,32 @@ impl<C: Clock> RateLimitGrpc<C> {
         let request = engine_request(request);
         let engine = self.engine.load();
         let answer = engine.should_rate_limit(&request);
+        self.respond(&engine, &request, answer, start)
+    }
+
+    /// Answers one decoded call through the engine's shared store (Redis).
+    pub async fn decide_shared(
+        &self,
+        request: wire::RateLimitRequest,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        let start = self.metrics.as_ref().map(|m| m.start());
+        let request = engine_request(request);
+        let engine = self.engine.load();
+        let answer = engine.decide(&request).await;
+        self.respond(&engine, &request, answer, start)
+    }
+
+    /// The wire answer for an engine answer, counted in the metrics.
+    fn respond(
+        &self,
+        engine: &Engine<C>,
+        request: &RateLimitRequest,
+        answer: Result<RateLimitResponse, EngineError>,
+        start: Option<Timestamp>,
+    ) -> Result<wire::RateLimitResponse, Status> {
         if let (Some(metrics), Some(start)) = (&self.metrics, start) {
             if let Ok(response) = &answer {
-                metrics.observe(engine.rules(), &request, response);
+                metrics.observe(engine.rules(), request, response);
             }
             metrics.observe_duration("grpc", start);
         }
@@ -325,10 +349,25 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<C> {
     type Response = wire::RateLimitResponse;
-    type Future = std::future::Ready<Result<Response<wire::RateLimitResponse>, Status>>;
+    /// Ready at once in memory; a boxed future only when the counters live in Redis.
+    type Future = Either<
+        std::future::Ready<Result<Response<wire::RateLimitResponse>, Status>>,
+        BoxFuture<Result<Response<wire::RateLimitResponse>, Status>>,
+    >;
 
     fn call(&mut self, request: Request<wire::RateLimitRequest>) -> Self::Future {
-        std::future::ready(self.decide(request.into_inner()).map(Response::new))
+        if self.engine.load().remote().is_none() {
+            return Either::Left(std::future::ready(
+                self.decide(request.into_inner()).map(Response::new),
+            ));
+        }
+        let service = self.clone();
+        Either::Right(Box::pin(async move {
+            service
+                .decide_shared(request.into_inner())
+                .await
+                .map(Response::new)
+        }))
     }
 }
 

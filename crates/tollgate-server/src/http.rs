@@ -128,13 +128,13 @@ fn status_for(code: Code) -> StatusCode {
 
 /// Runs `request` through the engine in service, counting it in the metrics;
 /// the engine's message when it rejects it.
-fn decide<C: Clock>(
+async fn decide<C: Clock>(
     state: &HttpState<C>,
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, String> {
     let start = state.metrics.as_ref().map(|m| m.start());
     let engine = state.engine.load();
-    let answer = engine.should_rate_limit(request);
+    let answer = engine.decide(request).await;
     if let (Some(metrics), Some(start)) = (&state.metrics, start) {
         if let Ok(response) = &answer {
             metrics.observe(engine.rules(), request, response);
@@ -398,7 +398,7 @@ async fn json_endpoint<C: Clock + 'static>(
         Err(error) => return bad_request(format!("invalid RateLimitRequest JSON: {error}")),
     };
     let request = request.into_engine();
-    let response = match decide(&state, &request) {
+    let response = match decide(&state, &request).await {
         Ok(response) => response,
         Err(message) => return bad_request(message),
     };
@@ -506,7 +506,7 @@ async fn check_endpoint<C: Clock + 'static>(
             .collect(),
         hits_addend: request.hits.unwrap_or(0),
     };
-    let response = match decide(&state, &request) {
+    let response = match decide(&state, &request).await {
         Ok(response) => response,
         Err(message) => return bad_request(message),
     };

@@ -204,7 +204,11 @@ impl RemoteStore {
             self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::CircuitOpen);
         }
-        match self.redis.check_batch(counters, clock.now(), decisions).await {
+        match self
+            .redis
+            .check_batch(counters, clock.now(), decisions)
+            .await
+        {
             Ok(()) => {
                 self.breaker.on_success();
                 Ok(())
@@ -259,7 +263,7 @@ mod tests {
     fn the_breaker_opens_probes_with_backoff_and_closes_on_success() {
         let b = Breaker::new(3, 100 * MS, 400 * MS);
         let t0 = Timestamp::from_secs(1_000);
-        let at = |ms: u64| t0.saturating_add(ms * MS);
+        let at = |ms: u64| t0.saturating_add(Duration::from_millis(ms));
         assert!(b.admit(t0));
         b.on_failure(t0);
         b.on_failure(t0);

@@ -11,9 +11,11 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
+use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
 use tollgate_server::metrics::{ConfigStats, Metrics};
 use tollgate_server::reload::read_config;
+use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{
     ConfigWatcher, Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine,
     ResponseHeaders, Trigger, grpc, http,
@@ -97,6 +99,42 @@ pub struct ServeArgs {
     /// Send a JSON body for Envoy's 429 reply (`raw_body`).
     #[arg(long, env = "TOLLGATE_RAW_BODY", value_parser = BoolishValueParser::new())]
     pub raw_body: bool,
+    /// Where counters live: `memory` (this process) or a Redis URL
+    /// (`redis://`, `rediss://`, `redis-cluster://h:p,h:p`,
+    /// `redis-sentinel://master@h:p,…`). Upstream's `REDIS_URL` (with
+    /// `REDIS_SOCKET_TYPE`) is used when neither the flag nor `TOLLGATE_STORE` is set.
+    #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
+    pub store: Option<String>,
+    /// How long one Redis call may take before the rule's `on_store_error` answers.
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = crate::duration::parse_duration)]
+    pub store_timeout: Duration,
+    /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
+    #[arg(
+        long,
+        env = "TOLLGATE_EXPECTED_INSTANCES",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub expected_instances: u64,
+}
+
+/// The Redis URL to use, if any: the flag (or `TOLLGATE_STORE`), else upstream's `REDIS_URL`.
+fn store_url(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    match args.store.as_deref() {
+        Some("memory") => None,
+        Some(url) => Some(url.to_owned()),
+        None => {
+            let url = env("REDIS_URL").filter(|u| !u.is_empty())?;
+            if url.contains("://") {
+                return Some(url);
+            }
+            let scheme = match env("REDIS_SOCKET_TYPE").as_deref() {
+                Some("unix") => "unix://",
+                _ => "redis://",
+            };
+            Some(format!("{scheme}{url}"))
+        }
+    }
 }
 
 /// What `serve` runs with once flags and environment are combined.
@@ -279,11 +317,29 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         global_shadow_mode: settings.shadow_mode,
         ..EngineOptions::default()
     };
-    let engine = Arc::new(Engine::new(
-        Arc::new(rules),
-        engine_options,
-        CoarseClock::new(),
-    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate-worker")
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    let engine = match store_url(args, |name| std::env::var(name).ok()) {
+        None => Engine::new(Arc::new(rules), engine_options, CoarseClock::new()),
+        Some(url) => {
+            let redis = runtime
+                .block_on(RedisStore::connect(&url, args.store_timeout))
+                .map_err(|error| CommandError::Failed(error.to_string()))?;
+            tracing::info!(store = ?redis.target(), timeout = ?args.store_timeout, "counters in Redis");
+            let remote = RemoteStore::new(
+                redis,
+                RemoteOptions {
+                    expected_instances: args.expected_instances.max(1),
+                    ..RemoteOptions::default()
+                },
+            );
+            Engine::with_remote(Arc::new(rules), engine_options, CoarseClock::new(), remote)
+        }
+    };
+    let engine = Arc::new(engine);
     let live = Arc::new(LiveEngine::new(
         engine,
         args.config.clone(),
@@ -291,11 +347,6 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         config_hash,
     ));
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tollgate-worker")
-        .build()
-        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let metrics = Arc::new(Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
