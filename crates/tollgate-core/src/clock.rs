@@ -133,6 +133,16 @@ impl MonotonicClock {
     }
 }
 
+impl MonotonicClock {
+    /// This clock moved `offset_nanos` nanoseconds ahead (negative: behind).
+    ///
+    /// For debugging and tests of instances whose clocks disagree.
+    pub fn shifted(mut self, offset_nanos: i64) -> Self {
+        self.anchor_wall = self.anchor_wall.saturating_add_signed(offset_nanos);
+        self
+    }
+}
+
 impl Default for MonotonicClock {
     fn default() -> Self {
         Self::new()
@@ -196,7 +206,13 @@ impl CoarseClock {
 
     /// A coarse clock with its own ticker thread.
     pub fn new() -> Self {
-        let source = MonotonicClock::new();
+        Self::shifted(0)
+    }
+
+    /// A coarse clock `offset_nanos` nanoseconds ahead of the system's
+    /// (negative: behind), for debugging instances whose clocks disagree.
+    pub fn shifted(offset_nanos: i64) -> Self {
+        let source = MonotonicClock::new().shifted(offset_nanos);
         let start = source.now();
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new_cyclic(|weak: &std::sync::Weak<CoarseShared>| {

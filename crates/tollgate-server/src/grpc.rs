@@ -562,13 +562,41 @@ where
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
+    // With a shared store, the service's health follows the store (checked every second).
+    let store_watch = service.engine().remote().cloned().map(|remote| {
+        tokio::spawn(async move {
+            let mut serving = true;
+            loop {
+                tokio::time::sleep(STORE_HEALTH_PERIOD).await;
+                let up = remote.redis().ping().await.is_ok();
+                if up != serving {
+                    serving = up;
+                    let status = if up {
+                        ServingStatus::Serving
+                    } else {
+                        ServingStatus::NotServing
+                    };
+                    for name in [UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+                        reporter.set_service_status(name, status).await;
+                    }
+                }
+            }
+        })
+    });
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .await;
+    if let Some(task) = store_watch {
+        task.abort();
+    }
+    served
 }
+
+/// How often gRPC health re-checks a shared store.
+const STORE_HEALTH_PERIOD: Duration = Duration::from_secs(1);
 
 /// Sends one `ShouldRateLimit` call on `channel` (a minimal client for [`wire`]'s messages).
 pub async fn should_rate_limit(

@@ -538,11 +538,21 @@ fn append_headers(map: &mut HeaderMap, headers: Vec<(String, String)>) {
 // ---------------------------------------------------------------- health and rules
 
 async fn readyz<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
-    if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ready").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    if !state.ready.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
     }
+    let remote = state.engine.load().remote().cloned();
+    if let Some(remote) = remote
+        && let Err(error) = remote.redis().ping().await
+    {
+        // Still answering, by each rule's on_store_error; but not what it should be.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable: {error}"),
+        )
+            .into_response();
+    }
+    (StatusCode::OK, "ready").into_response()
 }
 
 async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {

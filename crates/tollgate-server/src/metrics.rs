@@ -239,6 +239,13 @@ impl Metrics {
         }
     }
 
+    /// These metrics with the shared store's errors, fallbacks and breaker state.
+    pub fn with_store(mut self, store: Arc<crate::store::RemoteStore>) -> Self {
+        self.registry
+            .register_collector(Box::new(crate::store::StoreCollector(store)));
+        self
+    }
+
     /// A start time for [`Metrics::observe_duration`].
     pub fn start(&self) -> Timestamp {
         self.clock.now()

@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use tollgate_core::{Clock, Decision, Timestamp};
 use tollgate_redis::RedisStore;
 use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig, StoreError};
@@ -135,13 +139,13 @@ pub struct RemoteOptions {
 }
 
 impl Default for RemoteOptions {
-    /// One instance; open after 3 failures for 100 ms, doubling up to 2 s.
+    /// One instance; open after 3 failures for 100 ms, doubling up to 1 s.
     fn default() -> Self {
         RemoteOptions {
             expected_instances: 1,
             breaker_threshold: 3,
             breaker_backoff: Duration::from_millis(100),
-            breaker_max_backoff: Duration::from_secs(2),
+            breaker_max_backoff: Duration::from_secs(1),
             fallback_config: StoreConfig::with_max_keys(100_000),
         }
     }
@@ -250,6 +254,62 @@ impl RemoteStore {
     /// Whether the store answers a PING now (for `/readyz` and gRPC health).
     pub async fn is_ready(&self) -> bool {
         self.redis.ping().await.is_ok()
+    }
+}
+
+/// The label of the fallback counter: which `on_store_error` answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: &'static str,
+}
+
+/// Writes the store's error and fallback counters and the breaker state on each scrape.
+#[derive(Debug)]
+pub struct StoreCollector(pub Arc<RemoteStore>);
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = self.0.stats();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let errors = ConstCounter::new(load(&stats.errors));
+        let metric = encoder.encode_descriptor(
+            "ratelimit_store_errors",
+            "Store calls that failed (timeout, connection, script)",
+            None,
+            errors.metric_type(),
+        )?;
+        errors.encode(metric)?;
+        let skipped = ConstCounter::new(load(&stats.short_circuited));
+        let metric = encoder.encode_descriptor(
+            "ratelimit_store_short_circuited",
+            "Store calls not made because the circuit breaker was open",
+            None,
+            skipped.metric_type(),
+        )?;
+        skipped.encode(metric)?;
+        let mut family = encoder.encode_descriptor(
+            "ratelimit_store_fallbacks",
+            "Descriptors answered by their rule's on_store_error, by policy",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (policy, counter) in [
+            ("allow", &stats.fallback_allow),
+            ("deny", &stats.fallback_deny),
+            ("local", &stats.fallback_local),
+        ] {
+            let labels = PolicyLabels { policy };
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(load(counter)).encode(metric)?;
+        }
+        let state = ConstGauge::new(self.0.breaker().state_code());
+        let metric = encoder.encode_descriptor(
+            "ratelimit_store_breaker_state",
+            "The store's circuit breaker: 0 closed, 1 open, 2 half-open",
+            None,
+            state.metric_type(),
+        )?;
+        state.encode(metric)
     }
 }
 

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// How long one Redis call may take before the rule's `on_store_error` answers.
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = crate::duration::parse_duration)]
     pub store_timeout: Duration,
+    /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
+    /// of the system's. Decisions on Redis do not move (they use Redis `TIME`);
+    /// in-memory decisions and fallbacks do.
+    #[arg(long, env = "TOLLGATE_CLOCK_OFFSET", value_name = "[-]DURATION", default_value = "0s", value_parser = parse_offset, allow_hyphen_values = true)]
+    pub clock_offset: i64,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
     #[arg(
         long,
@@ -116,6 +121,17 @@ pub struct ServeArgs {
         default_value_t = 1
     )]
     pub expected_instances: u64,
+}
+
+/// A signed duration (`-3s`, `250ms`) in nanoseconds.
+fn parse_offset(text: &str) -> Result<i64, String> {
+    let (negative, magnitude) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let d = crate::duration::parse_duration(magnitude)?;
+    let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
+    Ok(if negative { -nanos } else { nanos })
 }
 
 /// The Redis URL to use, if any: the flag (or `TOLLGATE_STORE`), else upstream's `REDIS_URL`.
@@ -322,8 +338,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         .thread_name("tollgate-worker")
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    let clock = CoarseClock::shifted(args.clock_offset);
     let engine = match store_url(args, |name| std::env::var(name).ok()) {
-        None => Engine::new(Arc::new(rules), engine_options, CoarseClock::new()),
+        None => Engine::new(Arc::new(rules), engine_options, clock.clone()),
         Some(url) => {
             let redis = runtime
                 .block_on(RedisStore::connect(&url, args.store_timeout))
@@ -336,7 +353,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                     ..RemoteOptions::default()
                 },
             );
-            Engine::with_remote(Arc::new(rules), engine_options, CoarseClock::new(), remote)
+            Engine::with_remote(Arc::new(rules), engine_options, clock.clone(), remote)
         }
     };
     let engine = Arc::new(engine);
@@ -348,10 +365,14 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     ));
 
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
-    let metrics = Arc::new(Metrics::new(
+    let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
         args.near_limit_ratio,
-    ));
+    );
+    if let Some(remote) = live.load().remote() {
+        metrics = metrics.with_store(Arc::clone(remote));
+    }
+    let metrics = Arc::new(metrics);
     runtime.block_on(serve(
         settings.grpc_addr,
         settings.http_addr,
