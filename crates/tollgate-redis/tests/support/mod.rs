@@ -58,6 +58,22 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, …) to the process with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.pid().expect("the server runs");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// Kills the process (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tollgate_server::grpc::wire::{self, Entry, RateLimitDescriptor};
 use tonic::transport::Channel;
 
+#[allow(unused_imports)]
 pub use crate::redis_support::{RedisCluster, RedisServer};
 use crate::support::Server;
 

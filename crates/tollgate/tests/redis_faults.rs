@@ -1,0 +1,195 @@
+//! Redis killed, hung and restarted under a running `tollgate serve`: every call is answered by its rule's policy.
+
+mod redis_common;
+#[path = "../../tollgate-redis/tests/support/mod.rs"]
+mod redis_support;
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use redis_common::{RedisServer, Scratch, call, channel, is_ok, request, serve};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+const LIMITS: &str = "domain: faults
+descriptors:
+  - key: open
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: closed
+    on_store_error: deny
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1000
+  - key: local
+    on_store_error: local
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+";
+
+/// `GET path` over HTTP/1.0: the status code and body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("the HTTP port accepts");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("the request is sent");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+/// OKs out of `n` sequential calls of `key`.
+async fn oks(channel: &Channel, key: &str, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += usize::from(is_ok(&call(channel, request("faults", key, "x")).await));
+    }
+    ok
+}
+
+/// Calls `key` every 20 ms until the answer is `want_ok`; how long that took (at most `budget`).
+async fn until(channel: &Channel, key: &str, want_ok: bool, budget: Duration) -> Duration {
+    let start = Instant::now();
+    // Bounded: at most budget / 20 ms attempts.
+    for _ in 0..budget.as_millis() / 20 {
+        if is_ok(&call(channel, request("faults", key, "x")).await) == want_ok {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "`{key}` did not turn {} within {budget:?}",
+        if want_ok { "OK" } else { "OVER_LIMIT" }
+    );
+}
+
+/// Threads and resident memory (kB) of a process, from /proc.
+fn threads_and_rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("Threads:"), field("VmRSS:"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
+    let mut redis = RedisServer::start();
+    let scratch = Scratch::new("faults");
+    let config = scratch.limits(LIMITS);
+    let mut server = serve(
+        &config,
+        &redis.url(),
+        &["--store-timeout", "50ms", "--expected-instances", "2"],
+    );
+    let addr = server.address();
+    let http = server.line_after("http listening on ");
+    let channel = channel(&addr).await;
+
+    // Up: counters are in Redis.
+    assert_eq!(
+        oks(&channel, "open", 3).await,
+        1,
+        "1 per hour while Redis counts"
+    );
+    assert_eq!(oks(&channel, "closed", 3).await, 3);
+    assert_eq!(http_get(&http, "/readyz").0, 200);
+    let (threads_before, rss_before) = threads_and_rss(server.child.id());
+
+    // Killed: each rule answers by its policy.
+    redis.kill();
+    assert_eq!(
+        oks(&channel, "open", 20).await,
+        20,
+        "allow lets everything through"
+    );
+    assert_eq!(
+        oks(&channel, "closed", 20).await,
+        0,
+        "deny rejects everything"
+    );
+    assert_eq!(
+        oks(&channel, "local", 20).await,
+        5,
+        "local allows 10 / 2 instances"
+    );
+    let (status, body) = http_get(&http, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("store unavailable"), "{body}");
+    let (_, metrics) = http_get(&http, "/metrics");
+    for needle in [
+        "ratelimit_store_fallbacks_total{policy=\"deny\"}",
+        "ratelimit_store_errors_total",
+        "ratelimit_store_breaker_state",
+    ] {
+        assert!(metrics.contains(needle), "{needle} in\n{metrics}");
+    }
+
+    // Restarted (empty): used again within two seconds.
+    redis.restart();
+    let back = until(&channel, "closed", true, Duration::from_secs(5)).await;
+    assert!(back <= Duration::from_secs(2), "back after {back:?}");
+    assert_eq!(oks(&channel, "open", 3).await, 1, "counting in Redis again");
+    assert_eq!(http_get(&http, "/readyz").0, 200);
+
+    // Flat: no thread or memory growth from the outage.
+    let (threads_after, rss_after) = threads_and_rss(server.child.id());
+    assert!(
+        threads_after <= threads_before + 2,
+        "{threads_before} -> {threads_after} threads"
+    );
+    assert!(
+        rss_after <= rss_before + 32 * 1024,
+        "{rss_before} -> {rss_after} kB"
+    );
+    let _ = server.child.kill();
+    let _ = server.finish();
+}
+
+/// A hung Redis (SIGSTOP) would cost every call the full timeout; the
+/// breaker stops paying it after three failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_bounds_latency_while_redis_hangs() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("hang");
+    let config = scratch.limits(LIMITS);
+    let _server_guard;
+    let channel = {
+        let server = serve(&config, &redis.url(), &["--store-timeout", "50ms"]);
+        let channel = channel(&server.address()).await;
+        _server_guard = server;
+        channel
+    };
+    assert_eq!(oks(&channel, "closed", 3).await, 3);
+
+    redis.signal("STOP");
+    let start = Instant::now();
+    let calls = 60;
+    assert_eq!(oks(&channel, "closed", calls).await, 0, "deny while hung");
+    let spent = start.elapsed();
+    // Without the breaker: 60 × 50 ms = 3 s at least.
+    assert!(
+        spent < Duration::from_millis(1500),
+        "{calls} calls took {spent:?}"
+    );
+
+    redis.signal("CONT");
+    let back = until(&channel, "closed", true, Duration::from_secs(5)).await;
+    assert!(back <= Duration::from_secs(2), "back after {back:?}");
+}
