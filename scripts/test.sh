@@ -14,6 +14,8 @@ log() { printf '\n==> %s\n' "$*"; }
 REQUIRED_COMMANDS=(
     "cc:gcc"
     "python3:python3"
+    "redis-server:redis-server"
+    "redis-cli:redis-tools"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's

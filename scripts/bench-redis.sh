@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Measures Tollgate on Redis in one run, next to the scripted ceiling of the
+# same Redis on the same machine:
+#
+# 1. redis-benchmark calling Tollgate's own check script (EVALSHA, one
+#    token-bucket counter per call), pipelined 16 deep with 50 clients, for
+#    one hot key and for 100 000 keys: the most scripted decisions per second
+#    this Redis can make.
+# 2. `tollgate serve --store redis://…` under `tollgate bench rls` (64 in
+#    flight) for one hot key and 100 000 keys: checks/s, p50/p99, server CPU
+#    per check (from /proc/PID/stat) and Redis calls per check (the
+#    cmdstat_evalsha/eval/evalsha_ro delta of INFO commandstats ÷ checks).
+#
+# Cores: the server is pinned to CPU 0; Redis and the load generators share
+# CPU 1 (needs 2 cores and `taskset`).
+#
+# `fallbacks` counts checks answered by on_store_error instead of Redis
+# (store timeouts, breaker open); a run with fallbacks did not measure Redis.
+#
+# Usage: scripts/bench-redis.sh [ROUNDS] [DURATION]   (defaults: 3 rounds of 10s)
+#        STORE_TIMEOUT=5ms (the default --store-timeout) may be raised to see
+#        the store's own ceiling when the machine is too loaded for 5 ms.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+duration=${2:-10s}
+store_timeout=${STORE_TIMEOUT:-5ms}
+seconds=${duration%s}
+cargo build -q --release -p tollgate
+bin=$PWD/target/release/tollgate
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis_pid=""
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$work" > "$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 1 200); do
+    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
+    read -r -t 0.05 < /dev/zero || true # a bounded wait for Redis to start
+done
+cli() { redis-cli -p "$port" "$@"; }
+script_calls() { # EVALSHA + EVAL calls so far
+    cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_eval(sha)?(_ro)?:/ {n += $3} END {print n + 0}'
+}
+
+# A token bucket of 10^9 filling at 10^9 per second: every call is allowed and writes.
+printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: token_bucket\n' \
+    > "$work/limits.yaml"
+sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/check.lua)")
+
+ceiling() { # KEYS
+    local key='tg{0}bench' random=()
+    [ "$1" -gt 1 ] && key='tg{__rand_int__}bench' && random=(-r "$1")
+    local n=$((seconds * 150000))
+    taskset -c 1 redis-benchmark -p "$port" -q -c 50 -P 16 -n "$n" "${random[@]}" \
+        EVALSHA "$sha" 1 "$key" 0 c s 1 1 1000000000 | tr '\r' '\n' |
+        awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
+}
+
+serve_run() { # KEYS
+    taskset -c 0 "$bin" serve --config "$work/limits.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+        --store "redis://127.0.0.1:$port" --store-timeout "$store_timeout" --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
+    local pid=$! addr=""
+    for _ in $(seq 1 200); do
+        addr=$(awk '/^listening on/ {print $3}' "$work/serve.out")
+        [ -n "$addr" ] && break
+        read -r -t 0.05 < /dev/zero || true # a bounded wait for the server to print its address
+    done
+    [ -n "$addr" ] || { echo "error: the server did not start: $(cat "$work/serve.err")" >&2; kill "$pid"; exit 1; }
+    local calls0
+    calls0=$(script_calls)
+    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    taskset -c 1 "$bin" bench rls --addr "http://$addr" --domain bench --descriptor 'user={k}' \
+        --keys "$1" -c 64 --connections 4 -d "$duration" --warmup 0s --json > "$work/bench.json" ||
+        { echo "error: the load generator failed; server stderr: $(cat "$work/serve.err")" >&2; kill "$pid"; exit 1; }
+    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    local calls1
+    calls1=$(script_calls)
+    local http fallbacks
+    http=$(awk '/^http listening on/ {print $4}' "$work/serve.out")
+    # Checks answered by on_store_error instead of Redis (timeouts, breaker open): should be 0.
+    fallbacks=$(python3 - "$http" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(int(sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("ratelimit_store_fallbacks_total"))))
+PY
+)
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    python3 - "$u0" "$s0" "$u1" "$s1" "$calls0" "$calls1" "$work/bench.json" "$fallbacks" <<'PY'
+import json, os, sys
+u0, s0, u1, s1, c0, c1 = map(int, sys.argv[1:7])
+fallbacks = int(sys.argv[8])
+b = json.load(open(sys.argv[7]))
+cpu_us = (u1 + s1 - u0 - s0) * 1e6 / os.sysconf("SC_CLK_TCK")
+answered = max(b["ok"] + b["over_limit"], 1)
+lat = b["latency_us"]
+print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {cpu_us / answered:11.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
+PY
+}
+
+echo "redis-server $(redis-server --version | awk '{print $3}'), scripted ceiling (redis-benchmark EVALSHA, -P 16 -c 50):"
+printf '%-5s %-7s %12s\n' round keys 'scripts/s'
+for round in $(seq 1 "$rounds"); do
+    for keys in 1 100000; do
+        printf '%-5s %-7s %12s\n' "$round" "$keys" "$(ceiling "$keys")"
+    done
+done
+echo
+echo "tollgate serve --store redis:// under tollgate bench rls (-c 64, 4 connections):"
+printf '%-5s %-7s %9s %7s %7s %11s %10s %9s %6s\n' round keys 'checks/s' 'p50 µs' 'p99 µs' 'CPU µs/chk' 'calls/chk' fallbacks errors
+for round in $(seq 1 "$rounds"); do
+    for keys in 1 100000; do
+        printf '%-5s %-7s ' "$round" "$keys"
+        serve_run "$keys"
+    done
+done
