@@ -44,6 +44,7 @@ use std::collections::{HashMap, HashSet};
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -140,6 +141,8 @@ pub struct DescriptorStatus {
     pub duration_until_reset: Option<Duration>,
     /// For OVER_LIMIT, the earliest time the same call could pass; `None` otherwise.
     pub retry_after: Option<Duration>,
+    /// Over the limit, but reported OK because the rule is in `shadow_mode`.
+    pub shadowed: bool,
 }
 
 impl DescriptorStatus {
@@ -151,6 +154,7 @@ impl DescriptorStatus {
             limit_remaining: 0,
             duration_until_reset: None,
             retry_after: None,
+            shadowed: false,
         }
     }
 
@@ -175,6 +179,7 @@ impl DescriptorStatus {
             limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
             duration_until_reset: Some(decision.reset_after()),
             retry_after: decision.retry_after(),
+            shadowed: false,
         }
     }
 }
@@ -214,9 +219,10 @@ pub struct EngineOptions {
     pub store_config: StoreConfig,
     /// The size of each store created for descriptor `limit` overrides.
     pub override_store_config: StoreConfig,
-    /// The most override stores kept; when one more is needed, all are
-    /// dropped and the override counters start again (bounds memory against
-    /// callers sending many distinct limits).
+    /// The most override stores kept (one per distinct override limit);
+    /// when one more is needed, the store used longest ago is dropped and
+    /// its counters start again. This bounds memory against callers sending
+    /// many distinct limits while overrides in steady use keep counting.
     pub max_override_stores: usize,
 }
 
@@ -233,7 +239,15 @@ impl Default for EngineOptions {
 }
 
 /// Stores created on first use, by algorithm.
-type LazyStores = RwLock<HashMap<AnyAlgorithm, Arc<MemoryStore>>>;
+type LazyStores = RwLock<HashMap<AnyAlgorithm, LazyStore>>;
+
+/// A store created on first use, and when a request last used it.
+#[derive(Debug)]
+struct LazyStore {
+    store: Arc<MemoryStore>,
+    /// The `now` of the latest request that used it, in nanoseconds.
+    last_used: AtomicU64,
+}
 
 /// Answers RLS requests from a rule set, in-memory stores and a clock.
 pub struct Engine<C: Clock> {
@@ -449,6 +463,7 @@ impl<C: Clock> Engine<C> {
         if rule.shadow_mode && status.code == Code::OverLimit {
             status.code = Code::Ok;
             status.retry_after = None;
+            status.shadowed = true;
         }
         status
     }
@@ -464,7 +479,7 @@ impl<C: Clock> Engine<C> {
         now: Timestamp,
     ) -> DescriptorStatus {
         let key = override_key(domain, &descriptor.entries, limit);
-        let store = self.lazy_store(algorithm);
+        let store = self.lazy_store(algorithm, now);
         let decision = if descriptor.is_negative_hits {
             store.refund(key.as_slice(), now, hits)
         } else {
@@ -478,28 +493,47 @@ impl<C: Clock> Engine<C> {
     fn with_rule_store<R>(&self, algorithm: AnyAlgorithm, f: impl FnOnce(&MemoryStore) -> R) -> R {
         match self.stores.get(&algorithm) {
             Some(store) => f(store),
-            None => f(&self.lazy_store(algorithm)),
+            None => f(&self.lazy_store(algorithm, self.clock.now())),
         }
     }
 
-    /// The lazily created store for `algorithm` (override limits).
-    fn lazy_store(&self, algorithm: AnyAlgorithm) -> Arc<MemoryStore> {
-        if let Some(store) = self.lazy_stores.read().get(&algorithm) {
-            return Arc::clone(store);
+    /// The lazily created store for `algorithm` (override limits), marked used at `now`.
+    fn lazy_store(&self, algorithm: AnyAlgorithm, now: Timestamp) -> Arc<MemoryStore> {
+        if let Some(lazy) = self.lazy_stores.read().get(&algorithm) {
+            lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
+            return Arc::clone(&lazy.store);
         }
         let mut stores = self.lazy_stores.write();
-        if let Some(store) = stores.get(&algorithm) {
-            return Arc::clone(store);
+        if let Some(lazy) = stores.get(&algorithm) {
+            lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
+            return Arc::clone(&lazy.store);
         }
         if stores.len() >= self.options.max_override_stores.max(1) {
-            stores.clear();
+            let least_recent = stores
+                .iter()
+                .min_by_key(|(_, lazy)| lazy.last_used.load(Ordering::Relaxed))
+                .map(|(algorithm, _)| *algorithm);
+            if let Some(algorithm) = least_recent {
+                stores.remove(&algorithm);
+            }
         }
         let store = Arc::new(MemoryStore::new(
             algorithm,
             self.options.override_store_config,
         ));
-        stores.insert(algorithm, Arc::clone(&store));
+        stores.insert(
+            algorithm,
+            LazyStore {
+                store: Arc::clone(&store),
+                last_used: AtomicU64::new(now.as_nanos()),
+            },
+        );
         store
+    }
+
+    /// How many override stores it holds.
+    pub fn override_store_count(&self) -> usize {
+        self.lazy_stores.read().len()
     }
 }
 
