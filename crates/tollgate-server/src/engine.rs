@@ -139,6 +139,8 @@ pub struct DescriptorStatus {
     pub duration_until_reset: Option<Duration>,
     /// For OVER_LIMIT, the earliest time the same call could pass; `None` otherwise.
     pub retry_after: Option<Duration>,
+    /// Over the limit, but reported OK because the rule is in `shadow_mode`.
+    pub shadowed: bool,
 }
 
 impl DescriptorStatus {
@@ -150,6 +152,7 @@ impl DescriptorStatus {
             limit_remaining: 0,
             duration_until_reset: None,
             retry_after: None,
+            shadowed: false,
         }
     }
 
@@ -174,6 +177,7 @@ impl DescriptorStatus {
             limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
             duration_until_reset: Some(decision.reset_after()),
             retry_after: decision.retry_after(),
+            shadowed: false,
         }
     }
 }
@@ -213,9 +217,10 @@ pub struct EngineOptions {
     pub store_config: StoreConfig,
     /// The size of each store created for descriptor `limit` overrides.
     pub override_store_config: StoreConfig,
-    /// The most override stores kept; when one more is needed, all are
-    /// dropped and the override counters start again (bounds memory against
-    /// callers sending many distinct limits).
+    /// The most override stores kept (one per distinct override limit);
+    /// when one more is needed, the store used longest ago is dropped and
+    /// its counters start again. This bounds memory against callers sending
+    /// many distinct limits while overrides in steady use keep counting.
     pub max_override_stores: usize,
 }
 
@@ -374,6 +379,11 @@ impl<C: Clock> Engine<C> {
     /// How many in-memory rule stores it holds (one per distinct algorithm; 0 on Redis).
     pub fn store_count(&self) -> usize {
         self.memory.store_count()
+    }
+
+    /// How many override stores it holds.
+    pub fn override_store_count(&self) -> usize {
+        self.memory.lazy_store_count()
     }
 
     /// The shared store, when counters live in Redis.
@@ -655,6 +665,7 @@ fn rule_status(
     if rule.shadow_mode && status.code == Code::OverLimit {
         status.code = Code::Ok;
         status.retry_after = None;
+        status.shadowed = true;
     }
     status
 }
@@ -667,6 +678,7 @@ fn allowed_without_store(limit: Option<CurrentLimit>) -> DescriptorStatus {
         limit_remaining: 0,
         duration_until_reset: None,
         retry_after: None,
+        shadowed: false,
     }
 }
 
@@ -687,6 +699,7 @@ fn denied_without_store(rule: &Rule, counters: &[PlannedCounter]) -> DescriptorS
         limit_remaining: 0,
         duration_until_reset: None,
         retry_after: (code == Code::OverLimit).then_some(STORE_DOWN_RETRY_AFTER),
+        shadowed: rule.shadow_mode,
     }
 }
 

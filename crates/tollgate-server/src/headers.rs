@@ -420,6 +420,7 @@ mod tests {
             limit_remaining: remaining,
             duration_until_reset: Some(Duration::from_millis(reset_ms)),
             retry_after: (code == Code::OverLimit).then(|| Duration::from_millis(reset_ms)),
+            shadowed: false,
         }
     }
 
@@ -430,6 +431,7 @@ mod tests {
             limit_remaining: 0,
             duration_until_reset: None,
             retry_after: None,
+            shadowed: false,
         }
     }
 

@@ -11,8 +11,11 @@
 //!
 //! prometheus-client writes counters with the OpenMetrics `_total` suffix,
 //! so the rule counters are exported as `ratelimit_total_hits_total`,
-//! `ratelimit_over_limit_total`, `ratelimit_near_limit_total` and
-//! `ratelimit_within_limit_total`.
+//! `ratelimit_over_limit_total`, `ratelimit_near_limit_total`,
+//! `ratelimit_within_limit_total` and `ratelimit_shadow_mode_total` (hits
+//! over the limit that a `shadow_mode` rule let through; they count in
+//! `over_limit` too, as upstream counts them). Requests answered OK only
+//! because of global shadow mode count in `ratelimit_global_shadow_mode_total`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -124,6 +127,8 @@ pub struct Metrics {
     over_limit: Family<RuleLabels, Counter>,
     near_limit: Family<RuleLabels, Counter>,
     within_limit: Family<RuleLabels, Counter>,
+    shadow_mode: Family<RuleLabels, Counter>,
+    global_shadow_mode: Counter,
     duration: Family<ApiLabels, Histogram>,
     near_limit_ratio: f64,
     clock: MonotonicClock,
@@ -137,6 +142,8 @@ impl Metrics {
         let over_limit = Family::<RuleLabels, Counter>::default();
         let near_limit = Family::<RuleLabels, Counter>::default();
         let within_limit = Family::<RuleLabels, Counter>::default();
+        let shadow_mode = Family::<RuleLabels, Counter>::default();
+        let global_shadow_mode = Counter::default();
         let duration = Family::<ApiLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.000_01, 4.0, 10))) as fn() -> Histogram,
         );
@@ -161,6 +168,16 @@ impl Metrics {
             within_limit.clone(),
         );
         registry.register(
+            "ratelimit_shadow_mode",
+            "Hits over the limit that a shadow_mode rule let through",
+            shadow_mode.clone(),
+        );
+        registry.register(
+            "ratelimit_global_shadow_mode",
+            "Requests answered OK only because of global shadow mode",
+            global_shadow_mode.clone(),
+        );
+        registry.register(
             "ratelimit_request_duration_seconds",
             "Time to answer one rate limit request, by front end",
             duration.clone(),
@@ -172,6 +189,8 @@ impl Metrics {
             over_limit,
             near_limit,
             within_limit,
+            shadow_mode,
+            global_shadow_mode,
             duration,
             near_limit_ratio: if near_limit_ratio.is_finite() {
                 near_limit_ratio.clamp(0.0, 1.0)
@@ -190,6 +209,11 @@ impl Metrics {
         response: &RateLimitResponse,
     ) {
         let request_hits = u64::from(request.hits_addend.max(1));
+        if response.overall == Code::Ok
+            && response.statuses.iter().any(|s| s.code == Code::OverLimit)
+        {
+            self.global_shadow_mode.inc();
+        }
         for (descriptor, status) in request.descriptors.iter().zip(&response.statuses) {
             if descriptor.is_negative_hits {
                 continue;
@@ -222,6 +246,11 @@ impl Metrics {
             match status.code {
                 Code::OverLimit => {
                     self.over_limit.get_or_create(&labels).inc_by(hits);
+                }
+                // Over the limit, let through: upstream counts both.
+                Code::Ok if status.shadowed => {
+                    self.over_limit.get_or_create(&labels).inc_by(hits);
+                    self.shadow_mode.get_or_create(&labels).inc_by(hits);
                 }
                 Code::Ok => {
                     self.within_limit.get_or_create(&labels).inc_by(hits);

@@ -87,6 +87,7 @@ fn no_limit() -> DescriptorStatus {
         limit_remaining: 0,
         duration_until_reset: None,
         retry_after: None,
+        shadowed: false,
     }
 }
 
@@ -120,6 +121,7 @@ descriptors:
                 limit_remaining: remaining,
                 duration_until_reset: Some(SECS(15)),
                 retry_after: None,
+                shadowed: false,
             }
         );
     }
@@ -133,6 +135,7 @@ descriptors:
             limit_remaining: 0,
             duration_until_reset: Some(SECS(15)),
             retry_after: Some(SECS(15)),
+            shadowed: false,
         }]
     );
     clock.advance(SECS(14));
@@ -313,13 +316,14 @@ descriptors:
 ",
         30,
     );
-    assert_eq!(one(&engine, "s", &[("k", "v")]).code, Code::Ok);
+    let first = one(&engine, "s", &[("k", "v")]);
+    assert_eq!((first.code, first.shadowed), (Code::Ok, false));
     let response = call(&engine, &request("s", vec![descriptor(&[("k", "v")])]));
     assert_eq!(response.overall, Code::Ok);
     let s = &response.statuses[0];
     assert_eq!(
-        (s.code, s.limit_remaining, s.retry_after),
-        (Code::Ok, 0, None)
+        (s.code, s.limit_remaining, s.retry_after, s.shadowed),
+        (Code::Ok, 0, None, true)
     );
     assert_eq!(limit_of(s), (1, Unit::Minute));
     assert_eq!(s.duration_until_reset, Some(SECS(30)));
@@ -347,6 +351,10 @@ descriptors:
     assert_eq!(response.overall, Code::Ok);
     assert_eq!(response.statuses[0].code, Code::OverLimit);
     assert_eq!(response.statuses[0].retry_after, Some(SECS(60)));
+    assert!(
+        !response.statuses[0].shadowed,
+        "the rule itself is not in shadow mode"
+    );
 }
 
 #[test]
@@ -865,4 +873,38 @@ descriptors:
     assert_eq!(unit("a"), (Unit::Hour, 2, SECS(7200)));
     assert_eq!(unit("b"), (Unit::Second, 90, SECS(90)));
     assert_eq!(unit("c"), (Unit::Second, 2, Duration::from_millis(1500)));
+}
+
+#[test]
+fn override_stores_beyond_the_bound_drop_the_one_used_longest_ago() {
+    let options = EngineOptions {
+        max_override_stores: 2,
+        ..EngineOptions::default()
+    };
+    let (engine, clock) = engine_with(TEN_PER_MINUTE, 0, options);
+    // One override limit per requests_per_unit: each is its own store.
+    let with_override = |requests_per_unit: u32| {
+        let mut d = descriptor(&[("k", "v")]);
+        d.limit = Some(LimitOverride {
+            requests_per_unit,
+            unit: Some(Unit::Hour),
+            unit_multiplier: None,
+        });
+        let response = call(&engine, &request("h", vec![d]));
+        response.statuses[0].limit_remaining
+    };
+    assert_eq!(with_override(5), 4);
+    clock.advance(SECS(1));
+    assert_eq!(with_override(6), 5);
+    clock.advance(SECS(1));
+    assert_eq!(with_override(5), 3, "the 5/hour override is used again");
+    clock.advance(SECS(1));
+    assert_eq!(with_override(7), 6, "a third store is created");
+    assert_eq!(engine.override_store_count(), 2);
+    // The 6/hour store was used longest ago: dropped, it starts again.
+    // The 5/hour store, in steady use, keeps counting.
+    clock.advance(SECS(1));
+    assert_eq!(with_override(5), 2);
+    clock.advance(SECS(1));
+    assert_eq!(with_override(6), 5);
 }

@@ -53,7 +53,7 @@ struct TestServer {
     addr: String,
     clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestServer {

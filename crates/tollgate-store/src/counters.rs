@@ -18,6 +18,7 @@ use std::error::Error;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -96,13 +97,22 @@ pub fn counts_denied(algorithm: &AnyAlgorithm) -> bool {
 }
 
 /// Stores created on first use, by algorithm.
-type LazyStores = RwLock<HashMap<AnyAlgorithm, Arc<MemoryStore>>>;
+type LazyStores = RwLock<HashMap<AnyAlgorithm, LazyStore>>;
+
+/// A store created on first use, and when a request last used it.
+#[derive(Debug)]
+struct LazyStore {
+    store: Arc<MemoryStore>,
+    /// The `now` of the latest request that used it, in nanoseconds.
+    last_used: AtomicU64,
+}
 
 /// Counters in this process: one [`MemoryStore`] per algorithm.
 ///
 /// The stores of the algorithms named at construction are built up front
 /// and read without a lock; any other algorithm (a descriptor's own `limit`)
-/// gets a store on first use, under a read-mostly lock, bounded in number.
+/// gets a store on first use, under a read-mostly lock, bounded in number:
+/// when one more is needed, the store used longest ago is dropped.
 #[derive(Debug)]
 pub struct MemoryCounters {
     stores: HashMap<AnyAlgorithm, Arc<MemoryStore>>,
@@ -114,7 +124,7 @@ pub struct MemoryCounters {
 impl MemoryCounters {
     /// Stores for `algorithms` sized by `config`; others created on demand
     /// sized by `lazy_config`, at most `max_lazy_stores` of them (when one
-    /// more is needed, all lazy stores are dropped and start again).
+    /// more is needed, the one used longest ago is dropped and starts again).
     pub fn new(
         algorithms: impl IntoIterator<Item = AnyAlgorithm>,
         config: StoreConfig,
@@ -184,7 +194,7 @@ impl MemoryCounters {
         decisions.clear();
         let mut any_denied = false;
         for c in counters {
-            let decision = self.with_store(c.algorithm, |store| {
+            let decision = self.with_store(c.algorithm, now, |store| {
                 if c.give_back {
                     store.refund(c.key, now, c.hits)
                 } else {
@@ -208,34 +218,53 @@ impl MemoryCounters {
                 && c.hits > 0
                 && !counts_denied(&c.algorithm)
             {
-                self.with_store(c.algorithm, |store| store.refund(c.key, now, c.hits));
+                self.with_store(c.algorithm, now, |store| store.refund(c.key, now, c.hits));
             }
         }
     }
 
     /// Runs `f` on the store for `algorithm`, creating one if there is none.
     #[inline]
-    fn with_store<R>(&self, algorithm: AnyAlgorithm, f: impl FnOnce(&MemoryStore) -> R) -> R {
+    fn with_store<R>(
+        &self,
+        algorithm: AnyAlgorithm,
+        now: Timestamp,
+        f: impl FnOnce(&MemoryStore) -> R,
+    ) -> R {
         match self.stores.get(&algorithm) {
             Some(store) => f(store),
-            None => f(&self.lazy_store(algorithm)),
+            None => f(&self.lazy_store(algorithm, now)),
         }
     }
 
-    /// The store created on demand for `algorithm`.
-    fn lazy_store(&self, algorithm: AnyAlgorithm) -> Arc<MemoryStore> {
-        if let Some(store) = self.lazy_stores.read().get(&algorithm) {
-            return Arc::clone(store);
+    /// The store created on demand for `algorithm`, marked used at `now`.
+    fn lazy_store(&self, algorithm: AnyAlgorithm, now: Timestamp) -> Arc<MemoryStore> {
+        if let Some(lazy) = self.lazy_stores.read().get(&algorithm) {
+            lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
+            return Arc::clone(&lazy.store);
         }
         let mut stores = self.lazy_stores.write();
-        if let Some(store) = stores.get(&algorithm) {
-            return Arc::clone(store);
+        if let Some(lazy) = stores.get(&algorithm) {
+            lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
+            return Arc::clone(&lazy.store);
         }
         if stores.len() >= self.max_lazy_stores.max(1) {
-            stores.clear();
+            let least_recent = stores
+                .iter()
+                .min_by_key(|(_, lazy)| lazy.last_used.load(Ordering::Relaxed))
+                .map(|(algorithm, _)| *algorithm);
+            if let Some(algorithm) = least_recent {
+                stores.remove(&algorithm);
+            }
         }
         let store = Arc::new(MemoryStore::new(algorithm, self.lazy_config));
-        stores.insert(algorithm, Arc::clone(&store));
+        stores.insert(
+            algorithm,
+            LazyStore {
+                store: Arc::clone(&store),
+                last_used: AtomicU64::new(now.as_nanos()),
+            },
+        );
         store
     }
 }

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
-use tollgate_server::metrics::{ConfigStats, Metrics};
+use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::read_config;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{
@@ -40,7 +40,7 @@ const DEFAULT_HTTP_ADDR: SocketAddr =
 /// flag and the `TOLLGATE_*` variable.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, HOST (default 0.0.0.0) and PORT (the HTTP API), SHADOW_MODE, LOG_LEVEL and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
+    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, HOST (default 0.0.0.0) and PORT (the HTTP API), SHADOW_MODE, LOG_LEVEL, LOG_FORMAT, NEAR_LIMIT_RATIO and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
 )]
 pub struct ServeArgs {
     /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
@@ -60,8 +60,9 @@ pub struct ServeArgs {
     pub http_addr: Option<SocketAddr>,
     /// Allowed hits above this fraction of a limit also count in
     /// `ratelimit_near_limit` (between 0 and 1).
-    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", value_name = "RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
-    pub near_limit_ratio: f64,
+    /// [default: 0.8]
+    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", value_name = "RATIO", value_parser = parse_ratio)]
+    pub near_limit_ratio: Option<f64>,
     /// Answer OK overall whatever the limits say, still counting and
     /// reporting every descriptor (upstream's SHADOW_MODE).
     #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
@@ -74,6 +75,10 @@ pub struct ServeArgs {
     /// trace [default: info].
     #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<tracing::Level>,
+    /// How log lines are written on stderr: `text` for people or `json`, one
+    /// object per line for a log collector [default: text].
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
     /// Add the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
     /// headers to every answer with a limit (upstream's
     /// LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER,
@@ -153,13 +158,25 @@ fn store_url(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Option<S
     }
 }
 
+/// How `serve` writes its log lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Plain lines for people: time, level, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields.message`, the other fields.
+    Json,
+}
+
 /// What `serve` runs with once flags and environment are combined.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Settings {
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
     shadow_mode: bool,
     log_level: tracing::Level,
+    log_format: LogFormat,
+    near_limit_ratio: f64,
     headers: HeaderOptions,
 }
 
@@ -191,6 +208,25 @@ fn settings(
             ))
         })?,
         (None, None) => tracing::Level::INFO,
+    };
+    let log_format = match (args.log_format, env("LOG_FORMAT")) {
+        (Some(format), _) => format,
+        (None, Some(value)) => match value.trim().to_ascii_lowercase().as_str() {
+            "json" => LogFormat::Json,
+            "text" | "" => LogFormat::Text,
+            _ => {
+                return Err(CommandError::Usage(format!(
+                    "LOG_FORMAT={value:?} is not text or json"
+                )));
+            }
+        },
+        (None, None) => LogFormat::Text,
+    };
+    let near_limit_ratio = match (args.near_limit_ratio, env("NEAR_LIMIT_RATIO")) {
+        (Some(ratio), _) => ratio,
+        (None, Some(value)) => parse_ratio(&value)
+            .map_err(|error| CommandError::Usage(format!("NEAR_LIMIT_RATIO={error}")))?,
+        (None, None) => DEFAULT_NEAR_LIMIT_RATIO,
     };
     let upstream_limit_headers = match env("LIMIT_RESPONSE_HEADERS_ENABLED") {
         None => false,
@@ -227,6 +263,8 @@ fn settings(
         http_addr,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
+        log_format,
+        near_limit_ratio,
         headers,
     })
 }
@@ -290,11 +328,13 @@ fn parse_bool(value: &str) -> Option<bool> {
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, |name| std::env::var(name).ok())?;
     // A second initialisation (only possible in tests) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_max_level(settings.log_level)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match settings.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => logs.json().with_ansi(false).try_init(),
+    };
 
     let options = LoadOptions {
         merge_domains: args.merge_domains,
@@ -367,7 +407,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
-        args.near_limit_ratio,
+        settings.near_limit_ratio,
     );
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
@@ -676,6 +716,23 @@ mod tests {
     }
 
     #[test]
+    fn log_format_and_near_limit_ratio_from_flags_or_upstreams_variables() {
+        let s = resolve(&[], &[]).expect("valid");
+        assert_eq!(
+            (s.log_format, s.near_limit_ratio),
+            (LogFormat::Text, DEFAULT_NEAR_LIMIT_RATIO)
+        );
+        let env = [("LOG_FORMAT", "JSON"), ("NEAR_LIMIT_RATIO", "0.5")];
+        let s = resolve(&[], &env).expect("valid");
+        assert_eq!((s.log_format, s.near_limit_ratio), (LogFormat::Json, 0.5));
+        let flags = ["--log-format", "text", "--near-limit-ratio", "0.9"];
+        let s = resolve(&flags, &env).expect("valid");
+        assert_eq!((s.log_format, s.near_limit_ratio), (LogFormat::Text, 0.9));
+        let bad_ratio = ["serve", "--config", "limits", "--near-limit-ratio", "2"];
+        assert!(Cli::try_parse_from(bad_ratio).is_err());
+    }
+
+    #[test]
     fn bad_upstream_values_are_usage_errors() {
         for env in [
             [("GRPC_PORT", "http")],
@@ -684,6 +741,8 @@ mod tests {
             [("LOG_LEVEL", "loud")],
             [("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please")],
             [("LIMIT_RESET_HEADER", "bad name")],
+            [("LOG_FORMAT", "xml")],
+            [("NEAR_LIMIT_RATIO", "1.5")],
         ] {
             match resolve(&[], &env) {
                 Err(CommandError::Usage(message)) => {

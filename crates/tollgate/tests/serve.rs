@@ -114,6 +114,45 @@ fn serve_answers_check_until_the_first_over_limit_and_drains_on_sigterm() {
 }
 
 #[test]
+fn json_logs_are_one_object_per_line() {
+    let mut server = Server::spawn_with_env(
+        &[
+            "serve",
+            "--config",
+            "../../examples/limits",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ],
+        &[("LOG_FORMAT", "json")],
+    );
+    let addr = server.address();
+    let output = check(&addr, &["path=/login"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let pid = server.child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", pid.as_str()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let (code, _, stderr) = server.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!lines.is_empty(), "no log lines");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}"));
+        assert!(value["level"].is_string(), "{line}");
+        assert!(value["timestamp"].is_string(), "{line}");
+    }
+    assert!(
+        stderr.contains("gRPC rate limit service listening"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn upstream_variables_choose_the_address_and_shadow_mode() {
     let server = Server::spawn_with_env(
         &["serve", "--config", "../../examples/limits"],
