@@ -20,9 +20,13 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use tollgate_core::{Clock, Decision, Timestamp};
+use std::collections::HashMap;
+
+use tollgate_core::{Clock, Decision, Outcome, Timestamp};
 use tollgate_redis::RedisStore;
-use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig, StoreError};
+use tollgate_store::{
+    Counter, CounterStore, MemoryCounters, StoreConfig, StoreError, counts_denied,
+};
 
 /// Where the breaker stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +127,100 @@ impl Breaker {
     }
 }
 
+/// Fixed-window counters known to be over their limit, answered without a store call.
+///
+/// A fixed window that denies stays closed until the window ends, for any
+/// cost (it keeps counting denied requests, and a give-back cannot reopen
+/// it), so its denial can be repeated locally until then. The end is taken
+/// as the time the call was sent plus the reported retry-after: never later
+/// than the true end, so the cache never denies a request Redis would let
+/// through. Other algorithms are not cached: a cheaper request, a refill or
+/// a give-back can let a request through before their retry-after.
+///
+/// Bounded: at most `capacity` keys in 16 shards; a full shard first drops
+/// the expired entries and otherwise does not cache.
+#[derive(Debug)]
+pub struct QuickDeny {
+    shards: Vec<Mutex<HashMap<u64, Closed>>>,
+    per_shard: usize,
+}
+
+/// A closed window: until when, and the limit to report.
+#[derive(Clone, Copy, Debug)]
+struct Closed {
+    until: Timestamp,
+    limit: u64,
+}
+
+impl QuickDeny {
+    const SHARDS: usize = 16;
+
+    /// A cache of at most `capacity` keys (0 turns it off).
+    pub fn new(capacity: usize) -> Self {
+        QuickDeny {
+            shards: (0..Self::SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            per_shard: capacity.div_ceil(Self::SHARDS),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<HashMap<u64, Closed>> {
+        &self.shards[(hash >> 60) as usize % Self::SHARDS]
+    }
+
+    /// The denial for `key` at `now`, if its window is known to be closed.
+    pub fn lookup(&self, key: &[u8], now: Timestamp) -> Option<Decision> {
+        if self.per_shard == 0 {
+            return None;
+        }
+        let hash = xxhash_rust::xxh3::xxh3_64(key);
+        let closed = *self.shard(hash).lock().get(&hash)?;
+        if closed.until <= now {
+            return None;
+        }
+        let wait = closed.until.saturating_since(now).as_nanos();
+        let wait = u64::try_from(wait).unwrap_or(u64::MAX);
+        Some(Decision::from_parts(
+            Outcome::Denied,
+            closed.limit,
+            0,
+            wait,
+            wait,
+        ))
+    }
+
+    /// Remembers the fixed-window denials of a batch sent at `sent`.
+    pub fn remember(&self, counters: &[Counter<'_>], decisions: &[Decision], sent: Timestamp) {
+        if self.per_shard == 0 {
+            return;
+        }
+        for (c, d) in counters.iter().zip(decisions) {
+            if d.outcome() != Outcome::Denied || !counts_denied(&c.algorithm) {
+                continue;
+            }
+            let Some(retry) = d.retry_after() else {
+                continue;
+            };
+            let hash = xxhash_rust::xxh3::xxh3_64(c.key);
+            let mut shard = self.shard(hash).lock();
+            if shard.len() >= self.per_shard {
+                shard.retain(|_, closed| closed.until > sent);
+                if shard.len() >= self.per_shard {
+                    continue;
+                }
+            }
+            shard.insert(
+                hash,
+                Closed {
+                    until: sent.saturating_add(retry),
+                    limit: d.limit(),
+                },
+            );
+        }
+    }
+}
+
 /// How the shared store is set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteOptions {
@@ -136,6 +234,8 @@ pub struct RemoteOptions {
     pub breaker_max_backoff: Duration,
     /// Size of the fallback counters.
     pub fallback_config: StoreConfig,
+    /// Keys the quick-deny cache may hold (0 turns it off).
+    pub quick_deny_keys: usize,
 }
 
 impl Default for RemoteOptions {
@@ -147,6 +247,7 @@ impl Default for RemoteOptions {
             breaker_backoff: Duration::from_millis(100),
             breaker_max_backoff: Duration::from_secs(1),
             fallback_config: StoreConfig::with_max_keys(100_000),
+            quick_deny_keys: 65_536,
         }
     }
 }
@@ -164,6 +265,8 @@ pub struct StoreStats {
     pub fallback_deny: AtomicU64,
     /// Descriptors answered by `on_store_error: local`.
     pub fallback_local: AtomicU64,
+    /// Batches answered by the quick-deny cache, without a store call.
+    pub quick_denied: AtomicU64,
 }
 
 /// Redis behind a breaker, with the local fallback counters.
@@ -172,6 +275,7 @@ pub struct RemoteStore {
     redis: RedisStore,
     breaker: Breaker,
     fallback: MemoryCounters,
+    quick_deny: QuickDeny,
     options: RemoteOptions,
     stats: StoreStats,
 }
@@ -192,6 +296,7 @@ impl RemoteStore {
                 options.fallback_config,
                 4096,
             ),
+            quick_deny: QuickDeny::new(options.quick_deny_keys),
             options,
             stats: StoreStats::default(),
         })
@@ -204,7 +309,12 @@ impl RemoteStore {
         counters: &[Counter<'_>],
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
-        if !self.breaker.admit(clock.now()) {
+        let sent = clock.now();
+        if self.answer_from_cache(counters, sent, decisions) {
+            self.stats.quick_denied.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        if !self.breaker.admit(sent) {
             self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::CircuitOpen);
         }
@@ -215,6 +325,7 @@ impl RemoteStore {
         {
             Ok(()) => {
                 self.breaker.on_success();
+                self.quick_deny.remember(counters, decisions, sent);
                 Ok(())
             }
             Err(e) => {
@@ -224,6 +335,26 @@ impl RemoteStore {
                 Err(e)
             }
         }
+    }
+
+    /// Fills `decisions` from the quick-deny cache when it knows every counter is closed.
+    fn answer_from_cache(
+        &self,
+        counters: &[Counter<'_>],
+        now: Timestamp,
+        decisions: &mut Vec<Decision>,
+    ) -> bool {
+        decisions.clear();
+        for c in counters {
+            if c.give_back || !counts_denied(&c.algorithm) {
+                return false;
+            }
+            match self.quick_deny.lookup(c.key, now) {
+                Some(d) => decisions.push(d),
+                None => return false,
+            }
+        }
+        !decisions.is_empty()
     }
 
     /// The in-process counters for `on_store_error: local`.
@@ -287,6 +418,14 @@ impl Collector for StoreCollector {
             skipped.metric_type(),
         )?;
         skipped.encode(metric)?;
+        let quick = ConstCounter::new(load(&stats.quick_denied));
+        let metric = encoder.encode_descriptor(
+            "ratelimit_store_quick_denied",
+            "Calls answered OVER_LIMIT by the quick-deny cache, without a store call",
+            None,
+            quick.metric_type(),
+        )?;
+        quick.encode(metric)?;
         let mut family = encoder.encode_descriptor(
             "ratelimit_store_fallbacks",
             "Descriptors answered by their rule's on_store_error, by policy",
@@ -318,6 +457,47 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_closed_fixed_window_is_denied_locally_until_its_end_and_nothing_else_is_cached() {
+        use tollgate_core::{AnyAlgorithm, FixedWindow, TokenBucket};
+        let cache = QuickDeny::new(64);
+        let fw: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(60)).unwrap().into();
+        let tb: AnyAlgorithm = TokenBucket::new(5, 5, Duration::from_secs(60))
+            .unwrap()
+            .into();
+        let counter = |key: &'static [u8], algorithm| Counter {
+            group: 0,
+            key,
+            tag: 0,
+            algorithm,
+            hits: 1,
+            give_back: false,
+        };
+        let sent = Timestamp::from_secs(1_000);
+        let denied = Decision::from_parts(Outcome::Denied, 5, 0, 20_000_000_000, 20_000_000_000);
+        cache.remember(
+            &[counter(b"fw", fw), counter(b"tb", tb)],
+            &[denied, denied],
+            sent,
+        );
+        let later = sent.saturating_add(Duration::from_secs(5));
+        let d = cache.lookup(b"fw", later).expect("the window is closed");
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(15)));
+        assert_eq!((d.limit(), d.remaining()), (5, 0));
+        assert!(
+            cache.lookup(b"tb", later).is_none(),
+            "a token bucket is not cached"
+        );
+        let end = sent.saturating_add(Duration::from_secs(20));
+        assert!(
+            cache.lookup(b"fw", end).is_none(),
+            "open again at the window's end"
+        );
+        let off = QuickDeny::new(0);
+        off.remember(&[counter(b"fw", fw)], &[denied], sent);
+        assert!(off.lookup(b"fw", later).is_none());
+    }
 
     #[test]
     fn the_breaker_opens_probes_with_backoff_and_closes_on_success() {

@@ -80,3 +80,47 @@ async fn instances_with_skewed_clocks_decide_alike() {
     let b = call(&channels[1], request("exact", "fixed_window", "skewed")).await;
     assert!((reset(&a) - reset(&b)).abs() <= 1, "{a:?} {b:?}");
 }
+
+/// Once a fixed window is over its limit, the instance answers OVER_LIMIT
+/// itself until the window ends: no Redis call per denied request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_fixed_window_is_denied_without_calling_redis() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new("quick-deny");
+    let config = scratch.limits(&every_algorithm(3));
+    let server = serve(&config, &redis.url(), &["--store-timeout", "2s"]);
+    let channel = channel(&server.address()).await;
+    let calls = || {
+        let stats = redis.cli(&["INFO", "commandstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let fixed = request("exact", "fixed_window", "closed");
+    let oks = admitted(std::slice::from_ref(&channel), &fixed, 4).await;
+    assert_eq!(oks, 3);
+    let before = calls();
+    assert_eq!(
+        admitted(std::slice::from_ref(&channel), &fixed, 50).await,
+        0
+    );
+    assert_eq!(
+        calls(),
+        before,
+        "denials of a closed window cost no Redis call"
+    );
+    let answer = call(&channel, fixed).await;
+    assert!(answer.statuses[0].duration_until_reset.is_some());
+    // A token bucket is not cached: each denial asks Redis.
+    let bucket = request("exact", "token_bucket", "closed");
+    admitted(std::slice::from_ref(&channel), &bucket, 4).await;
+    let before = calls();
+    assert_eq!(
+        admitted(std::slice::from_ref(&channel), &bucket, 5).await,
+        0
+    );
+    assert_eq!(calls(), before + 5);
+}
