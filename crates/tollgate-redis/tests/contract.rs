@@ -315,3 +315,23 @@ contract!(
     a_shaper_reports_its_delay,
     keys_do_not_share_counters,
 );
+
+/// Redis only: every counter key expires by itself once its state is fresh again.
+#[tokio::test]
+async fn idle_keys_expire_when_their_state_is_fresh() {
+    let server = support::RedisServer::start();
+    let store = redis(&server).await;
+    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+        let key = format!("ttl-{i}");
+        one(&store, counter(key.as_bytes(), algorithm, 1)).await;
+    }
+    let keys = server.cli(&["--raw", "KEYS", "tg{*"]);
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    for key in keys {
+        let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+        // One unit of 5 per hour is fresh again within 12 minutes (the
+        // bucket), the hour (the log) or two windows (the window counters).
+        assert!(ttl > 0 && ttl <= 2 * 3_600_000 + 1, "{key}: {ttl}");
+    }
+}

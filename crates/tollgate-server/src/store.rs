@@ -328,6 +328,12 @@ impl RemoteStore {
                 self.quick_deny.remember(counters, decisions, sent);
                 Ok(())
             }
+            Err(e @ StoreError::Unsupported(_)) => {
+                // A limit the store cannot keep says nothing about the store's health.
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "a limit cannot be kept in the store");
+                Err(e)
+            }
             Err(e) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure(clock.now());
