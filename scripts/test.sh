@@ -16,6 +16,7 @@ REQUIRED_COMMANDS=(
     "python3:python3"
     "redis-server:redis-server"
     "redis-cli:redis-tools"
+    "openssl:openssl"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's

@@ -1,0 +1,177 @@
+//! `rediss://`: counters in a Redis that only speaks TLS, trusted through `SSL_CERT_FILE`.
+
+mod redis_common;
+#[path = "../../tollgate-redis/tests/support/mod.rs"]
+mod redis_support;
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use redis_common::{Scratch, admitted, channel, request};
+use redis_support::{free_port, redis_cli_bin, redis_server_bin};
+use support::Server;
+
+/// Runs `openssl ARGS…` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs (install the openssl package)");
+    assert!(status.success(), "openssl {args:?}");
+}
+
+/// A CA and a server certificate for 127.0.0.1, signed by it, in `dir`.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=tollgate test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+}
+
+/// A TLS-only redis-server, killed on drop.
+struct TlsRedis {
+    port: u16,
+    child: Child,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_tls_redis(dir: &Path) -> TlsRedis {
+    let port = free_port();
+    let child = Command::new(redis_server_bin())
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+        ])
+        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
+        .args(["--save", "", "--appendonly", "no"])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server runs");
+    let redis = TlsRedis { port, child };
+    // At most 250 polls 20 ms apart.
+    for _ in 0..250 {
+        let out = Command::new(redis_cli_bin())
+            .args([
+                "--tls",
+                "--cacert",
+                "ca.crt",
+                "-p",
+                &port.to_string(),
+                "PING",
+            ])
+            .current_dir(dir)
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if out.trim() == "PONG" {
+            return redis;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the TLS redis-server did not answer within 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_live_in_a_tls_only_redis() {
+    let scratch = Scratch::new("tls");
+    certificates(&scratch.0);
+    let redis = start_tls_redis(&scratch.0);
+    let config = scratch.limits(
+        "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n",
+    );
+    let ca = scratch.0.join("ca.crt");
+    let store = format!("rediss://127.0.0.1:{}", redis.port);
+    let server = Server::spawn_with_env(
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--store-timeout",
+            "2s",
+        ],
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    );
+    let channel = channel(&server.address()).await;
+    // 2 per hour in Redis; a store error would allow all 5 (on_store_error: allow).
+    assert_eq!(admitted(&[channel], &request("t", "k", "v"), 5).await, 2);
+}
