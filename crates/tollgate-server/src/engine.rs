@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit};
 use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
-use tollgate_store::{Counter, MemoryCounters, StoreConfig};
+use tollgate_store::{AsCounter, Counter, MemoryCounters, StoreConfig};
 
 use crate::store::RemoteStore;
 
@@ -284,8 +284,9 @@ struct PlannedCounter {
     give_back: bool,
 }
 
-impl PlannedCounter {
-    fn counter(&self) -> Counter<'_> {
+impl AsCounter for PlannedCounter {
+    #[inline]
+    fn as_counter(&self) -> Counter<'_> {
         Counter {
             group: self.group,
             key: &self.key,
@@ -402,13 +403,11 @@ impl<C: Clock> Engine<C> {
     ) -> Result<RateLimitResponse, EngineError> {
         let now = self.clock.now();
         let plan = self.plan(request)?;
-        let counters: Vec<Counter<'_>> =
-            plan.counters.iter().map(PlannedCounter::counter).collect();
-        let mut decisions = Vec::with_capacity(counters.len());
         if self.remote.is_some() {
             return Ok(self.fall_back(request, plan, now));
         }
-        self.memory.check_now(&counters, now, &mut decisions);
+        let mut decisions = Vec::with_capacity(plan.counters.len());
+        self.memory.check_now(&plan.counters, now, &mut decisions);
         Ok(self.finish(plan, &decisions))
     }
 
@@ -428,8 +427,11 @@ impl<C: Clock> Engine<C> {
         if plan.counters.is_empty() {
             return Ok(self.finish(plan, &[]));
         }
-        let counters: Vec<Counter<'_>> =
-            plan.counters.iter().map(PlannedCounter::counter).collect();
+        let counters: Vec<Counter<'_>> = plan
+            .counters
+            .iter()
+            .map(PlannedCounter::as_counter)
+            .collect();
         let mut decisions = Vec::with_capacity(counters.len());
         match remote
             .check_batch(&self.clock, &counters, &mut decisions)
@@ -614,9 +616,8 @@ impl<C: Clock> Engine<C> {
                 })
             })
             .collect();
-        let local: Vec<Counter<'_>> = shares.iter().map(PlannedCounter::counter).collect();
-        let mut decisions = Vec::with_capacity(local.len());
-        remote.fallback().check_now(&local, now, &mut decisions);
+        let mut decisions = Vec::with_capacity(shares.len());
+        remote.fallback().check_now(&shares, now, &mut decisions);
         rule_status(rule, &shares, &decisions)
     }
 

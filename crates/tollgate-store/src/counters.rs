@@ -46,6 +46,20 @@ pub struct Counter<'a> {
     pub give_back: bool,
 }
 
+/// Anything that can be read as a [`Counter`], so a caller can hand a store
+/// its own records without building a slice of counters first.
+pub trait AsCounter {
+    /// This record as a counter.
+    fn as_counter(&self) -> Counter<'_>;
+}
+
+impl AsCounter for Counter<'_> {
+    #[inline]
+    fn as_counter(&self) -> Counter<'_> {
+        *self
+    }
+}
+
 /// Why a store could not answer a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
@@ -185,15 +199,16 @@ impl MemoryCounters {
     /// the others of the group consumed is given back (except fixed
     /// windows). Between the check and the give-back another caller may see
     /// the hits as consumed: it errs on the strict side.
-    pub fn check_now(
+    pub fn check_now<T: AsCounter>(
         &self,
-        counters: &[Counter<'_>],
+        counters: &[T],
         now: Timestamp,
         decisions: &mut Vec<Decision>,
     ) {
         decisions.clear();
         let mut any_denied = false;
         for c in counters {
+            let c = c.as_counter();
             let decision = self.with_store(c.algorithm, now, |store| {
                 if c.give_back {
                     store.refund(c.key, now, c.hits)
@@ -208,10 +223,11 @@ impl MemoryCounters {
             return;
         }
         for (i, c) in counters.iter().enumerate() {
+            let c = c.as_counter();
             let group_denied = counters
                 .iter()
                 .zip(decisions.iter())
-                .any(|(o, d)| o.group == c.group && !d.is_allowed());
+                .any(|(o, d)| o.as_counter().group == c.group && !d.is_allowed());
             if group_denied
                 && decisions[i].is_allowed()
                 && !c.give_back

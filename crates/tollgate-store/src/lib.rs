@@ -56,7 +56,7 @@ mod sweep_schedule;
 pub mod word_store;
 
 pub use config::{BYTES_PER_KEY_AT_FULL_LOAD, DEFAULT_SHARDS, MAX_SHARDS, StoreConfig};
-pub use counters::{Counter, CounterStore, MemoryCounters, StoreError, counts_denied};
+pub use counters::{AsCounter, Counter, CounterStore, MemoryCounters, StoreError, counts_denied};
 pub use direct_limiter::DirectLimiter;
 pub use key::{Key, KeyId};
 pub use limiter::Limiter;
