@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Deserializer};
+
 use crate::priority::Priority;
 
 /// The boxed error the layers' services return (the inner service's error, or a [`Shed`]).
@@ -79,3 +81,30 @@ impl fmt::Display for Shed {
 }
 
 impl std::error::Error for Shed {}
+
+/// A layer configuration that cannot be used, with the field that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The offending field.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads a duration written as `1s`, `500ms` or `1m 30s`.
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not a duration (write e.g. 1s or 500ms): {e}"
+        ))
+    })
+}

@@ -17,5 +17,5 @@ mod error;
 pub mod priority;
 mod slot_future;
 
-pub use error::{BoxError, Shed, ShedReason};
+pub use error::{BoxError, ConfigError, Shed, ShedReason};
 pub use slot_future::SlotFuture;

@@ -175,3 +175,37 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_from_yaml_settings_uses_them() {
+    use tollgate_shed::concurrency::ConcurrencyConfig;
+    let config: ConcurrencyConfig =
+        serde_saphyr::from_str("max_in_flight: 1\nretry_after: 3s\n").unwrap();
+    let layer = ConcurrencyLimitLayer::from_config(&config, |r: &Req| r.0).unwrap();
+    let (mock, _handle) = mock::pair::<Req, &'static str>();
+    let mut service = layer.layer(mock);
+    let held = service.ready().await.unwrap().call(("t", 1));
+    let shed = shed_of(
+        service
+            .ready()
+            .await
+            .unwrap()
+            .call(("t", 2))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(shed.retry_after(), Duration::from_secs(3));
+    drop(held);
+
+    let zero: ConcurrencyConfig = serde_saphyr::from_str("max_in_flight: 0\n").unwrap();
+    assert_eq!(
+        ConcurrencyLimitLayer::from_config(&zero, |r: &Req| r.0)
+            .unwrap_err()
+            .to_string(),
+        "max_in_flight: must be at least 1"
+    );
+    assert!(
+        serde_saphyr::from_str::<ConcurrencyConfig>("max_in_flight: 1\nretry_after: later\n")
+            .is_err()
+    );
+}

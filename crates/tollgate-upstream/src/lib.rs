@@ -14,9 +14,12 @@
 //!   `max_requests` ([`CircuitBreakerConfig`]);
 //! * optional active HTTP health checks ([`HealthChecker`]).
 //!
+//! [`balance::BalanceLayer`] wraps an HTTP client service in pick + finish.
+//!
 //! Time comes from an injected [`tollgate_core::Clock`]; metrics go into
 //! shared [`UpstreamMetrics`] families the proxy registers once.
 
+pub mod balance;
 mod balancer;
 mod breaker;
 mod cluster;
@@ -34,3 +37,6 @@ pub use config::{
 pub use health::{HealthCheckTask, HealthChecker};
 pub use metrics::{ClusterLabels, EndpointLabels, UpstreamMetrics};
 pub use outlier::Outcome;
+
+/// The boxed error the [`balance`] service returns (a [`PickError`] or the inner service's error).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

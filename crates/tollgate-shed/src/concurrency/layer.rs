@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tower::Layer;
 
+use super::config::ConcurrencyConfig;
 use super::service::{ConcurrencyLimit, KeyedSlots};
+use crate::error::ConfigError;
 
 /// Applies a per-key concurrency limit to a service.
 pub struct ConcurrencyLimitLayer<K, F> {
@@ -20,7 +22,10 @@ impl<K, F> ConcurrencyLimitLayer<K, F> {
     /// # Panics
     ///
     /// When `max_in_flight` is zero (a configuration error to reject before).
-    pub fn new(max_in_flight: usize, key_fn: F) -> Self {
+    pub fn new<Request>(max_in_flight: usize, key_fn: F) -> Self
+    where
+        F: Fn(&Request) -> K,
+    {
         assert!(max_in_flight > 0, "max_in_flight must be at least 1");
         ConcurrencyLimitLayer {
             key_fn: Arc::new(key_fn),
@@ -28,6 +33,15 @@ impl<K, F> ConcurrencyLimitLayer<K, F> {
             retry_after: Duration::from_secs(1),
             _key: PhantomData,
         }
+    }
+
+    /// A layer from checked settings, or the first one that is wrong.
+    pub fn from_config<Request>(config: &ConcurrencyConfig, key_fn: F) -> Result<Self, ConfigError>
+    where
+        F: Fn(&Request) -> K,
+    {
+        config.validate()?;
+        Ok(Self::new(config.max_in_flight, key_fn).retry_after(config.retry_after))
     }
 
     /// The retry-after hint a shed request carries (default 1 s).

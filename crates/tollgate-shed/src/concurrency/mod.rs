@@ -10,9 +10,12 @@
 //! share the counts, so one layer applied per connection still limits
 //! across connections.
 
+mod config;
 mod future;
 mod layer;
 mod service;
+
+pub use config::ConcurrencyConfig;
 
 pub use future::ResponseFuture;
 pub use layer::ConcurrencyLimitLayer;

@@ -2,7 +2,7 @@ use std::fmt;
 use std::time::Duration;
 
 use http::HeaderName;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 /// A request's priority class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
@@ -65,7 +65,7 @@ pub struct PriorityConfig {
     #[serde(default = "twenty")]
     pub default_reserved_percent: u32,
     /// The retry-after hint a shed request carries (default 1 s).
-    #[serde(default = "one_second", deserialize_with = "duration")]
+    #[serde(default = "one_second", deserialize_with = "crate::error::duration")]
     pub retry_after: Duration,
 }
 
@@ -79,31 +79,8 @@ fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "`{text}` is not a duration (write e.g. 1s or 500ms): {e}"
-        ))
-    })
-}
-
-/// A priority configuration that cannot be used, with the field that is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PriorityConfigError {
-    /// The offending field.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl fmt::Display for PriorityConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for PriorityConfigError {}
+/// A priority configuration that cannot be used (the crate's [`ConfigError`](crate::ConfigError)).
+pub type PriorityConfigError = crate::ConfigError;
 
 /// The in-flight limit of each class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
