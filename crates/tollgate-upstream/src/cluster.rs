@@ -414,6 +414,9 @@ impl PickedEndpoint {
     pub fn finish(mut self, outcome: Outcome) {
         let inner = &*self.inner;
         let Some(index) = self.index else { return };
+        if inner.breaker.is_none() && inner.outlier.is_none() {
+            return;
+        }
         let now = inner.clock.now();
         if let Some(permit) = self.permit.take()
             && let Some(breaker) = &inner.breaker
