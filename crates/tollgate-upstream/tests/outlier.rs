@@ -227,3 +227,62 @@ fn a_dropped_request_teaches_nothing() {
     assert_eq!(ejected(&cluster), [false, false]);
     assert_eq!(cluster.in_flight(), 0);
 }
+
+mod random_traffic {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Answer(u8, Outcome),
+        Advance(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0u8..8, prop_oneof![
+                Just(Outcome::Success),
+                Just(Outcome::ServerError),
+                Just(Outcome::GatewayFailure),
+            ]).prop_map(|(i, o)| Step::Answer(i, o)),
+            1 => (0u64..40_000).prop_map(Step::Advance),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn ejected_endpoints_never_exceed_max_ejection_percent(
+            n in 1usize..8,
+            percent in 0u32..=100,
+            one in any::<bool>(),
+            steps in proptest::collection::vec(step(), 1..200),
+        ) {
+            let (cluster, clock) = support::cluster(&format!(
+                "name: p\nhealthy_panic_threshold: 0\nendpoints:\n{}outlier_detection: {{consecutive_5xx: 2, consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: {percent}, always_eject_one_host: {one}}}\n",
+                endpoints(&vec![1; n])
+            ));
+            let allowed = (percent as usize * n / 100).max(usize::from(one));
+            for step in steps {
+                match step {
+                    Step::Answer(i, outcome) => {
+                        // Answer on behalf of endpoint i if the balancer offers it.
+                        let target = usize::from(i) % n;
+                        if let Ok(picked) = cluster.pick(None) {
+                            if picked.index() == target {
+                                picked.finish(outcome);
+                            } else {
+                                picked.finish(Outcome::Success);
+                            }
+                        } else {
+                            prop_assert!(ejected(&cluster).iter().all(|&e| e));
+                        }
+                    }
+                    Step::Advance(ms) => clock.advance(Duration::from_millis(ms)),
+                }
+                let out = ejected(&cluster).iter().filter(|&&e| e).count();
+                prop_assert!(out <= allowed, "{out} ejected, {allowed} allowed");
+                prop_assert_eq!(cluster.in_flight(), 0);
+            }
+        }
+    }
+}
