@@ -161,3 +161,162 @@ fn no_breaker_means_no_state_and_no_limit() {
     assert_eq!(cluster.in_flight(), 5000);
     drop(held);
 }
+
+/// The breaker against a model written from its documented rules, on random traffic and time.
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use tollgate_upstream::PickedEndpoint;
+
+    const THRESHOLD: u32 = 3;
+    const PROBES: usize = 2;
+    const OPEN_MS: u64 = 1000;
+    const MAX_OPEN_MS: u64 = 5000;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum State {
+        Closed,
+        Open { until: u64 },
+        HalfOpen,
+    }
+
+    #[derive(Debug)]
+    struct Model {
+        state: State,
+        failures: u32,
+        opens: u32,
+        period: u64,
+        probes: Vec<usize>,
+    }
+
+    impl Model {
+        /// Whether a pick at `now` is admitted, and as a probe of which period.
+        fn pick(&mut self, id: usize, now: u64) -> Option<Option<u64>> {
+            if let State::Open { until } = self.state {
+                if now < until {
+                    return None;
+                }
+                self.state = State::HalfOpen;
+                self.period += 1;
+                self.probes.clear();
+            }
+            match self.state {
+                State::Closed => Some(None),
+                State::HalfOpen if self.probes.len() < PROBES => {
+                    self.probes.push(id);
+                    Some(Some(self.period))
+                }
+                _ => None,
+            }
+        }
+
+        fn trip(&mut self, now: u64) {
+            self.opens += 1;
+            let open_for = (OPEN_MS << (self.opens - 1).min(20)).min(MAX_OPEN_MS);
+            self.state = State::Open {
+                until: now + open_for,
+            };
+            self.failures = 0;
+            self.probes.clear();
+        }
+
+        fn finish(&mut self, id: usize, probe: Option<u64>, failed: bool, now: u64) {
+            match probe {
+                None if failed => {
+                    self.failures += 1;
+                    if self.failures >= THRESHOLD && self.state == State::Closed {
+                        self.trip(now);
+                    }
+                }
+                None => self.failures = 0,
+                Some(period) => {
+                    if period != self.period || self.state != State::HalfOpen {
+                        return;
+                    }
+                    self.probes.retain(|&p| p != id);
+                    if failed {
+                        self.trip(now);
+                    } else {
+                        self.state = State::Closed;
+                        self.opens = 0;
+                        self.failures = 0;
+                    }
+                }
+            }
+        }
+
+        fn drop_probe(&mut self, id: usize, probe: Option<u64>) {
+            if probe == Some(self.period) {
+                self.probes.retain(|&p| p != id);
+            }
+        }
+
+        fn breaker_state(&self) -> BreakerState {
+            match self.state {
+                State::Closed => BreakerState::Closed,
+                State::Open { .. } => BreakerState::Open,
+                State::HalfOpen => BreakerState::HalfOpen,
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Pick,
+        Finish(usize, bool),
+        Drop(usize),
+        Advance(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => Just(Step::Pick),
+            3 => (any::<usize>(), any::<bool>()).prop_map(|(i, f)| Step::Finish(i, f)),
+            1 => any::<usize>().prop_map(Step::Drop),
+            2 => (0u64..3000).prop_map(Step::Advance),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn breaker_follows_its_rules(steps in proptest::collection::vec(step(), 1..150)) {
+            let (cluster, clock) = cluster_with_metrics(
+                &breaker(&format!(
+                    "{{failure_threshold: {THRESHOLD}, open_duration: {OPEN_MS}ms, max_open_duration: {MAX_OPEN_MS}ms, half_open_requests: {PROBES}}}"
+                )),
+                &UpstreamMetrics::new(),
+            );
+            let mut model = Model { state: State::Closed, failures: 0, opens: 0, period: 0, probes: Vec::new() };
+            let mut now = 0u64;
+            let mut live: Vec<(usize, Option<u64>, PickedEndpoint)> = Vec::new();
+            for (id, step) in steps.into_iter().enumerate() {
+                match step {
+                    Step::Pick => {
+                        let real = cluster.pick(None);
+                        let expected = model.pick(id, now);
+                        prop_assert_eq!(real.is_ok(), expected.is_some(), "pick at {} ms, model {:?}", now, model);
+                        if let (Ok(picked), Some(probe)) = (real, expected) {
+                            live.push((id, probe, picked));
+                        }
+                    }
+                    Step::Finish(i, failed) if !live.is_empty() => {
+                        let (id, probe, picked) = live.remove(i % live.len());
+                        picked.finish(if failed { Outcome::ServerError } else { Outcome::Success });
+                        model.finish(id, probe, failed, now);
+                    }
+                    Step::Drop(i) if !live.is_empty() => {
+                        let (id, probe, picked) = live.remove(i % live.len());
+                        drop(picked);
+                        model.drop_probe(id, probe);
+                    }
+                    Step::Advance(ms) => {
+                        now += ms;
+                        clock.advance(Duration::from_millis(ms));
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(cluster.breaker_state(), Some(model.breaker_state()));
+            }
+        }
+    }
+}
