@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod duration;
+mod lab;
 mod serve;
 mod simulate;
 mod validate;
@@ -36,6 +37,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Load a running service and report its throughput and latency.
     Bench(bench::BenchArgs),
+    /// Serve the live lab: a web page that runs algorithms against simulated traffic.
+    Lab(lab::LabArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Bench(args) => bench::run(args),
+        Command::Lab(args) => lab::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
