@@ -619,11 +619,7 @@ impl Runner {
         for lane in &mut self.lanes {
             lane.begin_tick();
         }
-        loop {
-            let offset = match self.pending.take().or_else(|| self.arrivals.next()) {
-                Some(offset) => offset,
-                None => break,
-            };
+        while let Some(offset) = self.pending.take().or_else(|| self.arrivals.next()) {
             if offset >= end_ns {
                 self.pending = Some(offset);
                 break;

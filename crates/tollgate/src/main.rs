@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a rate-limit algorithm against simulated traffic in virtual time.
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Check limits files (a file or a directory) without starting a server.
     Validate(validate::ValidateArgs),
     /// Serve Envoy's rate limit service (RLS v3, gRPC) from limits files.

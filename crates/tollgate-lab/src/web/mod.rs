@@ -169,14 +169,12 @@ fn bad_request(error: &ParamError) -> Response {
 /// The query as pairs, or the 400 for one that cannot be read.
 type Pairs = Result<Query<Vec<(String, String)>>, axum::extract::rejection::QueryRejection>;
 
-fn parse_query(query: Pairs) -> Result<RunRequest, Response> {
-    let Query(pairs) = query.map_err(|rejection| {
-        bad_request(&ParamError {
-            field: "query".to_owned(),
-            error: format!("query: {}", rejection.body_text()),
-        })
+fn parse_query(query: Pairs) -> Result<RunRequest, ParamError> {
+    let Query(pairs) = query.map_err(|rejection| ParamError {
+        field: "query".to_owned(),
+        error: format!("query: {}", rejection.body_text()),
     })?;
-    parse(&pairs).map_err(|e| bad_request(&e))
+    parse(&pairs)
 }
 
 #[derive(Serialize)]
@@ -255,14 +253,14 @@ fn plan(request: &RunRequest) -> Plan {
 async fn expect(query: Pairs) -> Response {
     match parse_query(query) {
         Ok(request) => json_response(StatusCode::OK, &plan(&request)),
-        Err(response) => response,
+        Err(error) => bad_request(&error),
     }
 }
 
 async fn summary(State(lab): State<Lab>, query: Pairs) -> Response {
     let request = match parse_query(query) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(error) => return bad_request(&error),
     };
     let stores = Arc::clone(&lab.stores);
     let outcome =
@@ -301,7 +299,7 @@ struct EndEvent<'a> {
 async fn run(State(lab): State<Lab>, query: Pairs) -> Response {
     let request = match parse_query(query) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(error) => return bad_request(&error),
     };
     let runner = match request.scenario.runner(lab.stores.as_ref()) {
         Ok(runner) => runner,

@@ -512,7 +512,8 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_field() {
-        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+        let cases: &[Case<'_>] = &[
             (
                 &[("max_tokens", "0")],
                 "max_tokens",

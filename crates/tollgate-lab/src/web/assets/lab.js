@@ -5,8 +5,8 @@
 const form = document.getElementById('params');
 const statusLine = document.getElementById('status');
 const errorLine = document.getElementById('error');
-const startButton = document.getElementById('start');
-const stopButton = document.getElementById('stop');
+const startButton = document.getElementById('run-start');
+const stopButton = document.getElementById('run-stop');
 const LOG_ROWS = 200;
 const COLORS = {
   admitted: '#1a7f37', rejected: '#cf222e', state: '#0969da',
@@ -161,7 +161,10 @@ function refreshExpectation() {
     if (error) { showError(error); return; }
     try {
       const plan = await fetchJson(`/api/expect?${query}`);
-      if (lab.state !== 'running') { showError(''); showPlan(plan); }
+      // Keep the figures of the run on screen while its parameters are unchanged.
+      if (lab.state === 'running' || query === lab.query) return;
+      showError('');
+      showPlan(plan);
     } catch (e) {
       showError(e.message);
     }
@@ -177,16 +180,17 @@ function laneElement(lane, i) {
   const key = (color, text) => `<span class="key" style="background:${color}"></span>${text}`;
   div.innerHTML = `<h3></h3><p></p>
     ${chart('rates', 'Per tick:', key(COLORS.admitted, 'admitted') + key(COLORS.rejected, 'rejected'))}
-    ${chart('state', 'State:', key(COLORS.state, '') + key(COLORS.limit, 'limit'))}
+    ${chart('state', 'State:', key(COLORS.state, '<span class="meaning"></span>') + key(COLORS.limit, 'limit'))}
     ${chart('cumulative', 'Cumulative:', key(COLORS.admitted, 'admitted') + key(COLORS.limit, 'ceiling') + key(COLORS.arrivals, 'arrivals'))}`;
   div.querySelector('h3').textContent = lane.label;
   div.querySelector('p').textContent = lane.description;
-  div.querySelectorAll('figcaption .key')[2].nextSibling.textContent = lane.state_meaning;
+  div.querySelector('.meaning').textContent = lane.state_meaning;
   return div;
 }
 
 function startRun(event) {
   if (event) event.preventDefault();
+  clearTimeout(expectTimer);
   stopRun('stopped');
   updateVisibility();
   const { query, error } = buildQuery();
@@ -314,8 +318,20 @@ function drawAll() {
   });
 }
 
+// The smallest of 1, 2, 4, 5 or 8 times a power of ten at or above v: axis steps stay round.
+function niceCeiling(v) {
+  const power = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 4, 5, 8, 10]) if (m * power >= v) return m * power;
+  return 10 * power;
+}
+
 // Draws lines over x in [0, xMax] on a canvas, with a y axis from 0.
 function drawChart(canvas, x, series, xMax) {
+  // Draw at the size the canvas is shown, so text is not stretched.
+  if (canvas.clientWidth > 0 && canvas.width !== canvas.clientWidth) {
+    canvas.width = canvas.clientWidth;
+    canvas.height = canvas.clientHeight;
+  }
   const ctx = canvas.getContext('2d');
   const w = canvas.width;
   const h = canvas.height;
@@ -324,7 +340,7 @@ function drawChart(canvas, x, series, xMax) {
   ctx.clearRect(0, 0, w, h);
   let yMax = 1;
   for (const s of series) for (const v of s.values) if (v > yMax) yMax = v;
-  yMax *= 1.1;
+  yMax = niceCeiling(yMax * 1.05);
   ctx.font = '11px system-ui, sans-serif';
   ctx.fillStyle = '#59636e';
   ctx.strokeStyle = '#d1d9e0';
