@@ -318,10 +318,10 @@ function drawAll() {
   });
 }
 
-// The smallest of 1, 2, 4, 5 or 8 times a power of ten at or above v: axis steps stay round.
+// The smallest round value at or above v whose quarters are round too (the axis has four steps).
 function niceCeiling(v) {
   const power = 10 ** Math.floor(Math.log10(v));
-  for (const m of [1, 2, 4, 5, 8, 10]) if (m * power >= v) return m * power;
+  for (const m of [1, 1.2, 1.6, 2, 2.4, 3.2, 4, 6, 8, 10]) if (m * power >= v) return m * power;
   return 10 * power;
 }
 
