@@ -360,10 +360,11 @@ impl Scenario {
                 ),
             ));
         }
-        // The rest (cost, start, duration, the arrival cap) as for one simulation.
+        // Cost, start and duration as for one simulation (the probe's traffic is
+        // too slow to meet the arrival cap, which is checked next for the real source).
         let probe = Simulation {
             algorithm: self.lanes[0].algorithm,
-            traffic: Traffic::Steady { rate: 1.0 },
+            traffic: Traffic::Steady { rate: 1e-9 },
             duration: self.duration,
             seed: self.seed,
             cost: self.cost,

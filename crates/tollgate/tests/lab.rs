@@ -314,8 +314,10 @@ fn several_clients_run_independently() {
 #[test]
 fn a_slow_reader_skips_ticks_instead_of_slowing_the_run() {
     let lab = Lab::start();
-    // 60 000 ticks as fast as possible; nobody reads until the lab has had to drop some.
-    let path = "/api/run?duration_ms=600000&tick_ms=10&arrival_rate=20&speed=0&samples=0";
+    // 30 000 ticks of six lanes (~40 MB of events, far more than socket buffers
+    // hold) as fast as possible; nobody reads until the lab has had to drop some.
+    let path = "/api/run?mode=compare&algorithms=token_bucket,gcra,leaky_bucket,fixed_window,sliding_window,sliding_log\
+        &duration_ms=300000&tick_ms=10&arrival_rate=20&speed=0&samples=0";
     let mut events = lab.stream(path);
     eventually("the lab skips ticks for the stalled reader", || {
         u(&lab.status(), "ticks_skipped") > 0

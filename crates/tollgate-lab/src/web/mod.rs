@@ -37,7 +37,7 @@ pub use params::{CHOICES, FIELDS, Field, MAX_LAB_ARRIVALS, Mode, ParamError, Run
 /// How many tick events may wait for a slow browser before ticks are skipped.
 pub const TICK_BUFFER: usize = 16;
 
-/// How long the final event may wait for a stalled browser before the run gives up.
+/// How long the last tick and the end event may wait for a stalled browser before the run gives up.
 const END_EVENT_BUDGET: Duration = Duration::from_secs(30);
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -375,7 +375,20 @@ async fn stream_run(
                 skipped,
             })
             .unwrap_or_else(|_| Event::default().event("tick"));
-        match tx.try_send(event) {
+        // The last tick always goes through, so the charts end where the run does.
+        let delivered = if tick.index + 1 == runner.ticks() {
+            match tokio::time::timeout(END_EVENT_BUDGET, tx.send(event)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(TrySendError::Closed(error.0)),
+                Err(_) => {
+                    counters.stopped_early.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        } else {
+            tx.try_send(event)
+        };
+        match delivered {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 skipped += 1;
@@ -389,7 +402,11 @@ async fn stream_run(
         sent += 1;
         match wall_per_tick {
             Some(seconds) => {
-                let due = began + Duration::from_secs_f64(seconds * sent as f64);
+                let offset = Duration::try_from_secs_f64(seconds * sent as f64)
+                    .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+                let due = began
+                    .checked_add(offset)
+                    .unwrap_or(began + Duration::from_secs(86_400 * 365));
                 tokio::select! {
                     () = tx.closed() => {
                         counters.stopped_early.fetch_add(1, Ordering::Relaxed);

@@ -19,6 +19,9 @@ use crate::{Lane, MAX_SIDECARS, Scenario, Traffic};
 /// The most arrivals one lab run may have (a run streams; keep it to seconds of work).
 pub const MAX_LAB_ARRIVALS: f64 = 5_000_000.0;
 
+/// The slowest playback above 0: a hundredth of real time.
+pub const MIN_SPEED: f64 = 0.01;
+
 /// A bad parameter: the field it is in and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ParamError {
@@ -260,10 +263,17 @@ pub fn parse(pairs: &[(String, String)]) -> Result<RunRequest, ParamError> {
     scenario
         .validate()
         .map_err(|e| ParamError::new(field_of(e.parameter()), e.reason()))?;
+    let speed = p.real("speed")?;
+    if speed > 0.0 && speed < MIN_SPEED {
+        return Err(ParamError::new(
+            "speed",
+            format!("{speed} is slower than {MIN_SPEED}× real time (0 plays as fast as possible)"),
+        ));
+    }
     Ok(RunRequest {
         mode,
         scenario,
-        speed: p.real("speed")?,
+        speed,
         descriptions,
     })
 }
