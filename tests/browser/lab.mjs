@@ -5,8 +5,9 @@
 // Opens the page, checks that an out-of-range input gets a message naming the
 // field, starts a compare run, waits for data and for the end, asserts that
 // every chart received points and that the summary table shows the server's
-// own figures (fetched from /api/summary with the same parameters), then
-// saves a screenshot. Exits non-zero with a message on the first failure.
+// own figures (fetched from /api/summary with the same parameters), saves a
+// screenshot, then uploads a CSV trace from the page and replays it. Exits
+// non-zero with a message on the first failure.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -91,9 +92,28 @@ try {
   });
   const expectedColumns = await page.$$eval('#summary tbody tr [data-name="expected_arrivals"]', (cells) => cells.map((c) => c.textContent));
   check(expectedColumns.every((t) => t.length > 0), 'the expectation sits beside the actual figures');
-  check(consoleErrors.length === 0, `no errors in the console: ${consoleErrors.join('; ')}`);
 
   await page.screenshot({ path: screenshotPath, fullPage: true });
+
+  // A replayed trace: upload a CSV from the page, run it, and compare with the server.
+  const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));
+  await page.selectOption('select[name=mode]', 'single');
+  await page.selectOption('select[name=algorithm]', 'token_bucket');
+  await page.selectOption('select[name=traffic]', 'replay');
+  await page.setInputFiles('#replay-file', {
+    name: 'trace.csv', mimeType: 'text/csv', buffer: Buffer.from(`timestamp\n${times.join('\n')}\n`),
+  });
+  await page.waitForFunction(() => document.getElementById('replay-info').textContent.includes('300 timestamps'));
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single');
+  const replayQuery = await page.evaluate(() => window.lab.query);
+  check(replayQuery.includes('traffic=replay') && /(^|&)replay=\d+/.test(replayQuery), `the run replays the upload: ${replayQuery}`);
+  const replaySummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), replayQuery);
+  const replayShown = await page.$eval('#summary tbody tr [data-name="admitted"]', (c) => Number(c.dataset.value));
+  check(replaySummary.arrivals === 300, `all 300 uploaded requests arrive: ${replaySummary.arrivals}`);
+  check(replayShown === replaySummary.lanes[0].admitted,
+    `the replay's admitted figure on the page (${replayShown}) is the server's (${replaySummary.lanes[0].admitted})`);
+  check(consoleErrors.length === 0, `no errors in the console: ${consoleErrors.join('; ')}`);
   console.log(JSON.stringify({ ok: true, lanes: summary.lanes.length, arrivals: summary.arrivals, points, screenshot: screenshotPath }));
 } catch (e) {
   console.error(`lab browser test failed: ${e.message}`);

@@ -430,3 +430,75 @@ fn the_page_is_served_from_the_binary() {
         }
     }
 }
+
+impl Lab {
+    /// POSTs `body` to `path`: the status and the JSON answer.
+    fn post(&self, path: &str, body: &str) -> (u16, Value) {
+        let mut stream = self.connect();
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("a whole answer");
+        let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
+        let status = head[9..12].parse().expect("a status code");
+        (
+            status,
+            serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON ({e}): {body}")),
+        )
+    }
+}
+
+#[test]
+fn an_uploaded_trace_is_replayed() {
+    let lab = Lab::start();
+    // Five requests: three within 100 ms, then two a second apart (out of order in the file).
+    let (status, uploaded) = lab.post(
+        "/api/replays",
+        "time\n1700000000.05\n1700000000.0\n1700000000.1\n1700000002\n1700000001\n",
+    );
+    assert_eq!(status, 200, "{uploaded}");
+    assert_eq!(
+        (u(&uploaded, "len"), u(&uploaded, "span_ns")),
+        (5, 2_000_000_001)
+    );
+    let id = u(&uploaded, "id");
+    // A bucket of 2 refilled at 1/s: the first two pass, the third is denied, the last two pass.
+    let query = format!(
+        "traffic=replay&replay={id}&algorithm=token_bucket&max_tokens=2&tokens_per_fill=1&fill_interval_ms=1000&duration_ms=3000&speed=0"
+    );
+    let (status, summary) = lab.json(&format!("/api/summary?{query}"));
+    assert_eq!(status, 200, "{summary}");
+    let lane = &summary["lanes"][0];
+    assert_eq!(
+        (u(lane, "arrivals"), u(lane, "admitted"), u(lane, "denied")),
+        (5, 4, 1)
+    );
+    let mut events = lab.stream(&format!("/api/run?{query}"));
+    let (start, ticks, end) = read_run(&mut events);
+    assert_eq!(start["lanes"][0]["expectation"]["expected_arrivals"], 5.0);
+    assert_ticks_add_up(&start, &ticks, &end);
+    assert_eq!(end["report"], summary);
+    // Mistakes are named.
+    let (status, body) = lab.post("/api/replays", "1\n2\nsoon\n");
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        "replay: line 3: \"soon\" is not a number of seconds"
+    );
+    let (status, body) = lab.json("/api/expect?traffic=replay&replay=999");
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("replay: no uploaded trace has id 999")
+    );
+    let (status, body) = lab.json("/api/expect?traffic=replay");
+    assert_eq!(status, 400);
+    assert_eq!(body["field"], "replay");
+}

@@ -8,10 +8,12 @@
 //!   A browser that reads slowly misses ticks (each carries running totals,
 //!   so nothing is lost but detail); a browser that goes away stops the run.
 //! * `GET /api/summary?…`: the same run's totals without streaming.
+//! * `POST /api/replays`: upload a CSV of timestamps; answers its id for `traffic=replay&replay=ID`.
 //! * `GET /api/status`: runs in progress, started, and ticks skipped, for tests and operators.
 
 mod params;
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::IntoFuture;
 use std::sync::Arc;
@@ -19,20 +21,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{Expectation, MemoryStores, RunReport, StoreFactory, Tick, state_level_meaning};
+use crate::{
+    Expectation, MemoryStores, Replay, RunReport, StoreFactory, Tick, state_level_meaning,
+};
 
-pub use params::{CHOICES, FIELDS, Field, MAX_LAB_ARRIVALS, Mode, ParamError, RunRequest, parse};
+pub use params::{
+    CHOICES, FIELDS, Field, MAX_LAB_ARRIVALS, MAX_REPLAYS, Mode, ParamError, RunRequest, parse,
+    parse_with_replays,
+};
 
 /// How many tick events may wait for a slow browser before ticks are skipped.
 pub const TICK_BUFFER: usize = 16;
@@ -78,11 +87,22 @@ impl RunCounters {
     }
 }
 
-/// The lab's shared state: where decisions are kept and the run counters.
+/// The largest trace upload accepted, in bytes.
+pub const MAX_REPLAY_BYTES: usize = 64 << 20;
+
+/// Uploaded traces by id, the newest last.
+#[derive(Debug, Default)]
+struct Replays {
+    next_id: u64,
+    traces: VecDeque<(u64, Replay)>,
+}
+
+/// The lab's shared state: where decisions are kept, uploaded traces and the run counters.
 #[derive(Clone, Debug)]
 pub struct Lab {
     stores: Arc<dyn StoreFactory>,
     counters: Arc<RunCounters>,
+    replays: Arc<Mutex<Replays>>,
 }
 
 impl Default for Lab {
@@ -97,6 +117,10 @@ impl Lab {
         Lab {
             stores,
             counters: Arc::new(RunCounters::default()),
+            replays: Arc::new(Mutex::new(Replays {
+                next_id: 1,
+                traces: VecDeque::new(),
+            })),
         }
     }
 
@@ -116,6 +140,10 @@ impl Lab {
             .route("/api/summary", get(summary))
             .route("/api/run", get(run))
             .route("/api/status", get(status))
+            .route(
+                "/api/replays",
+                post(upload_replay).layer(DefaultBodyLimit::max(MAX_REPLAY_BYTES)),
+            )
             .fallback(not_found)
             .with_state(self)
     }
@@ -169,12 +197,67 @@ fn bad_request(error: &ParamError) -> Response {
 /// The query as pairs, or the 400 for one that cannot be read.
 type Pairs = Result<Query<Vec<(String, String)>>, axum::extract::rejection::QueryRejection>;
 
-fn parse_query(query: Pairs) -> Result<RunRequest, ParamError> {
+fn parse_query(lab: &Lab, query: Pairs) -> Result<RunRequest, ParamError> {
     let Query(pairs) = query.map_err(|rejection| ParamError {
         field: "query".to_owned(),
         error: format!("query: {}", rejection.body_text()),
     })?;
-    parse(&pairs)
+    parse_with_replays(&pairs, &|id| lab.replay(id))
+}
+
+impl Lab {
+    /// The uploaded trace with this id, if the lab still keeps it.
+    fn replay(&self, id: u64) -> Option<Replay> {
+        let replays = self.replays.lock();
+        replays
+            .traces
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, replay)| replay.clone())
+    }
+}
+
+/// What an upload answers: the trace's id for `replay=`, its size and span.
+#[derive(Serialize)]
+struct Uploaded {
+    id: u64,
+    len: usize,
+    span_ns: u64,
+}
+
+async fn upload_replay(State(lab): State<Lab>, body: Bytes) -> Response {
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return bad_request(&ParamError {
+            field: "replay".to_owned(),
+            error: "replay: the upload is not UTF-8 text; send a CSV of timestamps in seconds"
+                .to_owned(),
+        });
+    };
+    let replay = match Replay::from_csv(text) {
+        Ok(replay) => replay,
+        Err(error) => {
+            return bad_request(&ParamError {
+                field: "replay".to_owned(),
+                error: error.to_string(),
+            });
+        }
+    };
+    let answer = Uploaded {
+        id: 0,
+        len: replay.len(),
+        span_ns: u64::try_from(replay.span().as_nanos()).unwrap_or(u64::MAX),
+    };
+    let id = {
+        let mut replays = lab.replays.lock();
+        let id = replays.next_id;
+        replays.next_id += 1;
+        if replays.traces.len() == MAX_REPLAYS {
+            replays.traces.pop_front();
+        }
+        replays.traces.push_back((id, replay));
+        id
+    };
+    json_response(StatusCode::OK, &Uploaded { id, ..answer })
 }
 
 #[derive(Serialize)]
@@ -250,15 +333,15 @@ fn plan(request: &RunRequest) -> Plan {
     }
 }
 
-async fn expect(query: Pairs) -> Response {
-    match parse_query(query) {
+async fn expect(State(lab): State<Lab>, query: Pairs) -> Response {
+    match parse_query(&lab, query) {
         Ok(request) => json_response(StatusCode::OK, &plan(&request)),
         Err(error) => bad_request(&error),
     }
 }
 
 async fn summary(State(lab): State<Lab>, query: Pairs) -> Response {
-    let request = match parse_query(query) {
+    let request = match parse_query(&lab, query) {
         Ok(request) => request,
         Err(error) => return bad_request(&error),
     };
@@ -297,7 +380,7 @@ struct EndEvent<'a> {
 }
 
 async fn run(State(lab): State<Lab>, query: Pairs) -> Response {
-    let request = match parse_query(query) {
+    let request = match parse_query(&lab, query) {
         Ok(request) => request,
         Err(error) => return bad_request(&error),
     };

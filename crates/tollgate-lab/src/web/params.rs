@@ -14,7 +14,10 @@ use tollgate_core::{
     SlidingWindow, Timestamp, TokenBucket,
 };
 
-use crate::{Lane, MAX_SIDECARS, Scenario, Traffic};
+use crate::{ArrivalSource, Lane, MAX_SIDECARS, Replay, Scenario, Traffic};
+
+/// How many uploaded traces the lab keeps (the oldest goes first).
+pub const MAX_REPLAYS: usize = 32;
 
 /// The most arrivals one lab run may have (a run streams; keep it to seconds of work).
 pub const MAX_LAB_ARRIVALS: f64 = 5_000_000.0;
@@ -117,6 +120,8 @@ pub const FIELDS: &[Field] = &[
     int("cost", 1.0, 1_000.0, 1.0),
     int("samples", 0.0, 16.0, 4.0),
     int("start", 0.0, 9_000_000_000.0, 1_700_000_000.0),
+    // The id of an uploaded trace (POST /api/replays), for traffic=replay.
+    int("replay", 0.0, 9_007_199_254_740_991.0, 0.0),
 ];
 
 /// The text fields and the values each accepts (the first is the default).
@@ -134,7 +139,10 @@ pub const CHOICES: &[(&str, &[&str])] = &[
         ],
     ),
     ("leaky_mode", &["shaper", "policer"]),
-    ("traffic", &["steady", "poisson", "square", "ramp", "spike"]),
+    (
+        "traffic",
+        &["steady", "poisson", "square", "ramp", "spike", "replay"],
+    ),
 ];
 
 /// The algorithms compared when `algorithms` is absent in compare mode.
@@ -165,8 +173,16 @@ pub struct RunRequest {
     pub descriptions: Vec<String>,
 }
 
-/// Parses and checks a run's query parameters.
+/// Parses and checks a run's query parameters (no uploaded traces).
 pub fn parse(pairs: &[(String, String)]) -> Result<RunRequest, ParamError> {
+    parse_with_replays(pairs, &|_| None)
+}
+
+/// Parses and checks a run's query parameters; `replays` finds an uploaded trace by its id.
+pub fn parse_with_replays(
+    pairs: &[(String, String)],
+    replays: &dyn Fn(u64) -> Option<Replay>,
+) -> Result<RunRequest, ParamError> {
     let mut given: BTreeMap<&str, &str> = BTreeMap::new();
     for (name, value) in pairs {
         let known = FIELDS.iter().any(|f| f.name == name)
@@ -240,7 +256,7 @@ pub fn parse(pairs: &[(String, String)]) -> Result<RunRequest, ParamError> {
             lanes.push(Lane::global(*name, algorithm));
         }
     }
-    let traffic = build_traffic(&p)?;
+    let traffic = build_traffic(&p, replays)?;
     let duration = p.millis("duration_ms")?;
     let mut scenario = Scenario::new(traffic, duration, lanes);
     scenario.seed = p.int("seed")?;
@@ -434,8 +450,27 @@ fn build_algorithm(p: &Params<'_>, name: &str) -> Result<(AnyAlgorithm, String),
     })
 }
 
-fn build_traffic(p: &Params<'_>) -> Result<Traffic, ParamError> {
+fn build_traffic(
+    p: &Params<'_>,
+    replays: &dyn Fn(u64) -> Option<Replay>,
+) -> Result<ArrivalSource, ParamError> {
     let traffic = match p.choice("traffic")? {
+        "replay" => {
+            if !p.given.contains_key("replay") {
+                return Err(ParamError::new(
+                    "replay",
+                    "traffic=replay needs the id of a trace uploaded to /api/replays",
+                ));
+            }
+            let id = p.int("replay")?;
+            let replay = replays(id).ok_or_else(|| {
+                ParamError::new(
+                    "replay",
+                    format!("no uploaded trace has id {id} (the lab keeps the last {MAX_REPLAYS}; upload it again)"),
+                )
+            })?;
+            return Ok(ArrivalSource::Replay(replay));
+        }
         "poisson" => Traffic::Poisson {
             rate: p.real("arrival_rate")?,
         },
@@ -463,7 +498,7 @@ fn build_traffic(p: &Params<'_>) -> Result<Traffic, ParamError> {
     traffic
         .validate()
         .map_err(|e| ParamError::new(field_of(e.parameter()), e.reason()))?;
-    Ok(traffic)
+    Ok(ArrivalSource::Profile(traffic))
 }
 
 #[cfg(test)]

@@ -71,6 +71,10 @@ function buildQuery() {
   const params = new URLSearchParams();
   for (const el of form.querySelectorAll('input[name], select[name]')) {
     if (!isShown(el)) continue;
+    if (el.type === 'file') continue;
+    if (el.type === 'hidden' && el.value === '') {
+      return { error: 'replay: upload a CSV of timestamps first' };
+    }
     if (el.type === 'number' && !el.checkValidity()) {
       const f = lab.fields[el.name];
       const range = f ? ` (${f.min} to ${f.max}${f.fractional ? '' : ', whole numbers'})` : '';
@@ -378,7 +382,7 @@ async function init() {
       el.max = f.max;
       el.step = f.fractional ? 'any' : '1';
       el.required = true;
-      el.value = f.default;
+      if (el.type !== 'hidden') el.value = f.default;
     }
   }
   const given = new URLSearchParams(location.search);
@@ -395,6 +399,29 @@ async function init() {
   if (given.get('autostart') === '1') startRun();
 }
 
+// Uploads a CSV of timestamps; the trace's id then rides in the query as replay=ID.
+async function uploadReplay(file) {
+  const info = document.getElementById('replay-info');
+  try {
+    const response = await fetch('/api/replays', { method: 'POST', body: await file.text() });
+    const body = await response.json().catch(() => ({ error: `replay: HTTP ${response.status} (is the file too large?)` }));
+    if (!response.ok) throw new Error(body.error);
+    field('replay').value = body.id;
+    const spanMs = Math.ceil(body.span_ns / 1e6);
+    const duration = field('duration_ms');
+    duration.value = Math.min(Number(duration.max), Math.max(Number(duration.min), spanMs));
+    info.textContent = `${file.name}: ${fmt(body.len)} timestamps over ${fmt(body.span_ns / 1e9, 1)} s (trace ${body.id}).`;
+    showError('');
+    refreshExpectation();
+  } catch (e) {
+    field('replay').value = '';
+    showError(e.message);
+  }
+}
+
+document.getElementById('replay-file').addEventListener('change', (e) => {
+  if (e.target.files.length) uploadReplay(e.target.files[0]);
+});
 form.addEventListener('submit', startRun);
 form.addEventListener('input', (e) => {
   updateVisibility();
