@@ -25,8 +25,8 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::io;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
