@@ -717,3 +717,220 @@ fn an_unknown_decisions_extension_asks_for_a_format() {
         "nothing is written when the format is unknown"
     );
 }
+
+#[test]
+fn compare_runs_algorithms_on_one_trace_and_judges_them_against_the_exact_log() {
+    let report = summary(&[
+        "--compare",
+        "fixed_window,sliding-window,sliding_log",
+        "--limit",
+        "20",
+        "--window",
+        "2s",
+        "--traffic",
+        "poisson",
+        "--arrival-rate",
+        "30",
+        "--duration",
+        "60s",
+        "--seed",
+        "3",
+    ]);
+    let lanes = report["lanes"].as_array().unwrap();
+    let labels: Vec<&str> = lanes.iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["fixed_window", "sliding_window", "sliding_log"]);
+    let arrivals = number(&report, "arrivals");
+    assert!(lanes.iter().all(|l| number(l, "arrivals") == arrivals));
+    // The log is exact by definition; the fixed window over-admits at its edges.
+    let log = &lanes[2];
+    assert_eq!(
+        (number(log, "over_admitted"), number(log, "under_admitted")),
+        (0, 0)
+    );
+    assert_eq!(number(log, "max_admitted_in_window"), 20);
+    assert!(number(&lanes[0], "over_admitted") > 0);
+    assert!(number(&lanes[0], "max_admitted_in_window") > 20);
+    // Each lane carries its expectation.
+    assert_eq!(lanes[2]["expectation"]["ceiling"], 600.0);
+    // The same seed gives the same comparison.
+    let again = summary(&[
+        "--compare",
+        "fixed_window,sliding-window,sliding_log",
+        "--limit",
+        "20",
+        "--window",
+        "2s",
+        "--traffic",
+        "poisson",
+        "--arrival-rate",
+        "30",
+        "--duration",
+        "60s",
+        "--seed",
+        "3",
+    ]);
+    assert_eq!(report, again);
+}
+
+#[test]
+fn ramp_spike_replay_and_clients_are_simulated() {
+    let bucket = [
+        "--algorithm",
+        "token-bucket",
+        "--max-tokens",
+        "5",
+        "--tokens-per-fill",
+        "1",
+        "--fill-interval",
+        "1s",
+    ];
+    let with = |rest: &[&str]| {
+        let mut args = bucket.to_vec();
+        args.extend_from_slice(rest);
+        summary(&args)
+    };
+    // A ramp 0 → 20 req/s over 10 s: 100 arrivals.
+    let ramp = with(&["--traffic", "ramp", "--to-rate", "20", "--duration", "10s"]);
+    assert_eq!(number(&ramp, "arrivals"), 100);
+    // 1 req/s with a 2 s spike to 50 req/s: 8 + 100 arrivals in 10 s.
+    let spike = with(&[
+        "--traffic",
+        "spike",
+        "--base-rate",
+        "1",
+        "--peak-rate",
+        "50",
+        "--spike-at",
+        "4s",
+        "--spike-length",
+        "2s",
+        "--duration",
+        "10s",
+    ]);
+    assert_eq!(number(&spike, "arrivals"), 108);
+    // A replay of a CSV: a header, then timestamps in seconds, out of order.
+    let trace = scratch("trace.csv");
+    std::fs::write(&trace, "ts\n100.0\n100.5\n100.25\n101\n").unwrap();
+    let replay = with(&[
+        "--traffic",
+        "replay",
+        "--replay",
+        trace.to_str().unwrap(),
+        "--duration",
+        "5s",
+    ]);
+    assert_eq!(number(&replay, "arrivals"), 4);
+    assert_eq!(number(&replay["lanes"][0], "admitted"), 4);
+    // Four clients, each with its own bucket of 5 at 1/s: 20 req/s for 10 s admits 4 × (5 + ~10).
+    let clients = with(&[
+        "--arrival-rate",
+        "20",
+        "--duration",
+        "10s",
+        "--clients",
+        "4",
+    ]);
+    let admitted = number(&clients["lanes"][0], "admitted");
+    assert!((54..=60).contains(&admitted), "{admitted}");
+}
+
+#[test]
+fn compare_and_replay_mistakes_are_named() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--compare",
+                "gcra,gcra",
+                "--limit",
+                "1",
+                "--period",
+                "1s",
+                "--burst",
+                "1",
+                "--arrival-rate",
+                "1",
+            ],
+            "--compare names gcra twice",
+        ),
+        (
+            &[
+                "--compare",
+                "token_bucket,gcra",
+                "--window",
+                "1s",
+                "--arrival-rate",
+                "1",
+            ],
+            "--window does not apply to any of token-bucket, gcra",
+        ),
+        (
+            &[
+                "--compare",
+                "fixed_window,sliding_log",
+                "--limit",
+                "5",
+                "--window",
+                "1s",
+                "--arrival-rate",
+                "1",
+                "--decisions",
+                "x.csv",
+            ],
+            "--decisions writes one algorithm's decisions",
+        ),
+        (
+            &[
+                "--algorithm",
+                "sliding-log",
+                "--limit",
+                "5",
+                "--window",
+                "1s",
+                "--traffic",
+                "replay",
+            ],
+            "--replay is required for --traffic replay",
+        ),
+        (
+            &[
+                "--algorithm",
+                "sliding-log",
+                "--limit",
+                "5",
+                "--window",
+                "1s",
+                "--traffic",
+                "ramp",
+                "--to-rate",
+                "0",
+            ],
+            "to: a ramp from 0 to 0",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = simulate(args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let trace = scratch("bad-trace.csv");
+    std::fs::write(&trace, "1\n2\nlater\n").unwrap();
+    let output = simulate(&[
+        "--algorithm",
+        "sliding-log",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        "--traffic",
+        "replay",
+        "--replay",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("line 3: \"later\" is not a number of seconds"),
+        "{}",
+        stderr(&output)
+    );
+}
