@@ -6,7 +6,8 @@
 // field, starts a compare run, waits for data and for the end, asserts that
 // every chart received points and that the summary table shows the server's
 // own figures (fetched from /api/summary with the same parameters), saves a
-// screenshot, then uploads a CSV trace from the page and replays it. Exits
+// screenshot, runs a shaper and checks its delay chart and the state line's
+// legend (whose key it reads), then uploads a CSV trace from the page and replays it. Exits
 // non-zero with a message on the first failure.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -94,6 +95,33 @@ try {
   check(expectedColumns.every((t) => t.length > 0), 'the expectation sits beside the actual figures');
 
   await page.screenshot({ path: screenshotPath, fullPage: true });
+  const legends = await page.$$eval('[data-chart="state"]', (cs) => cs.map((c) => c.parentElement.querySelector('figcaption').textContent));
+  check(legends.every((t) => t.includes("client 0's key")), `the state legends say whose state they show: ${legends}`);
+
+  // A shaper draws the delays it gives beside its queue; the state line reads the chosen client.
+  await page.selectOption('select[name=mode]', 'single');
+  await page.selectOption('select[name=algorithm]', 'leaky_bucket');
+  await page.selectOption('select[name=leaky_mode]', 'shaper');
+  await page.fill('input[name=rate]', '5');
+  await page.fill('input[name=burst]', '10');
+  await page.fill('input[name=arrival_rate]', '20');
+  await page.fill('input[name=duration_ms]', '5000');
+  await page.fill('input[name=clients]', '2');
+  await page.fill('input[name=state_client]', '1');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single');
+  const delayChart = await page.$('canvas[data-chart="delay"]');
+  check(delayChart !== null, 'a shaper lane has a delay chart');
+  const delayPoints = Number(await delayChart.getAttribute('data-points'));
+  check(delayPoints > 0, `the delay chart has points: ${delayPoints}`);
+  const delayLegend = await page.$eval('canvas[data-chart="delay"]', (c) => c.parentElement.querySelector('figcaption').textContent);
+  check(delayLegend.includes('longest delay given in the tick (s)'), `the delay chart says what it draws: ${delayLegend}`);
+  const drawn = await page.evaluate(() => ({ delay: window.lab.lanes[0].delay, state: window.lab.lanes[0].state }));
+  check(drawn.delay.some((d) => d > 0) && drawn.state.some((q) => q > 0), `the shaper delays and queues: ${JSON.stringify(drawn)}`);
+  const stateLegend = await page.$eval('canvas[data-chart="state"]', (c) => c.parentElement.querySelector('figcaption').textContent);
+  check(stateLegend.includes("units queued (still draining) — client 1's key"), `the queue line names its key: ${stateLegend}`);
+  await page.fill('input[name=clients]', '1');
+  await page.fill('input[name=state_client]', '0');
 
   // A replayed trace: upload a CSV from the page, run it, and compare with the server.
   const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));

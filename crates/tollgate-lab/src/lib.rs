@@ -34,8 +34,8 @@ mod traffic;
 pub mod web;
 
 pub use scenario::{
-    ArrivalSource, Counts, Expectation, Lane, LaneReport, LaneTick, MAX_CLIENTS, MAX_LANES,
-    MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunReport, Runner,
+    ArrivalSource, Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_CLIENTS,
+    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunReport, Runner,
     SampledDecision, Scenario, Tick,
 };
 pub use simulation::{DecisionRecord, MAX_ARRIVALS, Simulation, Summary, state_level_meaning};

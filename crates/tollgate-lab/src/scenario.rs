@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use tollgate_core::{
 
 use crate::simulation::AdmittedWindow;
 use crate::store::{SimulatedStore, StoreFactory};
-use crate::{Arrivals, MAX_ARRIVALS, Simulation, Traffic};
+use crate::{Arrivals, DecisionRecord, MAX_ARRIVALS, Simulation, Traffic};
 
 /// The most clients (keys) a scenario spreads its arrivals over.
 pub const MAX_CLIENTS: u32 = 1_000;
@@ -271,6 +272,8 @@ pub struct Scenario {
     pub start: Timestamp,
     /// How many clients (keys) share the arrivals; each request goes to one at random.
     pub clients: u32,
+    /// The client whose key the per-tick state level reads (from 0, below `clients`).
+    pub state_client: u32,
     /// The length of one reporting tick.
     pub tick: Duration,
     /// Decisions sampled per lane per tick.
@@ -293,6 +296,7 @@ impl Scenario {
             cost: 1,
             start: Simulation::DEFAULT_START,
             clients: 1,
+            state_client: 0,
             tick: Self::DEFAULT_TICK,
             samples_per_tick: 4,
             lanes,
@@ -333,6 +337,16 @@ impl Scenario {
             return Err(ConfigError::new(
                 "clients",
                 format!("{} is not between 1 and {MAX_CLIENTS}", self.clients),
+            ));
+        }
+        if self.state_client >= self.clients {
+            return Err(ConfigError::new(
+                "state_client",
+                format!(
+                    "client {} does not exist: clients are numbered 0 to {}",
+                    self.state_client,
+                    self.clients - 1
+                ),
             ));
         }
         if self.samples_per_tick > MAX_SAMPLES_PER_TICK {
@@ -419,6 +433,7 @@ impl Scenario {
             cost: self.cost,
             seed: self.seed,
             clients: u64::from(self.clients),
+            state_client: u64::from(self.state_client),
             tick_ns: u64::try_from(self.tick.as_nanos()).unwrap_or(u64::MAX),
             duration_ns: u64::try_from(self.duration.as_nanos()).unwrap_or(u64::MAX),
             ticks: self.ticks(),
@@ -436,6 +451,21 @@ impl Scenario {
     ) -> Result<RunReport, ConfigError> {
         let mut runner = self.runner(stores)?;
         while let Some(tick) = runner.next_tick() {
+            on_tick(&tick);
+        }
+        Ok(runner.finish())
+    }
+
+    /// Runs to the end like [`Scenario::run`], also calling `on_decision` for
+    /// every decision of every lane, in arrival order (lanes in order for each arrival).
+    pub fn run_with_decisions(
+        &self,
+        stores: &dyn StoreFactory,
+        mut on_tick: impl FnMut(&Tick),
+        mut on_decision: impl FnMut(&LaneDecision<'_>),
+    ) -> Result<RunReport, ConfigError> {
+        let mut runner = self.runner(stores)?;
+        while let Some(tick) = runner.next_tick_with(Some(&mut on_decision)) {
             on_tick(&tick);
         }
         Ok(runner.finish())
@@ -508,6 +538,33 @@ pub struct SampledDecision {
     pub delay_ns: u64,
 }
 
+/// One decision of one lane, as [`Scenario::run_with_decisions`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LaneDecision<'a> {
+    /// The label of the lane that decided.
+    pub lane: &'a str,
+    /// The client (key) the request belongs to.
+    pub client: u64,
+    /// The sidecar that decided it (0 for a global lane).
+    pub sidecar: u32,
+    /// The decision, with the state of the client's key on that sidecar just after it.
+    #[serde(flatten)]
+    pub record: DecisionRecord,
+}
+
+impl LaneDecision<'_> {
+    /// The CSV header of [`LaneDecision::write_csv_row`]: the lane and client, then [`DecisionRecord::CSV_HEADER`].
+    pub const CSV_HEADER: &'static str = "lane,client,sidecar,index,offset_ns,at_ns,outcome,remaining,retry_after_ns,delay_ns,state_level";
+
+    /// Writes this decision as one CSV line, ending in a line break.
+    ///
+    /// Lane labels never hold a comma or a quote, so no field needs quoting.
+    pub fn write_csv_row(&self, out: &mut impl io::Write) -> io::Result<()> {
+        write!(out, "{},{},{},", self.lane, self.client, self.sidecar)?;
+        self.record.write_csv_row(out)
+    }
+}
+
 /// One lane's figures for one tick.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LaneTick {
@@ -516,7 +573,8 @@ pub struct LaneTick {
     pub counts: Counts,
     /// The counts from the start up to the end of this tick.
     pub total: Counts,
-    /// The state of client 0's key (on sidecar 0) at the tick's end, in the algorithm's terms.
+    /// The state of the scenario's `state_client`'s key at the tick's end, in
+    /// the algorithm's terms; in a local placement, the mean over the sidecars.
     pub state_level: f64,
     /// The longest shaper delay given in the tick, in nanoseconds.
     pub max_delay_ns: u64,
@@ -585,6 +643,7 @@ pub struct Runner {
     cost: u64,
     seed: u64,
     clients: u64,
+    state_client: u64,
     tick_ns: u64,
     duration_ns: u64,
     ticks: u64,
@@ -610,6 +669,14 @@ impl Runner {
 
     /// Decides every arrival of the next tick in every lane; `None` once the run is over.
     pub fn next_tick(&mut self) -> Option<Tick> {
+        self.next_tick_with(None)
+    }
+
+    /// Like [`Runner::next_tick`], also calling `on_decision` for every decision when given.
+    pub fn next_tick_with(
+        &mut self,
+        mut on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) -> Option<Tick> {
         if self.next_tick >= self.ticks {
             return None;
         }
@@ -627,16 +694,20 @@ impl Runner {
             }
             let arrival = self.next_index;
             self.next_index += 1;
-            let client = client_of(arrival, self.seed, self.clients);
-            let at = Timestamp::from_nanos(self.start.as_nanos() + offset);
+            let request = Request {
+                arrival,
+                offset_ns: offset,
+                at: Timestamp::from_nanos(self.start.as_nanos() + offset),
+                client: client_of(arrival, self.seed, self.clients),
+                cost: self.cost,
+            };
             for lane in &mut self.lanes {
                 lane.decide(
-                    arrival,
-                    offset,
-                    at,
-                    client,
-                    self.cost,
+                    &request,
                     self.samples_per_tick,
+                    on_decision
+                        .as_mut()
+                        .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
                 );
             }
         }
@@ -644,7 +715,7 @@ impl Runner {
         let lanes = self
             .lanes
             .iter_mut()
-            .map(|lane| lane.end_tick(tick_end))
+            .map(|lane| lane.end_tick(self.state_client, tick_end))
             .collect();
         Some(Tick {
             index,
@@ -667,6 +738,20 @@ impl Runner {
                 .collect(),
         }
     }
+}
+
+/// One arriving request, as every lane decides it.
+struct Request {
+    /// Its position in the run, from 0.
+    arrival: u64,
+    /// When it arrives, in nanoseconds from the start.
+    offset_ns: u64,
+    /// When it arrives, in virtual time.
+    at: Timestamp,
+    /// The client (key) it belongs to.
+    client: u64,
+    /// The units it costs.
+    cost: u64,
 }
 
 /// A lane's stores and running figures.
@@ -736,13 +821,17 @@ impl LaneState {
 
     fn decide(
         &mut self,
-        arrival: u64,
-        offset_ns: u64,
-        at: Timestamp,
-        client: u64,
-        cost: u64,
+        request: &Request,
         samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
     ) {
+        let Request {
+            arrival,
+            offset_ns,
+            at,
+            client,
+            cost,
+        } = *request;
         // A round-robin balancer: arrival k goes to sidecar k mod N.
         let sidecar = (arrival % self.stores.len() as u64) as usize;
         let decision = self.stores[sidecar].check(client, at, cost);
@@ -775,6 +864,15 @@ impl LaneState {
                 keyed.admit(offset_ns, cost);
             }
         }
+        if let Some(on_decision) = on_decision {
+            let level = self.stores[sidecar].state_level(client, at);
+            on_decision(&LaneDecision {
+                lane: &self.label,
+                client,
+                sidecar: sidecar as u32,
+                record: DecisionRecord::new(arrival, offset_ns, at, &decision, level),
+            });
+        }
         let rejected = outcome != Outcome::Allowed;
         let take = self.samples.len() < samples_per_tick
             || (rejected && !self.sampled_rejection && samples_per_tick > 0);
@@ -797,12 +895,18 @@ impl LaneState {
         }
     }
 
-    fn end_tick(&mut self, tick_end: Timestamp) -> LaneTick {
+    fn end_tick(&mut self, state_client: u64, tick_end: Timestamp) -> LaneTick {
         self.total.add(&self.tick);
+        // One read per sidecar (at most 15), however many clients there are.
+        let levels: f64 = self
+            .stores
+            .iter_mut()
+            .map(|store| store.state_level(state_client, tick_end))
+            .sum();
         LaneTick {
             counts: self.tick,
             total: self.total,
-            state_level: self.stores[0].state_level(0, tick_end),
+            state_level: levels / self.stores.len() as f64,
             max_delay_ns: self.max_delay_ns,
             samples: self.samples.clone(),
         }
@@ -1195,6 +1299,147 @@ mod tests {
     }
 
     #[test]
+    fn a_sliding_logs_level_falls_at_tick_ends_as_entries_leave_the_window() {
+        // 10 per second; three requests at 0, 0.2 and 0.6 s, then nothing.
+        // The level at each 0.5 s tick end counts the window ending there,
+        // not the log as of its last decision (which would stay at 3).
+        let log = SlidingLog::new(10, secs(1)).unwrap();
+        let replay = Replay::from_offsets(vec![0, S / 5, 3 * S / 5]);
+        let mut scenario = Scenario::new(
+            ArrivalSource::Replay(replay),
+            secs(3),
+            vec![Lane::global("log", log)],
+        );
+        scenario.tick = Duration::from_millis(500);
+        let (report, ticks) = collect(&scenario);
+        let levels: Vec<f64> = ticks.iter().map(|t| t.lanes[0].state_level).collect();
+        assert_eq!(levels, vec![2.0, 2.0, 1.0, 0.0, 0.0, 0.0]);
+        // Reading the level changed no decision: all three passed.
+        assert_eq!(report.lanes[0].counts.admitted, 3);
+    }
+
+    #[test]
+    fn the_state_level_reads_the_chosen_client_averaged_over_sidecars() {
+        // A bucket of 10 that refills once an hour; three requests at 0 s.
+        // Round robin: sidecar 0 gets requests 0 and 2, sidecar 1 request 1.
+        let bucket = TokenBucket::new(10, 1, secs(3_600)).unwrap();
+        let replay = Replay::from_offsets(vec![0, 0, 0]);
+        let scenario = Scenario::new(
+            ArrivalSource::Replay(replay),
+            secs(1),
+            vec![
+                Lane::local("local ×2", bucket, 2),
+                Lane::global("global", bucket),
+            ],
+        );
+        let (_, ticks) = collect(&scenario);
+        let last = ticks.last().unwrap();
+        // Sidecars hold 8 and 9 tokens: the mean is 8.5. The global bucket holds 7.
+        assert_eq!(last.lanes[0].state_level, 8.5);
+        assert_eq!(last.lanes[1].state_level, 7.0);
+
+        // Forty requests over three clients, each with a bucket of 100: the level
+        // of the chosen client's key is 100 minus that client's requests.
+        let bucket = TokenBucket::new(100, 1, secs(3_600)).unwrap();
+        let replay = Replay::from_offsets(vec![0; 40]);
+        let mut scenario = Scenario::new(
+            ArrivalSource::Replay(replay),
+            secs(1),
+            vec![Lane::global("tb", bucket)],
+        );
+        scenario.clients = 3;
+        let mut per_client = [0u64; 3];
+        scenario
+            .run_with_decisions(
+                &MemoryStores,
+                |_| {},
+                |d| {
+                    per_client[d.client as usize] += 1;
+                },
+            )
+            .unwrap();
+        assert!(per_client.iter().all(|&n| n > 0), "{per_client:?}");
+        assert_ne!(
+            per_client[0], per_client[1],
+            "the clients differ, so the test tells them apart"
+        );
+        for client in 0..3 {
+            scenario.state_client = client;
+            let (_, ticks) = collect(&scenario);
+            let expected = 100.0 - per_client[client as usize] as f64;
+            assert_eq!(ticks[0].lanes[0].state_level, expected, "client {client}");
+        }
+    }
+
+    #[test]
+    fn every_decision_of_every_lane_can_be_observed() {
+        let lanes = vec![
+            Lane::global("fixed_window", FixedWindow::new(10, secs(1)).unwrap()),
+            Lane::global("sliding_log", SlidingLog::new(10, secs(1)).unwrap()),
+        ];
+        let mut scenario = Scenario::new(Traffic::poisson(40.0).unwrap(), secs(5), lanes);
+        scenario.clients = 3;
+        let mut seen: Vec<(String, u64, u64, Outcome, f64)> = vec![];
+        let report = scenario
+            .run_with_decisions(
+                &MemoryStores,
+                |_| {},
+                |d| {
+                    seen.push((
+                        d.lane.to_owned(),
+                        d.client,
+                        d.record.index,
+                        d.record.outcome,
+                        d.record.state_level,
+                    ));
+                },
+            )
+            .unwrap();
+        assert_eq!(seen.len() as u64, 2 * report.arrivals);
+        for (i, lane) in report.lanes.iter().enumerate() {
+            let mine: Vec<_> = seen.iter().filter(|d| d.0 == lane.label).collect();
+            assert_eq!(mine.len() as u64, report.arrivals);
+            assert!(
+                mine.iter().enumerate().all(|(k, d)| d.2 == k as u64),
+                "{i}: in order"
+            );
+            let admitted = mine.iter().filter(|d| d.3 == Outcome::Allowed).count() as u64;
+            assert_eq!(admitted, lane.counts.admitted, "{}", lane.label);
+            // A key's level never goes above the limit but for the fixed window,
+            // which counts its denials too.
+            if lane.label == "sliding_log" {
+                assert!(mine.iter().all(|d| d.4 <= 10.0));
+            }
+        }
+        // Observing changes nothing: the same run without it gives the same report.
+        assert_eq!(collect(&scenario).0, report);
+        // A CSV row per decision: the lane, client and sidecar, then the record's row.
+        let replay = Replay::from_offsets(vec![7]);
+        let log = SlidingLog::new(10, secs(1)).unwrap();
+        let one = Scenario::new(
+            ArrivalSource::Replay(replay),
+            secs(1),
+            vec![Lane::global("sliding_log", log)],
+        );
+        let mut row = Vec::new();
+        one.run_with_decisions(
+            &MemoryStores,
+            |_| {},
+            |d| {
+                d.write_csv_row(&mut row).unwrap();
+            },
+        )
+        .unwrap();
+        let row = String::from_utf8(row).unwrap();
+        let at = one.start.as_nanos() + 7;
+        assert_eq!(row, format!("sliding_log,0,0,0,7,{at},allowed,9,,0,1\n"));
+        assert_eq!(
+            row.trim_end().split(',').count(),
+            LaneDecision::CSV_HEADER.split(',').count()
+        );
+    }
+
+    #[test]
     fn expectation_math_per_algorithm() {
         let steady = |rate| Traffic::steady(rate).unwrap();
         let expect = |algorithm: AnyAlgorithm, traffic: Traffic, duration: u64| {
@@ -1408,6 +1653,14 @@ mod tests {
                 ..base.clone()
             }),
             "sidecars"
+        );
+        assert_eq!(
+            fails(Scenario {
+                clients: 3,
+                state_client: 3,
+                ..base.clone()
+            }),
+            "state_client"
         );
         assert_eq!(
             fails(Scenario {

@@ -177,7 +177,7 @@ impl Simulation {
         for (index, offset_ns) in self.arrivals().enumerate() {
             let at = Timestamp::from_nanos(self.start.as_nanos() + offset_ns);
             let decision = store.check(&SIMULATED_KEY, at, self.cost);
-            let state_level = state_level(&self.algorithm, store.peek(&SIMULATED_KEY), at);
+            let state_level = state_level(&self.algorithm, store.peek_at(&SIMULATED_KEY, at), at);
             let record = DecisionRecord::new(index as u64, offset_ns, at, &decision, state_level);
             summary.arrivals += 1;
             match decision.outcome() {
@@ -282,7 +282,7 @@ pub struct DecisionRecord {
 }
 
 impl DecisionRecord {
-    fn new(
+    pub(crate) fn new(
         index: u64,
         offset_ns: u64,
         at: Timestamp,

@@ -52,7 +52,7 @@ impl SimulatedStore for SimulatedMemoryStore {
     }
 
     fn state_level(&mut self, key: u64, at: Timestamp) -> f64 {
-        state_level(&self.algorithm, self.store.peek(&key), at)
+        state_level(&self.algorithm, self.store.peek_at(&key, at), at)
     }
 }
 
@@ -64,6 +64,7 @@ pub(crate) fn state_level(algorithm: &AnyAlgorithm, word: u64, now: Timestamp) -
         AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(a)) => a.queued(word, now) as f64,
         AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) => a.count(word, now) as f64,
         AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(a)) => a.estimate(word, now),
+        // A log's word is already the units logged at the time asked.
         AnyAlgorithm::SlidingLog(_) => word as f64,
     }
 }

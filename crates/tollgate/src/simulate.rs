@@ -12,8 +12,8 @@ use tollgate_core::{
     SlidingWindow, Timestamp, TokenBucket,
 };
 use tollgate_lab::{
-    ArrivalSource, DecisionRecord, Expectation, Lane, LaneReport, MemoryStores, Replay, Scenario,
-    Simulation, Summary, Traffic,
+    ArrivalSource, DecisionRecord, Expectation, Lane, LaneDecision, LaneReport, MemoryStores,
+    Replay, Scenario, Simulation, Summary, Traffic,
 };
 
 use crate::CommandError;
@@ -170,7 +170,8 @@ pub struct SimulateArgs {
     json: bool,
 
     /// Write every decision to FILE (.csv, .json for an array, .jsonl for JSON lines; - for stdout,
-    /// which moves the summary to stderr).
+    /// which moves the summary to stderr). With --compare, --clients above 1 or a replay, each
+    /// decision also names its lane (algorithm), client and sidecar.
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     decisions: Option<PathBuf>,
 
@@ -354,7 +355,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     simulation.validate().map_err(lab_error)?;
 
     let mut sink = match &args.decisions {
-        Some(path) => Some(DecisionSink::open(path, args.decisions_format)?),
+        Some(path) => Some(DecisionSink::open(path, args.decisions_format, false)?),
         None => None,
     };
     let summary = simulation
@@ -621,7 +622,12 @@ struct DecisionSink {
 }
 
 impl DecisionSink {
-    fn open(path: &Path, format: Option<DecisionsFormat>) -> Result<Self, CommandError> {
+    /// Opens `path`; with `lanes`, CSV rows start with the lane, client and sidecar.
+    fn open(
+        path: &Path,
+        format: Option<DecisionsFormat>,
+        lanes: bool,
+    ) -> Result<Self, CommandError> {
         let to_stdout = path == Path::new("-");
         let format = match format {
             Some(format) => format,
@@ -662,6 +668,7 @@ impl DecisionSink {
             error: None,
         };
         let opening = match format {
+            DecisionsFormat::Csv if lanes => writeln!(sink.out, "{}", LaneDecision::CSV_HEADER),
             DecisionsFormat::Csv => writeln!(sink.out, "{}", DecisionRecord::CSV_HEADER),
             DecisionsFormat::Json => sink.out.write_all(b"["),
             DecisionsFormat::Jsonl => Ok(()),
@@ -681,11 +688,24 @@ impl DecisionSink {
     }
 
     fn write(&mut self, record: &DecisionRecord) {
+        self.write_with(record, |record, out| record.write_csv_row(out));
+    }
+
+    /// Writes one decision of a scenario's lane (a lane column, then the record).
+    fn write_lane(&mut self, decision: &LaneDecision<'_>) {
+        self.write_with(decision, |decision, out| decision.write_csv_row(out));
+    }
+
+    fn write_with<T: Serialize>(
+        &mut self,
+        record: &T,
+        csv: impl FnOnce(&T, &mut BufWriter<Box<dyn Write>>) -> io::Result<()>,
+    ) {
         if self.error.is_some() {
             return;
         }
         let result = match self.format {
-            DecisionsFormat::Csv => record.write_csv_row(&mut self.out),
+            DecisionsFormat::Csv => csv(record, &mut self.out),
             DecisionsFormat::Json => {
                 let separator: &[u8] = if self.written == 0 { b"\n" } else { b",\n" };
                 self.out.write_all(separator).and_then(|()| {
@@ -797,13 +817,6 @@ impl Report {
 /// Runs the algorithms of `--compare` (or the one `--algorithm` over several
 /// clients or a replay) as lanes of one scenario on the same arrivals.
 fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
-    if args.decisions.is_some() {
-        return Err(CommandError::Usage(
-            "--decisions writes one algorithm's decisions for one client; it does not go with \
-             --compare, --clients above 1 or --traffic replay"
-                .to_owned(),
-        ));
-    }
     let chosen: Vec<AlgorithmName> = match args.algorithm {
         Some(one) => vec![one],
         None => args.compare.clone(),
@@ -846,12 +859,32 @@ fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
         cost: args.cost,
         start: Timestamp::from_secs(args.start),
         clients: args.clients,
+        state_client: 0,
         tick: args.duration.max(Duration::from_nanos(1)),
         samples_per_tick: 0,
         lanes,
     };
     let expectations = scenario.expectations();
-    let report = scenario.run(&MemoryStores, |_| {}).map_err(lab_error)?;
+    scenario.validate().map_err(lab_error)?;
+    let mut sink = match &args.decisions {
+        Some(path) => Some(DecisionSink::open(path, args.decisions_format, true)?),
+        None => None,
+    };
+    let report = match sink.as_mut() {
+        Some(sink) => scenario.run_with_decisions(
+            &MemoryStores,
+            |_| {},
+            |decision| {
+                sink.write_lane(decision);
+            },
+        ),
+        None => scenario.run(&MemoryStores, |_| {}),
+    }
+    .map_err(lab_error)?;
+    let decisions_on_stdout = sink.as_ref().is_some_and(|s| s.is_stdout());
+    if let Some(sink) = sink {
+        sink.finish()?;
+    }
     let compared = Comparison {
         traffic: args.traffic.flag_value(),
         traffic_description,
@@ -882,10 +915,14 @@ fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
     } else {
         compared.human(args)
     };
-    let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| CommandError::Failed(format!("cannot write the summary: {e}")))
+    // With the decisions on stdout, the summary goes to stderr so stdout stays one format.
+    let written = if decisions_on_stdout {
+        io::stderr().lock().write_all(text.as_bytes())
+    } else {
+        let mut out = io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    };
+    written.map_err(|e| CommandError::Failed(format!("cannot write the summary: {e}")))
 }
 
 /// The summary of a comparison: the trace, then each algorithm's totals.

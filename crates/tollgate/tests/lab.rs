@@ -283,6 +283,43 @@ fn a_streamed_run_adds_up_to_the_servers_summary() {
 }
 
 #[test]
+fn the_stream_says_whose_state_it_draws_and_carries_a_shapers_delays() {
+    let lab = Lab::start();
+    // A shaper (5/s, burst 10) fed 20 req/s; clients 0 and 1; the state line reads client 1.
+    let mut events = lab.stream(
+        "/api/run?algorithm=leaky_bucket&leaky_mode=shaper&rate=5&burst=10\
+         &arrival_rate=20&duration_ms=3000&clients=2&state_client=1&speed=0",
+    );
+    let (start, ticks, _) = read_run(&mut events);
+    let lane = &start["lanes"][0];
+    assert_eq!(lane["shaper"], true);
+    assert_eq!(lane["state_of"], "client 1's key");
+    assert_eq!(lane["state_meaning"], "units queued (still draining)");
+    // The shaper queues, and says how long it holds requests.
+    let delays: Vec<u64> = ticks
+        .iter()
+        .map(|t| u(&t["lanes"][0], "max_delay_ns"))
+        .collect();
+    assert!(delays.iter().any(|&d| d > 0), "{delays:?}");
+    let levels: Vec<f64> = ticks
+        .iter()
+        .map(|t| t["lanes"][0]["state_level"].as_f64().unwrap())
+        .collect();
+    assert!(levels.iter().any(|&l| l > 0.0), "{levels:?}");
+
+    // A fleet: the local lane's state is the mean over its sidecars; a policer is no shaper.
+    let (status, plan) =
+        lab.json("/api/expect?mode=fleet&sidecars=4&algorithm=leaky_bucket&leaky_mode=policer");
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(
+        plan["lanes"][0]["state_of"],
+        "client 0's key, mean over the 4 sidecars"
+    );
+    assert_eq!(plan["lanes"][1]["state_of"], "client 0's key");
+    assert_eq!(plan["lanes"][0]["shaper"], false);
+}
+
+#[test]
 fn a_closed_client_stops_its_run() {
     let lab = Lab::start();
     // At real-time speed this run would take ten minutes.
@@ -372,6 +409,11 @@ fn bad_parameters_get_400_naming_the_field() {
             "arrival_rate=100000&duration_ms=3600000",
             "duration_ms",
             "duration_ms: this traffic",
+        ),
+        (
+            "clients=3&state_client=3",
+            "state_client",
+            "state_client: client 3 does not exist: clients are numbered 0 to 2",
         ),
     ];
     for endpoint in ["/api/expect", "/api/run", "/api/summary"] {

@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, DelayMode};
 
 use crate::{
     Expectation, MemoryStores, Replay, RunReport, StoreFactory, Tick, state_level_meaning,
@@ -303,6 +304,10 @@ struct PlannedLane {
     label: String,
     description: String,
     state_meaning: &'static str,
+    /// Whose state the state line reads: the chosen client's key, averaged over sidecars.
+    state_of: String,
+    /// Whether the lane is a shaper (a leaky bucket that delays): the page draws its delays.
+    shaper: bool,
     limit: u64,
     sidecars: u32,
     expectation: Expectation,
@@ -325,11 +330,26 @@ fn plan(request: &RunRequest) -> Plan {
                 label: lane.label.clone(),
                 description: description.clone(),
                 state_meaning: state_level_meaning(&lane.algorithm),
+                state_of: state_of(scenario.state_client, lane.placement.stores()),
+                shaper: matches!(
+                    lane.algorithm,
+                    AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(b))
+                        if b.mode() != DelayMode::NoDelay
+                ),
                 limit: lane.algorithm.capacity(),
                 sidecars: lane.placement.stores(),
                 expectation,
             })
             .collect(),
+    }
+}
+
+/// Whose state a lane's state line reads, in words.
+fn state_of(client: u32, sidecars: u32) -> String {
+    if sidecars > 1 {
+        format!("client {client}'s key, mean over the {sidecars} sidecars")
+    } else {
+        format!("client {client}'s key")
     }
 }
 

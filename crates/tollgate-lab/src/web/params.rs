@@ -116,6 +116,8 @@ pub const FIELDS: &[Field] = &[
     real("speed", 0.0, 1_000.0, 1.0),
     int("seed", 0.0, 9_007_199_254_740_991.0, 1.0),
     int("clients", 1.0, 100.0, 1.0),
+    // The client whose key the state line reads (below clients).
+    int("state_client", 0.0, 99.0, 0.0),
     int("sidecars", 1.0, MAX_SIDECARS as f64, 4.0),
     int("cost", 1.0, 1_000.0, 1.0),
     int("samples", 0.0, 16.0, 4.0),
@@ -261,6 +263,7 @@ pub fn parse_with_replays(
     let mut scenario = Scenario::new(traffic, duration, lanes);
     scenario.seed = p.int("seed")?;
     scenario.clients = p.int("clients")? as u32;
+    scenario.state_client = p.int("state_client")? as u32;
     scenario.cost = p.int("cost")?;
     scenario.tick = p.millis("tick_ms")?;
     scenario.samples_per_tick = p.int("samples")? as usize;

@@ -9,7 +9,7 @@ const startButton = document.getElementById('run-start');
 const stopButton = document.getElementById('run-stop');
 const LOG_ROWS = 200;
 const COLORS = {
-  admitted: '#1a7f37', rejected: '#cf222e', state: '#0969da',
+  admitted: '#1a7f37', rejected: '#cf222e', state: '#0969da', delay: '#8250df',
   limit: '#8250df', arrivals: '#8c959f',
 };
 
@@ -185,10 +185,12 @@ function laneElement(lane, i) {
   div.innerHTML = `<h3></h3><p></p>
     ${chart('rates', 'Per tick:', key(COLORS.admitted, 'admitted') + key(COLORS.rejected, 'rejected'))}
     ${chart('state', 'State:', key(COLORS.state, '<span class="meaning"></span>') + key(COLORS.limit, 'limit'))}
+    ${lane.shaper ? chart('delay', 'Shaper:', key(COLORS.delay, 'longest delay given in the tick (s)')) : ''}
     ${chart('cumulative', 'Cumulative:', key(COLORS.admitted, 'admitted') + key(COLORS.limit, 'ceiling') + key(COLORS.arrivals, 'arrivals'))}`;
   div.querySelector('h3').textContent = lane.label;
   div.querySelector('p').textContent = lane.description;
-  div.querySelector('.meaning').textContent = lane.state_meaning;
+  // What the state line reads, and whose: one client's key (averaged over a fleet's sidecars).
+  div.querySelector('.meaning').textContent = `${lane.state_meaning} — ${lane.state_of}`;
   return div;
 }
 
@@ -214,7 +216,7 @@ function open(query, plan) {
   lab.report = null;
   lab.ticksReceived = 0;
   lab.skipped = 0;
-  lab.lanes = plan.lanes.map(() => ({ x: [], admitted: [], rejected: [], state: [], cumAdmitted: [], cumArrivals: [] }));
+  lab.lanes = plan.lanes.map(() => ({ x: [], admitted: [], rejected: [], state: [], delay: [], cumAdmitted: [], cumArrivals: [] }));
   showPlan(plan);
   document.querySelector('#log tbody').replaceChildren();
   document.getElementById('lanes').replaceChildren(...plan.lanes.map(laneElement));
@@ -249,6 +251,7 @@ function onTick(tick) {
     lane.admitted.push(t.admitted);
     lane.rejected.push(t.denied + t.exceeded);
     lane.state.push(t.state_level);
+    lane.delay.push(t.max_delay_ns / 1e9);
     lane.cumAdmitted.push(t.total.admitted);
     lane.cumArrivals.push(t.total.arrivals);
   });
@@ -313,6 +316,11 @@ function drawAll() {
       { values: lane.state, color: COLORS.state },
       { values: lane.x.map(() => plan.limit), color: COLORS.limit, dashed: true },
     ], duration);
+    if (plan.shaper) {
+      drawChart(panel.querySelector('[data-chart="delay"]'), lane.x, [
+        { values: lane.delay, color: COLORS.delay },
+      ], duration);
+    }
     const ceiling = lane.x.map((t) => Math.min(e.ceiling, copies * (e.initial_allowance + e.configured_rate * t)));
     drawChart(panel.querySelector('[data-chart="cumulative"]'), lane.x, [
       { values: lane.cumArrivals, color: COLORS.arrivals },
