@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod duration;
+mod proxy;
 mod serve;
 mod simulate;
 mod validate;
@@ -36,6 +37,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Load a running service and report its throughput and latency.
     Bench(bench::BenchArgs),
+    /// Run the HTTP sidecar / edge proxy: Envoy local_ratelimit semantics, Istio EnvoyFilters, the global RLS.
+    Proxy(proxy::ProxyArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Bench(args) => bench::run(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
