@@ -137,6 +137,20 @@ fn cases() -> Vec<Case> {
             expected: vec![200, 200, 200],
         },
         Case {
+            name: "grpc",
+            config: format!(
+                "stat_prefix: grpc\ntoken_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 3600s}}\n{ENABLED}rate_limited_as_resource_exhausted: true\n"
+            ),
+            steps: (0..2)
+                .map(|_| Step {
+                    connection: None,
+                    path: "/",
+                    headers: vec![("content-type", "application/grpc".to_owned())],
+                })
+                .collect(),
+            expected: vec![200, 200],
+        },
+        Case {
             name: "disabled",
             config: "stat_prefix: inert\ntoken_bucket: {max_tokens: 1, tokens_per_fill: 1, fill_interval: 3600s}\nenable_x_ratelimit_headers: DRAFT_VERSION_03\n".to_owned(),
             steps: users(&[None, None, None]),
@@ -200,7 +214,8 @@ struct Seen {
     headers: Vec<(String, Option<String>)>,
 }
 
-const COMPARED: [&str; 7] = [
+const COMPARED: [&str; 8] = [
+    "grpc-message",
     "x-ratelimit-limit",
     "x-ratelimit-remaining",
     "x-ratelimit-reset",
