@@ -454,3 +454,54 @@ fn keep_alive_connections_stream_through_and_a_dead_upstream_gets_a_503() {
     assert_eq!(r.status, 503, "{r:?}");
     assert!(r.body.contains("upstream connect error"), "{r:?}");
 }
+
+#[test]
+fn a_route_can_answer_with_the_ietf_fields_a_jittered_retry_after_and_a_problem_body() {
+    let dir = TempDir::new("proxy-contract");
+    let upstream = Upstream::spawn();
+    let config = dir.write(
+        "proxy.yaml",
+        &format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nclusters: [{{name: backend, endpoints: [{{address: \"{}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limit_response: {{retry_after_jitter: 2s, ietf_headers: true, problem_json: true}}\n    local_ratelimit:\n      stat_prefix: c\n      token_bucket: {{max_tokens: 2, tokens_per_fill: 2, fill_interval: 7200s}}\n      filter_enabled: {{default_value: {{numerator: 100}}}}\n      filter_enforced: {{default_value: {{numerator: 100}}}}\n      enable_x_ratelimit_headers: DRAFT_VERSION_03\n      enable_retry_after_header: true\n",
+            upstream.addr
+        ),
+    );
+    let proxy = ProxyChild::spawn(
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        false,
+    );
+    let first = get(proxy.addr, "/", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(get(proxy.addr, "/", &[]).status, 200);
+    let denied = get(proxy.addr, "/", &[]);
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        denied.header("ratelimit-policy"),
+        Some("\"default\";q=2;w=7200")
+    );
+    assert_eq!(denied.header("ratelimit"), Some("\"default\";r=0;t=3600"));
+    let retry: u64 = denied
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("retry-after");
+    // Exact wait 3600 s (one token at 2 per 7200 s), jitter upward by at most 2 s.
+    assert!((3600..=3602).contains(&retry), "retry-after {retry}");
+    let body: serde_json::Value = serde_json::from_str(&denied.body).expect("a JSON body");
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["violated-policies"], serde_json::json!(["default"]));
+}
