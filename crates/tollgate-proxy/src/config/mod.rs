@@ -441,3 +441,56 @@ fn no_wrapper_fields(
     }
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, text: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-proxy-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const FILTER: &str = "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: f}\nspec:\n  workloadSelector: {labels: {app: a}}\n  configPatches:\n    - applyTo: HTTP_FILTER\n      match: {context: SIDECAR_INBOUND}\n      patch:\n        operation: INSERT_BEFORE\n        value:\n          name: envoy.filters.http.local_ratelimit\n          typed_config:\n            \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct\n            type_url: type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit\n            value: {stat_prefix: listener}\n";
+
+    #[test]
+    fn an_envoy_filter_gives_its_filter_config_and_a_route_patch_replaces_it() {
+        let only_filter = load_local_ratelimit_file(&file("a.yaml", FILTER))
+            .unwrap()
+            .unwrap();
+        assert_eq!(only_filter.config.stat_prefix.as_deref(), Some("listener"));
+        let with_route = format!(
+            "{FILTER}    - applyTo: HTTP_ROUTE\n      patch:\n        operation: MERGE\n        value:\n          typed_per_filter_config:\n            envoy.filters.http.local_ratelimit:\n              \"@type\": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit\n              stat_prefix: route\n              token_bucket: {{max_tokens: 4, fill_interval: 60s}}\n"
+        );
+        let loaded = load_local_ratelimit_file(&file("b.yaml", &with_route))
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.config.stat_prefix.as_deref(), Some("route"));
+        assert!(loaded.origin.contains("typed_per_filter_config"));
+    }
+
+    #[test]
+    fn a_bare_config_loads_typed_or_wrapped_and_a_typo_names_line_and_column() {
+        let typed = file(
+            "c.yaml",
+            "\"@type\": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit\nstat_prefix: t\n",
+        );
+        assert!(load_local_ratelimit_file(&typed).unwrap().is_some());
+        let typo = file(
+            "d.yaml",
+            "stat_prefix: t\ntoken_bucket:\n  max_tokens: 1\n  fil_interval: 1s\n",
+        );
+        let error = load_local_ratelimit_file(&typo).unwrap_err();
+        assert_eq!(error.position.map(|p| p.0), Some(4), "{error}");
+        assert!(error.to_string().contains("fil_interval"), "{error}");
+        let none = file(
+            "e.yaml",
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nspec:\n  configPatches: []\n",
+        );
+        assert!(load_local_ratelimit_file(&none).unwrap().is_none());
+    }
+}
