@@ -25,7 +25,9 @@ for tool in wrk nginx python3; do
 done
 envoy=${TOLLGATE_ENVOY:-$PWD/.venv/bin/envoy}
 [ -x "$envoy" ] || { echo "error: no Envoy at $envoy; run scripts/test.sh or set TOLLGATE_ENVOY" >&2; exit 1; }
-pin() { if command -v taskset >/dev/null; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
+# CPU pinning prefixes; commands are started directly (not through a shell
+# function) so that $! is the process itself, for its CPU time and its kill.
+if command -v taskset >/dev/null; then cpu0=(taskset -c 0); cpu1=(taskset -c 1); else cpu0=(); cpu1=(); fi
 
 cargo build -q --release -p tollgate
 bin=$PWD/target/release/tollgate
@@ -79,7 +81,7 @@ http {
     }
 }
 NGINX
-pin 1 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" &
+"${cpu1[@]}" nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" &
 pids+=($!)
 wait_http "$nginx_port"
 
@@ -139,13 +141,13 @@ start_proxy() { # NAME MAX_TOKENS -> sets proxy_pid, proxy_port
     case $1 in
     tollgate)
         limit_config "$2" > "$work/limit.yaml"
-        pin 0 "$bin" proxy --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$nginx_port" \
+        "${cpu0[@]}" "$bin" proxy --listen "127.0.0.1:$proxy_port" --upstream "127.0.0.1:$nginx_port" \
             --local-ratelimit "$work/limit.yaml" --worker-threads 1 --log-level warn \
             > "$work/tollgate.out" 2> "$work/tollgate.err" &
         ;;
     envoy)
         envoy_bootstrap "$proxy_port" "$(free_port)" "$2" > "$work/envoy.yaml"
-        pin 0 "$envoy" -c "$work/envoy.yaml" --concurrency 1 --log-level warn \
+        "${cpu0[@]}" "$envoy" -c "$work/envoy.yaml" --concurrency 1 --log-level warn \
             --base-id $$ --disable-hot-restart > /dev/null 2> "$work/envoy.err" &
         ;;
     esac
@@ -161,7 +163,7 @@ stop_proxy() {
 
 run() { # PROXY CASE CONNECTIONS
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$proxy_pid/stat")
-    pin 1 wrk -t1 -c"$3" -d"$duration" --latency "http://127.0.0.1:$proxy_port/" > "$work/wrk.out"
+    "${cpu1[@]}" wrk -t1 -c"$3" -d"$duration" --latency "http://127.0.0.1:$proxy_port/" > "$work/wrk.out"
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$proxy_pid/stat")
     python3 - "$1" "$2" "$3" "$u0" "$s0" "$u1" "$s1" "$work/wrk.out" <<'PY'
 import os, re, sys
