@@ -93,6 +93,8 @@ pub struct Route {
     pub service: RouteService,
     /// The 429/503 contract.
     pub contract: ResponseContract,
+    /// The route's metric series, resolved on its first request.
+    pub counters: std::sync::OnceLock<crate::metrics::RouteCounters>,
 }
 
 impl std::fmt::Debug for Route {
@@ -332,6 +334,7 @@ pub fn build(
                 .rate_limit_response
                 .as_ref()
                 .map_or_else(|| default_contract.clone(), |c| contract(Some(c))),
+            counters: std::sync::OnceLock::new(),
         });
     }
     Ok(Runtime {

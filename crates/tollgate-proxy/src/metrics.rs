@@ -128,3 +128,70 @@ impl Metrics {
         Ok(out)
     }
 }
+
+/// Response classes counted per route.
+pub const RESPONSE_CLASSES: [&str; 7] = [
+    "1xx",
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "timeout",
+    "connect_failure",
+];
+
+/// One route's series, resolved once so that a request only increments atomics.
+#[derive(Clone, Debug)]
+pub struct RouteCounters {
+    /// Requests routed.
+    pub requests: Counter,
+    /// Local rate limit answers.
+    pub local_rate_limited: Counter,
+    /// Global rate limit answers.
+    pub global_rate_limited: Counter,
+    /// RLS failures that denied.
+    pub rate_limit_service_denied: Counter,
+    /// Upstream responses by [`RESPONSE_CLASSES`] index.
+    pub responses: Vec<Counter>,
+    /// Time to the response headers.
+    pub duration: Histogram,
+}
+
+impl RouteCounters {
+    /// The series of `route` to `cluster` in `metrics`.
+    pub fn new(metrics: &Metrics, route: &str, cluster: &str) -> Self {
+        let labels = RouteLabels {
+            route: route.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        RouteCounters {
+            requests: metrics.requests.get_or_create(&labels).clone(),
+            local_rate_limited: metrics.local_rate_limited.get_or_create(&labels).clone(),
+            global_rate_limited: metrics.global_rate_limited.get_or_create(&labels).clone(),
+            rate_limit_service_denied: metrics
+                .rate_limit_service_denied
+                .get_or_create(&labels)
+                .clone(),
+            responses: RESPONSE_CLASSES
+                .iter()
+                .map(|class| {
+                    metrics
+                        .upstream_responses
+                        .get_or_create(&ResponseLabels {
+                            route: route.to_owned(),
+                            cluster: cluster.to_owned(),
+                            class: (*class).to_owned(),
+                        })
+                        .clone()
+                })
+                .collect(),
+            duration: metrics.duration.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Counts an upstream response of `status`.
+    pub fn response(&self, status: u16) {
+        let index = usize::from(status / 100).saturating_sub(1).min(4);
+        self.responses[index].inc();
+    }
+}

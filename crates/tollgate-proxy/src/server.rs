@@ -34,7 +34,7 @@ use crate::descriptors::trusted_client_address;
 use crate::error::ProxyError;
 use crate::forward::PeerAddress;
 use crate::local_ratelimit::SharedClock;
-use crate::metrics::{Metrics, ReloadLabels, ResponseLabels, RouteLabels};
+use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
 use crate::{ProxyBody, reply};
 
 /// Where the configuration comes from.
@@ -174,11 +174,10 @@ impl Proxy {
             self.metrics.no_route.inc();
             return reply::render(ProxyError::NoRoute, grpc, &runtime.default_contract);
         };
-        let labels = RouteLabels {
-            route: route.name.to_string(),
-            cluster: route.cluster.to_string(),
-        };
-        self.metrics.requests.get_or_create(&labels).inc();
+        let counters = route
+            .counters
+            .get_or_init(|| RouteCounters::new(&self.metrics, &route.name, &route.cluster));
+        counters.requests.inc();
         let client =
             trusted_client_address(peer.ip(), request.headers(), runtime.xff_num_trusted_hops);
         request.extensions_mut().insert(RequestContext {
@@ -192,55 +191,27 @@ impl Proxy {
         let result = route.service.clone().oneshot(request).await;
         let response = match result {
             Ok(response) => {
-                let class = format!("{}xx", response.status().as_u16() / 100);
-                self.count_response(&labels, class);
+                counters.response(response.status().as_u16());
                 response
             }
             Err(error) => {
                 match &error {
-                    ProxyError::LocalRateLimited(_) => {
-                        self.metrics.local_rate_limited.get_or_create(&labels).inc();
-                    }
-                    ProxyError::GlobalRateLimited(_) => {
-                        self.metrics
-                            .global_rate_limited
-                            .get_or_create(&labels)
-                            .inc();
-                    }
+                    ProxyError::LocalRateLimited(_) => counters.local_rate_limited.inc(),
+                    ProxyError::GlobalRateLimited(_) => counters.global_rate_limited.inc(),
                     ProxyError::RateLimitServiceFailed(_) => {
-                        self.metrics
-                            .rate_limit_service_denied
-                            .get_or_create(&labels)
-                            .inc();
+                        counters.rate_limit_service_denied.inc()
                     }
-                    ProxyError::Upstream(e) => {
-                        let class = match e {
-                            crate::forward::error::UpstreamError::Timeout(_) => "timeout",
-                            _ => "connect_failure",
-                        };
-                        self.count_response(&labels, class.to_owned());
+                    ProxyError::Upstream(crate::forward::error::UpstreamError::Timeout(_)) => {
+                        counters.responses[5].inc()
                     }
-                    ProxyError::NoRoute | ProxyError::Internal(_) => {}
-                }
+                    ProxyError::Upstream(_) => counters.responses[6].inc(),
+                    ProxyError::NoRoute | ProxyError::Internal(_) => 0,
+                };
                 reply::render(error, grpc, &route.contract)
             }
         };
-        self.metrics
-            .duration
-            .get_or_create(&labels)
-            .observe(started.elapsed().as_secs_f64());
+        counters.duration.observe(started.elapsed().as_secs_f64());
         response
-    }
-
-    fn count_response(&self, labels: &RouteLabels, class: String) {
-        self.metrics
-            .upstream_responses
-            .get_or_create(&ResponseLabels {
-                route: labels.route.clone(),
-                cluster: labels.cluster.clone(),
-                class,
-            })
-            .inc();
     }
 }
 
