@@ -200,3 +200,42 @@ async fn shutdown_signal() {
         () = terminate => tracing::info!("SIGTERM received, draining"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        proxy: ProxyArgs,
+    }
+
+    #[test]
+    fn a_config_file_and_the_sidecar_flags_exclude_each_other() {
+        let both = [
+            "p",
+            "--config",
+            "f.yaml",
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+        assert!(Cli::try_parse_from(["p", "--listen", "127.0.0.1:1"]).is_err());
+        let sidecar = Cli::try_parse_from([
+            "p",
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+            "--worker-threads",
+            "1",
+        ])
+        .expect("valid");
+        assert_eq!(sidecar.proxy.worker_threads, Some(1));
+        assert_eq!(sidecar.proxy.drain_timeout, Duration::from_secs(10));
+    }
+}
