@@ -3,8 +3,11 @@
 //! The stack, outermost first (the order a request meets the policies):
 //!
 //! 1. local rate limit (`local_ratelimit`, the route's own or the listener's),
-//! 2. global rate limit (the RLS call),
-//! 3. forward (the cluster's pool, the route's timeout).
+//! 2. priority shedding (`priority_shedding`, `tollgate-shed`),
+//! 3. concurrency limit (`concurrency_limit`, `tollgate-shed`),
+//! 4. global rate limit (the RLS call),
+//! 5. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
+//! 6. forward (the cluster's pool, the route's timeout).
 //!
 //! Errors of every layer are typed (`crate::error::ProxyError`) and become
 //! responses in `crate::reply`, called once by the server.
@@ -16,11 +19,16 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use tollgate_shed::concurrency::ConcurrencyLimitLayer;
+use tollgate_shed::priority::PriorityLayer;
+use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
-use tower::util::BoxCloneSyncService;
+use tower::util::{BoxCloneSyncService, MapErrLayer};
 
-use crate::ProxyBody;
-use crate::config::{self, ConfigError, ProxyConfig, ResponseContractConfig};
+use crate::config::{
+    self, ConcurrencyLimitConfig, ConfigError, ProxyConfig, ResponseContractConfig,
+};
+use crate::context::RequestContext;
 use crate::descriptors;
 use crate::error::ProxyError;
 use crate::forward::{Cluster, Endpoint, Forward};
@@ -28,7 +36,9 @@ use crate::global_ratelimit::{GlobalRateLimit, GlobalRateLimitLayer};
 use crate::local_ratelimit::{
     LocalLimiter, LocalRateLimitLayer, LocalRateLimitPolicy, SharedClock,
 };
+use crate::metrics::Metrics;
 use crate::reply::ResponseContract;
+use crate::{BoxError, ProxyBody};
 
 /// Envoy's default route timeout.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -109,7 +119,6 @@ impl std::fmt::Debug for Route {
 }
 
 /// One configuration generation: what requests are routed with.
-#[derive(Debug)]
 pub struct Runtime {
     /// The routes, in match order.
     pub routes: Vec<Route>,
@@ -125,6 +134,18 @@ pub struct Runtime {
     pub default_contract: ResponseContract,
     /// Files whose change should trigger a reload.
     pub watched_files: Vec<PathBuf>,
+    /// The clusters' active health checks; they stop when this generation is dropped.
+    pub health_checks: Vec<tollgate_upstream::HealthCheckTask>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("routes", &self.routes)
+            .field("listeners", &self.listeners)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Runtime {
@@ -187,6 +208,7 @@ pub fn build(
     config: &ProxyConfig,
     file: &Path,
     clock: &SharedClock,
+    metrics: &Metrics,
 ) -> Result<Runtime, ConfigError> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut watched = vec![file.to_path_buf()];
@@ -197,21 +219,9 @@ pub fn build(
         ));
     }
     let mut clusters: Vec<Arc<Cluster>> = Vec::new();
+    let mut health_checks = Vec::new();
     for (i, c) in config.clusters.iter().enumerate() {
         let at = format!("clusters[{i}]");
-        for (set, field) in [
-            (c.lb_policy.is_some(), "lb_policy"),
-            (c.outlier_detection.is_some(), "outlier_detection"),
-            (c.circuit_breaker.is_some(), "circuit_breaker"),
-            (c.health_check.is_some(), "health_check"),
-        ] {
-            if set {
-                return Err(ConfigError::new(
-                    file,
-                    format!("{at}.{field}: not supported by this build yet"),
-                ));
-            }
-        }
         if c.endpoints.is_empty() {
             return Err(ConfigError::new(
                 file,
@@ -239,9 +249,47 @@ pub fn build(
                 }),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let upstream_config = tollgate_upstream::ClusterConfig {
+            name: c.name.clone(),
+            endpoints: endpoints
+                .iter()
+                .map(|e| tollgate_upstream::EndpointConfig {
+                    address: e.address.to_string(),
+                    weight: e.weight,
+                })
+                .collect(),
+            lb_policy: c.lb_policy.unwrap_or_default(),
+            ring_hash: c.ring_hash.unwrap_or_default(),
+            healthy_panic_threshold: c.healthy_panic_threshold.unwrap_or(50),
+            outlier_detection: c.outlier_detection.clone(),
+            circuit_breaker: c.circuit_breaker.clone(),
+            health_check: c.health_check.clone(),
+        };
+        let balancer = tollgate_upstream::Cluster::builder(upstream_config)
+            .clock(Arc::clone(clock))
+            .metrics(&metrics.upstream)
+            .build()
+            .map_err(|e| ConfigError::new(file, format!("{at}.{}: {}", e.field(), e)))?;
+        if let Some(checker) = tollgate_upstream::HealthChecker::new(&balancer) {
+            health_checks.push(checker.spawn());
+        }
+        let hash_key_header = c
+            .hash_key_header
+            .as_deref()
+            .map(|h| {
+                http::HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).map_err(|_| {
+                    ConfigError::new(
+                        file,
+                        format!("{at}.hash_key_header: `{h}` is not a header name"),
+                    )
+                })
+            })
+            .transpose()?;
         clusters.push(Arc::new(Cluster::new(
             &c.name,
             endpoints,
+            balancer,
+            hash_key_header,
             c.connect_timeout.map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.0),
             c.http2,
             c.max_idle_per_endpoint.unwrap_or(64),
@@ -274,14 +322,6 @@ pub fn build(
     }
     for (i, r) in config.routes.iter().enumerate() {
         let at = format!("routes[{i}]");
-        if r.concurrency_limit.is_some() || r.priority_shedding.is_some() {
-            return Err(ConfigError::new(
-                file,
-                format!(
-                    "{at}: concurrency_limit and priority_shedding are not supported by this build yet"
-                ),
-            ));
-        }
         let Some(cluster) = clusters.iter().find(|c| *c.name == *r.cluster) else {
             return Err(ConfigError::new(
                 file,
@@ -320,9 +360,40 @@ pub fn build(
             .as_ref()
             .filter(|_| !r.disable_global_ratelimit)
             .map(|g| GlobalRateLimitLayer::new(Arc::clone(g), &rules));
+        let priority_layer = r
+            .priority_shedding
+            .as_ref()
+            .map(|p| {
+                PriorityLayer::new(p).map_err(|e| {
+                    ConfigError::new(
+                        file,
+                        format!("{at}.priority_shedding.{}: {}", e.field, e.message),
+                    )
+                })
+            })
+            .transpose()?;
+        let concurrency_layer = r
+            .concurrency_limit
+            .as_ref()
+            .map(|c| {
+                concurrency_layer(c)
+                    .map_err(|m| ConfigError::new(file, format!("{at}.concurrency_limit.{m}")))
+            })
+            .transpose()?;
+        let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
         let stack = ServiceBuilder::new()
             .option_layer(local_layer)
+            .layer(MapErrLayer::new(
+                ProxyError::from_boxed as fn(BoxError) -> ProxyError,
+            ))
+            .option_layer(priority_layer)
+            .option_layer(concurrency_layer)
+            .layer(MapErrLayer::new(box_error as fn(ProxyError) -> BoxError))
             .option_layer(global_layer)
+            .layer(MapErrLayer::new(
+                ProxyError::from_boxed as fn(BoxError) -> ProxyError,
+            ))
+            .layer(balance)
             .service(Forward::new(Arc::clone(cluster), timeout));
         routes.push(Route {
             name: Arc::from(r.name.clone().unwrap_or_else(|| format!("route{i}"))),
@@ -345,5 +416,58 @@ pub fn build(
         source_cluster: Arc::from(config.service_cluster.clone().unwrap_or_default()),
         default_contract,
         watched_files: watched,
+        health_checks,
     })
+}
+
+fn box_error(error: ProxyError) -> BoxError {
+    Box::new(error)
+}
+
+/// The concurrency limit layer of a route: keyed by a header's value or the trusted client address.
+type KeyFn = Box<dyn Fn(&Request<Incoming>) -> String + Send + Sync>;
+
+fn concurrency_layer(
+    config: &ConcurrencyLimitConfig,
+) -> Result<ConcurrencyLimitLayer<String, KeyFn>, String> {
+    let settings = tollgate_shed::concurrency::ConcurrencyConfig {
+        max_in_flight: config.max_in_flight,
+        retry_after: config.retry_after.map_or(Duration::from_secs(1), |d| d.0),
+    };
+    let key: KeyFn = match &config.key_header {
+        Some(header) => {
+            let name = http::HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
+                .map_err(|_| format!("key_header: `{header}` is not a header name"))?;
+            Box::new(move |request: &Request<Incoming>| {
+                request
+                    .headers()
+                    .get(&name)
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    .unwrap_or_default()
+            })
+        }
+        None => Box::new(|request: &Request<Incoming>| {
+            request
+                .extensions()
+                .get::<RequestContext>()
+                .map(|c| c.client.to_string())
+                .unwrap_or_default()
+        }),
+    };
+    ConcurrencyLimitLayer::from_config(&settings, key)
+        .map_err(|e| format!("{}: {}", e.field, e.message))
+}
+
+/// The ring-hash key of a request: the cluster's header, else the trusted client address.
+fn hash_key(
+    cluster: &Cluster,
+) -> impl Fn(&Request<Incoming>) -> Option<Vec<u8>> + Send + Sync + 'static {
+    let header = cluster.hash_key_header.clone();
+    move |request: &Request<Incoming>| match &header {
+        Some(name) => request.headers().get(name).map(|v| v.as_bytes().to_vec()),
+        None => request
+            .extensions()
+            .get::<RequestContext>()
+            .map(|c| c.client.to_string().into_bytes()),
+    }
 }

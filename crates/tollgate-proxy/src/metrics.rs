@@ -49,6 +49,10 @@ pub struct Metrics {
     pub rate_limit_service_denied: Family<RouteLabels, Counter>,
     /// Upstream responses and failures by class.
     pub upstream_responses: Family<ResponseLabels, Counter>,
+    /// Requests a load-shedding layer refused.
+    pub shed: Family<RouteLabels, Counter>,
+    /// The upstream crate's families: in flight, ejections, breaker state, health.
+    pub upstream: tollgate_upstream::UpstreamMetrics,
     /// Requests no route matched.
     pub no_route: Counter,
     /// Time from request to response headers, per route.
@@ -73,6 +77,14 @@ impl Metrics {
         let rls_denied = Family::<RouteLabels, Counter>::default();
         let upstream = Family::<ResponseLabels, Counter>::default();
         let no_route = Counter::default();
+        let shed = Family::<RouteLabels, Counter>::default();
+        let upstream_metrics = tollgate_upstream::UpstreamMetrics::new();
+        upstream_metrics.register(&mut registry);
+        registry.register(
+            "shed",
+            "Requests refused by load shedding (concurrency limit, priority)",
+            shed.clone(),
+        );
         let duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -115,6 +127,8 @@ impl Metrics {
             global_rate_limited: global,
             rate_limit_service_denied: rls_denied,
             upstream_responses: upstream,
+            shed,
+            upstream: upstream_metrics,
             no_route,
             duration,
             reloads,
@@ -151,6 +165,8 @@ pub struct RouteCounters {
     pub global_rate_limited: Counter,
     /// RLS failures that denied.
     pub rate_limit_service_denied: Counter,
+    /// Requests shed.
+    pub shed: Counter,
     /// Upstream responses by [`RESPONSE_CLASSES`] index.
     pub responses: Vec<Counter>,
     /// Time to the response headers.
@@ -172,6 +188,7 @@ impl RouteCounters {
                 .rate_limit_service_denied
                 .get_or_create(&labels)
                 .clone(),
+            shed: metrics.shed.get_or_create(&labels).clone(),
             responses: RESPONSE_CLASSES
                 .iter()
                 .map(|class| {

@@ -10,7 +10,9 @@
 //! * gRPC requests get HTTP 200 with `grpc-status` 14 (or 8) and
 //!   `grpc-message`, for both.
 //! * RLS failure with `failure_mode_deny`: `status_on_error` (500), empty body.
-//! * Upstream failures: 503, or 504 on timeout; no route: 404. Never a 500.
+//! * Load shedding (`concurrency_limit`, `priority_shedding`): 503 + `Retry-After`.
+//! * Upstream failures: 503 (with `Retry-After` while a breaker is open), or
+//!   504 on timeout; no route: 404. Never a 500.
 //!
 //! The route's [`ResponseContract`] adds what Envoy does not: an upward
 //! jitter on `Retry-After`, the IETF draft-10 `RateLimit` /
@@ -221,12 +223,38 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             }
             reply(failure.status, HeaderMap::new(), Vec::new())
         }
+        ProxyError::Shed {
+            reason,
+            retry_after,
+        } => {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                RETRY_AFTER,
+                HeaderValue::from(contract.retry_after(retry_after)),
+            );
+            if grpc {
+                return grpc_reply(14, "overloaded", headers);
+            }
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                headers,
+                format!("overloaded: {reason}").into_bytes(),
+            )
+        }
         ProxyError::Upstream(e) => {
             let status = match e {
                 UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
             let mut headers = HeaderMap::new();
+            if let UpstreamError::Unavailable {
+                retry_after: Some(wait),
+                ..
+            } = &e
+            {
+                headers.insert(RETRY_AFTER, HeaderValue::from(contract.retry_after(*wait)));
+            }
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             reply(status, headers, e.to_string().into_bytes())
         }

@@ -58,11 +58,11 @@ pub enum ConfigSource {
 
 impl ConfigSource {
     /// Reads and builds a runtime.
-    pub fn load(&self, clock: &SharedClock) -> Result<Runtime, ConfigError> {
+    pub fn load(&self, clock: &SharedClock, metrics: &Metrics) -> Result<Runtime, ConfigError> {
         match self {
             ConfigSource::File(path) => {
                 let config = config::load_proxy_file(path)?;
-                build::build(&config, path, clock)
+                build::build(&config, path, clock, metrics)
             }
             ConfigSource::Sidecar {
                 listen,
@@ -78,7 +78,7 @@ impl ConfigSource {
                 config.local_ratelimit_file = local_ratelimit.clone();
                 config.admin = admin.map(|address| config::AdminConfig { address });
                 let anchor = PathBuf::from("./<flags>");
-                build::build(&config, &anchor, clock)
+                build::build(&config, &anchor, clock, metrics)
             }
         }
     }
@@ -105,12 +105,13 @@ impl std::fmt::Debug for Proxy {
 impl Proxy {
     /// Loads the configuration once; an error here stops the start.
     pub fn load(source: ConfigSource, clock: SharedClock) -> Result<Arc<Self>, ConfigError> {
-        let runtime = source.load(&clock)?;
+        let metrics = Arc::new(Metrics::new());
+        let runtime = source.load(&clock, &metrics)?;
         Ok(Arc::new(Proxy {
             live: ArcSwap::from_pointee(runtime),
             source,
             clock,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             draining: AtomicBool::new(false),
         }))
     }
@@ -122,7 +123,7 @@ impl Proxy {
 
     /// Reloads the configuration: all or nothing; on error the running one stays.
     pub fn reload(&self) -> Result<(), ConfigError> {
-        match self.source.load(&self.clock) {
+        match self.source.load(&self.clock, &self.metrics) {
             Ok(runtime) => {
                 let old = self.live.load();
                 if runtime.listeners != old.listeners || runtime.admin != old.admin {
@@ -205,6 +206,7 @@ impl Proxy {
                         counters.responses[5].inc()
                     }
                     ProxyError::Upstream(_) => counters.responses[6].inc(),
+                    ProxyError::Shed { .. } => counters.shed.inc(),
                     ProxyError::NoRoute | ProxyError::Internal(_) => 0,
                 };
                 reply::render(error, grpc, &route.contract)

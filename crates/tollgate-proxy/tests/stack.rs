@@ -33,6 +33,7 @@ type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 struct Gates {
     slow: Notify,
     second_chunk: Notify,
+    name: &'static str,
 }
 
 async fn upstream_handler(
@@ -55,6 +56,9 @@ async fn upstream_handler(
             });
             Ok(Response::new(body.boxed()))
         }
+        "/who" => Ok(Response::new(
+            Full::new(Bytes::from_static(gates.name.as_bytes())).boxed(),
+        )),
         _ => Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed())),
     }
 }
@@ -312,4 +316,104 @@ async fn tokens_come_back_as_the_injected_clock_moves() {
     assert_eq!(headers["x-ratelimit-reset"], "4");
     manual_clock.advance(Duration::from_millis(3_500));
     assert_eq!(fetch(&client, running.addr, "/").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn round_robin_takes_the_endpoints_in_turn() {
+    let a = start_upstream(Arc::new(Gates {
+        name: "a",
+        ..Gates::default()
+    }))
+    .await;
+    let b = start_upstream(Arc::new(Gates {
+        name: "b",
+        ..Gates::default()
+    }))
+    .await;
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    lb_policy: round_robin\n    endpoints: [{{address: \"{a}\"}}, {{address: \"{b}\"}}]\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("round-robin", &text, clock).await;
+    let client = http1();
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(fetch(&client, running.addr, "/who").await.2);
+    }
+    let first = seen[0].clone();
+    let other = if first == "a" { "b" } else { "a" };
+    let expected: Vec<String> = (0..6)
+        .map(|i| {
+            if i % 2 == 0 {
+                first.clone()
+            } else {
+                other.to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let limit =
+        "    concurrency_limit: {max_in_flight: 1, retry_after: 2s, key_header: x-tenant}\n";
+    let running = start_proxy("concurrency", &yaml(upstream, limit), clock).await;
+    let addr = running.addr;
+    let request = |tenant: &'static str, path: &'static str| {
+        let uri = format!("http://{addr}{path}");
+        async move {
+            let client: Client<HttpConnector, Empty<Bytes>> =
+                Client::builder(TokioExecutor::new()).build_http();
+            let request = Request::get(uri)
+                .header("x-tenant", tenant)
+                .body(Empty::new())
+                .expect("a request");
+            let response = tokio::time::timeout(BOUND, client.request(request))
+                .await
+                .expect("in time")
+                .expect("a response");
+            let status = response.status();
+            let retry = response.headers().get("retry-after").cloned();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("a body")
+                .to_bytes();
+            (status, retry, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let held = tokio::spawn(request("t1", "/slow"));
+    let metrics = Arc::clone(&running.proxy.metrics);
+    tokio::time::timeout(BOUND, async {
+        while !metrics
+            .render()
+            .expect("renders")
+            .contains("requests_total{route=\"api\",cluster=\"backend\"} 1")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the first request arrives");
+    let (status, retry, body) = request("t1", "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(retry.as_ref().and_then(|v| v.to_str().ok()), Some("2"));
+    assert!(body.starts_with("overloaded"), "{body}");
+    let (status, _, _) = request("t2", "/").await;
+    assert_eq!(status, StatusCode::OK, "another key has its own slots");
+    gates.slow.notify_one();
+    assert_eq!(held.await.expect("the held request").0, StatusCode::OK);
+    let (status, _, _) = request("t1", "/").await;
+    assert_eq!(status, StatusCode::OK, "the slot came back");
+    assert!(
+        metrics
+            .render()
+            .expect("renders")
+            .contains("tollgate_proxy_shed_total{route=\"api\",cluster=\"backend\"} 1")
+    );
 }

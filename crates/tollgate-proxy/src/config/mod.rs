@@ -15,7 +15,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 
 use self::envoy::{
     EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig, ProtoDuration,
@@ -139,14 +138,20 @@ pub struct ClusterConfig {
     pub http2: bool,
     /// Idle pooled connections kept per endpoint (default 64).
     pub max_idle_per_endpoint: Option<usize>,
-    /// Load balancing policy (not in this build: endpoints are used in order).
-    pub lb_policy: Option<IgnoredAny>,
-    /// Outlier ejection (not in this build).
-    pub outlier_detection: Option<IgnoredAny>,
-    /// Circuit breaker (not in this build).
-    pub circuit_breaker: Option<IgnoredAny>,
-    /// Active health checks (not in this build).
-    pub health_check: Option<IgnoredAny>,
+    /// `round_robin` (default), `weighted_round_robin`, `least_request`, `ring_hash`, `random`.
+    pub lb_policy: Option<tollgate_upstream::LbPolicy>,
+    /// Ring size for `ring_hash`.
+    pub ring_hash: Option<tollgate_upstream::RingHashConfig>,
+    /// The ring-hash key: this request header's value; without it, the trusted client address.
+    pub hash_key_header: Option<String>,
+    /// Envoy's panic threshold in percent (default 50).
+    pub healthy_panic_threshold: Option<u32>,
+    /// Outlier ejection.
+    pub outlier_detection: Option<tollgate_upstream::OutlierDetectionConfig>,
+    /// The cluster's circuit breaker.
+    pub circuit_breaker: Option<tollgate_upstream::CircuitBreakerConfig>,
+    /// Active HTTP health checks.
+    pub health_check: Option<tollgate_upstream::HealthCheckConfig>,
 }
 
 /// One endpoint.
@@ -185,10 +190,22 @@ pub struct RouteConfig {
     pub disable_global_ratelimit: bool,
     /// This route's 429/503 contract.
     pub rate_limit_response: Option<ResponseContractConfig>,
-    /// Per-key concurrency limit (not in this build).
-    pub concurrency_limit: Option<IgnoredAny>,
-    /// Priority shedding (not in this build).
-    pub priority_shedding: Option<IgnoredAny>,
+    /// At most N requests in flight per key (503 + Retry-After beyond).
+    pub concurrency_limit: Option<ConcurrencyLimitConfig>,
+    /// Priority classes with reserved in-flight capacity (503 + Retry-After when shed).
+    pub priority_shedding: Option<tollgate_shed::priority::PriorityConfig>,
+}
+
+/// A route's per-key concurrency limit.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyLimitConfig {
+    /// Requests in flight per key, at most.
+    pub max_in_flight: usize,
+    /// The `Retry-After` hint of a shed request (default 1 s).
+    pub retry_after: Option<ProtoDuration>,
+    /// The key: this request header's value (absent: empty key); without it, the trusted client address.
+    pub key_header: Option<String>,
 }
 
 /// The global rate limit filter (`envoy.filters.http.ratelimit`), Envoy's fields.

@@ -14,6 +14,13 @@ pub enum UpstreamError {
     Timeout(Duration),
     /// The cluster has no endpoint (503).
     NoEndpoint,
+    /// The balancer gave no endpoint: breaker open, overflow, none healthy (503, Retry-After when known).
+    Unavailable {
+        /// Why.
+        message: String,
+        /// When the breaker may admit again.
+        retry_after: Option<Duration>,
+    },
 }
 
 impl fmt::Display for UpstreamError {
@@ -29,6 +36,7 @@ impl fmt::Display for UpstreamError {
             ),
             UpstreamError::Timeout(_) => f.write_str("upstream request timeout"),
             UpstreamError::NoEndpoint => f.write_str("no healthy upstream"),
+            UpstreamError::Unavailable { message, .. } => f.write_str(message),
         }
     }
 }

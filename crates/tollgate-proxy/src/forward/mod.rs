@@ -3,8 +3,9 @@
 //! Connections are pooled per endpoint by hyper-util's client (HTTP/1.1
 //! keep-alive, or HTTP/2 with prior knowledge); bodies stream both ways
 //! without buffering. The route's timeout bounds the wait for the response
-//! headers. Endpoints are taken one after another in configured order
-//! (weights are read but not applied until the balancers are wired in).
+//! headers. The endpoint is the one `tollgate-upstream`'s balancer picked
+//! (a [`SelectedEndpoint`] in the request's extensions, set by the
+//! `BalanceLayer` just outside this service).
 
 pub mod error;
 
@@ -12,7 +13,6 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tollgate_upstream::balance::SelectedEndpoint;
 use tower::Service;
 
 use self::error::UpstreamError;
@@ -40,23 +41,28 @@ pub struct Endpoint {
     pub weight: u32,
 }
 
-/// A cluster: its endpoints and the connection pool to them.
+/// A cluster: its endpoints, the connection pool to them, and the balancer that picks one.
 #[derive(Debug)]
 pub struct Cluster {
     /// The name.
     pub name: Arc<str>,
     /// The endpoints.
     pub endpoints: Vec<Endpoint>,
+    /// The balancer, outlier ejection and circuit breaker (`tollgate-upstream`).
+    pub balancer: tollgate_upstream::Cluster,
+    /// The ring-hash key header, if any (else the client address).
+    pub hash_key_header: Option<http::HeaderName>,
     client: Client<HttpConnector, Incoming>,
-    next: AtomicUsize,
     http2: bool,
 }
 
 impl Cluster {
-    /// A cluster with its own pool.
+    /// A cluster with its own pool, picking endpoints with `balancer`.
     pub fn new(
         name: &str,
         endpoints: Vec<Endpoint>,
+        balancer: tollgate_upstream::Cluster,
+        hash_key_header: Option<http::HeaderName>,
         connect_timeout: Duration,
         http2: bool,
         max_idle_per_endpoint: usize,
@@ -72,19 +78,10 @@ impl Cluster {
         Cluster {
             name: Arc::from(name),
             endpoints,
+            balancer,
+            hash_key_header,
             client,
-            next: AtomicUsize::new(0),
             http2,
-        }
-    }
-
-    fn pick(&self) -> Option<&Endpoint> {
-        match self.endpoints.len() {
-            0 => None,
-            1 => self.endpoints.first(),
-            n => self
-                .endpoints
-                .get(self.next.fetch_add(1, Ordering::Relaxed) % n),
         }
     }
 }
@@ -155,10 +152,15 @@ impl Service<Request<Incoming>> for Forward {
         let cluster = Arc::clone(&self.cluster);
         let timeout = self.timeout;
         Box::pin(async move {
-            let Some(endpoint) = cluster.pick() else {
-                return Err(UpstreamError::NoEndpoint.into());
-            };
             let (mut parts, body) = request.into_parts();
+            // The balancer (BalanceLayer, outside) put its pick in the extensions.
+            let authority = match parts.extensions.get::<SelectedEndpoint>() {
+                Some(selected) => selected.address.clone(),
+                None => match cluster.endpoints.first() {
+                    Some(endpoint) => endpoint.address.to_string(),
+                    None => return Err(UpstreamError::NoEndpoint.into()),
+                },
+            };
             let peer = parts
                 .extensions
                 .get::<PeerAddress>()
@@ -181,7 +183,7 @@ impl Service<Request<Incoming>> for Forward {
                 .to_owned();
             parts.uri = Uri::builder()
                 .scheme("http")
-                .authority(endpoint.address.to_string())
+                .authority(authority)
                 .path_and_query(path)
                 .build()
                 .map_err(|e| ProxyError::Internal(format!("upstream URI: {e}")))?;
