@@ -417,3 +417,43 @@ async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
             .contains("tollgate_proxy_shed_total{route=\"api\",cluster=\"backend\"} 1")
     );
 }
+
+#[tokio::test]
+async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
+    let live = start_upstream(Arc::new(Gates {
+        name: "live",
+        ..Gates::default()
+    }))
+    .await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr");
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{live}\"}}, {{address: \"{dead}\"}}]\n    outlier_detection: {{consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("ejection", &text, clock).await;
+    let client = http1();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(fetch(&client, running.addr, "/who").await.0);
+    }
+    let failures = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!(
+        failures, 1,
+        "one connect failure, then the endpoint is out: {statuses:?}"
+    );
+    assert!(
+        statuses[2..].iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let metrics = running.proxy.metrics.render().expect("renders");
+    assert!(
+        metrics.contains("tollgate_proxy_upstream_endpoint_ejections_total"),
+        "{metrics}"
+    );
+}
