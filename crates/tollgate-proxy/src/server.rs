@@ -347,8 +347,12 @@ fn admin_router(proxy: Arc<Proxy>) -> axum::Router {
         )
 }
 
-/// Reloads `proxy` whenever one of its configuration files changes, until the task is dropped.
-pub async fn watch_config(proxy: Arc<Proxy>) {
+/// Starts watching `proxy`'s configuration files now; the returned future
+/// reloads `proxy` whenever one of them changes, until it is dropped.
+///
+/// The watch is in place when this returns, so a change made right after
+/// (for instance once the listeners are announced) is not missed.
+pub fn watch_config(proxy: Arc<Proxy>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watched_dirs: Vec<PathBuf> = Vec::new();
     let names: Vec<std::ffi::OsString> = proxy
@@ -380,7 +384,7 @@ pub async fn watch_config(proxy: Arc<Proxy>) {
         Ok(w) => w,
         Err(error) => {
             tracing::warn!(%error, "cannot watch the configuration; reload with SIGHUP");
-            return;
+            return pending_forever();
         }
     };
     for file in &proxy.runtime().watched_files {
@@ -395,11 +399,19 @@ pub async fn watch_config(proxy: Arc<Proxy>) {
             watched_dirs.push(dir);
         }
     }
-    while rx.recv().await.is_some() {
-        // Let a burst of events (an editor's write, a ConfigMap swap) settle.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        while rx.try_recv().is_ok() {}
-        let _ = proxy.reload();
-    }
     drop(tx);
+    Box::pin(async move {
+        let _watcher = watcher;
+        while rx.recv().await.is_some() {
+            // Let a burst of events (an editor's write, a ConfigMap swap) settle.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            while rx.try_recv().is_ok() {}
+            let _ = proxy.reload();
+        }
+    })
+}
+
+/// A future that never completes (nothing to watch).
+fn pending_forever() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(std::future::pending())
 }

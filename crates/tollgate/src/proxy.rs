@@ -130,6 +130,8 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         None => None,
     };
     drop(runtime);
+    // Watch before announcing the listeners, so no change after the announcement is missed.
+    let watching = tollgate_proxy::watch_config(Arc::clone(&proxy));
     {
         let mut stdout = std::io::stdout().lock();
         for line in lines {
@@ -137,7 +139,7 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         }
         let _ = stdout.flush();
     }
-    let watcher = tokio::spawn(tollgate_proxy::watch_config(Arc::clone(&proxy)));
+    let watcher = tokio::spawn(watching);
     let hangup = spawn_sighup(Arc::clone(&proxy));
     tollgate_proxy::serve(
         proxy,

@@ -384,7 +384,7 @@ fn a_reload_applies_a_new_limit_and_a_bad_file_keeps_the_running_one() {
     let next = dir.write("proxy.yaml.next", &config(3, "two"));
     fs::rename(&next, &file).expect("the new config is renamed in");
     let mut reloaded = false;
-    for _ in 0..100 {
+    for _ in 0..200 {
         let r = get(proxy.addr, "/", &[]);
         if r.status == 200 {
             reloaded = true;
@@ -402,7 +402,7 @@ fn a_reload_applies_a_new_limit_and_a_bad_file_keeps_the_running_one() {
     // A broken file: the running config stays, the failure is counted.
     fs::write(&file, "listeners: [{address: 127.0.0.1:0}]\nroutes: 7\n").expect("written");
     let mut rejected = false;
-    for _ in 0..100 {
+    for _ in 0..200 {
         if get(admin, "/metrics", &[])
             .body
             .contains("tollgate_proxy_config_reloads_total{result=\"failure\"}")
