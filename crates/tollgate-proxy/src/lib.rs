@@ -1,4 +1,33 @@
-//! `tollgate proxy`: the HTTP sidecar and edge proxy that applies local and global limits (not built yet).
+//! `tollgate proxy`: an HTTP/1.1 and h2c sidecar or edge proxy with Envoy's rate-limit filters.
 //!
-//! It will sit on `tollgate-core` for local limits and ask a global rate
-//! limit service over RLS; it knows nothing of Redis.
+//! A request meets, in order (see [`build`]):
+//!
+//! 1. the router ([`server`]): first route whose host and path prefix match;
+//! 2. [`local_ratelimit`]: Envoy `local_ratelimit` semantics, exactly;
+//! 3. [`global_ratelimit`]: one RLS v3 call, Envoy's `ratelimit` filter;
+//! 4. [`forward`]: the cluster's connection pool, the route's timeout.
+//!
+//! Descriptors for both limits come from [`descriptors`]; every error is a
+//! [`error::ProxyError`] rendered by [`reply`]. Configuration comes from the
+//! proxy's YAML, an Istio `EnvoyFilter` or a bare `LocalRateLimit`
+//! ([`config`]); it knows nothing of Redis.
+
+pub mod build;
+pub mod config;
+pub mod context;
+pub mod descriptors;
+pub mod error;
+pub mod forward;
+pub mod global_ratelimit;
+pub mod local_ratelimit;
+pub mod metrics;
+pub mod reply;
+pub mod server;
+
+/// The body of every response the proxy sends: streamed from upstream or made here.
+pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+
+/// Any error a body can carry.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub use server::{ConfigSource, Proxy, serve, watch_config};

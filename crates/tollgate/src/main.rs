@@ -11,6 +11,7 @@ mod bench;
 mod check;
 mod duration;
 mod lab;
+mod proxy;
 mod serve;
 mod simulate;
 mod validate;
@@ -39,6 +40,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Serve the live lab: a web page that runs algorithms against simulated traffic.
     Lab(lab::LabArgs),
+    /// Run the HTTP sidecar / edge proxy: Envoy local_ratelimit semantics, Istio EnvoyFilters, the global RLS.
+    Proxy(proxy::ProxyArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         },
         Command::Bench(args) => bench::run(args),
         Command::Lab(args) => lab::run(args),
+        Command::Proxy(args) => proxy::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,44 @@
+//! Why an upstream could not answer.
+
+use std::fmt;
+use std::time::Duration;
+
+/// An upstream failure, answered by the proxy (503 or 504, never 500).
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// No connection could be made (503).
+    Connect(String),
+    /// The connection failed before the response headers (503).
+    Reset(String),
+    /// The response headers did not come within the route's timeout (504).
+    Timeout(Duration),
+    /// The cluster has no endpoint (503).
+    NoEndpoint,
+    /// The balancer gave no endpoint: breaker open, overflow, none healthy (503, Retry-After when known).
+    Unavailable {
+        /// Why.
+        message: String,
+        /// When the breaker may admit again.
+        retry_after: Option<Duration>,
+    },
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamError::Connect(e) => write!(
+                f,
+                "upstream connect error or disconnect/reset before headers. reset reason: connection failure ({e})"
+            ),
+            UpstreamError::Reset(e) => write!(
+                f,
+                "upstream connect error or disconnect/reset before headers. reset reason: {e}"
+            ),
+            UpstreamError::Timeout(_) => f.write_str("upstream request timeout"),
+            UpstreamError::NoEndpoint => f.write_str("no healthy upstream"),
+            UpstreamError::Unavailable { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {}

@@ -1,0 +1,228 @@
+//! [`Forward`]: the innermost service, which sends a request to one of a cluster's endpoints.
+//!
+//! Connections are pooled per endpoint by hyper-util's client (HTTP/1.1
+//! keep-alive, or HTTP/2 with prior knowledge); bodies stream both ways
+//! without buffering. The route's timeout bounds the wait for the response
+//! headers. The endpoint is the one `tollgate-upstream`'s balancer picked
+//! (a [`SelectedEndpoint`] in the request's extensions, set by the
+//! `BalanceLayer` just outside this service).
+
+pub mod error;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, Request, Response, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tollgate_upstream::balance::SelectedEndpoint;
+use tower::Service;
+
+use self::error::UpstreamError;
+use crate::ProxyBody;
+use crate::context::RequestContext;
+use crate::error::ProxyError;
+
+/// One upstream endpoint.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// Its address.
+    pub address: SocketAddr,
+    /// Its weight (for the balancers).
+    pub weight: u32,
+}
+
+/// A cluster: its endpoints, the connection pool to them, and the balancer that picks one.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The name.
+    pub name: Arc<str>,
+    /// The endpoints.
+    pub endpoints: Vec<Endpoint>,
+    /// The balancer, outlier ejection and circuit breaker (`tollgate-upstream`).
+    pub balancer: tollgate_upstream::Cluster,
+    /// The ring-hash key header, if any (else the client address).
+    pub hash_key_header: Option<http::HeaderName>,
+    client: Client<HttpConnector, Incoming>,
+    http2: bool,
+}
+
+impl Cluster {
+    /// A cluster with its own pool, picking endpoints with `balancer`.
+    pub fn new(
+        name: &str,
+        endpoints: Vec<Endpoint>,
+        balancer: tollgate_upstream::Cluster,
+        hash_key_header: Option<http::HeaderName>,
+        connect_timeout: Duration,
+        http2: bool,
+        max_idle_per_endpoint: usize,
+    ) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .pool_max_idle_per_host(max_idle_per_endpoint)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Cluster {
+            name: Arc::from(name),
+            endpoints,
+            balancer,
+            hash_key_header,
+            client,
+            http2,
+        }
+    }
+}
+
+/// Sends requests to a cluster, bounded by a timeout.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    cluster: Arc<Cluster>,
+    timeout: Option<Duration>,
+}
+
+impl Forward {
+    /// Forwards to `cluster`, waiting at most `timeout` for the response headers.
+    pub fn new(cluster: Arc<Cluster>, timeout: Option<Duration>) -> Self {
+        Forward { cluster, timeout }
+    }
+}
+
+/// Headers that describe one hop, never forwarded.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "proxy-authenticate",
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+    let value = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(existing) if !existing.is_empty() => format!("{existing}, {peer}"),
+        _ => peer.to_string(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.insert("x-forwarded-for", value);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+}
+
+impl Service<Request<Incoming>> for Forward {
+    type Response = Response<ProxyBody>;
+    type Error = ProxyError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, ProxyError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let cluster = Arc::clone(&self.cluster);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            // The balancer (BalanceLayer, outside) put its pick in the extensions.
+            let authority = match parts.extensions.get::<SelectedEndpoint>() {
+                Some(selected) => selected.address.clone(),
+                None => match cluster.endpoints.first() {
+                    Some(endpoint) => endpoint.address.to_string(),
+                    None => return Err(UpstreamError::NoEndpoint.into()),
+                },
+            };
+            let peer = parts
+                .extensions
+                .get::<PeerAddress>()
+                .map(|p| p.0)
+                .or_else(|| parts.extensions.get::<RequestContext>().map(|c| c.client));
+            if !parts.headers.contains_key(header::HOST)
+                && let Some(authority) = parts.uri.authority()
+                && let Ok(host) = HeaderValue::from_str(authority.as_str())
+            {
+                parts.headers.insert(header::HOST, host);
+            }
+            strip_hop_by_hop(&mut parts.headers);
+            if let Some(peer) = peer {
+                append_forwarded_for(&mut parts.headers, peer);
+            }
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            parts.uri = Uri::builder()
+                .scheme("http")
+                .authority(authority)
+                .path_and_query(path)
+                .build()
+                .map_err(|e| ProxyError::Internal(format!("upstream URI: {e}")))?;
+            parts.version = if cluster.http2 {
+                Version::HTTP_2
+            } else {
+                Version::HTTP_11
+            };
+            parts.extensions = http::Extensions::new();
+            let sent = cluster.client.request(Request::from_parts(parts, body));
+            let result = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, sent).await {
+                    Ok(result) => result,
+                    Err(_) => return Err(UpstreamError::Timeout(limit).into()),
+                },
+                None => sent.await,
+            };
+            let response = result.map_err(|e| {
+                if e.is_connect() {
+                    UpstreamError::Connect(e.to_string())
+                } else {
+                    UpstreamError::Reset(e.to_string())
+                }
+            })?;
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            let body: ProxyBody = body.map_err(Into::into).boxed_unsync();
+            Ok(Response::from_parts(parts, body))
+        })
+    }
+}
+
+/// The downstream peer's address, in the request's extensions.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddress(pub IpAddr);
+
+/// A complete body from bytes.
+pub fn full_body(bytes: impl Into<Bytes>) -> ProxyBody {
+    http_body_util::Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}

@@ -1,0 +1,142 @@
+//! [`GlobalRateLimitService`]: asks the RLS before passing a request on.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use tollgate_server::grpc::wire;
+use tower::Service;
+
+use super::error::{GlobalRateLimited, RateLimitServiceFailed};
+use super::future::ResponseFuture;
+use super::{GlobalRateLimit, policies, retry_after, x_ratelimit_headers};
+use crate::context::RequestContext;
+use crate::descriptors::{self, DescriptorRule, RequestFacts};
+use crate::error::ProxyError;
+
+/// The global rate limit in front of `S`.
+#[derive(Clone, Debug)]
+pub struct GlobalRateLimitService<S> {
+    inner: S,
+    filter: Arc<GlobalRateLimit>,
+    rules: Arc<Vec<DescriptorRule>>,
+}
+
+impl<S> GlobalRateLimitService<S> {
+    /// `inner` behind `filter`, with the descriptor rules it reads.
+    pub fn new(inner: S, filter: Arc<GlobalRateLimit>, rules: Arc<Vec<DescriptorRule>>) -> Self {
+        GlobalRateLimitService {
+            inner,
+            filter,
+            rules,
+        }
+    }
+}
+
+fn header_pairs(values: &[wire::HeaderValue]) -> Vec<(HeaderName, HeaderValue)> {
+    values
+        .iter()
+        .filter_map(|h| {
+            let name = HeaderName::from_bytes(h.key.to_ascii_lowercase().as_bytes()).ok()?;
+            let value = HeaderValue::from_str(&h.value).ok()?;
+            Some((name, value))
+        })
+        .collect()
+}
+
+impl<S, B, RB> Service<Request<B>> for GlobalRateLimitService<S>
+where
+    S: Service<Request<B>, Response = Response<RB>, Error = ProxyError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    RB: Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = ProxyError;
+    type Future = ResponseFuture<RB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
+            return Box::pin(async {
+                Err(ProxyError::Internal("the request has no context".into()))
+            });
+        };
+        let (mut parts, body) = request.into_parts();
+        let request_descriptors = {
+            let facts = RequestFacts {
+                parts: &parts,
+                client: context.client,
+                destination_cluster: &context.cluster,
+                source_cluster: &context.source_cluster,
+            };
+            descriptors::build(&self.rules, &facts)
+        };
+        if request_descriptors.is_empty() {
+            return Box::pin(inner.call(Request::from_parts(parts, body)));
+        }
+        let filter = Arc::clone(&self.filter);
+        Box::pin(async move {
+            let answer = match filter.ask(&request_descriptors).await {
+                Ok(answer) => answer,
+                Err(reason) => {
+                    tracing::debug!(%reason, "rate limit service call failed");
+                    if filter.failure_mode_deny {
+                        return Err(ProxyError::RateLimitServiceFailed(RateLimitServiceFailed {
+                            status: filter.status_on_error,
+                            reason,
+                        }));
+                    }
+                    return inner.call(Request::from_parts(parts, body)).await;
+                }
+            };
+            let rate_headers = if filter.x_ratelimit_headers {
+                x_ratelimit_headers(&answer.statuses)
+            } else {
+                Vec::new()
+            };
+            let rls_response_headers = header_pairs(&answer.response_headers_to_add);
+            if answer.overall_code == wire::CODE_OVER_LIMIT {
+                let mut headers = HeaderMap::new();
+                for (name, value) in rls_response_headers {
+                    headers.append(name, value);
+                }
+                if filter.x_envoy_ratelimited {
+                    headers.insert("x-envoy-ratelimited", HeaderValue::from_static("true"));
+                }
+                for (name, value) in rate_headers {
+                    headers.insert(name, value);
+                }
+                for header in &filter.response_headers_to_add {
+                    header.apply(&mut headers);
+                }
+                let wait = (filter.retry_after && !headers.contains_key(http::header::RETRY_AFTER))
+                    .then(|| retry_after(&answer.statuses));
+                return Err(ProxyError::GlobalRateLimited(GlobalRateLimited {
+                    status: filter.rate_limited_status,
+                    grpc_status: filter.grpc_status,
+                    headers,
+                    body: answer.raw_body,
+                    retry_after: wait,
+                    policies: policies(&request_descriptors, &answer.statuses),
+                }));
+            }
+            for (name, value) in header_pairs(&answer.request_headers_to_add) {
+                parts.headers.append(name, value);
+            }
+            let mut response = inner.call(Request::from_parts(parts, body)).await?;
+            for (name, value) in rls_response_headers {
+                response.headers_mut().append(name, value);
+            }
+            for (name, value) in rate_headers {
+                response.headers_mut().insert(name, value);
+            }
+            Ok(response)
+        })
+    }
+}

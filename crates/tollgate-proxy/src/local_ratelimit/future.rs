@@ -1,0 +1,55 @@
+//! The local rate limit's response future: the denial, or the inner response with headers added.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{HeaderName, HeaderValue, Response};
+use pin_project_lite::pin_project;
+
+use crate::error::ProxyError;
+
+pin_project! {
+    /// Resolves to the denial at once, or to the inner response with the rate-limit headers added.
+    #[project = ResponseFutureProj]
+    pub enum ResponseFuture<F> {
+        /// Denied before the inner service was called.
+        Denied { error: Option<ProxyError> },
+        /// Passed on; `headers` are added to the response.
+        Inner { #[pin] future: F, headers: Vec<(HeaderName, HeaderValue)> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    /// A future that fails with `error`.
+    pub fn denied(error: ProxyError) -> Self {
+        ResponseFuture::Denied { error: Some(error) }
+    }
+
+    /// A future for the inner response, adding `headers` to it.
+    pub fn inner(future: F, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
+        ResponseFuture::Inner { future, headers }
+    }
+}
+
+impl<F, B> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, ProxyError>>,
+{
+    type Output = Result<Response<B>, ProxyError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ResponseFutureProj::Denied { error } => Poll::Ready(Err(error
+                .take()
+                .unwrap_or_else(|| ProxyError::Internal("polled after completion".into())))),
+            ResponseFutureProj::Inner { future, headers } => {
+                let mut response = std::task::ready!(future.poll(cx))?;
+                for (name, value) in headers.drain(..) {
+                    response.headers_mut().insert(name, value);
+                }
+                Poll::Ready(Ok(response))
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! [`LocalRateLimitService`]: decides each request on the local buckets before the inner service sees it.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use tower::Service;
+
+use super::BucketReport;
+use super::error::LocalRateLimited;
+use super::future::ResponseFuture;
+use super::layer::LocalRateLimitShared;
+use crate::context::RequestContext;
+use crate::descriptors::{self, RequestFacts};
+use crate::error::ProxyError;
+
+/// The local rate limit in front of `S`.
+///
+/// * Not enabled (`filter_enabled`): the request passes untouched, no headers.
+/// * Enabled: descriptors are built (only when the config has descriptors),
+///   the buckets decide; with `enable_x_ratelimit_headers` the response gets
+///   `x-ratelimit-limit/remaining/reset` whatever the outcome.
+/// * Denied and enforced: [`LocalRateLimited`], which `crate::reply` renders.
+/// * Denied, not enforced: `request_headers_to_add_when_not_enforced` go upstream.
+#[derive(Clone, Debug)]
+pub struct LocalRateLimitService<S> {
+    inner: S,
+    shared: Arc<LocalRateLimitShared>,
+}
+
+impl<S> LocalRateLimitService<S> {
+    /// `inner` behind the limit in `shared`.
+    pub fn new(inner: S, shared: Arc<LocalRateLimitShared>) -> Self {
+        LocalRateLimitService { inner, shared }
+    }
+}
+
+/// The X-RateLimit trio (draft 03) for a bucket report.
+pub fn x_ratelimit_headers(report: &BucketReport) -> Vec<(HeaderName, HeaderValue)> {
+    vec![
+        (
+            HeaderName::from_static("x-ratelimit-limit"),
+            HeaderValue::from(report.limit),
+        ),
+        (
+            HeaderName::from_static("x-ratelimit-remaining"),
+            HeaderValue::from(report.remaining),
+        ),
+        (
+            HeaderName::from_static("x-ratelimit-reset"),
+            HeaderValue::from(report.reset_seconds()),
+        ),
+    ]
+}
+
+impl<S, B, RB> Service<Request<B>> for LocalRateLimitService<S>
+where
+    S: Service<Request<B>, Response = Response<RB>, Error = ProxyError>,
+{
+    type Response = Response<RB>;
+    type Error = ProxyError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let shared = &self.shared;
+        let policy = shared.limiter.policy();
+        if !policy.enabled.sample() {
+            return ResponseFuture::inner(self.inner.call(request), Vec::new());
+        }
+        let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
+            return ResponseFuture::denied(ProxyError::Internal(
+                "the request has no context".into(),
+            ));
+        };
+        let (mut parts, body) = request.into_parts();
+        let request_descriptors = if policy.descriptors.is_empty() {
+            Vec::new()
+        } else {
+            let facts = RequestFacts {
+                parts: &parts,
+                client: context.client,
+                destination_cluster: &context.cluster,
+                source_cluster: &context.source_cluster,
+            };
+            descriptors::build(&shared.rules, &facts)
+        };
+        let limiter = if policy.per_connection {
+            context.connection.limiter(&shared.limiter, &shared.clock)
+        } else {
+            Arc::clone(&shared.limiter)
+        };
+        let verdict = limiter.check(&request_descriptors);
+        let rate_headers = match (&verdict.report, policy.x_ratelimit_headers) {
+            (Some(report), true) => x_ratelimit_headers(report),
+            _ => Vec::new(),
+        };
+        if !verdict.allowed {
+            if policy.enforced.sample() {
+                let mut headers = HeaderMap::new();
+                for header in &policy.response_headers_to_add {
+                    header.apply(&mut headers);
+                }
+                for (name, value) in rate_headers {
+                    headers.insert(name, value);
+                }
+                return ResponseFuture::denied(ProxyError::LocalRateLimited(LocalRateLimited {
+                    status: policy.status,
+                    grpc_status: policy.grpc_status,
+                    headers,
+                    report: verdict.report,
+                    retry_after: policy.retry_after,
+                }));
+            }
+            for header in &policy.request_headers_when_not_enforced {
+                header.apply(&mut parts.headers);
+            }
+        }
+        let request = Request::from_parts(parts, body);
+        ResponseFuture::inner(self.inner.call(request), rate_headers)
+    }
+}

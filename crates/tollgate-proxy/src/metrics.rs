@@ -1,0 +1,214 @@
+//! Prometheus metrics per route and cluster, served on the admin listener.
+
+use std::fmt;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of per-route counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route.
+    pub route: String,
+    /// The cluster.
+    pub cluster: String,
+}
+
+/// Labels of responses by class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResponseLabels {
+    /// The route.
+    pub route: String,
+    /// The cluster.
+    pub cluster: String,
+    /// `2xx` … `5xx` for upstream answers; `timeout`, `connect_failure` for the proxy's own.
+    pub class: String,
+}
+
+/// Labels of config reloads.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+/// Every metric the proxy keeps.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Requests routed.
+    pub requests: Family<RouteLabels, Counter>,
+    /// Requests the local rate limit answered.
+    pub local_rate_limited: Family<RouteLabels, Counter>,
+    /// Requests the global rate limit answered.
+    pub global_rate_limited: Family<RouteLabels, Counter>,
+    /// RLS failures that denied (`failure_mode_deny`).
+    pub rate_limit_service_denied: Family<RouteLabels, Counter>,
+    /// Upstream responses and failures by class.
+    pub upstream_responses: Family<ResponseLabels, Counter>,
+    /// Requests a load-shedding layer refused.
+    pub shed: Family<RouteLabels, Counter>,
+    /// The upstream crate's families: in flight, ejections, breaker state, health.
+    pub upstream: tollgate_upstream::UpstreamMetrics,
+    /// Requests no route matched.
+    pub no_route: Counter,
+    /// Time from request to response headers, per route.
+    pub duration: Family<RouteLabels, Histogram>,
+    /// Config reloads.
+    pub reloads: Family<ReloadLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under `tollgate_proxy_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("tollgate_proxy");
+        let requests = Family::<RouteLabels, Counter>::default();
+        let local = Family::<RouteLabels, Counter>::default();
+        let global = Family::<RouteLabels, Counter>::default();
+        let rls_denied = Family::<RouteLabels, Counter>::default();
+        let upstream = Family::<ResponseLabels, Counter>::default();
+        let no_route = Counter::default();
+        let shed = Family::<RouteLabels, Counter>::default();
+        let upstream_metrics = tollgate_upstream::UpstreamMetrics::new();
+        upstream_metrics.register(&mut registry);
+        registry.register(
+            "shed",
+            "Requests refused by load shedding (concurrency limit, priority)",
+            shed.clone(),
+        );
+        let duration = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ])
+        });
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register("requests", "Requests routed", requests.clone());
+        registry.register(
+            "local_rate_limited",
+            "Requests answered by the local rate limit",
+            local.clone(),
+        );
+        registry.register(
+            "global_rate_limited",
+            "Requests answered by the global rate limit (OVER_LIMIT)",
+            global.clone(),
+        );
+        registry.register(
+            "rate_limit_service_denied",
+            "Requests denied because the rate limit service failed (failure_mode_deny)",
+            rls_denied.clone(),
+        );
+        registry.register(
+            "upstream_responses",
+            "Upstream responses by class, and the proxy's own upstream failures",
+            upstream.clone(),
+        );
+        registry.register("no_route", "Requests no route matched", no_route.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time to the response headers",
+            duration.clone(),
+        );
+        registry.register("config_reloads", "Configuration reloads", reloads.clone());
+        Metrics {
+            registry,
+            requests,
+            local_rate_limited: local,
+            global_rate_limited: global,
+            rate_limit_service_denied: rls_denied,
+            upstream_responses: upstream,
+            shed,
+            upstream: upstream_metrics,
+            no_route,
+            duration,
+            reloads,
+        }
+    }
+
+    /// The OpenMetrics text.
+    pub fn render(&self) -> Result<String, fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Response classes counted per route.
+pub const RESPONSE_CLASSES: [&str; 7] = [
+    "1xx",
+    "2xx",
+    "3xx",
+    "4xx",
+    "5xx",
+    "timeout",
+    "connect_failure",
+];
+
+/// One route's series, resolved once so that a request only increments atomics.
+#[derive(Clone, Debug)]
+pub struct RouteCounters {
+    /// Requests routed.
+    pub requests: Counter,
+    /// Local rate limit answers.
+    pub local_rate_limited: Counter,
+    /// Global rate limit answers.
+    pub global_rate_limited: Counter,
+    /// RLS failures that denied.
+    pub rate_limit_service_denied: Counter,
+    /// Requests shed.
+    pub shed: Counter,
+    /// Upstream responses by [`RESPONSE_CLASSES`] index.
+    pub responses: Vec<Counter>,
+    /// Time to the response headers.
+    pub duration: Histogram,
+}
+
+impl RouteCounters {
+    /// The series of `route` to `cluster` in `metrics`.
+    pub fn new(metrics: &Metrics, route: &str, cluster: &str) -> Self {
+        let labels = RouteLabels {
+            route: route.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        RouteCounters {
+            requests: metrics.requests.get_or_create(&labels).clone(),
+            local_rate_limited: metrics.local_rate_limited.get_or_create(&labels).clone(),
+            global_rate_limited: metrics.global_rate_limited.get_or_create(&labels).clone(),
+            rate_limit_service_denied: metrics
+                .rate_limit_service_denied
+                .get_or_create(&labels)
+                .clone(),
+            shed: metrics.shed.get_or_create(&labels).clone(),
+            responses: RESPONSE_CLASSES
+                .iter()
+                .map(|class| {
+                    metrics
+                        .upstream_responses
+                        .get_or_create(&ResponseLabels {
+                            route: route.to_owned(),
+                            cluster: cluster.to_owned(),
+                            class: (*class).to_owned(),
+                        })
+                        .clone()
+                })
+                .collect(),
+            duration: metrics.duration.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// Counts an upstream response of `status`.
+    pub fn response(&self, status: u16) {
+        let index = usize::from(status / 100).saturating_sub(1).min(4);
+        self.responses[index].inc();
+    }
+}

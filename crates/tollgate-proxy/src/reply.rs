@@ -1,0 +1,273 @@
+//! Turns every [`ProxyError`] into the response the client gets: the one place replies are made.
+//!
+//! * Local rate limit (Envoy's local reply): `status` (429), body
+//!   `local_rate_limited` as `text/plain`, `response_headers_to_add`,
+//!   X-RateLimit-*, `Retry-After` on a 429 when enabled. No
+//!   `x-envoy-ratelimited`.
+//! * Global rate limit: `rate_limited_status` (429), the RLS's `raw_body`
+//!   (`text/plain` unless the RLS sent a content type), its headers,
+//!   `x-envoy-ratelimited: true`, X-RateLimit-*, `Retry-After` when enabled.
+//! * gRPC requests get HTTP 200 with `grpc-status` 14 (or 8) and
+//!   `grpc-message`, for both.
+//! * RLS failure with `failure_mode_deny`: `status_on_error` (500), empty body.
+//! * Load shedding (`concurrency_limit`, `priority_shedding`): 503 + `Retry-After`.
+//! * Upstream failures: 503 (with `Retry-After` while a breaker is open), or
+//!   504 on timeout; no route: 404. Never a 500.
+//!
+//! The route's [`ResponseContract`] adds what Envoy does not: an upward
+//! jitter on `Retry-After`, the IETF draft-10 `RateLimit` /
+//! `RateLimit-Policy` fields, and an RFC 9457 problem body with
+//! `violated-policies`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use tollgate_server::Jitter;
+use tollgate_server::headers::{retry_after_seconds, sf_string};
+
+use crate::ProxyBody;
+use crate::error::ProxyError;
+use crate::forward::error::UpstreamError;
+use crate::forward::full_body;
+use crate::global_ratelimit::error::PolicyStatus;
+use crate::local_ratelimit::{BucketReport, LOCAL_RATE_LIMITED_BODY, ceil_seconds};
+
+/// The problem type of a quota denial (IETF draft-10 registry).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// A route's 429/503 contract beyond Envoy's fields.
+#[derive(Clone, Debug)]
+pub struct ResponseContract {
+    /// The most upward jitter added to `Retry-After`.
+    pub retry_after_jitter: Duration,
+    /// `RateLimit` and `RateLimit-Policy` fields.
+    pub ietf_headers: bool,
+    /// An RFC 9457 problem body.
+    pub problem_json: bool,
+    /// The jitter source.
+    pub jitter: Arc<Jitter>,
+}
+
+impl Default for ResponseContract {
+    fn default() -> Self {
+        ResponseContract {
+            retry_after_jitter: Duration::ZERO,
+            ietf_headers: false,
+            problem_json: false,
+            jitter: Arc::new(Jitter::random()),
+        }
+    }
+}
+
+impl ResponseContract {
+    fn retry_after(&self, wait: Duration) -> u64 {
+        retry_after_seconds(wait, self.jitter.sample(self.retry_after_jitter)).max(1)
+    }
+}
+
+/// The IETF fields for local bucket reports.
+pub fn ietf_local(report: &BucketReport) -> [(HeaderName, HeaderValue); 2] {
+    let name = sf_string(&report.name);
+    let policy = format!(
+        "{name};q={};w={}",
+        report.limit,
+        ceil_seconds(report.window).max(1)
+    );
+    let item = format!("{name};r={};t={}", report.remaining, report.reset_seconds());
+    [
+        (
+            HeaderName::from_static("ratelimit-policy"),
+            HeaderValue::from_str(&policy).unwrap_or(HeaderValue::from_static("")),
+        ),
+        (
+            HeaderName::from_static("ratelimit"),
+            HeaderValue::from_str(&item).unwrap_or(HeaderValue::from_static("")),
+        ),
+    ]
+}
+
+/// The IETF fields for global policies: every policy in `RateLimit-Policy`, the tightest in `RateLimit`.
+pub fn ietf_global(policies: &[PolicyStatus]) -> Vec<(HeaderName, HeaderValue)> {
+    let Some(tightest) = policies.iter().min_by_key(|p| p.remaining) else {
+        return Vec::new();
+    };
+    let policy = policies
+        .iter()
+        .map(|p| {
+            format!(
+                "{};q={};w={}",
+                sf_string(&p.name),
+                p.limit,
+                ceil_seconds(p.window).max(1)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let item = format!(
+        "{};r={};t={}",
+        sf_string(&tightest.name),
+        tightest.remaining,
+        ceil_seconds(tightest.reset)
+    );
+    [("ratelimit-policy", policy), ("ratelimit", item)]
+        .into_iter()
+        .filter_map(|(n, v)| Some((HeaderName::from_static(n), HeaderValue::from_str(&v).ok()?)))
+        .collect()
+}
+
+fn problem(status: StatusCode, detail: &str, violated: &[String]) -> Vec<u8> {
+    serde_json::json!({
+        "type": QUOTA_EXCEEDED,
+        "title": status.canonical_reason().unwrap_or("Too Many Requests"),
+        "status": status.as_u16(),
+        "detail": detail,
+        "violated-policies": violated,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn grpc_reply(grpc_status: u8, message: &str, mut headers: HeaderMap) -> Response<ProxyBody> {
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(u16::from(grpc_status)));
+    if let Ok(m) = HeaderValue::from_str(message) {
+        headers.insert("grpc-message", m);
+    }
+    let mut response = Response::new(full_body(Vec::new()));
+    *response.headers_mut() = headers;
+    response
+}
+
+fn reply(status: StatusCode, headers: HeaderMap, body: Vec<u8>) -> Response<ProxyBody> {
+    let mut response = Response::new(full_body(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// The response for `error`, for a request that was (`grpc`) or was not a gRPC call.
+pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Response<ProxyBody> {
+    match error {
+        ProxyError::LocalRateLimited(denial) => {
+            let mut headers = denial.headers;
+            if contract.ietf_headers
+                && let Some(report) = &denial.report
+            {
+                for (n, v) in ietf_local(report) {
+                    headers.insert(n, v);
+                }
+            }
+            if grpc {
+                return grpc_reply(denial.grpc_status, LOCAL_RATE_LIMITED_BODY, headers);
+            }
+            if denial.retry_after
+                && denial.status == StatusCode::TOO_MANY_REQUESTS
+                && let Some(report) = &denial.report
+            {
+                headers.insert(
+                    RETRY_AFTER,
+                    HeaderValue::from(contract.retry_after(report.next_token)),
+                );
+            }
+            let body = if contract.problem_json {
+                headers.insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/problem+json"),
+                );
+                let violated: Vec<String> = denial.report.iter().map(|r| r.name.clone()).collect();
+                problem(denial.status, "local rate limit exceeded", &violated)
+            } else {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                LOCAL_RATE_LIMITED_BODY.as_bytes().to_vec()
+            };
+            reply(denial.status, headers, body)
+        }
+        ProxyError::GlobalRateLimited(denial) => {
+            let mut headers = denial.headers;
+            if contract.ietf_headers {
+                for (n, v) in ietf_global(&denial.policies) {
+                    headers.insert(n, v);
+                }
+            }
+            if grpc {
+                return grpc_reply(denial.grpc_status, "request_rate_limited", headers);
+            }
+            if let Some(wait) = denial.retry_after {
+                headers.insert(RETRY_AFTER, HeaderValue::from(contract.retry_after(wait)));
+            }
+            let body = if contract.problem_json && denial.body.is_empty() {
+                headers.insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/problem+json"),
+                );
+                let violated: Vec<String> = denial
+                    .policies
+                    .iter()
+                    .filter(|p| p.over_limit)
+                    .map(|p| p.name.clone())
+                    .collect();
+                problem(denial.status, "global rate limit exceeded", &violated)
+            } else {
+                if !denial.body.is_empty() && !headers.contains_key(CONTENT_TYPE) {
+                    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                }
+                denial.body
+            };
+            reply(denial.status, headers, body)
+        }
+        ProxyError::RateLimitServiceFailed(failure) => {
+            if grpc {
+                return grpc_reply(14, "rate_limiter_error", HeaderMap::new());
+            }
+            reply(failure.status, HeaderMap::new(), Vec::new())
+        }
+        ProxyError::Shed {
+            reason,
+            retry_after,
+        } => {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                RETRY_AFTER,
+                HeaderValue::from(contract.retry_after(retry_after)),
+            );
+            if grpc {
+                return grpc_reply(14, "overloaded", headers);
+            }
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                headers,
+                format!("overloaded: {reason}").into_bytes(),
+            )
+        }
+        ProxyError::Upstream(e) => {
+            let status = match e {
+                UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            let mut headers = HeaderMap::new();
+            if let UpstreamError::Unavailable {
+                retry_after: Some(wait),
+                ..
+            } = &e
+            {
+                headers.insert(RETRY_AFTER, HeaderValue::from(contract.retry_after(*wait)));
+            }
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(status, headers, e.to_string().into_bytes())
+        }
+        ProxyError::NoRoute => {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(StatusCode::NOT_FOUND, headers, Vec::new())
+        }
+        ProxyError::Internal(m) => {
+            tracing::error!(message = %m, "internal error");
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(StatusCode::SERVICE_UNAVAILABLE, headers, m.into_bytes())
+        }
+    }
+}

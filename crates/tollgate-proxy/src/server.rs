@@ -1,0 +1,417 @@
+//! The listeners: HTTP/1.1 and h2c on each, routing, graceful drain, hot reload and the admin endpoints.
+//!
+//! [`Proxy`] holds the current [`Runtime`] in an `ArcSwap`: a request
+//! loads it once when it arrives and keeps that generation until it is
+//! answered, so a reload never drops or changes a request in flight.
+//! [`serve`] accepts until its shutdown future completes, then stops
+//! accepting, lets every connection finish its requests (up to the drain
+//! timeout) and returns.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use crate::build::{self, Runtime};
+use crate::config::{self, ConfigError, ProxyConfig};
+use crate::context::{ConnectionScope, RequestContext, is_grpc};
+use crate::descriptors::trusted_client_address;
+use crate::error::ProxyError;
+use crate::forward::PeerAddress;
+use crate::local_ratelimit::SharedClock;
+use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
+use crate::{ProxyBody, reply};
+
+/// Where the configuration comes from.
+#[derive(Clone, Debug)]
+pub enum ConfigSource {
+    /// The proxy's YAML file.
+    File(PathBuf),
+    /// A sidecar from flags: one listener, one upstream, and a local rate
+    /// limit file (an Istio EnvoyFilter or a LocalRateLimit).
+    Sidecar {
+        /// The listener.
+        listen: SocketAddr,
+        /// The upstream endpoint.
+        upstream: SocketAddr,
+        /// The local rate limit file, if any.
+        local_ratelimit: Option<PathBuf>,
+        /// The admin address, if any.
+        admin: Option<SocketAddr>,
+    },
+}
+
+impl ConfigSource {
+    /// Reads and builds a runtime.
+    pub fn load(&self, clock: &SharedClock, metrics: &Metrics) -> Result<Runtime, ConfigError> {
+        match self {
+            ConfigSource::File(path) => {
+                let config = config::load_proxy_file(path)?;
+                build::build(&config, path, clock, metrics)
+            }
+            ConfigSource::Sidecar {
+                listen,
+                upstream,
+                local_ratelimit,
+                admin,
+            } => {
+                let yaml = format!(
+                    "listeners: [{{address: \"{listen}\"}}]\nclusters: [{{name: upstream, endpoints: [{{address: \"{upstream}\"}}]}}]\nroutes: [{{name: default, cluster: upstream}}]\n"
+                );
+                let mut config: ProxyConfig = serde_saphyr::from_str(&yaml)
+                    .map_err(|e| ConfigError::new(Path::new("<flags>"), e.to_string()))?;
+                config.local_ratelimit_file = local_ratelimit.clone();
+                config.admin = admin.map(|address| config::AdminConfig { address });
+                let anchor = PathBuf::from("./<flags>");
+                build::build(&config, &anchor, clock, metrics)
+            }
+        }
+    }
+}
+
+/// The running proxy: the current runtime, its metrics and clock.
+pub struct Proxy {
+    live: ArcSwap<Runtime>,
+    source: ConfigSource,
+    clock: SharedClock,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    draining: AtomicBool,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Loads the configuration once; an error here stops the start.
+    pub fn load(source: ConfigSource, clock: SharedClock) -> Result<Arc<Self>, ConfigError> {
+        let metrics = Arc::new(Metrics::new());
+        let runtime = source.load(&clock, &metrics)?;
+        Ok(Arc::new(Proxy {
+            live: ArcSwap::from_pointee(runtime),
+            source,
+            clock,
+            metrics,
+            draining: AtomicBool::new(false),
+        }))
+    }
+
+    /// The current runtime.
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.live.load_full()
+    }
+
+    /// Reloads the configuration: all or nothing; on error the running one stays.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        match self.source.load(&self.clock, &self.metrics) {
+            Ok(runtime) => {
+                let old = self.live.load();
+                if runtime.listeners != old.listeners || runtime.admin != old.admin {
+                    tracing::warn!(
+                        "listener addresses changed; they take effect at the next restart"
+                    );
+                }
+                self.live.store(Arc::new(runtime));
+                self.metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels {
+                        result: "success".into(),
+                    })
+                    .inc();
+                tracing::info!("configuration reloaded");
+                Ok(())
+            }
+            Err(error) => {
+                self.metrics
+                    .reloads
+                    .get_or_create(&ReloadLabels {
+                        result: "failure".into(),
+                    })
+                    .inc();
+                tracing::error!(%error, "configuration rejected; keeping the running one");
+                Err(error)
+            }
+        }
+    }
+
+    /// Routes and answers one request.
+    pub async fn handle(
+        self: Arc<Self>,
+        mut request: Request<Incoming>,
+        connection: Arc<ConnectionScope>,
+        peer: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let started = tokio::time::Instant::now();
+        let runtime = self.live.load_full();
+        let grpc = is_grpc(request.headers());
+        let host = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
+            .unwrap_or_default();
+        let Some(route) = runtime.route_for(&host, request.uri().path()) else {
+            self.metrics.no_route.inc();
+            return reply::render(ProxyError::NoRoute, grpc, &runtime.default_contract);
+        };
+        let counters = route
+            .counters
+            .get_or_init(|| RouteCounters::new(&self.metrics, &route.name, &route.cluster));
+        counters.requests.inc();
+        let client =
+            trusted_client_address(peer.ip(), request.headers(), runtime.xff_num_trusted_hops);
+        request.extensions_mut().insert(RequestContext {
+            client,
+            route: Arc::clone(&route.name),
+            cluster: Arc::clone(&route.cluster),
+            source_cluster: Arc::clone(&runtime.source_cluster),
+            connection,
+        });
+        request.extensions_mut().insert(PeerAddress(peer.ip()));
+        let result = route.service.clone().oneshot(request).await;
+        let response = match result {
+            Ok(response) => {
+                counters.response(response.status().as_u16());
+                response
+            }
+            Err(error) => {
+                match &error {
+                    ProxyError::LocalRateLimited(_) => counters.local_rate_limited.inc(),
+                    ProxyError::GlobalRateLimited(_) => counters.global_rate_limited.inc(),
+                    ProxyError::RateLimitServiceFailed(_) => {
+                        counters.rate_limit_service_denied.inc()
+                    }
+                    ProxyError::Upstream(crate::forward::error::UpstreamError::Timeout(_)) => {
+                        counters.responses[5].inc()
+                    }
+                    ProxyError::Upstream(_) => counters.responses[6].inc(),
+                    ProxyError::Shed { .. } => counters.shed.inc(),
+                    ProxyError::NoRoute | ProxyError::Internal(_) => 0,
+                };
+                reply::render(error, grpc, &route.contract)
+            }
+        };
+        counters.duration.observe(started.elapsed().as_secs_f64());
+        response
+    }
+}
+
+/// Serves `listeners` (and `admin`) until `shutdown` completes, then drains for at most `drain`.
+pub async fn serve<F>(
+    proxy: Arc<Proxy>,
+    listeners: Vec<TcpListener>,
+    admin: Option<TcpListener>,
+    shutdown: F,
+    drain: Duration,
+) where
+    F: Future<Output = ()> + Send,
+{
+    let graceful = Arc::new(GracefulShutdown::new());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut accept_tasks = Vec::new();
+    for listener in listeners {
+        let proxy = Arc::clone(&proxy);
+        let graceful = Arc::clone(&graceful);
+        let mut stop = stop_rx.clone();
+        accept_tasks.push(tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stop.changed() => break,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let scope = Arc::new(ConnectionScope::default());
+                let proxy = Arc::clone(&proxy);
+                let service = service_fn(move |request| {
+                    let proxy = Arc::clone(&proxy);
+                    let scope = Arc::clone(&scope);
+                    async move { Ok::<_, Infallible>(proxy.handle(request, scope, peer).await) }
+                });
+                let connection = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .into_owned();
+                let connection = graceful.watch(connection);
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                });
+            }
+        }));
+    }
+    let admin_task = admin.map(|listener| {
+        let proxy = Arc::clone(&proxy);
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let router = admin_router(proxy);
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.changed().await;
+                })
+                .await;
+        })
+    });
+    shutdown.await;
+    proxy.draining.store(true, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    for task in accept_tasks {
+        let _ = task.await;
+    }
+    match Arc::try_unwrap(graceful) {
+        Ok(graceful) => {
+            if tokio::time::timeout(drain, graceful.shutdown())
+                .await
+                .is_err()
+            {
+                tracing::warn!(?drain, "connections still open after the drain timeout");
+            }
+        }
+        Err(_) => tracing::warn!("an accept loop is still running; not draining"),
+    }
+    if let Some(task) = admin_task {
+        let _ = task.await;
+    }
+}
+
+fn admin_router(proxy: Arc<Proxy>) -> axum::Router {
+    use axum::routing::get;
+    let metrics = Arc::clone(&proxy);
+    let ready = Arc::clone(&proxy);
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let proxy = Arc::clone(&metrics);
+                async move {
+                    match proxy.metrics.render() {
+                        Ok(text) => (
+                            StatusCode::OK,
+                            [(
+                                http::header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        ),
+                        Err(_) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            [(http::header::CONTENT_TYPE, "text/plain")],
+                            "metrics unavailable".to_owned(),
+                        ),
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let proxy = Arc::clone(&ready);
+                async move {
+                    if proxy.draining.load(Ordering::Relaxed) {
+                        (StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+                    } else {
+                        (StatusCode::OK, "ready\n")
+                    }
+                }
+            }),
+        )
+}
+
+/// Starts watching `proxy`'s configuration files now; the returned future
+/// reloads `proxy` whenever one of them changes, until it is dropped.
+///
+/// The watch is in place when this returns, so a change made right after
+/// (for instance once the listeners are announced) is not missed.
+pub fn watch_config(proxy: Arc<Proxy>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watched_dirs: Vec<PathBuf> = Vec::new();
+    let names: Vec<std::ffi::OsString> = proxy
+        .runtime()
+        .watched_files
+        .iter()
+        .filter_map(|p| p.file_name().map(ToOwned::to_owned))
+        .collect();
+    let events = tx.clone();
+    let watcher =
+        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
+            Ok(event) if matches!(event.kind, EventKind::Access(_)) => {}
+            Ok(event) => {
+                let relevant = event.paths.is_empty()
+                    || event.paths.iter().any(|p| {
+                        p.file_name().is_some_and(|n| {
+                            names.iter().any(|w| w == n) || n.to_string_lossy().starts_with("..")
+                        })
+                    });
+                if relevant {
+                    let _ = events.send(());
+                }
+            }
+            Err(_) => {
+                let _ = events.send(());
+            }
+        });
+    let mut watcher = match watcher {
+        Ok(w) => w,
+        Err(error) => {
+            tracing::warn!(%error, "cannot watch the configuration; reload with SIGHUP");
+            return pending_forever();
+        }
+    };
+    for file in &proxy.runtime().watched_files {
+        let dir = match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !watched_dirs.contains(&dir) && dir.is_dir() {
+            if let Err(error) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                tracing::warn!(%error, dir = %dir.display(), "cannot watch");
+            }
+            watched_dirs.push(dir);
+        }
+    }
+    drop(tx);
+    Box::pin(async move {
+        let _watcher = watcher;
+        while rx.recv().await.is_some() {
+            // Let a burst of events (an editor's write, a ConfigMap swap) settle.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            while rx.try_recv().is_ok() {}
+            let _ = proxy.reload();
+        }
+    })
+}
+
+/// A future that never completes (nothing to watch).
+fn pending_forever() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(std::future::pending())
+}

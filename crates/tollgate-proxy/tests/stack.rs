@@ -1,0 +1,459 @@
+//! The proxy in process, in front of an in-process hyper upstream on loopback:
+//! HTTP/1.1 and h2c clients, streaming without buffering, the route timeout,
+//! a drain that finishes requests in flight, a reload that leaves them on
+//! their old config, and bucket refills on a manual clock.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full, channel::Channel};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+use tollgate_core::{Clock, ManualClock, Timestamp};
+use tollgate_proxy::{ConfigSource, Proxy, serve};
+
+/// Every wait of these tests is bounded by this.
+const BOUND: Duration = Duration::from_secs(10);
+
+type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Gates the upstream's slow answers.
+#[derive(Default)]
+struct Gates {
+    slow: Notify,
+    second_chunk: Notify,
+    name: &'static str,
+}
+
+async fn upstream_handler(
+    gates: Arc<Gates>,
+    request: Request<Incoming>,
+) -> Result<Response<UpstreamBody>, Infallible> {
+    match request.uri().path() {
+        "/slow" => {
+            gates.slow.notified().await;
+            Ok(Response::new(
+                Full::new(Bytes::from_static(b"slow done")).boxed(),
+            ))
+        }
+        "/stream" => {
+            let (mut sender, body) = Channel::<Bytes, Infallible>::new(1);
+            tokio::spawn(async move {
+                let _ = sender.send_data(Bytes::from_static(b"first")).await;
+                gates.second_chunk.notified().await;
+                let _ = sender.send_data(Bytes::from_static(b"second")).await;
+            });
+            Ok(Response::new(body.boxed()))
+        }
+        "/who" => Ok(Response::new(
+            Full::new(Bytes::from_static(gates.name.as_bytes())).boxed(),
+        )),
+        _ => Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed())),
+    }
+}
+
+async fn start_upstream(gates: Arc<Gates>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let gates = Arc::clone(&gates);
+            tokio::spawn(async move {
+                let service = service_fn(move |r| upstream_handler(Arc::clone(&gates), r));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+struct Running {
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<()>,
+    file: PathBuf,
+}
+
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("stack-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let file = dir.join("proxy.yaml");
+    std::fs::write(&file, text).expect("written");
+    file
+}
+
+fn yaml(upstream: SocketAddr, route_extra: &str) -> String {
+    format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters: [{{name: backend, endpoints: [{{address: \"{upstream}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n{route_extra}"
+    )
+}
+
+async fn start_proxy(name: &str, text: &str, clock: Arc<dyn Clock>) -> Running {
+    let file = config_file(name, text);
+    let proxy = Proxy::load(ConfigSource::File(file.clone()), clock).expect("the config loads");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let addr = listener.local_addr().expect("an address");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        Arc::clone(&proxy),
+        vec![listener],
+        None,
+        async move {
+            let _ = stopped.await;
+        },
+        BOUND,
+    ));
+    Running {
+        addr,
+        proxy,
+        stop: Some(stop),
+        server,
+        file,
+    }
+}
+
+fn http1() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+async fn fetch(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+) -> (StatusCode, http::HeaderMap, String) {
+    let uri = format!("http://{addr}{path}");
+    let response = tokio::time::timeout(BOUND, client.get(uri.parse().expect("a URI")))
+        .await
+        .expect("answered in time")
+        .expect("a response");
+    let (parts, body) = response.into_parts();
+    let body = tokio::time::timeout(BOUND, body.collect())
+        .await
+        .expect("the body in time")
+        .expect("a body")
+        .to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+fn manual() -> (ManualClock, Arc<dyn Clock>) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
+    (clock.clone(), Arc::new(clock))
+}
+
+#[tokio::test]
+async fn http1_and_h2c_clients_reach_an_http1_upstream() {
+    let upstream = start_upstream(Arc::default()).await;
+    let (_, clock) = manual();
+    let running = start_proxy("protocols", &yaml(upstream, ""), clock).await;
+    let (status, _, body) = fetch(&http1(), running.addr, "/").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let h2: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let (status, _, body) = fetch(&h2, running.addr, "/").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+}
+
+#[tokio::test]
+async fn a_body_streams_through_before_the_upstream_finishes_it() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy("streaming", &yaml(upstream, ""), clock).await;
+    let uri = format!("http://{}/stream", running.addr);
+    let response = tokio::time::timeout(BOUND, http1().get(uri.parse().expect("a URI")))
+        .await
+        .expect("headers in time")
+        .expect("a response");
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("the first chunk arrives while the upstream still holds the second")
+        .expect("a frame")
+        .expect("no error")
+        .into_data()
+        .expect("data");
+    assert_eq!(first, Bytes::from_static(b"first"));
+    gates.second_chunk.notify_one();
+    let rest = tokio::time::timeout(BOUND, body.collect())
+        .await
+        .expect("the rest in time")
+        .expect("a body")
+        .to_bytes();
+    assert_eq!(rest, Bytes::from_static(b"second"));
+}
+
+#[tokio::test]
+async fn a_slow_upstream_gets_a_504_after_the_route_timeout() {
+    let upstream = start_upstream(Arc::default()).await;
+    let (_, clock) = manual();
+    let running = start_proxy("timeout", &yaml(upstream, "    timeout: 0.2s\n"), clock).await;
+    let (status, _, body) = fetch(&http1(), running.addr, "/slow").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::GATEWAY_TIMEOUT, "upstream request timeout")
+    );
+}
+
+#[tokio::test]
+async fn shutdown_finishes_requests_in_flight_and_stops_accepting() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let mut running = start_proxy("drain", &yaml(upstream, ""), clock).await;
+    let addr = running.addr;
+    let in_flight = tokio::spawn(async move { fetch(&http1(), addr, "/slow").await });
+    // Wait (bounded) until the request reached the upstream's gate.
+    let metrics = Arc::clone(&running.proxy.metrics);
+    let reached = tokio::time::timeout(BOUND, async {
+        while !metrics
+            .render()
+            .expect("renders")
+            .contains("tollgate_proxy_requests_total{route=\"api\",cluster=\"backend\"} 1")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "the request never arrived");
+    let _ = running.stop.take().expect("not stopped yet").send(());
+    // New connections are refused once the accept loop is gone (bounded poll).
+    let refused = tokio::time::timeout(BOUND, async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(refused.is_ok(), "still accepting after shutdown");
+    gates.slow.notify_one();
+    let (status, _, body) = in_flight.await.expect("the request task");
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "slow done"));
+    tokio::time::timeout(BOUND, running.server)
+        .await
+        .expect("the server returns after draining")
+        .expect("the server task");
+}
+
+#[tokio::test]
+async fn a_reload_leaves_requests_in_flight_on_their_config() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy("reload", &yaml(upstream, ""), clock).await;
+    let addr = running.addr;
+    let in_flight = tokio::spawn(async move { fetch(&http1(), addr, "/slow").await });
+    let metrics = Arc::clone(&running.proxy.metrics);
+    tokio::time::timeout(BOUND, async {
+        while !metrics
+            .render()
+            .expect("renders")
+            .contains("requests_total{route=\"api\",cluster=\"backend\"} 1")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the request arrives");
+    // The new config sends everything to an endpoint where nothing listens.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr");
+    std::fs::write(&running.file, yaml(dead, "")).expect("rewritten");
+    running.proxy.reload().expect("the new config loads");
+    let (status, _, _) = fetch(&http1(), addr, "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    gates.slow.notify_one();
+    let (status, _, body) = in_flight.await.expect("the request task");
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "slow done"));
+    // A broken file changes nothing.
+    std::fs::write(&running.file, "routes: [").expect("rewritten");
+    assert!(running.proxy.reload().is_err());
+    assert_eq!(
+        fetch(&http1(), addr, "/").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn tokens_come_back_as_the_injected_clock_moves() {
+    let upstream = start_upstream(Arc::default()).await;
+    let (manual_clock, clock) = manual();
+    let limit = "    local_ratelimit:\n      stat_prefix: t\n      token_bucket: {max_tokens: 1, tokens_per_fill: 1, fill_interval: 10s}\n      filter_enabled: {default_value: {numerator: 100}}\n      filter_enforced: {default_value: {numerator: 100}}\n      enable_x_ratelimit_headers: DRAFT_VERSION_03\n";
+    let running = start_proxy("clock", &yaml(upstream, limit), clock).await;
+    let client = http1();
+    let (status, headers, _) = fetch(&client, running.addr, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-ratelimit-reset"], "10");
+    let (status, headers, body) = fetch(&client, running.addr, "/").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "local_rate_limited")
+    );
+    assert_eq!(headers["x-ratelimit-reset"], "10");
+    manual_clock.advance(Duration::from_millis(6_500));
+    let (status, headers, _) = fetch(&client, running.addr, "/").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["x-ratelimit-reset"], "4");
+    manual_clock.advance(Duration::from_millis(3_500));
+    assert_eq!(fetch(&client, running.addr, "/").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn round_robin_takes_the_endpoints_in_turn() {
+    let a = start_upstream(Arc::new(Gates {
+        name: "a",
+        ..Gates::default()
+    }))
+    .await;
+    let b = start_upstream(Arc::new(Gates {
+        name: "b",
+        ..Gates::default()
+    }))
+    .await;
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    lb_policy: round_robin\n    endpoints: [{{address: \"{a}\"}}, {{address: \"{b}\"}}]\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("round-robin", &text, clock).await;
+    let client = http1();
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(fetch(&client, running.addr, "/who").await.2);
+    }
+    let first = seen[0].clone();
+    let other = if first == "a" { "b" } else { "a" };
+    let expected: Vec<String> = (0..6)
+        .map(|i| {
+            if i % 2 == 0 {
+                first.clone()
+            } else {
+                other.to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let limit =
+        "    concurrency_limit: {max_in_flight: 1, retry_after: 2s, key_header: x-tenant}\n";
+    let running = start_proxy("concurrency", &yaml(upstream, limit), clock).await;
+    let addr = running.addr;
+    let request = |tenant: &'static str, path: &'static str| {
+        let uri = format!("http://{addr}{path}");
+        async move {
+            let client: Client<HttpConnector, Empty<Bytes>> =
+                Client::builder(TokioExecutor::new()).build_http();
+            let request = Request::get(uri)
+                .header("x-tenant", tenant)
+                .body(Empty::new())
+                .expect("a request");
+            let response = tokio::time::timeout(BOUND, client.request(request))
+                .await
+                .expect("in time")
+                .expect("a response");
+            let status = response.status();
+            let retry = response.headers().get("retry-after").cloned();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .expect("a body")
+                .to_bytes();
+            (status, retry, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let held = tokio::spawn(request("t1", "/slow"));
+    let metrics = Arc::clone(&running.proxy.metrics);
+    tokio::time::timeout(BOUND, async {
+        while !metrics
+            .render()
+            .expect("renders")
+            .contains("requests_total{route=\"api\",cluster=\"backend\"} 1")
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the first request arrives");
+    let (status, retry, body) = request("t1", "/").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(retry.as_ref().and_then(|v| v.to_str().ok()), Some("2"));
+    assert!(body.starts_with("overloaded"), "{body}");
+    let (status, _, _) = request("t2", "/").await;
+    assert_eq!(status, StatusCode::OK, "another key has its own slots");
+    gates.slow.notify_one();
+    assert_eq!(held.await.expect("the held request").0, StatusCode::OK);
+    let (status, _, _) = request("t1", "/").await;
+    assert_eq!(status, StatusCode::OK, "the slot came back");
+    assert!(
+        metrics
+            .render()
+            .expect("renders")
+            .contains("tollgate_proxy_shed_total{route=\"api\",cluster=\"backend\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
+    let live = start_upstream(Arc::new(Gates {
+        name: "live",
+        ..Gates::default()
+    }))
+    .await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr");
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{live}\"}}, {{address: \"{dead}\"}}]\n    outlier_detection: {{consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("ejection", &text, clock).await;
+    let client = http1();
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(fetch(&client, running.addr, "/who").await.0);
+    }
+    let failures = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!(
+        failures, 1,
+        "one connect failure, then the endpoint is out: {statuses:?}"
+    );
+    assert!(
+        statuses[2..].iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let metrics = running.proxy.metrics.render().expect("renders");
+    assert!(
+        metrics.contains("tollgate_proxy_upstream_endpoint_ejections_total"),
+        "{metrics}"
+    );
+}

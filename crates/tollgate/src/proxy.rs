@@ -1,0 +1,243 @@
+//! `tollgate proxy`: the HTTP sidecar / edge proxy with Envoy's local and global rate-limit filters.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use tokio::net::TcpListener;
+use tollgate_core::{Clock, MonotonicClock};
+use tollgate_proxy::{ConfigSource, Proxy};
+
+use crate::CommandError;
+
+/// The arguments of `tollgate proxy`; each flag has a `TOLLGATE_PROXY_*` variable.
+///
+/// Either `--config FILE` (the proxy's YAML: listeners, clusters, routes,
+/// policies), or the sidecar flags `--listen`, `--upstream` and optionally
+/// `--local-ratelimit FILE` (an Istio EnvoyFilter or a LocalRateLimit, as is).
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    /// The proxy's YAML configuration (see docs/proxy.md).
+    #[arg(long, env = "TOLLGATE_PROXY_CONFIG", value_name = "FILE", conflicts_with_all = ["listen", "upstream", "local_ratelimit"])]
+    pub config: Option<PathBuf>,
+    /// Sidecar mode: the address to listen on (HTTP/1.1 and h2c); port 0 picks a free port.
+    #[arg(
+        long,
+        env = "TOLLGATE_PROXY_LISTEN",
+        value_name = "ADDR",
+        requires = "upstream"
+    )]
+    pub listen: Option<SocketAddr>,
+    /// Sidecar mode: the one upstream endpoint every request goes to.
+    #[arg(
+        long,
+        env = "TOLLGATE_PROXY_UPSTREAM",
+        value_name = "ADDR",
+        requires = "listen"
+    )]
+    pub upstream: Option<SocketAddr>,
+    /// Sidecar mode: an Istio EnvoyFilter inserting envoy.filters.http.local_ratelimit, or a
+    /// LocalRateLimit config (typed directly or as a TypedStruct).
+    #[arg(
+        long,
+        env = "TOLLGATE_PROXY_LOCAL_RATELIMIT",
+        value_name = "FILE",
+        requires = "listen"
+    )]
+    pub local_ratelimit: Option<PathBuf>,
+    /// Sidecar mode: the admin address (/metrics, /healthz, /readyz); with --config, the file's `admin`.
+    #[arg(long, env = "TOLLGATE_PROXY_ADMIN_ADDR", value_name = "ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Worker threads [default: one per CPU].
+    #[arg(long, env = "TOLLGATE_PROXY_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<usize>,
+    /// How long a shutdown waits for requests in flight.
+    #[arg(long, env = "TOLLGATE_PROXY_DRAIN_TIMEOUT", value_name = "DUR", default_value = "10s", value_parser = crate::duration::parse_duration)]
+    pub drain_timeout: Duration,
+    /// The most verbose level logged on stderr [default: info].
+    #[arg(long, env = "TOLLGATE_PROXY_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<tracing::Level>,
+}
+
+/// Runs the proxy until SIGTERM or Ctrl-C.
+pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(args.log_level.unwrap_or(tracing::Level::INFO))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+    let source = match (&args.config, args.listen, args.upstream) {
+        (Some(path), None, None) => ConfigSource::File(path.clone()),
+        (None, Some(listen), Some(upstream)) => ConfigSource::Sidecar {
+            listen,
+            upstream,
+            local_ratelimit: args.local_ratelimit.clone(),
+            admin: args.admin_addr,
+        },
+        _ => {
+            return Err(CommandError::Usage(
+                "give --config FILE, or --listen ADDR and --upstream ADDR".to_owned(),
+            ));
+        }
+    };
+    if args.worker_threads == Some(0) {
+        return Err(CommandError::Usage(
+            "--worker-threads must be at least 1".to_owned(),
+        ));
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("tollgate-proxy");
+    if let Some(n) = args.worker_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = builder
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    runtime.block_on(serve(source, args))
+}
+
+async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandError> {
+    let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+    let proxy =
+        Proxy::load(source.clone(), clock).map_err(|e| CommandError::Failed(e.to_string()))?;
+    let runtime = proxy.runtime();
+    let mut listeners = Vec::new();
+    let mut lines = Vec::new();
+    for addr in &runtime.listeners {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
+        let bound = listener.local_addr().map_err(|error| {
+            CommandError::Failed(format!("cannot read the bound address: {error}"))
+        })?;
+        lines.push(format!("listening on {bound}"));
+        listeners.push(listener);
+    }
+    let admin_addr = args.admin_addr.or(runtime.admin);
+    let admin = match admin_addr {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await.map_err(|error| {
+                CommandError::Failed(format!("cannot listen on {addr} (admin): {error}"))
+            })?;
+            if let Ok(bound) = listener.local_addr() {
+                lines.push(format!("admin listening on {bound}"));
+            }
+            Some(listener)
+        }
+        None => None,
+    };
+    drop(runtime);
+    // Watch before announcing the listeners, so no change after the announcement is missed.
+    let watching = tollgate_proxy::watch_config(Arc::clone(&proxy));
+    {
+        let mut stdout = std::io::stdout().lock();
+        for line in lines {
+            let _ = writeln!(stdout, "{line}");
+        }
+        let _ = stdout.flush();
+    }
+    let watcher = tokio::spawn(watching);
+    let hangup = spawn_sighup(Arc::clone(&proxy));
+    tollgate_proxy::serve(
+        proxy,
+        listeners,
+        admin,
+        shutdown_signal(),
+        args.drain_timeout,
+    )
+    .await;
+    watcher.abort();
+    if let Some(task) = hangup {
+        task.abort();
+    }
+    tracing::info!("drained; exiting");
+    Ok(())
+}
+
+#[cfg(unix)]
+fn spawn_sighup(proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(mut sighup) => Some(tokio::spawn(async move {
+            while sighup.recv().await.is_some() {
+                tracing::info!("SIGHUP received, reloading the config");
+                let _ = proxy.reload();
+            }
+        })),
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGHUP");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn spawn_sighup(_proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
+    None
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C received, draining"),
+        () = terminate => tracing::info!("SIGTERM received, draining"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        proxy: ProxyArgs,
+    }
+
+    #[test]
+    fn a_config_file_and_the_sidecar_flags_exclude_each_other() {
+        let both = [
+            "p",
+            "--config",
+            "f.yaml",
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+        assert!(Cli::try_parse_from(["p", "--listen", "127.0.0.1:1"]).is_err());
+        let sidecar = Cli::try_parse_from([
+            "p",
+            "--listen",
+            "127.0.0.1:1",
+            "--upstream",
+            "127.0.0.1:2",
+            "--worker-threads",
+            "1",
+        ])
+        .expect("valid");
+        assert_eq!(sidecar.proxy.worker_threads, Some(1));
+        assert_eq!(sidecar.proxy.drain_timeout, Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,507 @@
+//! `tollgate proxy` end to end: the Istio examples on two "pods", config
+//! errors, the global rate limit against a real `tollgate serve`, trusted
+//! client addresses, hot reload and the admin endpoints.
+//!
+//! Every server is a child or a thread on 127.0.0.1; every wait is bounded.
+
+mod proxy_support;
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use proxy_support::{ChildGuard, Connection, ProxyChild, TempDir, Upstream, get, log_tail};
+use tollgate_core::{Clock, MonotonicClock};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/istio")
+        .join(name)
+}
+
+fn sidecar(dir: &TempDir, name: &str, upstream: SocketAddr, filter: &Path) -> ProxyChild {
+    ProxyChild::spawn(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream.to_string(),
+            "--local-ratelimit",
+            filter.to_str().expect("a UTF-8 path"),
+            "--worker-threads",
+            "2",
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join(format!("{name}.log")),
+        false,
+    )
+}
+
+/// Sends `count` requests to `pod` as fast as one client can; the admitted count and the seconds taken.
+fn burst(pod: &ProxyChild, count: usize, clock: &MonotonicClock) -> (usize, f64) {
+    let start = clock.now();
+    let mut admitted = 0;
+    for _ in 0..count {
+        let response = get(pod.addr, "/", &[]);
+        match response.status {
+            200 => admitted += 1,
+            429 => {
+                assert_eq!(response.body, "local_rate_limited");
+                assert_eq!(response.header("x-local-rate-limit"), Some("true"));
+            }
+            other => panic!(
+                "unexpected {other}: {response:?}; log:\n{}",
+                log_tail(&pod.log)
+            ),
+        }
+    }
+    let elapsed = clock.now().saturating_since(start).as_secs_f64();
+    (admitted, elapsed)
+}
+
+/// The most a full bucket of `rate` tokens refilled at `rate` per second can admit in `elapsed` seconds.
+fn most(rate: f64, elapsed: f64) -> usize {
+    (rate + (rate * elapsed).ceil()) as usize
+}
+
+#[test]
+fn two_pods_with_the_istio_3tps_filter_admit_3_each_and_6_together() {
+    let dir = TempDir::new("proxy-two-pods");
+    let upstream = Upstream::spawn();
+    let filter = example("local-ratelimit-3tps.yaml");
+    let pod_a = sidecar(&dir, "pod-a", upstream.addr, &filter);
+    let pod_b = sidecar(&dir, "pod-b", upstream.addr, &filter);
+    let clock = MonotonicClock::new();
+
+    // A client that sticks to pod A: A caps it at 3 per second, B's bucket is untouched.
+    let (a, a_secs) = burst(&pod_a, 12, &clock);
+    assert!(
+        (3..=most(3.0, a_secs)).contains(&a),
+        "pod A admitted {a} of 12 in {a_secs:.3}s"
+    );
+    let (b, b_secs) = burst(&pod_b, 12, &clock);
+    assert!(
+        (3..=most(3.0, b_secs)).contains(&b),
+        "pod B admitted {b} of 12 in {b_secs:.3}s"
+    );
+    let total = a + b;
+    assert!(
+        (6..=most(6.0, a_secs.max(b_secs))).contains(&total),
+        "two pods admitted {total}"
+    );
+    if a_secs < 0.33 && b_secs < 0.33 {
+        // No token could have come back: exactly 3 + 3.
+        assert_eq!((a, b), (3, 3));
+    }
+    assert_eq!(
+        upstream.served.load(std::sync::atomic::Ordering::SeqCst),
+        total
+    );
+}
+
+#[test]
+fn the_10tps_example_loads_unchanged_and_admits_10_per_burst() {
+    let dir = TempDir::new("proxy-10tps");
+    let upstream = Upstream::spawn();
+    let pod = sidecar(
+        &dir,
+        "pod",
+        upstream.addr,
+        &example("local-ratelimit-10tps.yaml"),
+    );
+    let clock = MonotonicClock::new();
+    let (admitted, secs) = burst(&pod, 25, &clock);
+    assert!(
+        (10..=most(10.0, secs)).contains(&admitted),
+        "admitted {admitted} of 25 in {secs:.3}s"
+    );
+}
+
+/// Runs `tollgate proxy ARGS` expecting it to refuse to start; its stderr.
+fn refuses(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("proxy")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn bad_filters_are_refused_with_the_file_and_place() {
+    let dir = TempDir::new("proxy-bad-config");
+    let typo = dir.write(
+        "typo.yaml",
+        "stat_prefix: x\ntoken_bucket:\n  max_token: 3\n  fill_interval: 1s\n",
+    );
+    let too_fast = dir.write(
+        "fast.yaml",
+        "stat_prefix: x\ntoken_bucket: {max_tokens: 3, fill_interval: 0.01s}\n",
+    );
+    let wrong_type = dir.write(
+        "filter.yaml",
+        "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nspec:\n  configPatches:\n    - applyTo: HTTP_FILTER\n      patch:\n        operation: INSERT_BEFORE\n        value:\n          name: envoy.filters.http.local_ratelimit\n          typed_config:\n            \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct\n            type_url: type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n            value: {stat_prefix: x}\n",
+    );
+    let run = |file: &Path| {
+        refuses(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--local-ratelimit",
+            file.to_str().expect("a UTF-8 path"),
+        ])
+    };
+    let error = run(&typo);
+    assert!(
+        error.contains(&format!("{}:3:", typo.display())) && error.contains("max_token"),
+        "{error}"
+    );
+    let error = run(&too_fast);
+    assert!(
+        error.contains(
+            "token_bucket.fill_interval: local rate limit token bucket fill timer must be >= 50ms"
+        ),
+        "{error}"
+    );
+    let error = run(&wrong_type);
+    assert!(
+        error.contains("spec.configPatches[0].patch.value.typed_config: type_url is"),
+        "{error}"
+    );
+    let missing = refuses(&["--config", "no/such/proxy.yaml"]);
+    assert!(
+        missing.contains("no/such/proxy.yaml: cannot read"),
+        "{missing}"
+    );
+}
+
+/// `tollgate serve` on free ports, killed on drop.
+fn serve_rls(dir: &TempDir, limits: &str) -> (ChildGuard, SocketAddr) {
+    let file = dir.write("limits.yaml", limits);
+    let mut child = ChildGuard(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "warn",
+                "--config",
+            ])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tollgate serve starts"),
+    );
+    let stdout = child.0.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let line = rx
+            .recv_timeout(proxy_support::BUDGET)
+            .expect("tollgate serve prints its address");
+        if let Some(addr) = line.strip_prefix("listening on ") {
+            return (child, addr.parse().expect("an address"));
+        }
+    }
+}
+
+fn global_config(upstream: SocketAddr, rls: SocketAddr, deny: bool) -> String {
+    format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nglobal_ratelimit:\n  domain: proxy-e2e\n  rate_limit_service: {{address: \"{rls}\"}}\n  timeout: 2s\n  failure_mode_deny: {deny}\n  enable_x_ratelimit_headers: DRAFT_VERSION_03\n  enable_retry_after_header: true\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limits:\n      - actions:\n          - generic_key: {{descriptor_value: proxy}}\n          - request_headers: {{header_name: x-user, descriptor_key: user}}\n"
+    )
+}
+
+#[test]
+fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
+    let dir = TempDir::new("proxy-global");
+    let upstream = Upstream::spawn();
+    let (mut rls, rls_addr) = serve_rls(
+        &dir,
+        "domain: proxy-e2e\ndescriptors:\n  - key: generic_key\n    value: proxy\n    descriptors:\n      - key: user\n        rate_limit:\n          name: per-user\n          unit: hour\n          requests_per_unit: 2\n          algorithm: token_bucket\n",
+    );
+    let allow_file = dir.write("allow.yaml", &global_config(upstream.addr, rls_addr, false));
+    let deny_file = dir.write("deny.yaml", &global_config(upstream.addr, rls_addr, true));
+    let start = |file: &Path, name: &str| {
+        ProxyChild::spawn(
+            &[
+                "--config",
+                file.to_str().expect("UTF-8"),
+                "--log-level",
+                "warn",
+            ],
+            dir.0.join(format!("{name}.log")),
+            true,
+        )
+    };
+    let allow = start(&allow_file, "allow");
+    let deny = start(&deny_file, "deny");
+
+    let alice: Vec<_> = (0..3)
+        .map(|_| get(allow.addr, "/", &[("x-user", "alice")]))
+        .collect();
+    assert_eq!(
+        alice.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [200, 200, 429],
+        "{alice:#?}"
+    );
+    assert_eq!(alice[0].header("x-ratelimit-remaining"), Some("1"));
+    assert!(
+        alice[0]
+            .header("x-ratelimit-limit")
+            .is_some_and(|l| l.starts_with("2, 2;w=3600;name=\"per-user\"")),
+        "{:?}",
+        alice[0]
+    );
+    let limited = &alice[2];
+    assert_eq!(limited.header("x-envoy-ratelimited"), Some("true"));
+    assert_eq!(limited.header("x-ratelimit-remaining"), Some("0"));
+    let retry: u64 = limited
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a retry-after on the 429");
+    // Envoy's rule: the longest duration_until_reset of the OVER_LIMIT statuses
+    // (for a token bucket, until it is full again).
+    assert!((1..=3600).contains(&retry), "retry-after {retry}");
+    // Without x-user the action drops the descriptor: no call, no limit.
+    for _ in 0..4 {
+        let r = get(allow.addr, "/", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-ratelimit-limit"), None);
+    }
+
+    rls.stop();
+    let r = get(allow.addr, "/", &[("x-user", "bob")]);
+    assert_eq!(
+        r.status, 200,
+        "failure_mode_deny false lets the request through: {r:?}"
+    );
+    let r = get(deny.addr, "/", &[("x-user", "bob")]);
+    assert_eq!(
+        r.status, 500,
+        "failure_mode_deny true answers status_on_error: {r:?}"
+    );
+    assert_eq!(r.body, "");
+
+    let admin = deny.admin.expect("an admin address");
+    let metrics = get(admin, "/metrics", &[]).body;
+    assert!(
+        metrics.contains(
+            "tollgate_proxy_rate_limit_service_denied_total{route=\"api\",cluster=\"backend\"} 1"
+        ),
+        "{metrics}"
+    );
+    let metrics = get(allow.admin.expect("an admin address"), "/metrics", &[]).body;
+    assert!(
+        metrics.contains(
+            "tollgate_proxy_global_rate_limited_total{route=\"api\",cluster=\"backend\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
+    let dir = TempDir::new("proxy-xff");
+    let upstream = Upstream::spawn();
+    let config = dir.write(
+        "proxy.yaml",
+        &format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nclusters: [{{name: backend, endpoints: [{{address: \"{}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limits: [{{actions: [{{remote_address: {{}}}}]}}]\n    local_ratelimit:\n      stat_prefix: per_client\n      token_bucket: {{max_tokens: 100, tokens_per_fill: 100, fill_interval: 3600s}}\n      filter_enabled: {{default_value: {{numerator: 100}}}}\n      filter_enforced: {{default_value: {{numerator: 100}}}}\n      descriptors:\n        - entries: [{{key: remote_address}}]\n          token_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 3600s}}\n",
+            upstream.addr
+        ),
+    );
+    let proxy = ProxyChild::spawn(
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        false,
+    );
+    assert_eq!(
+        get(proxy.addr, "/", &[("x-forwarded-for", "203.0.113.7")]).status,
+        200
+    );
+    assert_eq!(
+        get(proxy.addr, "/", &[("x-forwarded-for", "198.51.100.9")]).status,
+        429
+    );
+    assert_eq!(get(proxy.addr, "/", &[]).status, 429);
+}
+
+#[test]
+fn a_reload_applies_a_new_limit_and_a_bad_file_keeps_the_running_one() {
+    let dir = TempDir::new("proxy-reload");
+    let upstream = Upstream::spawn();
+    let config = |max: u32, header: &str| {
+        format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nclusters: [{{name: backend, endpoints: [{{address: \"{}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n    local_ratelimit:\n      stat_prefix: r\n      token_bucket: {{max_tokens: {max}, tokens_per_fill: 1, fill_interval: 3600s}}\n      filter_enabled: {{default_value: {{numerator: 100}}}}\n      filter_enforced: {{default_value: {{numerator: 100}}}}\n      response_headers_to_add: [{{header: {{key: x-generation, value: '{header}'}}}}]\n",
+            upstream.addr
+        )
+    };
+    let file = dir.write("proxy.yaml", &config(1, "one"));
+    let proxy = ProxyChild::spawn(
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        true,
+    );
+    assert_eq!(get(proxy.addr, "/", &[]).status, 200);
+    let denied = get(proxy.addr, "/", &[]);
+    assert_eq!(
+        (denied.status, denied.header("x-generation")),
+        (429, Some("one"))
+    );
+
+    // Replace the file by a rename, as editors and ConfigMaps do.
+    let next = dir.write("proxy.yaml.next", &config(3, "two"));
+    fs::rename(&next, &file).expect("the new config is renamed in");
+    let mut reloaded = false;
+    for _ in 0..200 {
+        let r = get(proxy.addr, "/", &[]);
+        if r.status == 200 {
+            reloaded = true;
+            break;
+        }
+        assert_eq!(r.status, 429);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        reloaded,
+        "the new limit never applied; log:\n{}",
+        log_tail(&proxy.log)
+    );
+    let admin = proxy.admin.expect("admin");
+    // A broken file: the running config stays, the failure is counted.
+    fs::write(&file, "listeners: [{address: 127.0.0.1:0}]\nroutes: 7\n").expect("written");
+    let mut rejected = false;
+    for _ in 0..200 {
+        if get(admin, "/metrics", &[])
+            .body
+            .contains("tollgate_proxy_config_reloads_total{result=\"failure\"}")
+        {
+            rejected = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(rejected, "the bad file was not seen");
+    let mut statuses = Vec::new();
+    let mut generation = None;
+    for _ in 0..3 {
+        let r = get(proxy.addr, "/", &[]);
+        statuses.push(r.status);
+        if r.status == 429 {
+            generation = r.header("x-generation").map(str::to_owned);
+        }
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert_eq!(generation.as_deref(), Some("two"));
+    assert!(log_tail(&proxy.log).contains("configuration rejected"));
+    assert_eq!(get(admin, "/healthz", &[]).status, 200);
+    assert_eq!(get(admin, "/readyz", &[]).status, 200);
+}
+
+#[test]
+fn keep_alive_connections_stream_through_and_a_dead_upstream_gets_a_503() {
+    let dir = TempDir::new("proxy-upstream-down");
+    let upstream = Upstream::spawn();
+    let proxy = sidecar(
+        &dir,
+        "proxy",
+        upstream.addr,
+        &example("local-ratelimit-10tps.yaml"),
+    );
+    let mut connection = Connection::open(proxy.addr).expect("connects");
+    for _ in 0..3 {
+        let r = connection
+            .send("GET", "/echo", &[("x-trace", "t1")])
+            .expect("a response on the same connection");
+        assert_eq!(r.status, 200);
+        assert!(r.body.contains("x-trace: t1"), "{r:?}");
+        assert!(r.body.contains("x-forwarded-for: 127.0.0.1"), "{r:?}");
+    }
+    let dead = SocketAddr::from(([127, 0, 0, 1], proxy_support::free_port()));
+    let orphan = sidecar(&dir, "orphan", dead, &example("local-ratelimit-10tps.yaml"));
+    let r = get(orphan.addr, "/", &[]);
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.body.contains("upstream connect error"), "{r:?}");
+}
+
+#[test]
+fn a_route_can_answer_with_the_ietf_fields_a_jittered_retry_after_and_a_problem_body() {
+    let dir = TempDir::new("proxy-contract");
+    let upstream = Upstream::spawn();
+    let config = dir.write(
+        "proxy.yaml",
+        &format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nclusters: [{{name: backend, endpoints: [{{address: \"{}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limit_response: {{retry_after_jitter: 2s, ietf_headers: true, problem_json: true}}\n    local_ratelimit:\n      stat_prefix: c\n      token_bucket: {{max_tokens: 2, tokens_per_fill: 2, fill_interval: 7200s}}\n      filter_enabled: {{default_value: {{numerator: 100}}}}\n      filter_enforced: {{default_value: {{numerator: 100}}}}\n      enable_x_ratelimit_headers: DRAFT_VERSION_03\n      enable_retry_after_header: true\n",
+            upstream.addr
+        ),
+    );
+    let proxy = ProxyChild::spawn(
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        false,
+    );
+    let first = get(proxy.addr, "/", &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(get(proxy.addr, "/", &[]).status, 200);
+    let denied = get(proxy.addr, "/", &[]);
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        denied.header("ratelimit-policy"),
+        Some("\"default\";q=2;w=7200")
+    );
+    assert_eq!(denied.header("ratelimit"), Some("\"default\";r=0;t=3600"));
+    let retry: u64 = denied
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("retry-after");
+    // Exact wait 3600 s (one token at 2 per 7200 s), jitter upward by at most 2 s.
+    assert!((3600..=3602).contains(&retry), "retry-after {retry}");
+    let body: serde_json::Value = serde_json::from_str(&denied.body).expect("a JSON body");
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["violated-policies"], serde_json::json!(["default"]));
+}
