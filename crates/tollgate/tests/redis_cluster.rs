@@ -18,7 +18,7 @@ descriptors:
   - key: user
     on_store_error: deny
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 1000
 ";
 

@@ -5,13 +5,41 @@ mod redis_common;
 mod redis_support;
 mod support;
 
+use std::time::Duration;
+
 use redis_common::{
     ALGORITHMS, RedisCluster, RedisServer, Scratch, admitted, call, channel, every_algorithm,
     request, serve,
 };
 
+/// The minute of Redis `TIME` on `clock`, and the seconds into it.
+fn redis_minute(clock: &RedisServer) -> (u64, u64) {
+    let out = clock.cli(&["TIME"]);
+    let secs: u64 = out
+        .lines()
+        .next()
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or_else(|| panic!("TIME answered {out:?}"));
+    (secs / 60, secs % 60)
+}
+
+/// Waits (at most 6 s) until Redis's clock is more than 5 s before the next
+/// minute, so that a burst of well under 5 s sees one fixed window. Returns the minute.
+async fn clear_of_a_minute_edge(clock: &RedisServer) -> u64 {
+    let (minute, second) = redis_minute(clock);
+    if second < 55 {
+        return minute;
+    }
+    tokio::time::sleep(Duration::from_secs(61 - second)).await;
+    redis_minute(clock).0
+}
+
 /// 256 calls per algorithm spread over the instances at `store`: exactly 100 pass.
-async fn exactly_100_each(store: &str, instances: usize) {
+///
+/// The limit is 100 per minute on Redis's clock (read from `clock`), so each
+/// burst starts clear of a minute's edge and must end in the same minute:
+/// a fixed window that reset in the middle would rightly admit more.
+async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
     let scratch = Scratch::new(&format!("exact-{instances}-{}", store.len()));
     let config = scratch.limits(&every_algorithm(100));
     let servers: Vec<_> = (0..instances)
@@ -22,7 +50,13 @@ async fn exactly_100_each(store: &str, instances: usize) {
         channels.push(channel(&server.address()).await);
     }
     for algorithm in ALGORITHMS {
+        let minute = clear_of_a_minute_edge(clock).await;
         let ok = admitted(&channels, &request("exact", algorithm, "one-key"), 256).await;
+        assert_eq!(
+            redis_minute(clock).0,
+            minute,
+            "{algorithm}: the burst took more than 5 s and crossed a minute"
+        );
         assert_eq!(ok, 100, "{algorithm}: 256 calls over {instances} instances");
     }
 }
@@ -30,7 +64,7 @@ async fn exactly_100_each(store: &str, instances: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
     let redis = RedisServer::start();
-    exactly_100_each(&redis.url(), 4).await;
+    exactly_100_each(&redis.url(), 4, &redis).await;
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert!(
         stats.contains("cmdstat_evalsha"),
@@ -41,7 +75,7 @@ async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_a_cluster_admit_exactly_100_for_every_algorithm() {
     let cluster = RedisCluster::start();
-    exactly_100_each(&cluster.url(), 4).await;
+    exactly_100_each(&cluster.url(), 4, &cluster.nodes[0]).await;
 }
 
 /// Two instances whose clocks are a whole minute apart still share one
@@ -66,10 +100,17 @@ async fn instances_with_skewed_clocks_decide_alike() {
         channel(&behind.address()).await,
     ];
     for algorithm in ALGORITHMS {
+        let minute = clear_of_a_minute_edge(&redis).await;
         let ok = admitted(&channels, &request("exact", algorithm, "skewed"), 256).await;
+        assert_eq!(
+            redis_minute(&redis).0,
+            minute,
+            "{algorithm}: crossed a minute"
+        );
         assert_eq!(ok, 100, "{algorithm}: one budget for both instances");
     }
     // Both report the same reset for the same window (to Redis's clock, within a second).
+    let minute = clear_of_a_minute_edge(&redis).await;
     let reset = |r: &tollgate_server::grpc::wire::RateLimitResponse| {
         r.statuses[0]
             .duration_until_reset
@@ -78,6 +119,11 @@ async fn instances_with_skewed_clocks_decide_alike() {
     };
     let a = call(&channels[0], request("exact", "fixed_window", "skewed")).await;
     let b = call(&channels[1], request("exact", "fixed_window", "skewed")).await;
+    assert_eq!(
+        redis_minute(&redis).0,
+        minute,
+        "the two calls crossed a minute"
+    );
     assert!((reset(&a) - reset(&b)).abs() <= 1, "{a:?} {b:?}");
 }
 
@@ -100,6 +146,7 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
             .unwrap_or(0)
     };
     let fixed = request("exact", "fixed_window", "closed");
+    let minute = clear_of_a_minute_edge(&redis).await;
     let oks = admitted(std::slice::from_ref(&channel), &fixed, 4).await;
     assert_eq!(oks, 3);
     let before = calls();
@@ -107,6 +154,7 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
         admitted(std::slice::from_ref(&channel), &fixed, 50).await,
         0
     );
+    assert_eq!(redis_minute(&redis).0, minute, "the test crossed a minute");
     assert_eq!(
         calls(),
         before,

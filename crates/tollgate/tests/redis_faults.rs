@@ -17,17 +17,17 @@ const LIMITS: &str = "domain: faults
 descriptors:
   - key: open
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 1
   - key: closed
     on_store_error: deny
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 1000
   - key: local
     on_store_error: local
     rate_limit:
-      unit: hour
+      unit: day
       requests_per_unit: 10
 ";
 
@@ -106,7 +106,7 @@ async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
     assert_eq!(
         oks(&channel, "open", 3).await,
         1,
-        "1 per hour while Redis counts"
+        "1 per day while Redis counts"
     );
     assert_eq!(oks(&channel, "closed", 3).await, 3);
     assert_eq!(http_get(&http, "/readyz").0, 200);
@@ -157,7 +157,7 @@ async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
     for _ in 0..3 {
         counted += usize::from(is_ok(&call(&channel, burst.clone()).await));
     }
-    assert_eq!(counted, 1, "counting in Redis again (1 per hour)");
+    assert_eq!(counted, 1, "counting in Redis again (1 per day)");
     assert_eq!(http_get(&http, "/readyz").0, 200);
 
     // Flat: no thread or memory growth from the outage.

@@ -151,7 +151,7 @@ async fn counters_live_in_a_tls_only_redis() {
     certificates(&scratch.0);
     let redis = start_tls_redis(&scratch.0);
     let config = scratch.limits(
-        "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: hour\n      requests_per_unit: 2\n",
+        "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n",
     );
     let ca = scratch.0.join("ca.crt");
     let store = format!("rediss://127.0.0.1:{}", redis.port);
