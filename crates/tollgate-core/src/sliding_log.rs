@@ -178,6 +178,21 @@ impl SlidingLog {
         )
     }
 
+    /// The units `state` still holds inside the window ending at `now`, without changing it.
+    ///
+    /// [`LogState::total`] is as of the last decision; this is what the next
+    /// decision at `now` would count, for displays that read between decisions.
+    pub fn logged_at(&self, state: &LogState, now: Timestamp) -> u64 {
+        let now = now.clamped_nanos();
+        let expired: u64 = state
+            .entries
+            .iter()
+            .take_while(|&&(t, _)| t.saturating_add(self.window) <= now)
+            .map(|&(_, cost)| cost)
+            .sum();
+        state.total - expired
+    }
+
     /// The earliest time from which `state` decides like an empty log.
     pub fn fresh_at(&self, state: &LogState) -> Timestamp {
         Timestamp::from_nanos(state.entries.back().map_or(0, |&(t, _)| t + self.window))
@@ -212,6 +227,27 @@ mod tests {
         assert_eq!(log.decide(&mut s, at(9_999), 1).outcome(), Outcome::Denied);
         assert!(log.decide(&mut s, at(10_000), 1).is_allowed());
         assert_eq!(log.decide(&mut s, at(10_000), 1).outcome(), Outcome::Denied);
+    }
+
+    #[test]
+    fn logged_at_counts_the_window_ending_then_without_changing_the_log() {
+        let log = SlidingLog::new(10, Duration::from_secs(10)).unwrap();
+        let mut s = LogState::default();
+        log.decide(&mut s, at(0), 3);
+        log.decide(&mut s, at(1_000), 2);
+        log.decide(&mut s, at(2_000), 4);
+        let before = s.clone();
+        assert_eq!(log.logged_at(&s, at(2_000)), 9);
+        assert_eq!(log.logged_at(&s, at(9_999)), 9);
+        // The entry at 0 s leaves at 10 s, the one at 1 s at 11 s.
+        assert_eq!(log.logged_at(&s, at(10_000)), 6);
+        assert_eq!(log.logged_at(&s, at(11_500)), 4);
+        assert_eq!(log.logged_at(&s, at(12_000)), 0);
+        assert_eq!(s, before, "reading changes nothing");
+        assert_eq!(s.total(), 9, "the total stays as of the last decision");
+        // The next decision counts what logged_at said: 4 logged + 6 fits exactly.
+        assert!(log.decide(&mut s, at(11_500), 6).is_allowed());
+        assert_eq!(log.decide(&mut s, at(11_500), 1).remaining(), 0);
     }
 
     #[test]

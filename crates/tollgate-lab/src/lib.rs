@@ -1,4 +1,12 @@
-//! The Tollgate simulator: one key, one algorithm, a traffic profile, virtual time.
+//! The Tollgate simulator: algorithms, traffic profiles, virtual time.
+//!
+//! A [`Scenario`] sends one arrival trace (a [`Traffic`] profile or a
+//! [`Replay`] of recorded timestamps) through one or more [`Lane`]s at once —
+//! algorithms side by side, or a fleet of sidecars with local limits against
+//! one global limit — over several clients' keys, and reports per-tick
+//! aggregates, sampled decisions and an [`Expectation`] computed from the
+//! parameters alone. Decisions go through a [`StoreFactory`]'s stores: the
+//! real in-memory store ([`MemoryStores`]) by default.
 //!
 //! A [`Simulation`] sends the arrivals of a [`Traffic`] profile through a
 //! real [`tollgate_store::MemoryStore`] holding one key, at virtual
@@ -18,8 +26,18 @@
 //! assert_eq!((summary.arrivals, summary.admitted), (100, 24));
 //! ```
 
+mod scenario;
 mod simulation;
+mod store;
 mod traffic;
+#[cfg(feature = "web")]
+pub mod web;
 
+pub use scenario::{
+    ArrivalSource, Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_CLIENTS,
+    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunReport, Runner,
+    SampledDecision, Scenario, Tick,
+};
 pub use simulation::{DecisionRecord, MAX_ARRIVALS, Simulation, Summary, state_level_meaning};
+pub use store::{MemoryStores, SimulatedStore, StoreFactory};
 pub use traffic::{Arrivals, MAX_RATE, Traffic};

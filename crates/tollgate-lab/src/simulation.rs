@@ -10,6 +10,7 @@ use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Out
 use tollgate_core::ConfigError;
 
 use crate::Traffic;
+use crate::store::state_level;
 use tollgate_store::{MemoryStore, StoreConfig};
 
 /// The most arrivals one run may be asked to simulate (about 10–20 s of work in release).
@@ -115,16 +116,15 @@ impl Simulation {
                 ),
             ));
         }
-        let expected = self.traffic.mean_rate() * self.duration.as_secs_f64();
+        let expected = self.traffic.expected_arrivals(self.duration);
         if expected > MAX_ARRIVALS as f64 {
             return Err(ConfigError::new(
                 "duration",
                 format!(
-                    "{:?} of {} traffic at {} requests per second averages {expected:.0} arrivals; \
+                    "{:?} of {} traffic averages {expected:.0} arrivals; \
                      a run may have at most {MAX_ARRIVALS}",
                     self.duration,
                     self.traffic.name(),
-                    self.traffic.mean_rate()
                 ),
             ));
         }
@@ -177,7 +177,7 @@ impl Simulation {
         for (index, offset_ns) in self.arrivals().enumerate() {
             let at = Timestamp::from_nanos(self.start.as_nanos() + offset_ns);
             let decision = store.check(&SIMULATED_KEY, at, self.cost);
-            let state_level = state_level(&self.algorithm, store.peek(&SIMULATED_KEY), at);
+            let state_level = state_level(&self.algorithm, store.peek_at(&SIMULATED_KEY, at), at);
             let record = DecisionRecord::new(index as u64, offset_ns, at, &decision, state_level);
             summary.arrivals += 1;
             match decision.outcome() {
@@ -215,29 +215,17 @@ pub fn state_level_meaning(algorithm: &AnyAlgorithm) -> &'static str {
     }
 }
 
-/// Decodes the store's state word for the key at `now` into the algorithm's own gauge.
-fn state_level(algorithm: &AnyAlgorithm, word: u64, now: Timestamp) -> f64 {
-    match algorithm {
-        AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(a)) => a.tokens(word, now) as f64,
-        AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(a)) => a.available(word, now) as f64,
-        AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(a)) => a.queued(word, now) as f64,
-        AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) => a.count(word, now) as f64,
-        AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(a)) => a.estimate(word, now),
-        AnyAlgorithm::SlidingLog(_) => word as f64,
-    }
-}
-
 /// The most units admitted in any window `(t − length, t]`, tracked over admitted times in order.
-struct AdmittedWindow {
+pub(crate) struct AdmittedWindow {
     length: u64,
     /// `(offset ns, units)` admitted within the last `length`, oldest first.
     admitted: VecDeque<(u64, u64)>,
     units: u64,
-    max: u64,
+    pub(crate) max: u64,
 }
 
 impl AdmittedWindow {
-    fn new(length: Duration) -> Self {
+    pub(crate) fn new(length: Duration) -> Self {
         AdmittedWindow {
             length: u64::try_from(length.as_nanos()).unwrap_or(u64::MAX),
             admitted: VecDeque::new(),
@@ -246,8 +234,8 @@ impl AdmittedWindow {
         }
     }
 
-    /// Records `units` admitted at `at`, which must not be earlier than the last.
-    fn admit(&mut self, at: u64, units: u64) {
+    /// The units admitted in `(at − length, at)` and at `at` so far, forgetting older ones.
+    pub(crate) fn units_before(&mut self, at: u64) -> u64 {
         while let Some(&(t, u)) = self.admitted.front() {
             if t.saturating_add(self.length) > at {
                 break;
@@ -255,6 +243,12 @@ impl AdmittedWindow {
             self.admitted.pop_front();
             self.units -= u;
         }
+        self.units
+    }
+
+    /// Records `units` admitted at `at`, which must not be earlier than the last.
+    pub(crate) fn admit(&mut self, at: u64, units: u64) {
+        self.units_before(at);
         match self.admitted.back_mut() {
             Some((t, u)) if *t == at => *u += units,
             _ => self.admitted.push_back((at, units)),
@@ -288,7 +282,7 @@ pub struct DecisionRecord {
 }
 
 impl DecisionRecord {
-    fn new(
+    pub(crate) fn new(
         index: u64,
         offset_ns: u64,
         at: Timestamp,

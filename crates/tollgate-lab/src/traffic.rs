@@ -42,6 +42,32 @@ pub enum Traffic {
         /// The fraction of each period spent at `peak`, in `(0, 1]`.
         duty: f64,
     },
+    /// A ramp: the rate climbs (or falls) linearly from `from` to `to` over
+    /// `over`, then stays at `to`.
+    ///
+    /// Arrivals are spaced by the rate at each instant: the `k`-th falls
+    /// where the expected count first reaches `k`, so the first is at the start.
+    Ramp {
+        /// Requests per second at the start (may be 0).
+        from: f64,
+        /// Requests per second from `over` on (may be 0).
+        to: f64,
+        /// How long the climb takes.
+        over: Duration,
+    },
+    /// A spike: `base` requests per second, except `peak` from `at` for `length`.
+    ///
+    /// Arrivals are evenly spaced within each part, as for [`Traffic::Ramp`].
+    Spike {
+        /// Requests per second outside the spike (may be 0).
+        base: f64,
+        /// Requests per second during the spike.
+        peak: f64,
+        /// When the spike begins, from the start of the run.
+        at: Duration,
+        /// How long the spike lasts.
+        length: Duration,
+    },
 }
 
 impl Traffic {
@@ -84,12 +110,38 @@ impl Traffic {
         Ok(traffic)
     }
 
-    /// The profile's name: `steady`, `poisson` or `square`.
+    /// A ramp from `from` to `to` requests per second over `over`, validated.
+    pub fn ramp(from: f64, to: f64, over: Duration) -> Result<Self, ConfigError> {
+        let traffic = Traffic::Ramp { from, to, over };
+        traffic.validate()?;
+        Ok(traffic)
+    }
+
+    /// `base` requests per second with a spike to `peak` from `at` for `length`, validated.
+    pub fn spike(
+        base: f64,
+        peak: f64,
+        at: Duration,
+        length: Duration,
+    ) -> Result<Self, ConfigError> {
+        let traffic = Traffic::Spike {
+            base,
+            peak,
+            at,
+            length,
+        };
+        traffic.validate()?;
+        Ok(traffic)
+    }
+
+    /// The profile's name: `steady`, `poisson`, `square`, `ramp` or `spike`.
     pub fn name(&self) -> &'static str {
         match self {
             Traffic::Steady { .. } => "steady",
             Traffic::Poisson { .. } => "poisson",
             Traffic::Square { .. } => "square",
+            Traffic::Ramp { .. } => "ramp",
+            Traffic::Spike { .. } => "spike",
         }
     }
 
@@ -122,16 +174,55 @@ impl Traffic {
                 }
                 Ok(())
             }
+            Traffic::Ramp { from, to, over } => {
+                check_rate("from", from, true)?;
+                check_rate("to", to, true)?;
+                if from == 0.0 && to == 0.0 {
+                    return Err(ConfigError::new(
+                        "to",
+                        "a ramp from 0 to 0 requests per second sends nothing",
+                    ));
+                }
+                if over.is_zero() {
+                    return Err(ConfigError::new("over", "must be longer than zero"));
+                }
+                Ok(())
+            }
+            Traffic::Spike {
+                base, peak, length, ..
+            } => {
+                check_rate("base", base, true)?;
+                check_rate("peak", peak, false)?;
+                if length.is_zero() {
+                    return Err(ConfigError::new("length", "must be longer than zero"));
+                }
+                Ok(())
+            }
         }
     }
 
     /// The mean number of requests per second over a long run.
+    ///
+    /// A ramp settles at `to` and a spike at `base`; for the mean over a
+    /// given run use [`Traffic::expected_arrivals`].
     pub fn mean_rate(&self) -> f64 {
         match *self {
             Traffic::Steady { rate } | Traffic::Poisson { rate } => rate,
             Traffic::Square {
                 peak, base, duty, ..
             } => peak * duty + base * (1.0 - duty),
+            Traffic::Ramp { to, .. } => to,
+            Traffic::Spike { base, .. } => base,
+        }
+    }
+
+    /// The expected number of arrivals in a run of `duration` (the mean for Poisson).
+    pub fn expected_arrivals(&self, duration: Duration) -> f64 {
+        match *self {
+            Traffic::Ramp { .. } | Traffic::Spike { .. } => {
+                RateCurve::new(self).expected(duration.as_secs_f64())
+            }
+            _ => self.mean_rate() * duration.as_secs_f64(),
         }
     }
 
@@ -169,6 +260,12 @@ impl Traffic {
                     base: EvenSpacing::new(base),
                     period_start: 0,
                     in_high_phase: true,
+                    next: 0,
+                },
+                Traffic::Ramp { .. } | Traffic::Spike { .. } => Source::Curve {
+                    curve: RateCurve::new(self),
+                    segment: 0,
+                    segment_first: 0.0,
                     next: 0,
                 },
             }
@@ -274,6 +371,124 @@ enum Source {
         /// The index of the next arrival within the current phase.
         next: u64,
     },
+    Curve {
+        curve: RateCurve,
+        /// The segment the next arrival is searched from.
+        segment: usize,
+        /// The expected count at the start of `segment`.
+        segment_first: f64,
+        /// The index of the next arrival.
+        next: u64,
+    },
+}
+
+/// One stretch of a piecewise-linear rate: from `start` s for `length` s, `from` to `to` req/s.
+#[derive(Clone, Copy, Debug)]
+struct RateSegment {
+    start: f64,
+    /// Seconds; infinite for the last segment.
+    length: f64,
+    from: f64,
+    to: f64,
+}
+
+impl RateSegment {
+    /// The expected arrivals in the first `t` seconds of the segment.
+    fn expected(&self, t: f64) -> f64 {
+        if self.length.is_infinite() || self.from == self.to {
+            return self.from * t;
+        }
+        self.from * t + (self.to - self.from) * t * t / (2.0 * self.length)
+    }
+
+    /// The expected arrivals over the whole segment (infinite for the last one at a rate above 0).
+    fn total(&self) -> f64 {
+        if self.length.is_infinite() {
+            return if self.from > 0.0 { f64::INFINITY } else { 0.0 };
+        }
+        self.expected(self.length)
+    }
+
+    /// The time into the segment at which the expected count reaches `m` (`m` ≤ the total).
+    fn time_of(&self, m: f64) -> f64 {
+        if self.length.is_infinite() || self.from == self.to {
+            return m / self.from;
+        }
+        // Solve a·t² + from·t − m = 0 with a = (to − from) / (2·length), in the
+        // form that stays accurate when a is small or negative.
+        let a = (self.to - self.from) / (2.0 * self.length);
+        let root = (self.from * self.from + 4.0 * a * m).max(0.0).sqrt();
+        let denominator = self.from + root;
+        if denominator <= 0.0 {
+            return 0.0;
+        }
+        2.0 * m / denominator
+    }
+}
+
+/// The rate of a ramp or a spike over time, as up to three linear segments.
+#[derive(Clone, Copy, Debug)]
+struct RateCurve {
+    segments: [RateSegment; 3],
+    len: usize,
+}
+
+impl RateCurve {
+    fn new(traffic: &Traffic) -> Self {
+        let flat = |start: f64, length: f64, rate: f64| RateSegment {
+            start,
+            length,
+            from: rate,
+            to: rate,
+        };
+        match *traffic {
+            Traffic::Ramp { from, to, over } => {
+                let over = over.as_secs_f64();
+                let climb = RateSegment {
+                    start: 0.0,
+                    length: over,
+                    from,
+                    to,
+                };
+                RateCurve {
+                    segments: [climb, flat(over, f64::INFINITY, to), climb],
+                    len: 2,
+                }
+            }
+            Traffic::Spike {
+                base,
+                peak,
+                at,
+                length,
+            } => {
+                let (at, length) = (at.as_secs_f64(), length.as_secs_f64());
+                RateCurve {
+                    segments: [
+                        flat(0.0, at, base),
+                        flat(at, length, peak),
+                        flat(at + length, f64::INFINITY, base),
+                    ],
+                    len: 3,
+                }
+            }
+            other => RateCurve {
+                segments: [flat(0.0, f64::INFINITY, other.mean_rate()); 3],
+                len: 1,
+            },
+        }
+    }
+
+    /// The expected arrivals in the first `t` seconds.
+    fn expected(&self, t: f64) -> f64 {
+        let mut sum = 0.0;
+        for segment in &self.segments[..self.len] {
+            if t <= segment.start {
+                break;
+            }
+            sum += segment.expected((t - segment.start).min(segment.length));
+        }
+        sum
+    }
 }
 
 impl Iterator for Arrivals {
@@ -343,6 +558,31 @@ impl Iterator for Arrivals {
                         }
                     }
                 }
+            },
+            Source::Curve {
+                curve,
+                segment,
+                segment_first,
+                next,
+            } => loop {
+                let current = curve
+                    .segments
+                    .get(*segment)
+                    .filter(|_| *segment < curve.len)?;
+                let m = *next as f64 - *segment_first;
+                let total = current.total();
+                if m >= total {
+                    *segment += 1;
+                    *segment_first += total;
+                    continue;
+                }
+                let at_secs = current.start + current.time_of(m);
+                let at = (at_secs * NANOS_PER_SEC_F64).round();
+                if at >= end as f64 {
+                    return None;
+                }
+                *next += 1;
+                return Some(at as u64);
             },
         }
     }
@@ -462,6 +702,48 @@ mod tests {
     }
 
     #[test]
+    fn ramp_arrivals_follow_the_climbing_rate() {
+        // 0 → 100 req/s over 10 s: 500 expected in the climb, then 100 req/s.
+        let ramp = Traffic::ramp(0.0, 100.0, Duration::from_secs(10)).unwrap();
+        assert_eq!(count(ramp, Duration::from_secs(10), 1), 500);
+        assert_eq!(count(ramp, Duration::from_secs(20), 1), 1_500);
+        assert_eq!(ramp.expected_arrivals(Duration::from_secs(20)), 1_500.0);
+        let times: Vec<u64> = ramp.arrivals(Duration::from_secs(10), 1).collect();
+        // The count up to t is 5·t²: the first 5 s hold a quarter of the climb's arrivals.
+        assert_eq!(times.iter().filter(|&&t| t < 5 * S).count(), 125);
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        // A falling ramp: 100 → 0 over 10 s, nothing after.
+        let fall = Traffic::ramp(100.0, 0.0, Duration::from_secs(10)).unwrap();
+        assert_eq!(count(fall, Duration::from_secs(30), 1), 500);
+    }
+
+    #[test]
+    fn spike_arrivals_jump_for_its_length() {
+        // 10 req/s, 100 req/s from 5 s to 7 s: 50 + 200 + 30 in 10 s.
+        let spike =
+            Traffic::spike(10.0, 100.0, Duration::from_secs(5), Duration::from_secs(2)).unwrap();
+        assert_eq!(count(spike, Duration::from_secs(10), 1), 280);
+        assert_eq!(spike.expected_arrivals(Duration::from_secs(10)), 280.0);
+        let times: Vec<u64> = spike.arrivals(Duration::from_secs(10), 1).collect();
+        assert_eq!(times[50], 5 * S, "the spike starts with an arrival");
+        assert_eq!(
+            times
+                .iter()
+                .filter(|&&t| (5 * S..7 * S).contains(&t))
+                .count(),
+            200
+        );
+        // With no base traffic only the spike arrives.
+        let alone =
+            Traffic::spike(0.0, 50.0, Duration::from_secs(1), Duration::from_secs(1)).unwrap();
+        let times: Vec<u64> = alone.arrivals(Duration::from_secs(5), 1).collect();
+        assert_eq!(times.len(), 50);
+        assert!(times.iter().all(|&t| (S..2 * S).contains(&t)));
+        // The profile is the same whatever the seed.
+        assert_eq!(count(spike, Duration::from_secs(10), 99), 280);
+    }
+
+    #[test]
     fn arrivals_are_lazy() {
         // A year at a million requests per second is 3·10¹³ arrivals; taking a
         // few must not try to make them all.
@@ -509,7 +791,26 @@ mod tests {
                 "duty",
             ),
         ];
-        for (error, parameter) in cases {
+        let more = [
+            (
+                Traffic::ramp(0.0, 0.0, Duration::from_secs(1)).unwrap_err(),
+                "to",
+            ),
+            (
+                Traffic::ramp(-1.0, 5.0, Duration::from_secs(1)).unwrap_err(),
+                "from",
+            ),
+            (Traffic::ramp(1.0, 5.0, Duration::ZERO).unwrap_err(), "over"),
+            (
+                Traffic::spike(1.0, 0.0, Duration::ZERO, Duration::from_secs(1)).unwrap_err(),
+                "peak",
+            ),
+            (
+                Traffic::spike(1.0, 5.0, Duration::ZERO, Duration::ZERO).unwrap_err(),
+                "length",
+            ),
+        ];
+        for (error, parameter) in cases.into_iter().chain(more) {
             assert_eq!(error.parameter(), parameter, "{error}");
         }
         let e = Traffic::steady(-1.0).unwrap_err();

@@ -26,6 +26,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -46,7 +47,7 @@ use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic_prost::{ProstDecoder, ProstEncoder};
 
 use crate::engine::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, LimitOverride,
@@ -398,7 +399,10 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
         }
         let service = self.clone();
         Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(RlsCodec);
+            let mut grpc = tonic::server::Grpc::new(RlsCodec::<
+                wire::RateLimitResponse,
+                wire::RateLimitRequest,
+            >::default());
             Ok(grpc.unary(service, request).await)
         })
     }
@@ -410,17 +414,28 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
 /// is far more than an RLS request or answer needs (a few hundred bytes),
 /// and that much per call costs the allocator more than the call's own
 /// work. Larger messages still fit: the buffer grows in steps of this size.
-#[derive(Clone, Copy, Debug, Default)]
-struct RlsCodec;
+/// `E` is the message sent, `D` the one received: the server encodes
+/// responses, a client encodes requests.
+struct RlsCodec<E, D>(PhantomData<fn(E) -> D>);
+
+impl<E, D> Default for RlsCodec<E, D> {
+    fn default() -> Self {
+        RlsCodec(PhantomData)
+    }
+}
 
 /// The codec buffer's size and growth step, in bytes.
 const CODEC_BUFFER_BYTES: usize = 512;
 
-impl Codec for RlsCodec {
-    type Encode = wire::RateLimitResponse;
-    type Decode = wire::RateLimitRequest;
-    type Encoder = ProstEncoder<wire::RateLimitResponse>;
-    type Decoder = ProstDecoder<wire::RateLimitRequest>;
+impl<E, D> Codec for RlsCodec<E, D>
+where
+    E: prost::Message + Send + 'static,
+    D: prost::Message + Default + Send + 'static,
+{
+    type Encode = E;
+    type Decode = D;
+    type Encoder = ProstEncoder<E>;
+    type Decoder = ProstDecoder<D>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstEncoder::new(codec_buffer())
@@ -741,7 +756,7 @@ pub async fn should_rate_limit(
         .ready()
         .await
         .map_err(|error| Status::unavailable(format!("the service is not ready: {error}")))?;
-    let codec = ProstCodec::<wire::RateLimitRequest, wire::RateLimitResponse>::default();
+    let codec = RlsCodec::<wire::RateLimitRequest, wire::RateLimitResponse>::default();
     client
         .unary(
             Request::new(request),

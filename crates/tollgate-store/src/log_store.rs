@@ -151,6 +151,19 @@ impl LogStore {
             .map_or(0, LogState::total)
     }
 
+    /// The units the key's log holds inside the window ending at `now`, 0 when absent; for displays.
+    ///
+    /// Unlike [`LogStore::peek`] it leaves out entries that have left the
+    /// window since the key's last decision. It only reads: no decision changes.
+    pub fn logged_at<K: Key + ?Sized>(&self, key: &K, now: Timestamp) -> u64 {
+        let id = self.hashing.key_id(key);
+        self.shard(id)
+            .lock()
+            .logs
+            .get(&id)
+            .map_or(0, |log| self.algorithm.logged_at(log, now))
+    }
+
     /// Drops every log that is fresh at `now` (all its entries expired); changes no decision.
     pub fn sweep(&self, now: Timestamp) {
         for shard in self.shards.iter() {
@@ -261,5 +274,25 @@ mod tests {
         assert_eq!(store.len(), 0);
         store.sweep(t);
         assert_eq!(store.memory_bytes(), base);
+    }
+
+    #[test]
+    fn logged_at_reads_the_window_at_a_later_time_and_leaves_the_log_alone() {
+        let log = SlidingLog::new(3, Duration::from_secs(1)).unwrap();
+        let store = LogStore::new(log, StoreConfig::with_max_keys(100));
+        let t = Timestamp::from_secs(10);
+        store.check("a", t, 2);
+        store.check("a", Timestamp::from_millis(10_500), 1);
+        let later = Timestamp::from_millis(11_200);
+        assert_eq!(store.logged_at("a", later), 1, "the entry at 10 s has left");
+        assert_eq!(
+            store.logged_at("b", later),
+            0,
+            "an absent key holds nothing"
+        );
+        assert_eq!(store.peek("a"), 3, "peek stays as of the last decision");
+        assert_eq!(store.len(), 1);
+        // The next decision agrees: 1 logged, room for 2.
+        assert_eq!(store.check("a", later, 2).remaining(), 0);
     }
 }

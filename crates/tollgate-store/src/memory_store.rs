@@ -53,6 +53,15 @@ impl MemoryStore {
         }
     }
 
+    /// The key's state for displays at `now`: the state word, or the units a
+    /// log holds inside the window ending at `now` (0 when absent). Only reads.
+    pub fn peek_at<K: Key + ?Sized>(&self, key: &K, now: Timestamp) -> u64 {
+        match self {
+            MemoryStore::Word(s) => s.peek(key),
+            MemoryStore::Log(s) => s.logged_at(key, now),
+        }
+    }
+
     /// Drops every key whose state is fresh at `now`; changes no decision.
     pub fn sweep(&self, now: Timestamp) {
         match self {

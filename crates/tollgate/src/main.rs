@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod duration;
+mod lab;
 mod serve;
 mod simulate;
 mod validate;
@@ -26,7 +27,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a rate-limit algorithm against simulated traffic in virtual time.
-    Simulate(simulate::SimulateArgs),
+    Simulate(Box<simulate::SimulateArgs>),
     /// Check limits files (a file or a directory) without starting a server.
     Validate(validate::ValidateArgs),
     /// Serve Envoy's rate limit service (RLS v3, gRPC) from limits files.
@@ -36,6 +37,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Load a running service and report its throughput and latency.
     Bench(bench::BenchArgs),
+    /// Serve the live lab: a web page that runs algorithms against simulated traffic.
+    Lab(lab::LabArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Bench(args) => bench::run(args),
+        Command::Lab(args) => lab::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -559,7 +559,7 @@ fn start_reloader(live: &Arc<LiveEngine<CoarseClock>>) -> AbortOnDrop {
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::warn!(%error, "cannot listen for Ctrl-C");

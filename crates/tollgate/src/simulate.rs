@@ -11,7 +11,10 @@ use tollgate_core::{
     AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
     SlidingWindow, Timestamp, TokenBucket,
 };
-use tollgate_lab::{DecisionRecord, Simulation, Summary, Traffic};
+use tollgate_lab::{
+    ArrivalSource, DecisionRecord, Expectation, Lane, LaneDecision, LaneReport, MemoryStores,
+    Replay, Scenario, Simulation, Summary, Traffic,
+};
 
 use crate::CommandError;
 use crate::duration::{format_duration, parse_duration};
@@ -21,11 +24,30 @@ use crate::duration::{format_duration, parse_duration};
 #[command(after_help = "Examples:\n  \
     tollgate simulate --algorithm token-bucket --max-tokens 5 --tokens-per-fill 2 --fill-interval 1s --arrival-rate 10 --duration 10s\n  \
     tollgate simulate --algorithm fixed-window --limit 100 --window minute --traffic square --peak-rate 50 --wave-period 1m --start 1700000020 --duration 10m\n  \
-    tollgate simulate --algorithm leaky-bucket --rate 10 --period 1s --burst 5 --traffic poisson --arrival-rate 15 --decisions out.csv")]
+    tollgate simulate --algorithm leaky-bucket --rate 10 --period 1s --burst 5 --traffic poisson --arrival-rate 15 --decisions out.csv\n  \
+    tollgate simulate --compare sliding_window,sliding_log --limit 100 --window 1s --traffic poisson --arrival-rate 110 --duration 1h")]
 pub struct SimulateArgs {
     /// The algorithm to simulate.
-    #[arg(long, value_enum, help_heading = "Algorithm")]
-    algorithm: AlgorithmName,
+    #[arg(
+        long,
+        value_enum,
+        required_unless_present = "compare",
+        conflicts_with = "compare",
+        help_heading = "Algorithm"
+    )]
+    algorithm: Option<AlgorithmName>,
+
+    /// Run several algorithms on the same arrivals and compare them (comma-separated, e.g.
+    /// sliding_window,sliding_log); each takes its own flags. Window algorithms are also judged
+    /// against the exact sliding log: requests over- or under-admitted.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "ALGORITHMS",
+        help_heading = "Algorithm"
+    )]
+    compare: Vec<AlgorithmName>,
 
     /// token-bucket: the bucket's capacity (it starts full).
     #[arg(long, value_name = "N", help_heading = "Algorithm")]
@@ -68,7 +90,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Algorithm")]
     window: Option<Duration>,
 
-    /// How requests arrive: evenly spaced, as a Poisson process, or in a square wave.
+    /// How requests arrive: evenly spaced, as a Poisson process, in a square wave, a ramp,
+    /// a spike, or replayed from --replay.
     #[arg(long, value_enum, default_value_t = TrafficName::Steady, help_heading = "Traffic")]
     traffic: TrafficName,
 
@@ -91,6 +114,35 @@ pub struct SimulateArgs {
     /// square: the fraction of each wave spent at --peak-rate, in (0, 1] [default: 0.5].
     #[arg(long, value_name = "F", value_parser = parse_duty, help_heading = "Traffic")]
     duty: Option<f64>,
+
+    /// ramp: requests per second at the start [default: 0].
+    #[arg(long, value_name = "R", value_parser = parse_non_negative_rate, help_heading = "Traffic")]
+    from_rate: Option<f64>,
+
+    /// ramp: requests per second at the top of the ramp and after it.
+    #[arg(long, value_name = "R", value_parser = parse_non_negative_rate, help_heading = "Traffic")]
+    to_rate: Option<f64>,
+
+    /// ramp: how long the climb from --from-rate to --to-rate takes [default: the whole run].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Traffic")]
+    ramp_over: Option<Duration>,
+
+    /// spike: when the spike to --peak-rate begins (--base-rate before and after it).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Traffic")]
+    spike_at: Option<Duration>,
+
+    /// spike: how long the spike lasts.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Traffic")]
+    spike_length: Option<Duration>,
+
+    /// replay: a CSV whose first column holds request timestamps in seconds (any origin; a
+    /// header line is skipped).
+    #[arg(long, value_name = "FILE", help_heading = "Traffic")]
+    replay: Option<PathBuf>,
+
+    /// Spread the arrivals at random over this many clients, each with its own key.
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Traffic")]
+    clients: u32,
 
     /// How long the simulated run lasts.
     #[arg(long, value_name = "DUR", default_value = "60s", value_parser = parse_duration, help_heading = "Run")]
@@ -118,7 +170,8 @@ pub struct SimulateArgs {
     json: bool,
 
     /// Write every decision to FILE (.csv, .json for an array, .jsonl for JSON lines; - for stdout,
-    /// which moves the summary to stderr).
+    /// which moves the summary to stderr). With --compare, --clients above 1 or a replay, each
+    /// decision also names its lane (algorithm), client and sidecar.
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     decisions: Option<PathBuf>,
 
@@ -127,14 +180,19 @@ pub struct SimulateArgs {
     decisions_format: Option<DecisionsFormat>,
 }
 
-/// The algorithms `--algorithm` names.
+/// The algorithms `--algorithm` and `--compare` name (with `_` or `-`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum AlgorithmName {
+    #[value(alias = "token_bucket")]
     TokenBucket,
     Gcra,
+    #[value(alias = "leaky_bucket")]
     LeakyBucket,
+    #[value(alias = "fixed_window")]
     FixedWindow,
+    #[value(alias = "sliding_window")]
     SlidingWindow,
+    #[value(alias = "sliding_log")]
     SlidingLog,
 }
 
@@ -207,6 +265,9 @@ enum TrafficName {
     Steady,
     Poisson,
     Square,
+    Ramp,
+    Spike,
+    Replay,
 }
 
 impl FlagChoice for TrafficName {
@@ -216,6 +277,9 @@ impl FlagChoice for TrafficName {
         match self {
             TrafficName::Steady | TrafficName::Poisson => &["--arrival-rate"],
             TrafficName::Square => &["--peak-rate", "--base-rate", "--wave-period", "--duty"],
+            TrafficName::Ramp => &["--from-rate", "--to-rate", "--ramp-over"],
+            TrafficName::Spike => &["--base-rate", "--peak-rate", "--spike-at", "--spike-length"],
+            TrafficName::Replay => &["--replay"],
         }
     }
 }
@@ -271,8 +335,15 @@ fn parse_finite(text: &str) -> Result<f64, String> {
 
 /// Runs `tollgate simulate`.
 pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
-    let (algorithm, algorithm_description) = build_algorithm(args)?;
-    let (traffic, traffic_description) = build_traffic(args)?;
+    let chosen = match args.algorithm {
+        Some(chosen) if args.clients == 1 && args.traffic != TrafficName::Replay => chosen,
+        _ => return run_scenario(args),
+    };
+    let (algorithm, algorithm_description) = build_algorithm(args, chosen, true)?;
+    let (source, traffic_description) = build_traffic(args)?;
+    let ArrivalSource::Profile(traffic) = source else {
+        return run_scenario(args);
+    };
     let simulation = Simulation {
         algorithm,
         traffic,
@@ -284,7 +355,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     simulation.validate().map_err(lab_error)?;
 
     let mut sink = match &args.decisions {
-        Some(path) => Some(DecisionSink::open(path, args.decisions_format)?),
+        Some(path) => Some(DecisionSink::open(path, args.decisions_format, false)?),
         None => None,
     };
     let summary = simulation
@@ -300,7 +371,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     }
 
     let report = Report {
-        algorithm: args.algorithm.flag_value(),
+        algorithm: chosen.flag_value(),
         algorithm_description,
         traffic: args.traffic.flag_value(),
         traffic_description,
@@ -327,10 +398,9 @@ pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     written.map_err(|e| CommandError::Failed(format!("cannot write the summary: {e}")))
 }
 
-/// Builds the algorithm from its flags, with a one-line description.
-fn build_algorithm(args: &SimulateArgs) -> Result<(AnyAlgorithm, String), CommandError> {
-    let chosen = args.algorithm;
-    let given: [(&str, bool); 10] = [
+/// The algorithm flags given on the command line.
+fn algorithm_flags_given(args: &SimulateArgs) -> [(&'static str, bool); 10] {
+    [
         ("--max-tokens", args.max_tokens.is_some()),
         ("--tokens-per-fill", args.tokens_per_fill.is_some()),
         ("--fill-interval", args.fill_interval.is_some()),
@@ -341,8 +411,19 @@ fn build_algorithm(args: &SimulateArgs) -> Result<(AnyAlgorithm, String), Comman
         ("--nodelay", args.nodelay),
         ("--delay", args.delay.is_some()),
         ("--window", args.window.is_some()),
-    ];
-    chosen.reject_foreign(&given)?;
+    ]
+}
+
+/// Builds the `chosen` algorithm from its flags, with a one-line description;
+/// `only_chosen` rejects flags that belong to other algorithms.
+fn build_algorithm(
+    args: &SimulateArgs,
+    chosen: AlgorithmName,
+    only_chosen: bool,
+) -> Result<(AnyAlgorithm, String), CommandError> {
+    if only_chosen {
+        chosen.reject_foreign(&algorithm_flags_given(args))?;
+    }
     let need = |flag: &str| chosen.missing(flag);
     let name = chosen.flag_value();
     let built = match chosen {
@@ -405,15 +486,21 @@ fn build_algorithm(args: &SimulateArgs) -> Result<(AnyAlgorithm, String), Comman
     Ok(built)
 }
 
-/// Builds the traffic profile from its flags, with a one-line description.
-fn build_traffic(args: &SimulateArgs) -> Result<(Traffic, String), CommandError> {
+/// Builds the arrivals from the traffic flags, with a one-line description.
+fn build_traffic(args: &SimulateArgs) -> Result<(ArrivalSource, String), CommandError> {
     let chosen = args.traffic;
-    let given: [(&str, bool); 5] = [
+    let given: [(&str, bool); 11] = [
         ("--arrival-rate", args.arrival_rate.is_some()),
         ("--peak-rate", args.peak_rate.is_some()),
         ("--base-rate", args.base_rate.is_some()),
         ("--wave-period", args.wave_period.is_some()),
         ("--duty", args.duty.is_some()),
+        ("--from-rate", args.from_rate.is_some()),
+        ("--to-rate", args.to_rate.is_some()),
+        ("--ramp-over", args.ramp_over.is_some()),
+        ("--spike-at", args.spike_at.is_some()),
+        ("--spike-length", args.spike_length.is_some()),
+        ("--replay", args.replay.is_some()),
     ];
     chosen.reject_foreign(&given)?;
     let need = |flag: &str| chosen.missing(flag);
@@ -446,8 +533,47 @@ fn build_traffic(args: &SimulateArgs) -> Result<(Traffic, String), CommandError>
                 ),
             )
         }
+        TrafficName::Ramp => {
+            let from = args.from_rate.unwrap_or(0.0);
+            let to = args.to_rate.ok_or_else(|| need("--to-rate"))?;
+            let over = args.ramp_over.unwrap_or(args.duration);
+            (
+                Traffic::ramp(from, to, over).map_err(lab_error)?,
+                format!("ramp, {from} to {to} req/s over {}", format_duration(over)),
+            )
+        }
+        TrafficName::Spike => {
+            let peak = args.peak_rate.ok_or_else(|| need("--peak-rate"))?;
+            let at = args.spike_at.ok_or_else(|| need("--spike-at"))?;
+            let length = args.spike_length.ok_or_else(|| need("--spike-length"))?;
+            let base = args.base_rate.unwrap_or(0.0);
+            (
+                Traffic::spike(base, peak, at, length).map_err(lab_error)?,
+                format!(
+                    "spike, {base} req/s with {peak} req/s from {} for {}",
+                    format_duration(at),
+                    format_duration(length)
+                ),
+            )
+        }
+        TrafficName::Replay => {
+            let path = args.replay.as_ref().ok_or_else(|| need("--replay"))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CommandError::Failed(format!("cannot read --replay {}: {e}", path.display()))
+            })?;
+            let replay = Replay::from_csv(&text).map_err(|e| {
+                CommandError::Usage(format!("--replay {}: {}", path.display(), e.reason()))
+            })?;
+            let description = format!(
+                "replay of {} timestamps over {} from {}",
+                replay.len(),
+                format_duration(replay.span()),
+                path.display()
+            );
+            return Ok((ArrivalSource::Replay(replay), description));
+        }
     };
-    Ok(built)
+    Ok((ArrivalSource::Profile(built.0), built.1))
 }
 
 /// Formats a fraction as a percentage with at most two decimals: `50`, `33.33`.
@@ -474,6 +600,11 @@ fn lab_error(error: ConfigError) -> CommandError {
         "base" => "--base-rate",
         "period" => "--wave-period",
         "duty" => "--duty",
+        "from" => "--from-rate",
+        "to" => "--to-rate",
+        "over" => "--ramp-over",
+        "length" => "--spike-length",
+        "clients" => "--clients",
         "cost" => "--cost",
         "start" => "--start",
         _ => "--duration",
@@ -491,7 +622,12 @@ struct DecisionSink {
 }
 
 impl DecisionSink {
-    fn open(path: &Path, format: Option<DecisionsFormat>) -> Result<Self, CommandError> {
+    /// Opens `path`; with `lanes`, CSV rows start with the lane, client and sidecar.
+    fn open(
+        path: &Path,
+        format: Option<DecisionsFormat>,
+        lanes: bool,
+    ) -> Result<Self, CommandError> {
         let to_stdout = path == Path::new("-");
         let format = match format {
             Some(format) => format,
@@ -532,6 +668,7 @@ impl DecisionSink {
             error: None,
         };
         let opening = match format {
+            DecisionsFormat::Csv if lanes => writeln!(sink.out, "{}", LaneDecision::CSV_HEADER),
             DecisionsFormat::Csv => writeln!(sink.out, "{}", DecisionRecord::CSV_HEADER),
             DecisionsFormat::Json => sink.out.write_all(b"["),
             DecisionsFormat::Jsonl => Ok(()),
@@ -551,11 +688,24 @@ impl DecisionSink {
     }
 
     fn write(&mut self, record: &DecisionRecord) {
+        self.write_with(record, |record, out| record.write_csv_row(out));
+    }
+
+    /// Writes one decision of a scenario's lane (a lane column, then the record).
+    fn write_lane(&mut self, decision: &LaneDecision<'_>) {
+        self.write_with(decision, |decision, out| decision.write_csv_row(out));
+    }
+
+    fn write_with<T: Serialize>(
+        &mut self,
+        record: &T,
+        csv: impl FnOnce(&T, &mut BufWriter<Box<dyn Write>>) -> io::Result<()>,
+    ) {
         if self.error.is_some() {
             return;
         }
         let result = match self.format {
-            DecisionsFormat::Csv => record.write_csv_row(&mut self.out),
+            DecisionsFormat::Csv => csv(record, &mut self.out),
             DecisionsFormat::Json => {
                 let separator: &[u8] = if self.written == 0 { b"\n" } else { b",\n" };
                 self.out.write_all(separator).and_then(|()| {
@@ -638,14 +788,14 @@ impl Report {
                 s.exceeded
             ),
         );
-        let shaper = args.algorithm == AlgorithmName::LeakyBucket && !args.nodelay;
+        let shaper = args.algorithm == Some(AlgorithmName::LeakyBucket) && !args.nodelay;
         if shaper {
             line(
                 "delayed",
                 format!("{} (admitted, held by the shaper)", s.delayed),
             );
         }
-        let window_note = match args.algorithm {
+        let window_note = match args.algorithm.unwrap_or(AlgorithmName::SlidingLog) {
             AlgorithmName::TokenBucket => " (the time to refill the whole bucket)",
             AlgorithmName::Gcra => " (the time to earn the whole burst back)",
             AlgorithmName::LeakyBucket => " (the time to drain the whole bucket)",
@@ -660,6 +810,191 @@ impl Report {
                 s.limit
             ),
         );
+        text
+    }
+}
+
+/// Runs the algorithms of `--compare` (or the one `--algorithm` over several
+/// clients or a replay) as lanes of one scenario on the same arrivals.
+fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
+    let chosen: Vec<AlgorithmName> = match args.algorithm {
+        Some(one) => vec![one],
+        None => args.compare.clone(),
+    };
+    if chosen.is_empty() {
+        return Err(CommandError::Usage(
+            "--compare needs at least one algorithm".to_owned(),
+        ));
+    }
+    for (i, name) in chosen.iter().enumerate() {
+        if chosen[..i].contains(name) {
+            return Err(CommandError::Usage(format!(
+                "--compare names {} twice",
+                name.flag_value()
+            )));
+        }
+    }
+    // A flag must belong to at least one of the algorithms compared.
+    for (flag, set) in algorithm_flags_given(args) {
+        if set && !chosen.iter().any(|c| c.flags().contains(&flag)) {
+            let names: Vec<String> = chosen.iter().map(|c| c.flag_value()).collect();
+            return Err(CommandError::Usage(format!(
+                "{flag} does not apply to any of {}",
+                names.join(", ")
+            )));
+        }
+    }
+    let mut lanes = Vec::new();
+    let mut descriptions = Vec::new();
+    for &name in &chosen {
+        let (algorithm, description) = build_algorithm(args, name, args.algorithm.is_some())?;
+        lanes.push(Lane::global(name.flag_value().replace('-', "_"), algorithm));
+        descriptions.push(description);
+    }
+    let (source, traffic_description) = build_traffic(args)?;
+    let scenario = Scenario {
+        source,
+        duration: args.duration,
+        seed: args.seed,
+        cost: args.cost,
+        start: Timestamp::from_secs(args.start),
+        clients: args.clients,
+        state_client: 0,
+        tick: args.duration.max(Duration::from_nanos(1)),
+        samples_per_tick: 0,
+        lanes,
+    };
+    let expectations = scenario.expectations();
+    scenario.validate().map_err(lab_error)?;
+    let mut sink = match &args.decisions {
+        Some(path) => Some(DecisionSink::open(path, args.decisions_format, true)?),
+        None => None,
+    };
+    let report = match sink.as_mut() {
+        Some(sink) => scenario.run_with_decisions(
+            &MemoryStores,
+            |_| {},
+            |decision| {
+                sink.write_lane(decision);
+            },
+        ),
+        None => scenario.run(&MemoryStores, |_| {}),
+    }
+    .map_err(lab_error)?;
+    let decisions_on_stdout = sink.as_ref().is_some_and(|s| s.is_stdout());
+    if let Some(sink) = sink {
+        sink.finish()?;
+    }
+    let compared = Comparison {
+        traffic: args.traffic.flag_value(),
+        traffic_description,
+        duration_ns: u64::try_from(args.duration.as_nanos()).unwrap_or(u64::MAX),
+        seed: args.seed,
+        cost: args.cost,
+        clients: args.clients,
+        arrivals: report.arrivals,
+        lanes: report
+            .lanes
+            .into_iter()
+            .zip(descriptions)
+            .zip(expectations)
+            .map(
+                |((report, algorithm_description), expectation)| ComparedLane {
+                    algorithm_description,
+                    report,
+                    expectation,
+                },
+            )
+            .collect(),
+    };
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&compared)
+            .map_err(|e| CommandError::Failed(format!("cannot format the summary as JSON: {e}")))?;
+        json.push('\n');
+        json
+    } else {
+        compared.human(args)
+    };
+    // With the decisions on stdout, the summary goes to stderr so stdout stays one format.
+    let written = if decisions_on_stdout {
+        io::stderr().lock().write_all(text.as_bytes())
+    } else {
+        let mut out = io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    };
+    written.map_err(|e| CommandError::Failed(format!("cannot write the summary: {e}")))
+}
+
+/// The summary of a comparison: the trace, then each algorithm's totals.
+#[derive(Serialize)]
+struct Comparison {
+    traffic: String,
+    traffic_description: String,
+    duration_ns: u64,
+    seed: u64,
+    cost: u64,
+    clients: u32,
+    arrivals: u64,
+    lanes: Vec<ComparedLane>,
+}
+
+/// One algorithm's line of a comparison.
+#[derive(Serialize)]
+struct ComparedLane {
+    algorithm_description: String,
+    #[serde(flatten)]
+    report: LaneReport,
+    expectation: Expectation,
+}
+
+impl Comparison {
+    fn human(&self, args: &SimulateArgs) -> String {
+        let mut text = format!(
+            "traffic    {} for {}, seed {}, cost {}, {} client{}\narrivals   {}\n",
+            self.traffic_description,
+            format_duration(args.duration),
+            self.seed,
+            self.cost,
+            self.clients,
+            if self.clients == 1 { "" } else { "s" },
+            self.arrivals
+        );
+        for lane in &self.lanes {
+            let r = &lane.report;
+            text.push_str(&format!("\n{}\n", lane.algorithm_description));
+            text.push_str(&format!(
+                "  admitted   {} ({:.4}%), expected at most {:.0}\n",
+                r.counts.admitted,
+                r.acceptance_rate * 100.0,
+                lane.expectation.expected_admitted
+            ));
+            text.push_str(&format!(
+                "  rejected   {} ({} denied, {} costing more than the limit can hold)\n",
+                r.counts.rejected(),
+                r.counts.denied,
+                r.counts.exceeded
+            ));
+            text.push_str(&format!(
+                "  busiest    {} units admitted in one {} window; limit {} per key\n",
+                r.max_admitted_in_window,
+                format_duration(Duration::from_nanos(r.window_ns)),
+                r.limit
+            ));
+            if let (Some(over), Some(under)) = (r.over_admitted, r.under_admitted) {
+                let share = |n: u64| {
+                    if self.arrivals == 0 {
+                        0.0
+                    } else {
+                        n as f64 * 100.0 / self.arrivals as f64
+                    }
+                };
+                text.push_str(&format!(
+                    "  vs exact   {over} over-admitted ({:.5}% of requests), {under} under-admitted ({:.5}%)\n",
+                    share(over),
+                    share(under)
+                ));
+            }
+        }
         text
     }
 }

@@ -267,6 +267,109 @@ fn the_csv_has_a_header_and_one_row_per_arrival() {
 }
 
 #[test]
+fn compared_decisions_carry_their_lane_and_client() {
+    // Two algorithms, three clients: one row per arrival per lane, in arrival
+    // order with the lanes in --compare order, adding up to each lane's summary.
+    let path = scratch("compared.csv");
+    let s = summary(&[
+        "--compare",
+        "fixed_window,sliding_log",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        "--traffic",
+        "poisson",
+        "--arrival-rate",
+        "20",
+        "--duration",
+        "5s",
+        "--clients",
+        "3",
+        "--decisions",
+        path.to_str().unwrap(),
+    ]);
+    let arrivals = number(&s, "arrivals");
+    assert!(arrivals > 50, "{arrivals}");
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "lane,client,sidecar,index,offset_ns,at_ns,outcome,remaining,retry_after_ns,delay_ns,state_level"
+        )
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, 2 * arrivals);
+    let lanes = s["lanes"].as_array().unwrap();
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.len(), 11, "row {i}: {row:?}");
+        assert_eq!(row[0], ["fixed_window", "sliding_log"][i % 2], "row {i}");
+        assert!(
+            ["0", "1", "2"].contains(&row[1]),
+            "row {i}: client {}",
+            row[1]
+        );
+        assert_eq!(row[3], (i / 2).to_string(), "row {i}");
+    }
+    for lane in lanes {
+        let label = lane["label"].as_str().unwrap();
+        let allowed = rows
+            .iter()
+            .filter(|r| r[0] == label && r[6] == "allowed")
+            .count() as u64;
+        assert_eq!(allowed, lane["admitted"].as_u64().unwrap(), "{label}");
+    }
+    // Both lanes saw each arrival from the same client.
+    assert!(rows.chunks(2).all(|pair| pair[0][1] == pair[1][1]));
+    let clients: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[1]).collect();
+    assert_eq!(clients.len(), 3);
+
+    // A replay writes them too, as JSON lines on stdout, the summary moving to stderr.
+    let replay = scratch("replay-for-decisions.csv");
+    std::fs::write(&replay, "t\n10.0\n10.1\n10.2\n12.0\n").unwrap();
+    let output = simulate(&[
+        "--algorithm",
+        "sliding-log",
+        "--limit",
+        "2",
+        "--window",
+        "1s",
+        "--traffic",
+        "replay",
+        "--replay",
+        replay.to_str().unwrap(),
+        "--duration",
+        "3s",
+        "--decisions",
+        "-",
+        "--decisions-format",
+        "jsonl",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let decisions: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcomes: Vec<&str> = decisions
+        .iter()
+        .map(|d| d["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["allowed", "allowed", "denied", "allowed"]);
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d["lane"] == "sliding_log" && d["client"] == 0)
+    );
+    assert_eq!(decisions[2]["retry_after_ns"], 800_000_000u64);
+    assert!(
+        stderr(&output).contains("sliding-log: 2 per 1s"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn decisions_as_a_json_array_and_as_json_lines() {
     let array = scratch("decisions.json");
     let lines = scratch("decisions.jsonl");
@@ -715,5 +818,207 @@ fn an_unknown_decisions_extension_asks_for_a_format() {
     assert!(
         !path.exists(),
         "nothing is written when the format is unknown"
+    );
+}
+
+#[test]
+fn compare_runs_algorithms_on_one_trace_and_judges_them_against_the_exact_log() {
+    let report = summary(&[
+        "--compare",
+        "fixed_window,sliding-window,sliding_log",
+        "--limit",
+        "20",
+        "--window",
+        "2s",
+        "--traffic",
+        "poisson",
+        "--arrival-rate",
+        "30",
+        "--duration",
+        "60s",
+        "--seed",
+        "3",
+    ]);
+    let lanes = report["lanes"].as_array().unwrap();
+    let labels: Vec<&str> = lanes.iter().map(|l| l["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["fixed_window", "sliding_window", "sliding_log"]);
+    let arrivals = number(&report, "arrivals");
+    assert!(lanes.iter().all(|l| number(l, "arrivals") == arrivals));
+    // The log is exact by definition; the fixed window over-admits at its edges.
+    let log = &lanes[2];
+    assert_eq!(
+        (number(log, "over_admitted"), number(log, "under_admitted")),
+        (0, 0)
+    );
+    assert_eq!(number(log, "max_admitted_in_window"), 20);
+    assert!(number(&lanes[0], "over_admitted") > 0);
+    assert!(number(&lanes[0], "max_admitted_in_window") > 20);
+    // Each lane carries its expectation.
+    assert_eq!(lanes[2]["expectation"]["ceiling"], 600.0);
+    // The same seed gives the same comparison.
+    let again = summary(&[
+        "--compare",
+        "fixed_window,sliding-window,sliding_log",
+        "--limit",
+        "20",
+        "--window",
+        "2s",
+        "--traffic",
+        "poisson",
+        "--arrival-rate",
+        "30",
+        "--duration",
+        "60s",
+        "--seed",
+        "3",
+    ]);
+    assert_eq!(report, again);
+}
+
+#[test]
+fn ramp_spike_replay_and_clients_are_simulated() {
+    let bucket = [
+        "--algorithm",
+        "token-bucket",
+        "--max-tokens",
+        "5",
+        "--tokens-per-fill",
+        "1",
+        "--fill-interval",
+        "1s",
+    ];
+    let with = |rest: &[&str]| {
+        let mut args = bucket.to_vec();
+        args.extend_from_slice(rest);
+        summary(&args)
+    };
+    // A ramp 0 → 20 req/s over 10 s: 100 arrivals.
+    let ramp = with(&["--traffic", "ramp", "--to-rate", "20", "--duration", "10s"]);
+    assert_eq!(number(&ramp, "arrivals"), 100);
+    // 1 req/s with a 2 s spike to 50 req/s: 8 + 100 arrivals in 10 s.
+    let spike = with(&[
+        "--traffic",
+        "spike",
+        "--base-rate",
+        "1",
+        "--peak-rate",
+        "50",
+        "--spike-at",
+        "4s",
+        "--spike-length",
+        "2s",
+        "--duration",
+        "10s",
+    ]);
+    assert_eq!(number(&spike, "arrivals"), 108);
+    // A replay of a CSV: a header, then timestamps in seconds, out of order.
+    let trace = scratch("trace.csv");
+    std::fs::write(&trace, "ts\n100.0\n100.5\n100.25\n101\n").unwrap();
+    let replay = with(&[
+        "--traffic",
+        "replay",
+        "--replay",
+        trace.to_str().unwrap(),
+        "--duration",
+        "5s",
+    ]);
+    assert_eq!(number(&replay, "arrivals"), 4);
+    assert_eq!(number(&replay["lanes"][0], "admitted"), 4);
+    // Four clients, each with its own bucket of 5 at 1/s: 20 req/s for 10 s admits 4 × (5 + ~10).
+    let clients = with(&[
+        "--arrival-rate",
+        "20",
+        "--duration",
+        "10s",
+        "--clients",
+        "4",
+    ]);
+    let admitted = number(&clients["lanes"][0], "admitted");
+    assert!((54..=60).contains(&admitted), "{admitted}");
+}
+
+#[test]
+fn compare_and_replay_mistakes_are_named() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--compare",
+                "gcra,gcra",
+                "--limit",
+                "1",
+                "--period",
+                "1s",
+                "--burst",
+                "1",
+                "--arrival-rate",
+                "1",
+            ],
+            "--compare names gcra twice",
+        ),
+        (
+            &[
+                "--compare",
+                "token_bucket,gcra",
+                "--window",
+                "1s",
+                "--arrival-rate",
+                "1",
+            ],
+            "--window does not apply to any of token-bucket, gcra",
+        ),
+        (
+            &[
+                "--algorithm",
+                "sliding-log",
+                "--limit",
+                "5",
+                "--window",
+                "1s",
+                "--traffic",
+                "replay",
+            ],
+            "--replay is required for --traffic replay",
+        ),
+        (
+            &[
+                "--algorithm",
+                "sliding-log",
+                "--limit",
+                "5",
+                "--window",
+                "1s",
+                "--traffic",
+                "ramp",
+                "--to-rate",
+                "0",
+            ],
+            "to: a ramp from 0 to 0",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = simulate(args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let trace = scratch("bad-trace.csv");
+    std::fs::write(&trace, "1\n2\nlater\n").unwrap();
+    let output = simulate(&[
+        "--algorithm",
+        "sliding-log",
+        "--limit",
+        "5",
+        "--window",
+        "1s",
+        "--traffic",
+        "replay",
+        "--replay",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("line 3: \"later\" is not a number of seconds"),
+        "{}",
+        stderr(&output)
     );
 }

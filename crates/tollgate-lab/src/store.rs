@@ -1,0 +1,70 @@
+//! The stores a scenario decides through: the in-memory store today, any other behind the same trait.
+
+use std::fmt;
+
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
+use tollgate_store::{MemoryStore, StoreConfig};
+
+/// One store of keyed state as the simulator sees it: decide a request, read a key's gauge.
+///
+/// A scenario makes one per lane (or one per sidecar in a fleet) through a
+/// [`StoreFactory`]. Keys are the simulated clients' numbers.
+pub trait SimulatedStore: Send {
+    /// Decides a request costing `cost` for `key` at virtual time `at`, consuming if it passes.
+    fn check(&mut self, key: u64, at: Timestamp, cost: u64) -> Decision;
+
+    /// The key's state at `at` in the algorithm's own terms (see [`crate::state_level_meaning`]).
+    fn state_level(&mut self, key: u64, at: Timestamp) -> f64;
+}
+
+/// Makes the stores of a scenario, one per lane or sidecar.
+///
+/// [`MemoryStores`] is the default. Another backend (a Redis store running
+/// the production Lua scripts) plugs in by implementing this trait and
+/// [`SimulatedStore`].
+pub trait StoreFactory: Send + Sync + fmt::Debug {
+    /// A fresh, empty store deciding with `algorithm`, for up to `keys` keys.
+    fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore>;
+}
+
+/// Makes real [`MemoryStore`]s: the production in-memory store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryStores;
+
+impl StoreFactory for MemoryStores {
+    fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore> {
+        Box::new(SimulatedMemoryStore {
+            store: MemoryStore::new(algorithm, StoreConfig::with_max_keys(keys.max(16))),
+            algorithm,
+        })
+    }
+}
+
+/// A [`MemoryStore`] and the algorithm it decides with, for decoding its state.
+struct SimulatedMemoryStore {
+    store: MemoryStore,
+    algorithm: AnyAlgorithm,
+}
+
+impl SimulatedStore for SimulatedMemoryStore {
+    fn check(&mut self, key: u64, at: Timestamp, cost: u64) -> Decision {
+        self.store.check(&key, at, cost)
+    }
+
+    fn state_level(&mut self, key: u64, at: Timestamp) -> f64 {
+        state_level(&self.algorithm, self.store.peek_at(&key, at), at)
+    }
+}
+
+/// Decodes a store's state word for a key at `now` into the algorithm's own gauge.
+pub(crate) fn state_level(algorithm: &AnyAlgorithm, word: u64, now: Timestamp) -> f64 {
+    match algorithm {
+        AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(a)) => a.tokens(word, now) as f64,
+        AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(a)) => a.available(word, now) as f64,
+        AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(a)) => a.queued(word, now) as f64,
+        AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) => a.count(word, now) as f64,
+        AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(a)) => a.estimate(word, now),
+        // A log's word is already the units logged at the time asked.
+        AnyAlgorithm::SlidingLog(_) => word as f64,
+    }
+}

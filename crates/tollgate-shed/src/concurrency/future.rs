@@ -1,0 +1,6 @@
+use super::service::KeySlot;
+use crate::slot_future::SlotFuture;
+
+/// The response of [`ConcurrencyLimit`](super::ConcurrencyLimit): the inner
+/// call holding its key's slot until it completes, or the [`Shed`](crate::Shed) error.
+pub type ResponseFuture<F, K> = SlotFuture<F, KeySlot<K>>;

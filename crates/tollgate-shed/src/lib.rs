@@ -1,0 +1,21 @@
+//! Load shedding for Tollgate's proxy: tower layers that refuse work before it piles up.
+//!
+//! * [`concurrency`]: at most N requests in flight per key (a tenant, an API
+//!   key, a route), like Stripe's concurrent-requests limiter.
+//! * [`priority`]: requests carry a class (critical / default / sheddable)
+//!   in a header; part of the in-flight capacity is reserved so that
+//!   critical traffic still gets through when the rest is shed.
+//!
+//! Both fail a refused request with a [`Shed`] error (boxed, as tower's
+//! layers do) that carries the reason and a retry-after hint; the proxy
+//! turns it into `503 Service Unavailable` + `Retry-After` in one place.
+//! A slot is taken when the request is called and given back when its
+//! response future completes, fails or is dropped.
+
+pub mod concurrency;
+mod error;
+pub mod priority;
+mod slot_future;
+
+pub use error::{BoxError, ConfigError, Shed, ShedReason};
+pub use slot_future::SlotFuture;

@@ -1,0 +1,74 @@
+//! The response future both layers share: the inner call holding its slot, or the shed error.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use pin_project_lite::pin_project;
+
+use crate::error::{BoxError, Shed};
+
+pin_project! {
+    /// The response of a shedding layer: the inner call holding its slot, or the shed error.
+    pub struct SlotFuture<F, Slot> {
+        #[pin]
+        kind: Kind<F>,
+        slot: Option<Slot>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Called { #[pin] future: F },
+        Shed { shed: Option<Shed> },
+    }
+}
+
+impl<F, Slot> SlotFuture<F, Slot> {
+    pub(crate) fn called(future: F, slot: Slot) -> Self {
+        SlotFuture {
+            kind: Kind::Called { future },
+            slot: Some(slot),
+        }
+    }
+
+    pub(crate) fn shed(shed: Shed) -> Self {
+        SlotFuture {
+            kind: Kind::Shed { shed: Some(shed) },
+            slot: None,
+        }
+    }
+}
+
+impl<F, T, E, Slot> Future for SlotFuture<F, Slot>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<T, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Called { future } => {
+                let result = ready!(future.poll(cx));
+                // The slot is free as soon as the inner call is done.
+                this.slot.take();
+                Poll::Ready(result.map_err(Into::into))
+            }
+            KindProj::Shed { shed } => Poll::Ready(Err(shed
+                .take()
+                .map(|s| Box::new(s) as BoxError)
+                .unwrap_or_else(|| "response future polled after completion".into()))),
+        }
+    }
+}
+
+impl<F, Slot> std::fmt::Debug for SlotFuture<F, Slot> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotFuture")
+            .field("holds_slot", &self.slot.is_some())
+            .finish()
+    }
+}

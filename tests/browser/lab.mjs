@@ -1,0 +1,152 @@
+// Drives the tollgate lab page in headless Chromium and checks what a person would see.
+//
+// Usage: node tests/browser/lab.mjs URL SCREENSHOT_PATH
+//
+// Opens the page, checks that an out-of-range input gets a message naming the
+// field, starts a compare run, waits for data and for the end, asserts that
+// every chart received points and that the summary table shows the server's
+// own figures (fetched from /api/summary with the same parameters), saves a
+// screenshot, runs a shaper and checks its delay chart and the state line's
+// legend (whose key it reads), then uploads a CSV trace from the page and replays it. Exits
+// non-zero with a message on the first failure.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const [url, screenshotPath] = process.argv.slice(2);
+if (!url || !screenshotPath) {
+  console.error('usage: node lab.mjs URL SCREENSHOT_PATH');
+  process.exit(2);
+}
+
+const userDataDir = mkdtempSync(join(tmpdir(), 'tollgate-lab-chromium-'));
+const executablePath = process.env.CHROMIUM || '/usr/bin/chromium';
+const TIMEOUT = 30_000;
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+let context;
+try {
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run'],
+    viewport: { width: 1400, height: 1100 },
+  });
+  const page = context.pages()[0] || await context.newPage();
+  page.setDefaultTimeout(TIMEOUT);
+  const consoleErrors = [];
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  page.on('pageerror', (e) => consoleErrors.push(e.message));
+
+  await page.goto(url);
+  // The inputs carry the server's ranges.
+  await page.waitForFunction(() => document.querySelector('input[name=sidecars]').max === '15');
+
+  // An out-of-range value is refused with a message naming the field.
+  await page.fill('input[name=max_tokens]', '0');
+  await page.click('#run-start');
+  await page.waitForFunction(() => !document.getElementById('error').hidden);
+  const error = await page.textContent('#error');
+  check(error.startsWith('max_tokens:'), `the error names the field: ${error}`);
+  check(await page.getAttribute('#status', 'data-state') === 'error', 'no run starts with a bad value');
+  await page.fill('input[name=max_tokens]', '10');
+
+  // A compare run: the fixed window's edge against the sliding ones, played fast.
+  await page.selectOption('select[name=mode]', 'compare');
+  await page.fill('input[name=limit]', '20');
+  await page.fill('input[name=window_ms]', '2000');
+  await page.selectOption('select[name=traffic]', 'poisson');
+  await page.fill('input[name=arrival_rate]', '30');
+  await page.fill('input[name=duration_ms]', '20000');
+  await page.fill('input[name=speed]', '40');
+  await page.fill('input[name=seed]', '5');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.ticksReceived > 0);
+  await page.waitForFunction(() => window.lab.state === 'done', null, { timeout: TIMEOUT });
+  const errorShown = await page.isVisible('#error');
+  check(!errorShown, `no error after the run: ${await page.textContent('#error')}`);
+
+  // Every chart of every lane drew points.
+  const points = await page.$$eval('canvas[data-chart]', (cs) => cs.map((c) => Number(c.dataset.points)));
+  check(points.length === 9, `three charts for each of three lanes, got ${points.length}`);
+  check(points.every((n) => n > 0), `every chart has points: ${points}`);
+  const logRows = await page.$$eval('#log tbody tr', (rows) => rows.length);
+  check(logRows > 0, 'the decision log has rows');
+
+  // The summary shows the server's figures for the same parameters.
+  const query = await page.evaluate(() => window.lab.query);
+  const summary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), query);
+  const shown = await page.$$eval('#summary tbody tr', (rows) => rows.map((row) => {
+    const value = (name) => Number(row.querySelector(`[data-name="${name}"]`).dataset.value);
+    return { arrivals: value('arrivals'), admitted: value('admitted'), rejected: value('rejected') };
+  }));
+  check(shown.length === summary.lanes.length, `one summary row per lane: ${shown.length}`);
+  summary.lanes.forEach((lane, i) => {
+    const expected = { arrivals: lane.arrivals, admitted: lane.admitted, rejected: lane.denied + lane.exceeded };
+    check(JSON.stringify(shown[i]) === JSON.stringify(expected),
+      `lane ${lane.label}: the page shows ${JSON.stringify(shown[i])}, the server says ${JSON.stringify(expected)}`);
+  });
+  const expectedColumns = await page.$$eval('#summary tbody tr [data-name="expected_arrivals"]', (cells) => cells.map((c) => c.textContent));
+  check(expectedColumns.every((t) => t.length > 0), 'the expectation sits beside the actual figures');
+
+  await page.screenshot({ path: screenshotPath, fullPage: true });
+  const legends = await page.$$eval('[data-chart="state"]', (cs) => cs.map((c) => c.parentElement.querySelector('figcaption').textContent));
+  check(legends.every((t) => t.includes("client 0's key")), `the state legends say whose state they show: ${legends}`);
+
+  // A shaper draws the delays it gives beside its queue; the state line reads the chosen client.
+  await page.selectOption('select[name=mode]', 'single');
+  await page.selectOption('select[name=algorithm]', 'leaky_bucket');
+  await page.selectOption('select[name=leaky_mode]', 'shaper');
+  await page.fill('input[name=rate]', '5');
+  await page.fill('input[name=burst]', '10');
+  await page.fill('input[name=arrival_rate]', '20');
+  await page.fill('input[name=duration_ms]', '5000');
+  await page.fill('input[name=clients]', '2');
+  await page.fill('input[name=state_client]', '1');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single');
+  const delayChart = await page.$('canvas[data-chart="delay"]');
+  check(delayChart !== null, 'a shaper lane has a delay chart');
+  const delayPoints = Number(await delayChart.getAttribute('data-points'));
+  check(delayPoints > 0, `the delay chart has points: ${delayPoints}`);
+  const delayLegend = await page.$eval('canvas[data-chart="delay"]', (c) => c.parentElement.querySelector('figcaption').textContent);
+  check(delayLegend.includes('longest delay given in the tick (s)'), `the delay chart says what it draws: ${delayLegend}`);
+  const drawn = await page.evaluate(() => ({ delay: window.lab.lanes[0].delay, state: window.lab.lanes[0].state }));
+  check(drawn.delay.some((d) => d > 0) && drawn.state.some((q) => q > 0), `the shaper delays and queues: ${JSON.stringify(drawn)}`);
+  const stateLegend = await page.$eval('canvas[data-chart="state"]', (c) => c.parentElement.querySelector('figcaption').textContent);
+  check(stateLegend.includes("units queued (still draining) — client 1's key"), `the queue line names its key: ${stateLegend}`);
+  await page.fill('input[name=clients]', '1');
+  await page.fill('input[name=state_client]', '0');
+
+  // A replayed trace: upload a CSV from the page, run it, and compare with the server.
+  const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));
+  await page.selectOption('select[name=mode]', 'single');
+  await page.selectOption('select[name=algorithm]', 'token_bucket');
+  await page.selectOption('select[name=traffic]', 'replay');
+  await page.setInputFiles('#replay-file', {
+    name: 'trace.csv', mimeType: 'text/csv', buffer: Buffer.from(`timestamp\n${times.join('\n')}\n`),
+  });
+  await page.waitForFunction(() => document.getElementById('replay-info').textContent.includes('300 timestamps'));
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single');
+  const replayQuery = await page.evaluate(() => window.lab.query);
+  check(replayQuery.includes('traffic=replay') && /(^|&)replay=\d+/.test(replayQuery), `the run replays the upload: ${replayQuery}`);
+  const replaySummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), replayQuery);
+  const replayShown = await page.$eval('#summary tbody tr [data-name="admitted"]', (c) => Number(c.dataset.value));
+  check(replaySummary.arrivals === 300, `all 300 uploaded requests arrive: ${replaySummary.arrivals}`);
+  check(replayShown === replaySummary.lanes[0].admitted,
+    `the replay's admitted figure on the page (${replayShown}) is the server's (${replaySummary.lanes[0].admitted})`);
+  check(consoleErrors.length === 0, `no errors in the console: ${consoleErrors.join('; ')}`);
+  console.log(JSON.stringify({ ok: true, lanes: summary.lanes.length, arrivals: summary.arrivals, points, screenshot: screenshotPath }));
+} catch (e) {
+  console.error(`lab browser test failed: ${e.message}`);
+  process.exitCode = 1;
+} finally {
+  if (context) await context.close();
+  rmSync(userDataDir, { recursive: true, force: true });
+}
