@@ -440,6 +440,7 @@ impl Scenario {
             next_tick: 0,
             next_index: 0,
             samples_per_tick: self.samples_per_tick,
+            failure: None,
         })
     }
 
@@ -448,12 +449,12 @@ impl Scenario {
         &self,
         stores: &dyn StoreFactory,
         mut on_tick: impl FnMut(&Tick),
-    ) -> Result<RunReport, ConfigError> {
+    ) -> Result<RunReport, RunError> {
         let mut runner = self.runner(stores)?;
         while let Some(tick) = runner.next_tick() {
             on_tick(&tick);
         }
-        Ok(runner.finish())
+        runner.finish_checked()
     }
 
     /// Runs to the end like [`Scenario::run`], also calling `on_decision` for
@@ -463,12 +464,12 @@ impl Scenario {
         stores: &dyn StoreFactory,
         mut on_tick: impl FnMut(&Tick),
         mut on_decision: impl FnMut(&LaneDecision<'_>),
-    ) -> Result<RunReport, ConfigError> {
+    ) -> Result<RunReport, RunError> {
         let mut runner = self.runner(stores)?;
         while let Some(tick) = runner.next_tick_with(Some(&mut on_decision)) {
             on_tick(&tick);
         }
-        Ok(runner.finish())
+        runner.finish_checked()
     }
 }
 
@@ -623,6 +624,32 @@ pub struct LaneReport {
     pub under_admitted: Option<u64>,
 }
 
+/// Why a scenario run gave no report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// A parameter is out of range; it names the parameter.
+    Config(ConfigError),
+    /// A store stopped answering (Redis went away); the message says why.
+    Store(String),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Config(e) => e.fmt(f),
+            RunError::Store(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
 /// The totals of a scenario run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunReport {
@@ -650,6 +677,8 @@ pub struct Runner {
     next_tick: u64,
     next_index: u64,
     samples_per_tick: usize,
+    /// Why a store stopped answering; the run ends there.
+    failure: Option<String>,
 }
 
 impl fmt::Debug for Runner {
@@ -677,7 +706,7 @@ impl Runner {
         &mut self,
         mut on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
     ) -> Option<Tick> {
-        if self.next_tick >= self.ticks {
+        if self.next_tick >= self.ticks || self.failure.is_some() {
             return None;
         }
         let index = self.next_tick;
@@ -717,12 +746,35 @@ impl Runner {
             .iter_mut()
             .map(|lane| lane.end_tick(self.state_client, tick_end))
             .collect();
+        let failed = self
+            .lanes
+            .iter()
+            .flat_map(|lane| &lane.stores)
+            .find_map(|store| store.failure());
+        if let Some(failure) = failed {
+            // This tick's decisions went partly unanswered: report none of it.
+            self.failure = Some(failure.to_owned());
+            return None;
+        }
         Some(Tick {
             index,
             start_ns,
             end_ns,
             lanes,
         })
+    }
+
+    /// Why a store stopped answering, which ended the run early.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The totals of a run that ended, or the store failure that ended it early.
+    pub fn finish_checked(self) -> Result<RunReport, RunError> {
+        match self.failure.clone() {
+            Some(failure) => Err(RunError::Store(failure)),
+            None => Ok(self.finish()),
+        }
     }
 
     /// The totals so far (the whole run's once [`Runner::next_tick`] has returned `None`).

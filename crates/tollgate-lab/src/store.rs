@@ -1,4 +1,4 @@
-//! The stores a scenario decides through: the in-memory store today, any other behind the same trait.
+//! The stores a scenario decides through: the in-memory store by default, Redis (feature `redis`) behind the same trait.
 
 use std::fmt;
 
@@ -15,16 +15,30 @@ pub trait SimulatedStore: Send {
 
     /// The key's state at `at` in the algorithm's own terms (see [`crate::state_level_meaning`]).
     fn state_level(&mut self, key: u64, at: Timestamp) -> f64;
+
+    /// Why the store stopped answering, once it has (a remote store's error).
+    ///
+    /// A scenario stops at the end of the tick in which a store failed and
+    /// reports this message; decisions after a failure mean nothing.
+    fn failure(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Makes the stores of a scenario, one per lane or sidecar.
 ///
-/// [`MemoryStores`] is the default. Another backend (a Redis store running
-/// the production Lua scripts) plugs in by implementing this trait and
-/// [`SimulatedStore`].
+/// [`MemoryStores`] is the default; `RedisStores` (feature `redis`) runs the
+/// production Lua script on a real Redis.
 pub trait StoreFactory: Send + Sync + fmt::Debug {
     /// A fresh, empty store deciding with `algorithm`, for up to `keys` keys.
     fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore>;
+
+    /// Whether each decision is a network round trip that blocks the calling
+    /// thread (a Redis store): async callers then run the scenario on a
+    /// blocking thread, and the lab caps how many decisions a run may take.
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// Makes real [`MemoryStore`]s: the production in-memory store.

@@ -226,6 +226,10 @@ function open(query, plan) {
   source = new EventSource(`/api/run?${query}`);
   source.addEventListener('tick', (e) => onTick(JSON.parse(e.data)));
   source.addEventListener('end', (e) => onEnd(JSON.parse(e.data)));
+  source.addEventListener('failed', (e) => {
+    stopRun('error');
+    setStatus('error', JSON.parse(e.data).error);
+  });
   source.addEventListener('error', () => {
     if (lab.state === 'running') {
       stopRun('error');
