@@ -276,8 +276,8 @@ fn a_bad_or_unreachable_redis_url_is_a_clear_error() {
     }
 }
 
-/// GET `path` from the lab at `addr`: status and JSON body.
-fn get_json(addr: &str, path: &str) -> (u16, Value) {
+/// GET `path` from the lab at `addr`: the whole answer, headers and body, as sent.
+fn get_raw(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("the lab accepts");
     stream.set_read_timeout(Some(support::BUDGET)).unwrap();
@@ -288,6 +288,12 @@ fn get_json(addr: &str, path: &str) -> (u16, Value) {
     .unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).expect("a whole answer");
+    raw
+}
+
+/// GET `path` from the lab at `addr`: status and JSON body.
+fn get_json(addr: &str, path: &str) -> (u16, Value) {
+    let raw = get_raw(addr, path);
     let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
     let status = head[9..12].parse().expect("a status code");
     let body = body
@@ -311,11 +317,27 @@ fn the_lab_runs_on_redis_when_started_with_it() {
     let (status, in_memory) = get_json(&addr, &format!("{run}&store=memory"));
     assert_eq!(status, 200, "{in_memory}");
     assert_eq!(on_redis["lanes"], in_memory["lanes"]);
-    assert_eq!(
-        redis.cli(&["DBSIZE"]).trim(),
-        "0",
-        "the run's keys are gone"
+    // The server deletes a run's keys in the background once the run is over:
+    // at most 500 polls 20 ms apart.
+    let mut polls = 0;
+    while redis.cli(&["DBSIZE"]).trim() != "0" {
+        polls += 1;
+        assert!(polls < 500, "the run's keys stay");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The stream steps the run on Redis too, to its end event.
+    let raw = get_raw(
+        &addr,
+        &format!("{}&speed=0", run.replace("/api/summary", "/api/run")),
     );
+    assert_eq!(raw.matches("event: tick").count(), 100, "{raw}");
+    let end = raw
+        .split("event: end\ndata: ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .expect("an end event");
+    let end: Value = serde_json::from_str(end).expect("JSON");
+    assert_eq!(end["report"]["lanes"], in_memory["lanes"]);
     // Too big a run for round trips: a 400 that says so.
     let (status, body) = get_json(
         &addr,
