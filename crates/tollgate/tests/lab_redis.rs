@@ -311,6 +311,8 @@ fn the_lab_runs_on_redis_when_started_with_it() {
         .line_after("tollgate lab: open http://")
         .trim_end_matches('/')
         .to_owned();
+    let (_, fields) = get_json(&addr, "/api/fields");
+    assert_eq!(fields["stores"], serde_json::json!(["redis", "memory"]));
     let run = "/api/summary?algorithm=token_bucket&max_tokens=5&tokens_per_fill=2&fill_interval_ms=1000&traffic=steady&arrival_rate=10&duration_ms=10000&clients=2";
     let (status, on_redis) = get_json(&addr, run);
     assert_eq!(status, 200, "{on_redis}");
@@ -364,6 +366,8 @@ fn a_lab_without_redis_refuses_store_redis() {
         .line_after("tollgate lab: open http://")
         .trim_end_matches('/')
         .to_owned();
+    let (_, fields) = get_json(&addr, "/api/fields");
+    assert_eq!(fields["stores"], serde_json::json!(["memory"]));
     let (status, body) = get_json(
         &addr,
         "/api/summary?algorithm=token_bucket&max_tokens=5&tokens_per_fill=2&fill_interval_ms=1000&traffic=steady&arrival_rate=10&duration_ms=10000&store=redis",

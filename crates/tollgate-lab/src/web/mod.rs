@@ -334,6 +334,10 @@ struct FieldsAnswer {
     fields: &'static [Field],
     choices: Vec<Choice>,
     max_arrivals: f64,
+    /// The stores a run may choose with `store=`, the default first.
+    stores: Vec<&'static str>,
+    /// The most round trips a run on Redis may make.
+    max_remote_calls: f64,
 }
 
 #[derive(Serialize)]
@@ -342,7 +346,7 @@ struct Choice {
     values: &'static [&'static str],
 }
 
-async fn fields() -> Response {
+async fn fields(State(lab): State<Lab>) -> Response {
     json_response(
         StatusCode::OK,
         &FieldsAnswer {
@@ -352,6 +356,12 @@ async fn fields() -> Response {
                 .map(|&(name, values)| Choice { name, values })
                 .collect(),
             max_arrivals: MAX_LAB_ARRIVALS,
+            stores: if lab.redis.is_some() {
+                vec!["redis", "memory"]
+            } else {
+                vec!["memory"]
+            },
+            max_remote_calls: MAX_REMOTE_DECISIONS,
         },
     )
 }

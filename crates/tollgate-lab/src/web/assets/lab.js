@@ -386,7 +386,9 @@ function drawChart(canvas, x, series, xMax) {
 
 // Sets the inputs' ranges and defaults from the server, then any values in the page's URL.
 async function init() {
-  const { fields } = await fetchJson('/api/fields');
+  const { fields, stores } = await fetchJson('/api/fields');
+  // Started with --redis: runs may choose Redis (the default) or memory.
+  document.getElementById('store-choice').hidden = !(stores || []).includes('redis');
   for (const f of fields) {
     lab.fields[f.name] = f;
     for (const el of form.querySelectorAll(`[name="${f.name}"]`)) {
