@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tollgate_core::{
-    AnyAlgorithm, AnyWordAlgorithm, ConfigError, NANOS_PER_SEC, Outcome, Timestamp,
+    AnyAlgorithm, AnyWordAlgorithm, ConfigError, Decision, NANOS_PER_SEC, Outcome, Timestamp,
 };
 
 use crate::simulation::AdmittedWindow;
@@ -441,6 +441,7 @@ impl Scenario {
             next_index: 0,
             samples_per_tick: self.samples_per_tick,
             failure: None,
+            batched: stores.is_remote(),
         })
     }
 
@@ -679,6 +680,8 @@ pub struct Runner {
     samples_per_tick: usize,
     /// Why a store stopped answering; the run ends there.
     failure: Option<String>,
+    /// Decide each tick store by store in batches (remote stores).
+    batched: bool,
 }
 
 impl fmt::Debug for Runner {
@@ -716,6 +719,10 @@ impl Runner {
         for lane in &mut self.lanes {
             lane.begin_tick();
         }
+        // Without a per-decision observer, a remote store decides a tick's
+        // arrivals in one round trip per store (the same order, so the same answers).
+        let batched = self.batched && on_decision.is_none();
+        let mut requests = Vec::new();
         while let Some(offset) = self.pending.take().or_else(|| self.arrivals.next()) {
             if offset >= end_ns {
                 self.pending = Some(offset);
@@ -730,6 +737,10 @@ impl Runner {
                 client: client_of(arrival, self.seed, self.clients),
                 cost: self.cost,
             };
+            if batched {
+                requests.push(request);
+                continue;
+            }
             for lane in &mut self.lanes {
                 lane.decide(
                     &request,
@@ -738,6 +749,11 @@ impl Runner {
                         .as_mut()
                         .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
                 );
+            }
+        }
+        if batched {
+            for lane in &mut self.lanes {
+                lane.decide_tick(&requests, self.samples_per_tick);
             }
         }
         let tick_end = Timestamp::from_nanos(self.start.as_nanos() + end_ns);
@@ -879,14 +895,65 @@ impl LaneState {
     ) {
         let Request {
             arrival,
+            at,
+            client,
+            cost,
+            ..
+        } = *request;
+        // A round-robin balancer: arrival k goes to sidecar k mod N.
+        let sidecar = (arrival % self.stores.len() as u64) as usize;
+        let decision = self.stores[sidecar].check(client, at, cost);
+        self.record(request, sidecar, decision, samples_per_tick, on_decision);
+    }
+
+    /// Decides a tick's `requests` store by store, each store's in one
+    /// [`SimulatedStore::check_many`] (one round trip on Redis), then counts
+    /// them in arrival order as [`LaneState::decide`] would.
+    fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
+        let sidecars = self.stores.len();
+        let mut decisions = vec![None; requests.len()];
+        let mut batch = Vec::new();
+        let mut answers = Vec::new();
+        for (sidecar, store) in self.stores.iter_mut().enumerate() {
+            let mine: Vec<usize> = (0..requests.len())
+                .filter(|&i| (requests[i].arrival % sidecars as u64) as usize == sidecar)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            batch.clear();
+            batch.extend(mine.iter().map(|&i| {
+                let r = &requests[i];
+                (r.client, r.at, r.cost)
+            }));
+            store.check_many(&batch, &mut answers);
+            for (&i, &d) in mine.iter().zip(&answers) {
+                decisions[i] = Some((sidecar, d));
+            }
+        }
+        for (request, decided) in requests.iter().zip(decisions) {
+            if let Some((sidecar, decision)) = decided {
+                self.record(request, sidecar, decision, samples_per_tick, None);
+            }
+        }
+    }
+
+    /// Counts one decision: the tick's figures, the exact-window judgement, samples.
+    fn record(
+        &mut self,
+        request: &Request,
+        sidecar: usize,
+        decision: Decision,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        let Request {
+            arrival,
             offset_ns,
             at,
             client,
             cost,
         } = *request;
-        // A round-robin balancer: arrival k goes to sidecar k mod N.
-        let sidecar = (arrival % self.stores.len() as u64) as usize;
-        let decision = self.stores[sidecar].check(client, at, cost);
         let outcome = decision.outcome();
         self.tick.arrivals += 1;
         match outcome {

@@ -16,6 +16,17 @@ pub trait SimulatedStore: Send {
     /// The key's state at `at` in the algorithm's own terms (see [`crate::state_level_meaning`]).
     fn state_level(&mut self, key: u64, at: Timestamp) -> f64;
 
+    /// Decides `requests` (key, time, cost) in order, as many [`SimulatedStore::check`]
+    /// calls would, into `decisions` (cleared first).
+    ///
+    /// A remote store answers them in one round trip.
+    fn check_many(&mut self, requests: &[(u64, Timestamp, u64)], decisions: &mut Vec<Decision>) {
+        decisions.clear();
+        for &(key, at, cost) in requests {
+            decisions.push(self.check(key, at, cost));
+        }
+    }
+
     /// Why the store stopped answering, once it has (a remote store's error).
     ///
     /// A scenario stops at the end of the tick in which a store failed and

@@ -228,6 +228,89 @@ impl RedisStore {
         }
     }
 
+    /// Decides each of `calls` on its own (one counter, one supplied time), in
+    /// order, pipelined in one round trip; one decision per call.
+    ///
+    /// For simulations: a run's decisions in sequence, each seeing the ones
+    /// before it, without a round trip each. Production never uses it. On a
+    /// cluster each call goes on its own.
+    pub async fn check_each_at(
+        &self,
+        calls: &[(Counter<'_>, SuppliedTime)],
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        decisions.clear();
+        let Connection::Single(connection) = &self.connection else {
+            let mut one = Vec::with_capacity(1);
+            for (c, time) in calls {
+                self.check(std::slice::from_ref(c), Some(*time), &mut one)
+                    .await?;
+                decisions.extend_from_slice(&one);
+            }
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        for (c, time) in calls {
+            let params = ScriptParams::of(&c.algorithm)?;
+            let ns = time.at.as_nanos();
+            pipe.cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(self.key_of(c))
+                .arg(c.group)
+                .arg(if c.give_back { "r" } else { "c" })
+                .arg(params.kind)
+                .arg(c.hits)
+                .arg(params.p1)
+                .arg(params.p2)
+                .arg(ns / 1_000_000_000)
+                .arg(ns % 1_000_000_000)
+                .arg(
+                    u64::try_from(time.key_ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                );
+        }
+        let mut connection = connection.clone();
+        let mut replies: Option<Vec<Vec<i64>>> = None;
+        // Twice at most: a NOSCRIPT (a fresh or flushed Redis) loads the script and retries.
+        for _ in 0..2 {
+            let call = pipe.query_async::<Vec<Vec<i64>>>(&mut connection);
+            match tokio::time::timeout(self.timeout, call).await {
+                Ok(Ok(r)) => {
+                    replies = Some(r);
+                    break;
+                }
+                Ok(Err(e)) if e.code() == Some("NOSCRIPT") => {
+                    let load = self.script.load_async(&mut connection);
+                    match tokio::time::timeout(self.timeout, load).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                        Err(_) => return Err(StoreError::Timeout(self.timeout)),
+                    }
+                }
+                Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                Err(_) => return Err(StoreError::Timeout(self.timeout)),
+            }
+        }
+        let Some(replies) = replies else {
+            return Err(StoreError::Unavailable(
+                "the check script could not be loaded".to_owned(),
+            ));
+        };
+        if replies.len() != calls.len() || replies.iter().any(|r| r.len() != 4) {
+            return Err(StoreError::Unavailable(format!(
+                "the check script answered {} replies for {} calls",
+                replies.len(),
+                calls.len()
+            )));
+        }
+        for ((c, _), r) in calls.iter().zip(&replies) {
+            decisions.push(to_decision(&c.algorithm, r));
+        }
+        Ok(())
+    }
+
     /// What this store is connected to.
     pub fn target(&self) -> &RedisTarget {
         &self.target

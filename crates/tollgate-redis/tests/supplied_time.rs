@@ -105,3 +105,38 @@ async fn a_supplied_time_replaces_redis_time_and_ttl() {
     assert_eq!(server.cli(&["DBSIZE"]).trim(), "1");
     assert!(store.with_key_prefix(b"").delete_prefixed().await.is_err());
 }
+
+#[tokio::test]
+async fn pipelined_calls_decide_in_order_and_reload_a_flushed_script() {
+    let server = support::RedisServer::start();
+    let store = RedisStore::connect(&server.url(), Duration::from_secs(2))
+        .await
+        .unwrap()
+        .with_key_prefix(b"sim:2:");
+    // A fresh Redis knows no script: the first pipeline loads it and retries.
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let tb: AnyAlgorithm = TokenBucket::new(3, 3, HOUR).unwrap().into();
+    let t0 = Timestamp::from_secs(1_000_000_000);
+    let time = |at| SuppliedTime {
+        at,
+        key_ttl: Duration::from_secs(60),
+    };
+    // Four at t0 on one key, then one 20 minutes later (a token back), then another key.
+    let calls = [
+        (counter(b"a", tb, 1), time(t0)),
+        (counter(b"a", tb, 1), time(t0)),
+        (counter(b"a", tb, 1), time(t0)),
+        (counter(b"a", tb, 1), time(t0)),
+        (counter(b"a", tb, 1), time(t0.saturating_add(HOUR / 3))),
+        (counter(b"b", tb, 1), time(t0)),
+    ];
+    let mut out = Vec::new();
+    store
+        .check_each_at(&calls, &mut out)
+        .await
+        .expect("answers");
+    let allowed: Vec<bool> = out.iter().map(|d| d.is_allowed()).collect();
+    assert_eq!(allowed, [true, true, true, false, true, true]);
+    assert_eq!(out[2].remaining(), 0);
+    assert_eq!(out[5].remaining(), 2);
+}

@@ -908,8 +908,10 @@ fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
     let elapsed = clock.now().saturating_since(began);
     let store = match &redis {
         Some(redis) => {
-            // One call per decision of every lane, one per state read of every store and tick.
-            let calls = report.arrivals * report.lanes.len() as u64
+            // One call per decision of every lane (two with --decisions, which reads the
+            // key's state after each), one per state read of every store and tick.
+            let per_decision = if args.decisions.is_some() { 2 } else { 1 };
+            let calls = report.arrivals * report.lanes.len() as u64 * per_decision
                 + report.ticks
                     * report
                         .lanes

@@ -117,6 +117,38 @@ fn every_algorithm_decides_on_redis_as_in_memory_tick_by_tick() {
 }
 
 #[test]
+fn decision_by_decision_the_outcomes_and_remaining_units_match() {
+    let server = RedisServer::start();
+    let redis = RedisStores::connect_blocking(&server.url()).expect("connects");
+    // Observing every decision steps one round trip per decision (no pipelining).
+    let mut scenario = scenario(Traffic::steady(40.0).unwrap(), 5);
+    scenario.duration = Duration::from_secs(5);
+    let decisions = |stores: &dyn StoreFactory| {
+        let mut seen = Vec::new();
+        scenario
+            .run_with_decisions(
+                stores,
+                |_| {},
+                |d| {
+                    seen.push((
+                        d.lane.to_owned(),
+                        d.client,
+                        d.sidecar,
+                        d.record.outcome,
+                        d.record.remaining,
+                        d.record.delay_ns,
+                    ));
+                },
+            )
+            .expect("the run completes");
+        seen
+    };
+    let memory = decisions(&MemoryStores);
+    assert_eq!(memory.len(), 200 * scenario.lanes.len());
+    assert_eq!(memory, decisions(&redis));
+}
+
+#[test]
 fn schedules_and_fixed_windows_match_to_the_nanosecond_on_poisson_traffic() {
     let server = RedisServer::start();
     let redis = RedisStores::connect_blocking(&server.url()).expect("connects");
@@ -343,7 +375,7 @@ fn the_lab_runs_on_redis_when_started_with_it() {
     // Too big a run for round trips: a 400 that says so.
     let (status, body) = get_json(
         &addr,
-        "/api/summary?algorithm=token_bucket&max_tokens=5&tokens_per_fill=2&fill_interval_ms=1000&traffic=steady&arrival_rate=10000&duration_ms=60000",
+        "/api/summary?algorithm=token_bucket&max_tokens=5&tokens_per_fill=2&fill_interval_ms=1000&traffic=steady&arrival_rate=20000&duration_ms=60000",
     );
     assert_eq!(status, 400, "{body}");
     assert!(
