@@ -166,6 +166,17 @@ fn schedules_and_fixed_windows_match_to_the_nanosecond_on_poisson_traffic() {
 }
 
 #[test]
+fn on_a_cluster_the_decisions_are_the_same() {
+    let cluster = redis_support::RedisCluster::start();
+    let redis = RedisStores::connect_blocking(&cluster.url()).expect("connects");
+    // On a cluster each call goes on its own (no pipeline across slots).
+    let mut steady = scenario(Traffic::steady(40.0).unwrap(), 1);
+    steady.duration = Duration::from_secs(5);
+    let memory = per_tick_counts(&steady, &MemoryStores);
+    assert_eq!(memory, per_tick_counts(&steady, &redis));
+}
+
+#[test]
 fn a_runs_keys_are_its_own_and_expire() {
     let server = RedisServer::start();
     // A production counter of the same shape the lab would write.
