@@ -400,6 +400,23 @@ fn the_lab_runs_on_redis_when_started_with_it() {
     let (status, body) = get_json(&addr, run);
     assert_eq!(status, 503, "{body}");
     assert!(body["error"].as_str().unwrap().contains("Redis"), "{body}");
+    // A stream ends with a failed event naming the store, and no end event.
+    let raw = get_raw(
+        &addr,
+        &format!("{}&speed=0", run.replace("/api/summary", "/api/run")),
+    );
+    let failed = raw
+        .split("event: failed\ndata: ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("a failed event in {raw}"));
+    let failed: Value = serde_json::from_str(failed).expect("JSON");
+    assert_eq!(failed["field"], "store");
+    assert!(
+        failed["error"].as_str().unwrap().contains("Redis"),
+        "{failed}"
+    );
+    assert!(!raw.contains("event: end"), "{raw}");
 }
 
 #[test]
