@@ -1437,6 +1437,51 @@ mod tests {
         assert_eq!(report.lanes[0].counts.admitted, 3);
     }
 
+    /// The in-memory stores, announced as remote so the runner batches each tick.
+    #[derive(Debug)]
+    struct BatchedMemory;
+
+    impl StoreFactory for BatchedMemory {
+        fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore> {
+            MemoryStores.store(algorithm, keys)
+        }
+
+        fn is_remote(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn deciding_a_tick_store_by_store_gives_the_same_ticks_and_samples() {
+        let bucket = TokenBucket::new(5, 2, secs(1)).unwrap();
+        let mut scenario = Scenario::new(
+            Traffic::poisson(60.0).unwrap(),
+            secs(20),
+            vec![
+                Lane::global("bucket", bucket),
+                Lane::local("fleet", bucket, 3),
+                Lane::global("log", SlidingLog::new(4, secs(1)).unwrap()),
+                Lane::global(
+                    "shaper",
+                    LeakyBucket::new(3, secs(1), 4, DelayMode::Delay).unwrap(),
+                ),
+            ],
+        );
+        scenario.clients = 4;
+        scenario.samples_per_tick = 3;
+        let mut one_by_one = vec![];
+        let expected = scenario
+            .run(&MemoryStores, |t| one_by_one.push(t.clone()))
+            .unwrap();
+        let mut batched = vec![];
+        let report = scenario
+            .run(&BatchedMemory, |t| batched.push(t.clone()))
+            .unwrap();
+        assert_eq!(batched, one_by_one);
+        assert_eq!(report, expected);
+        assert!(expected.lanes.iter().all(|l| l.counts.rejected() > 0));
+    }
+
     #[test]
     fn the_state_level_reads_the_chosen_client_averaged_over_sidecars() {
         // A bucket of 10 that refills once an hour; three requests at 0 s.
