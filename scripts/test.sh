@@ -14,12 +14,12 @@ log() { printf '\n==> %s\n' "$*"; }
 REQUIRED_COMMANDS=(
     "cc:gcc"
     "python3:python3"
-    "redis-server:redis-server"
-    "redis-cli:redis-tools"
-    "openssl:openssl"
     "chromium:chromium"
     "node:nodejs"
     "npm:npm"
+    "redis-server:redis-server"
+    "redis-cli:redis-tools"
+    "openssl:openssl"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's

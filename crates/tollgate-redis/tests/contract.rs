@@ -335,3 +335,53 @@ async fn idle_keys_expire_when_their_state_is_fresh() {
         assert!(ttl > 0 && ttl <= 2 * 3_600_000 + 1, "{key}: {ttl}");
     }
 }
+
+/// Redis only: across a window boundary the script's sliding window counter
+/// agrees with the core's, bounded by the core's answers at Redis `TIME`
+/// read just before and just after the call (remaining only grows with time).
+#[tokio::test]
+async fn the_sliding_window_script_agrees_with_the_core_across_windows() {
+    use tollgate_core::WordAlgorithm;
+    let server = support::RedisServer::start();
+    let store = redis(&server).await;
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let redis_now = |conn: &mut ::redis::Connection| {
+        let (s, us): (u64, u64) = ::redis::cmd("TIME").query(conn).unwrap();
+        Timestamp::from_nanos(s * 1_000_000_000 + us * 1_000)
+    };
+    let window = Duration::from_secs(10);
+    let sw = SlidingWindow::new(100, window).unwrap();
+    for (round, prev) in [40_u64, 75, 100].into_iter().enumerate() {
+        let key = format!("sw-cross-{round}");
+        let t0 = redis_now(&mut conn);
+        let index = t0.as_nanos() / 10_000_000_000;
+        // The previous window held `prev` hits: the core's state and the script's.
+        let earlier = Timestamp::from_nanos((index - 1) * 10_000_000_000 + 1);
+        let state = sw.decide(0, earlier, prev).1.unwrap();
+        let redis_key =
+            tollgate_redis::redis_key(xxhash_rust::xxh3::xxh3_64(key.as_bytes()), key.as_bytes());
+        let _: () = ::redis::cmd("HSET")
+            .arg(&redis_key)
+            .arg("i")
+            .arg(index - 1)
+            .arg("p")
+            .arg(0)
+            .arg("c")
+            .arg(prev)
+            .query(&mut conn)
+            .unwrap();
+        for _ in 0..3 {
+            let before = redis_now(&mut conn);
+            let d = one(&store, counter(key.as_bytes(), sw.into(), 0)).await;
+            let after = redis_now(&mut conn);
+            let low = sw.decide(state, before, 0).0.remaining();
+            let high = sw.decide(state, after, 0).0.remaining();
+            assert!(
+                low <= d.remaining() && d.remaining() <= high,
+                "prev {prev}: {low} <= {} <= {high}",
+                d.remaining()
+            );
+        }
+    }
+}

@@ -32,13 +32,22 @@
 //!   overall code OK and leaves the statuses as they are. The overall code
 //!   is OVER_LIMIT when any status is, and never UNKNOWN.
 //!
-//! Counters live in one [`MemoryStore`] per distinct algorithm, built when
-//! the engine is, so the hot path takes no lock; [`Engine::with_rules`]
-//! keeps the stores of algorithms that still exist, so counters survive a
-//! reload. A changed limit (another rate, window or algorithm) is another
-//! algorithm and starts from a fresh counter (upstream would carry the count
-//! over, since its keys ignore the limit). Overrides create their stores on
-//! first use, under a read-mostly lock.
+//! A request is first *planned*: every counter it touches (key, algorithm,
+//! hits, and its descriptor as the all-or-nothing group). The counters then
+//! go to the store behind the [`CounterStore`](tollgate_store::CounterStore)
+//! interface in one batch, and the decisions become statuses.
+//!
+//! * In memory ([`Engine::new`]), the batch is [`MemoryCounters`]: one
+//!   `MemoryStore` per distinct algorithm, built when the engine is, so the
+//!   hot path takes no lock; [`Engine::with_rules`] keeps the stores of
+//!   algorithms that still exist, so counters survive a reload. A changed
+//!   limit (another rate, window or algorithm) is another algorithm and
+//!   starts from a fresh counter (upstream would carry the count over, since
+//!   its keys ignore the limit). Overrides create their stores on first use,
+//!   under a read-mostly lock.
+//! * In Redis ([`Engine::with_remote`], answered by [`Engine::decide`]), the
+//!   batch is one script call; when it fails, each rule's `on_store_error`
+//!   answers (see [`crate::store`]).
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -404,7 +413,7 @@ impl<C: Clock> Engine<C> {
         let now = self.clock.now();
         let plan = self.plan(request)?;
         if self.remote.is_some() {
-            return Ok(self.fall_back(request, plan, now));
+            return Ok(self.fall_back(plan, now));
         }
         let mut decisions = Vec::with_capacity(plan.counters.len());
         self.memory.check_now(&plan.counters, now, &mut decisions);
@@ -438,7 +447,7 @@ impl<C: Clock> Engine<C> {
             .await
         {
             Ok(()) => Ok(self.finish(plan, &decisions)),
-            Err(_) => Ok(self.fall_back(request, plan, self.clock.now())),
+            Err(_) => Ok(self.fall_back(plan, self.clock.now())),
         }
     }
 
@@ -558,12 +567,7 @@ impl<C: Clock> Engine<C> {
     }
 
     /// The response when the shared store failed: each rule's `on_store_error`.
-    fn fall_back(
-        &self,
-        request: &RateLimitRequest,
-        plan: Plan<'_>,
-        now: Timestamp,
-    ) -> RateLimitResponse {
+    fn fall_back(&self, plan: Plan<'_>, now: Timestamp) -> RateLimitResponse {
         let remote = self.remote.as_ref();
         let mut statuses = Vec::with_capacity(plan.work.len());
         for work in plan.work {
@@ -590,7 +594,6 @@ impl<C: Clock> Engine<C> {
             };
             statuses.push(status);
         }
-        let _ = request;
         self.respond(statuses)
     }
 

@@ -205,3 +205,22 @@ async fn the_breaker_bounds_latency_while_redis_hangs() {
     let back = until(&channel, "closed", true, Duration::from_secs(5)).await;
     assert!(back <= Duration::from_secs(2), "back after {back:?}");
 }
+
+/// A store URL that cannot work stops `serve` before it listens, saying why.
+#[test]
+fn a_bad_or_unreachable_store_is_a_clear_startup_error() {
+    let scratch = Scratch::new("bad-store");
+    let config = scratch.limits(LIMITS);
+    for (store, expected) in [
+        ("memcached://127.0.0.1:11211", "must start with redis://"),
+        ("redis-cluster://", "names no cluster node"),
+        // Port 1 on loopback: nothing listens there, the refusal is immediate.
+        ("redis://127.0.0.1:1", "cannot connect to Redis"),
+    ] {
+        let mut server = serve(&config, store, &[]);
+        let (code, lines, stderr) = server.finish();
+        assert_eq!(code, Some(1), "{store}: {stderr}");
+        assert!(lines.is_empty(), "{store}: nothing listens: {lines:?}");
+        assert!(stderr.contains(expected), "{store}: {stderr}");
+    }
+}

@@ -24,6 +24,20 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A free port whose cluster bus port (port + 10000) is free and valid too.
+pub fn free_cluster_port() -> u16 {
+    // At most 100 tries; the ephemeral range leaves most ports usable.
+    for _ in 0..100 {
+        let port = free_port();
+        if let Some(bus) = port.checked_add(10_000)
+            && TcpListener::bind(("127.0.0.1", bus)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port with a free cluster bus port in 100 tries");
+}
+
 /// One `redis-server` on 127.0.0.1, without persistence, killed on drop.
 pub struct RedisServer {
     pub port: u16,
@@ -35,22 +49,29 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a node and waits (bounded) until it answers PING.
     pub fn start() -> Self {
-        Self::start_with(free_port(), &[])
+        Self::start_on(free_port, &[])
     }
 
-    /// Starts a node on `port` with extra arguments (e.g. cluster mode).
-    pub fn start_with(port: u16, extra: &[&str]) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let mut server = RedisServer {
-            port,
-            child: None,
-            dir,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-        };
-        server.restart();
-        server
+    /// Starts a node on a port from `pick` with extra arguments (e.g.
+    /// cluster mode); a port another process took in the meantime is
+    /// replaced by a new one, at most 5 times.
+    pub fn start_on(pick: fn() -> u16, extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let port = pick();
+            let dir =
+                std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("a scratch directory");
+            let mut server = RedisServer {
+                port,
+                child: None,
+                dir,
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            };
+            if server.try_restart() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
     }
 
     /// `redis://127.0.0.1:port`.
@@ -84,6 +105,16 @@ impl RedisServer {
 
     /// Starts the process again on the same port (after [`kill`](Self::kill)).
     pub fn restart(&mut self) {
+        assert!(
+            self.try_restart(),
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        );
+    }
+
+    /// Starts the process on its port; false when it exits at once (port
+    /// taken) or does not answer PING within 10 s.
+    fn try_restart(&mut self) -> bool {
         self.kill();
         let child = Command::new(redis_server_bin())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -101,14 +132,20 @@ impl RedisServer {
         // At most 500 polls 20 ms apart: 10 s.
         for _ in 0..500 {
             if self.cli(&["PING"]).trim() == "PONG" {
-                return;
+                return true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "redis-server on port {} did not answer PING within 10 s",
-            self.port
-        );
+        self.kill();
+        false
     }
 
     /// Runs `redis-cli -p port ARGS…` and returns its output.
@@ -140,8 +177,8 @@ impl RedisCluster {
     pub fn start() -> Self {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_with(
-                    free_port(),
+                RedisServer::start_on(
+                    free_cluster_port,
                     &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
                 )
             })
