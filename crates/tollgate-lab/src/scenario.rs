@@ -720,7 +720,7 @@ impl Runner {
             lane.begin_tick();
         }
         // Without a per-decision observer, a remote store decides a tick's
-        // arrivals in one round trip per store (the same order, so the same answers).
+        // arrivals at once, pipelined (the same order, so the same answers).
         let batched = self.batched && on_decision.is_none();
         let mut requests = Vec::new();
         while let Some(offset) = self.pending.take().or_else(|| self.arrivals.next()) {
@@ -907,7 +907,7 @@ impl LaneState {
     }
 
     /// Decides a tick's `requests` store by store, each store's in one
-    /// [`SimulatedStore::check_many`] (one round trip on Redis), then counts
+    /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
     /// them in arrival order as [`LaneState::decide`] would.
     fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
         let sidecars = self.stores.len();

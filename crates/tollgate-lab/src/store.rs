@@ -19,7 +19,7 @@ pub trait SimulatedStore: Send {
     /// Decides `requests` (key, time, cost) in order, as many [`SimulatedStore::check`]
     /// calls would, into `decisions` (cleared first).
     ///
-    /// A remote store answers them in one round trip.
+    /// A remote store pipelines them (few round trips instead of one each).
     fn check_many(&mut self, requests: &[(u64, Timestamp, u64)], decisions: &mut Vec<Decision>) {
         decisions.clear();
         for &(key, at, cost) in requests {
@@ -44,9 +44,10 @@ pub trait StoreFactory: Send + Sync + fmt::Debug {
     /// A fresh, empty store deciding with `algorithm`, for up to `keys` keys.
     fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore>;
 
-    /// Whether each decision is a network round trip that blocks the calling
-    /// thread (a Redis store): async callers then run the scenario on a
-    /// blocking thread, and the lab caps how many decisions a run may take.
+    /// Whether decisions go over the network and block the calling thread (a
+    /// Redis store): the runner hands each store a tick at once
+    /// ([`SimulatedStore::check_many`]), async callers run the scenario on a
+    /// blocking thread, and the lab caps how many calls a run may make.
     fn is_remote(&self) -> bool {
         false
     }

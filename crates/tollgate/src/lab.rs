@@ -28,7 +28,7 @@ pub struct LabArgs {
 
     /// Decide the page's runs on this Redis (any URL `tollgate serve --store` takes) with the
     /// production Lua script at the virtual time; a run can still choose memory (store=memory).
-    /// Redis runs are capped in size: each decision is a round trip.
+    /// Redis runs are capped at 1,000,000 script calls: each decision is one.
     #[arg(long, value_name = "URL", env = "TOLLGATE_LAB_REDIS")]
     redis: Option<String>,
 }

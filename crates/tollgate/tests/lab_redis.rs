@@ -390,7 +390,7 @@ fn the_lab_runs_on_redis_when_started_with_it() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(
-        body["error"].as_str().unwrap().contains("round trip"),
+        body["error"].as_str().unwrap().contains("script call"),
         "{body}"
     );
     let (status, body) = get_json(&addr, &format!("{run}&store=disk"));

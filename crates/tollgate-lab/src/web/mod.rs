@@ -54,7 +54,7 @@ const END_EVENT_BUDGET: Duration = Duration::from_secs(30);
 /// and tick) a run on a remote store may make: on a loopback Redis about
 /// 80,000 go through per second, pipelined a tick at a time, so a run of
 /// this size takes over ten seconds.
-pub const MAX_REMOTE_DECISIONS: f64 = 1_000_000.0;
+pub const MAX_REMOTE_CALLS: f64 = 1_000_000.0;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const LAB_JS: &str = include_str!("assets/lab.js");
@@ -234,7 +234,7 @@ fn parse_query(lab: &Lab, query: Pairs) -> Result<RunRequest, ParamError> {
 }
 
 /// Parses a run's query and picks its store (`store=memory|redis`), refusing
-/// a run on a remote store that would take more than [`MAX_REMOTE_DECISIONS`].
+/// a run on a remote store that would take more than [`MAX_REMOTE_CALLS`].
 fn parse_query_with_store(
     lab: &Lab,
     query: Pairs,
@@ -261,12 +261,12 @@ fn parse_query_with_store(
         let store_count: u32 = scenario.lanes.iter().map(|l| l.placement.stores()).sum();
         let calls = arrivals * scenario.lanes.len() as f64
             + scenario.ticks() as f64 * f64::from(store_count);
-        if calls > MAX_REMOTE_DECISIONS {
+        if calls > MAX_REMOTE_CALLS {
             return Err(ParamError {
                 field: "duration".to_owned(),
                 error: format!(
-                    "duration: on Redis every decision is a round trip; this run would make about {calls:.0} \
-                     calls and a Redis run makes at most {MAX_REMOTE_DECISIONS:.0} \
+                    "duration: on Redis every decision is a script call; this run would make about {calls:.0} \
+                     calls and a Redis run makes at most {MAX_REMOTE_CALLS:.0} \
                      (shorten the run, lower the rate, or choose store=memory)"
                 ),
             });
@@ -337,7 +337,7 @@ struct FieldsAnswer {
     max_arrivals: f64,
     /// The stores a run may choose with `store=`, the default first.
     stores: Vec<&'static str>,
-    /// The most round trips a run on Redis may make.
+    /// The most script calls a run on Redis may make.
     max_remote_calls: f64,
 }
 
@@ -362,7 +362,7 @@ async fn fields(State(lab): State<Lab>) -> Response {
             } else {
                 vec!["memory"]
             },
-            max_remote_calls: MAX_REMOTE_DECISIONS,
+            max_remote_calls: MAX_REMOTE_CALLS,
         },
     )
 }
