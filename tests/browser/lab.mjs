@@ -133,7 +133,7 @@ try {
   });
   await page.waitForFunction(() => document.getElementById('replay-info').textContent.includes('300 timestamps'));
   await page.click('#run-start');
-  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'single' && window.lab.query.includes('traffic=replay'));
   const replayQuery = await page.evaluate(() => window.lab.query);
   check(replayQuery.includes('traffic=replay') && /(^|&)replay=\d+/.test(replayQuery), `the run replays the upload: ${replayQuery}`);
   const replaySummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), replayQuery);

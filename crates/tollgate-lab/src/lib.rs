@@ -6,7 +6,9 @@
 //! one global limit — over several clients' keys, and reports per-tick
 //! aggregates, sampled decisions and an [`Expectation`] computed from the
 //! parameters alone. Decisions go through a [`StoreFactory`]'s stores: the
-//! real in-memory store ([`MemoryStores`]) by default.
+//! real in-memory store ([`MemoryStores`]) by default, or (feature `redis`)
+//! the production Lua script on a real Redis (`RedisStores`), driven by the
+//! same virtual time.
 //!
 //! A [`Simulation`] sends the arrivals of a [`Traffic`] profile through a
 //! real [`tollgate_store::MemoryStore`] holding one key, at virtual
@@ -26,6 +28,8 @@
 //! assert_eq!((summary.arrivals, summary.admitted), (100, 24));
 //! ```
 
+#[cfg(feature = "redis")]
+mod redis_store;
 mod scenario;
 mod simulation;
 mod store;
@@ -33,10 +37,12 @@ mod traffic;
 #[cfg(feature = "web")]
 pub mod web;
 
+#[cfg(feature = "redis")]
+pub use redis_store::{LAB_CALL_TIMEOUT, LAB_KEY_TTL, RedisStores};
 pub use scenario::{
     ArrivalSource, Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_CLIENTS,
-    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunReport, Runner,
-    SampledDecision, Scenario, Tick,
+    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunError,
+    RunReport, Runner, SampledDecision, Scenario, Tick,
 };
 pub use simulation::{DecisionRecord, MAX_ARRIVALS, Simulation, Summary, state_level_meaning};
 pub use store::{MemoryStores, SimulatedStore, StoreFactory};

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tollgate_core::{
-    AnyAlgorithm, AnyWordAlgorithm, ConfigError, NANOS_PER_SEC, Outcome, Timestamp,
+    AnyAlgorithm, AnyWordAlgorithm, ConfigError, Decision, NANOS_PER_SEC, Outcome, Timestamp,
 };
 
 use crate::simulation::AdmittedWindow;
@@ -440,6 +440,8 @@ impl Scenario {
             next_tick: 0,
             next_index: 0,
             samples_per_tick: self.samples_per_tick,
+            failure: None,
+            batched: stores.is_remote(),
         })
     }
 
@@ -448,12 +450,12 @@ impl Scenario {
         &self,
         stores: &dyn StoreFactory,
         mut on_tick: impl FnMut(&Tick),
-    ) -> Result<RunReport, ConfigError> {
+    ) -> Result<RunReport, RunError> {
         let mut runner = self.runner(stores)?;
         while let Some(tick) = runner.next_tick() {
             on_tick(&tick);
         }
-        Ok(runner.finish())
+        runner.finish_checked()
     }
 
     /// Runs to the end like [`Scenario::run`], also calling `on_decision` for
@@ -463,12 +465,12 @@ impl Scenario {
         stores: &dyn StoreFactory,
         mut on_tick: impl FnMut(&Tick),
         mut on_decision: impl FnMut(&LaneDecision<'_>),
-    ) -> Result<RunReport, ConfigError> {
+    ) -> Result<RunReport, RunError> {
         let mut runner = self.runner(stores)?;
         while let Some(tick) = runner.next_tick_with(Some(&mut on_decision)) {
             on_tick(&tick);
         }
-        Ok(runner.finish())
+        runner.finish_checked()
     }
 }
 
@@ -623,6 +625,32 @@ pub struct LaneReport {
     pub under_admitted: Option<u64>,
 }
 
+/// Why a scenario run gave no report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// A parameter is out of range; it names the parameter.
+    Config(ConfigError),
+    /// A store stopped answering (Redis went away); the message says why.
+    Store(String),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Config(e) => e.fmt(f),
+            RunError::Store(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
 /// The totals of a scenario run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunReport {
@@ -650,6 +678,10 @@ pub struct Runner {
     next_tick: u64,
     next_index: u64,
     samples_per_tick: usize,
+    /// Why a store stopped answering; the run ends there.
+    failure: Option<String>,
+    /// Decide each tick store by store in batches (remote stores).
+    batched: bool,
 }
 
 impl fmt::Debug for Runner {
@@ -677,7 +709,7 @@ impl Runner {
         &mut self,
         mut on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
     ) -> Option<Tick> {
-        if self.next_tick >= self.ticks {
+        if self.next_tick >= self.ticks || self.failure.is_some() {
             return None;
         }
         let index = self.next_tick;
@@ -687,6 +719,10 @@ impl Runner {
         for lane in &mut self.lanes {
             lane.begin_tick();
         }
+        // Without a per-decision observer, a remote store decides a tick's
+        // arrivals at once, pipelined (the same order, so the same answers).
+        let batched = self.batched && on_decision.is_none();
+        let mut requests = Vec::new();
         while let Some(offset) = self.pending.take().or_else(|| self.arrivals.next()) {
             if offset >= end_ns {
                 self.pending = Some(offset);
@@ -701,6 +737,10 @@ impl Runner {
                 client: client_of(arrival, self.seed, self.clients),
                 cost: self.cost,
             };
+            if batched {
+                requests.push(request);
+                continue;
+            }
             for lane in &mut self.lanes {
                 lane.decide(
                     &request,
@@ -711,18 +751,46 @@ impl Runner {
                 );
             }
         }
+        if batched {
+            for lane in &mut self.lanes {
+                lane.decide_tick(&requests, self.samples_per_tick);
+            }
+        }
         let tick_end = Timestamp::from_nanos(self.start.as_nanos() + end_ns);
         let lanes = self
             .lanes
             .iter_mut()
             .map(|lane| lane.end_tick(self.state_client, tick_end))
             .collect();
+        let failed = self
+            .lanes
+            .iter()
+            .flat_map(|lane| &lane.stores)
+            .find_map(|store| store.failure());
+        if let Some(failure) = failed {
+            // This tick's decisions went partly unanswered: report none of it.
+            self.failure = Some(failure.to_owned());
+            return None;
+        }
         Some(Tick {
             index,
             start_ns,
             end_ns,
             lanes,
         })
+    }
+
+    /// Why a store stopped answering, which ended the run early.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The totals of a run that ended, or the store failure that ended it early.
+    pub fn finish_checked(self) -> Result<RunReport, RunError> {
+        match self.failure.clone() {
+            Some(failure) => Err(RunError::Store(failure)),
+            None => Ok(self.finish()),
+        }
     }
 
     /// The totals so far (the whole run's once [`Runner::next_tick`] has returned `None`).
@@ -827,14 +895,65 @@ impl LaneState {
     ) {
         let Request {
             arrival,
+            at,
+            client,
+            cost,
+            ..
+        } = *request;
+        // A round-robin balancer: arrival k goes to sidecar k mod N.
+        let sidecar = (arrival % self.stores.len() as u64) as usize;
+        let decision = self.stores[sidecar].check(client, at, cost);
+        self.record(request, sidecar, decision, samples_per_tick, on_decision);
+    }
+
+    /// Decides a tick's `requests` store by store, each store's in one
+    /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
+    /// them in arrival order as [`LaneState::decide`] would.
+    fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
+        let sidecars = self.stores.len();
+        let mut decisions = vec![None; requests.len()];
+        let mut batch = Vec::new();
+        let mut answers = Vec::new();
+        for (sidecar, store) in self.stores.iter_mut().enumerate() {
+            let mine: Vec<usize> = (0..requests.len())
+                .filter(|&i| (requests[i].arrival % sidecars as u64) as usize == sidecar)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            batch.clear();
+            batch.extend(mine.iter().map(|&i| {
+                let r = &requests[i];
+                (r.client, r.at, r.cost)
+            }));
+            store.check_many(&batch, &mut answers);
+            for (&i, &d) in mine.iter().zip(&answers) {
+                decisions[i] = Some((sidecar, d));
+            }
+        }
+        for (request, decided) in requests.iter().zip(decisions) {
+            if let Some((sidecar, decision)) = decided {
+                self.record(request, sidecar, decision, samples_per_tick, None);
+            }
+        }
+    }
+
+    /// Counts one decision: the tick's figures, the exact-window judgement, samples.
+    fn record(
+        &mut self,
+        request: &Request,
+        sidecar: usize,
+        decision: Decision,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        let Request {
+            arrival,
             offset_ns,
             at,
             client,
             cost,
         } = *request;
-        // A round-robin balancer: arrival k goes to sidecar k mod N.
-        let sidecar = (arrival % self.stores.len() as u64) as usize;
-        let decision = self.stores[sidecar].check(client, at, cost);
         let outcome = decision.outcome();
         self.tick.arrivals += 1;
         match outcome {
@@ -1316,6 +1435,51 @@ mod tests {
         assert_eq!(levels, vec![2.0, 2.0, 1.0, 0.0, 0.0, 0.0]);
         // Reading the level changed no decision: all three passed.
         assert_eq!(report.lanes[0].counts.admitted, 3);
+    }
+
+    /// The in-memory stores, announced as remote so the runner batches each tick.
+    #[derive(Debug)]
+    struct BatchedMemory;
+
+    impl StoreFactory for BatchedMemory {
+        fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore> {
+            MemoryStores.store(algorithm, keys)
+        }
+
+        fn is_remote(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn deciding_a_tick_store_by_store_gives_the_same_ticks_and_samples() {
+        let bucket = TokenBucket::new(5, 2, secs(1)).unwrap();
+        let mut scenario = Scenario::new(
+            Traffic::poisson(60.0).unwrap(),
+            secs(20),
+            vec![
+                Lane::global("bucket", bucket),
+                Lane::local("fleet", bucket, 3),
+                Lane::global("log", SlidingLog::new(4, secs(1)).unwrap()),
+                Lane::global(
+                    "shaper",
+                    LeakyBucket::new(3, secs(1), 4, DelayMode::Delay).unwrap(),
+                ),
+            ],
+        );
+        scenario.clients = 4;
+        scenario.samples_per_tick = 3;
+        let mut one_by_one = vec![];
+        let expected = scenario
+            .run(&MemoryStores, |t| one_by_one.push(t.clone()))
+            .unwrap();
+        let mut batched = vec![];
+        let report = scenario
+            .run(&BatchedMemory, |t| batched.push(t.clone()))
+            .unwrap();
+        assert_eq!(batched, one_by_one);
+        assert_eq!(report, expected);
+        assert!(expected.lanes.iter().all(|l| l.counts.rejected() > 0));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The stores a scenario decides through: the in-memory store today, any other behind the same trait.
+//! The stores a scenario decides through: the in-memory store by default, Redis (feature `redis`) behind the same trait.
 
 use std::fmt;
 
@@ -15,16 +15,42 @@ pub trait SimulatedStore: Send {
 
     /// The key's state at `at` in the algorithm's own terms (see [`crate::state_level_meaning`]).
     fn state_level(&mut self, key: u64, at: Timestamp) -> f64;
+
+    /// Decides `requests` (key, time, cost) in order, as many [`SimulatedStore::check`]
+    /// calls would, into `decisions` (cleared first).
+    ///
+    /// A remote store pipelines them (few round trips instead of one each).
+    fn check_many(&mut self, requests: &[(u64, Timestamp, u64)], decisions: &mut Vec<Decision>) {
+        decisions.clear();
+        for &(key, at, cost) in requests {
+            decisions.push(self.check(key, at, cost));
+        }
+    }
+
+    /// Why the store stopped answering, once it has (a remote store's error).
+    ///
+    /// A scenario stops at the end of the tick in which a store failed and
+    /// reports this message; decisions after a failure mean nothing.
+    fn failure(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Makes the stores of a scenario, one per lane or sidecar.
 ///
-/// [`MemoryStores`] is the default. Another backend (a Redis store running
-/// the production Lua scripts) plugs in by implementing this trait and
-/// [`SimulatedStore`].
+/// [`MemoryStores`] is the default; `RedisStores` (feature `redis`) runs the
+/// production Lua script on a real Redis.
 pub trait StoreFactory: Send + Sync + fmt::Debug {
     /// A fresh, empty store deciding with `algorithm`, for up to `keys` keys.
     fn store(&self, algorithm: AnyAlgorithm, keys: usize) -> Box<dyn SimulatedStore>;
+
+    /// Whether decisions go over the network and block the calling thread (a
+    /// Redis store): the runner hands each store a tick at once
+    /// ([`SimulatedStore::check_many`]), async callers run the scenario on a
+    /// blocking thread, and the lab caps how many calls a run may make.
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// Makes real [`MemoryStore`]s: the production in-memory store.

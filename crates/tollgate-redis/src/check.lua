@@ -11,16 +11,31 @@
 -- Returns 4 integers per counter: outcome (0 allowed, 1 denied, 2 can never
 -- pass), remaining, reset-after ns, retry-after ns.
 --
+-- Optional supplied time (the lab's virtual clock; production never passes
+-- it): when ARGV holds 3 values after the counters' (#KEYS * 6 + 3), they are
+--   secs, nanos  the time to decide at, instead of Redis TIME
+--   ttl_ms       the TTL every key written gets, instead of its freshness
+--
 -- Time is Redis TIME (one clock for every instance). Schedules keep their
 -- theoretical arrival time as whole seconds + nanoseconds and are exact to
 -- the nanosecond; windows work in microseconds (TIME's resolution). Within a
 -- group nothing is written unless every counter allows, except fixed
 -- windows, which count denied requests like envoyproxy/ratelimit.
 
-local t = redis.call('TIME')
-local now_s = tonumber(t[1])
-local now_us = tonumber(t[2])
-local now_sub_ns = now_us * 1000
+local now_s, now_us, now_sub_ns
+local fixed_ttl = nil
+local supplied = #KEYS * 6
+if #ARGV == supplied + 3 then
+  now_s = tonumber(ARGV[supplied + 1])
+  now_sub_ns = tonumber(ARGV[supplied + 2])
+  now_us = math.floor(now_sub_ns / 1000)
+  fixed_ttl = ARGV[supplied + 3]
+else
+  local t = redis.call('TIME')
+  now_s = tonumber(t[1])
+  now_us = tonumber(t[2])
+  now_sub_ns = now_us * 1000
+end
 local now_total_us = now_s * 1000000 + now_us
 
 local function int(x)
@@ -39,6 +54,7 @@ local function units(free, step)
 end
 
 local function ttl_ms(ns)
+  if fixed_ttl then return fixed_ttl end
   return int(math.floor(ns / 1000000) + 1)
 end
 

@@ -17,10 +17,17 @@
 //! lands in one cluster slot and is decided atomically. On a cluster, the
 //! counters of a request whose descriptors hash to different slots are sent
 //! as one script call per slot, in parallel; each call is atomic on its own.
+//!
+//! Production always decides at Redis `TIME`. The simulator replays virtual
+//! time through the same script: [`RedisStore::check_batch_at`] supplies the
+//! time to decide at and a fixed TTL for the keys it writes, and
+//! [`RedisStore::with_key_prefix`] keeps a run's keys apart from production's
+//! and from every other run's.
 
 mod key;
 mod target;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
@@ -58,6 +65,23 @@ pub struct RedisStore {
     script: Script,
     timeout: Duration,
     target: RedisTarget,
+    /// Bytes put before every key (empty in production).
+    key_prefix: Arc<[u8]>,
+}
+
+/// The time a call decides at instead of Redis `TIME`, for simulations.
+///
+/// Production never supplies one. With it, the script reads no clock:
+/// schedules (token bucket, GCRA, leaky bucket) decide at `at` to the
+/// nanosecond, windows to the microsecond (as with `TIME`), and every key the
+/// call writes gets `key_ttl` instead of the time its state takes to become
+/// fresh (which is virtual time and says nothing about real time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuppliedTime {
+    /// The instant to decide at (nanoseconds since the Unix epoch).
+    pub at: Timestamp,
+    /// How long, in real time, each key written lives after its last write.
+    pub key_ttl: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -109,8 +133,182 @@ impl RedisStore {
             script: Script::new(CHECK_SCRIPT),
             timeout,
             target,
+            key_prefix: Arc::from(&[][..]),
         };
         Ok(store)
+    }
+
+    /// The same store writing every key under `prefix` (before `tg{…}`), sharing the connection.
+    ///
+    /// The simulator gives each run its own prefix, so a run never reads or
+    /// writes production counters or another run's. A prefix must not
+    /// contain `{` or `}`, which would move the cluster hash tag.
+    pub fn with_key_prefix(&self, prefix: &[u8]) -> Self {
+        RedisStore {
+            key_prefix: Arc::from(prefix),
+            ..self.clone()
+        }
+    }
+
+    /// The bytes put before every key (empty in production).
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.key_prefix
+    }
+
+    /// The Redis key of a counter, with this store's prefix.
+    fn key_of(&self, c: &Counter<'_>) -> Vec<u8> {
+        if self.key_prefix.is_empty() {
+            return redis_key(c.tag, c.key);
+        }
+        let mut key = self.key_prefix.to_vec();
+        key.extend_from_slice(&redis_key(c.tag, c.key));
+        key
+    }
+
+    /// Decides a batch like [`CounterStore::check_batch`], at a supplied time instead of Redis `TIME`.
+    ///
+    /// For simulations in virtual time (see [`SuppliedTime`]); production
+    /// calls never use it.
+    pub async fn check_batch_at(
+        &self,
+        counters: &[Counter<'_>],
+        time: SuppliedTime,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        self.check(counters, Some(time), decisions).await
+    }
+
+    /// Deletes every key under this store's prefix (a simulation's keys); returns how many.
+    ///
+    /// Refuses a store without a prefix, so production counters are never
+    /// touched. On a single node it scans and unlinks; on a cluster it does
+    /// nothing and leaves the keys to their TTL.
+    pub async fn delete_prefixed(&self) -> Result<u64, StoreError> {
+        if self.key_prefix.is_empty() {
+            return Err(StoreError::Unsupported(
+                "only keys under a prefix are deleted".to_owned(),
+            ));
+        }
+        let Connection::Single(connection) = &self.connection else {
+            return Ok(0);
+        };
+        let mut connection = connection.clone();
+        let mut pattern = Vec::with_capacity(self.key_prefix.len() + 1);
+        for &b in self.key_prefix.iter() {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        let unavailable = |e: RedisError| StoreError::Unavailable(e.to_string());
+        let (mut cursor, mut deleted) = (0u64, 0u64);
+        // Bounded: a scan ends when the cursor comes back to 0.
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut connection)
+                .await
+                .map_err(unavailable)?;
+            if !keys.is_empty() {
+                deleted += redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async::<u64>(&mut connection)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Decides each of `calls` on its own (one counter, one supplied time), in
+    /// order, pipelined in one round trip; one decision per call.
+    ///
+    /// For simulations: a run's decisions in sequence, each seeing the ones
+    /// before it, without a round trip each. Production never uses it. On a
+    /// cluster each call goes on its own.
+    pub async fn check_each_at(
+        &self,
+        calls: &[(Counter<'_>, SuppliedTime)],
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        decisions.clear();
+        let Connection::Single(connection) = &self.connection else {
+            let mut one = Vec::with_capacity(1);
+            for (c, time) in calls {
+                self.check(std::slice::from_ref(c), Some(*time), &mut one)
+                    .await?;
+                decisions.extend_from_slice(&one);
+            }
+            return Ok(());
+        };
+        let mut pipe = redis::pipe();
+        for (c, time) in calls {
+            let params = ScriptParams::of(&c.algorithm)?;
+            let ns = time.at.as_nanos();
+            pipe.cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(self.key_of(c))
+                .arg(c.group)
+                .arg(if c.give_back { "r" } else { "c" })
+                .arg(params.kind)
+                .arg(c.hits)
+                .arg(params.p1)
+                .arg(params.p2)
+                .arg(ns / 1_000_000_000)
+                .arg(ns % 1_000_000_000)
+                .arg(
+                    u64::try_from(time.key_ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                );
+        }
+        let mut connection = connection.clone();
+        let mut replies: Option<Vec<Vec<i64>>> = None;
+        // Twice at most: a NOSCRIPT (a fresh or flushed Redis) loads the script and retries.
+        for _ in 0..2 {
+            let call = pipe.query_async::<Vec<Vec<i64>>>(&mut connection);
+            match tokio::time::timeout(self.timeout, call).await {
+                Ok(Ok(r)) => {
+                    replies = Some(r);
+                    break;
+                }
+                Ok(Err(e)) if e.code() == Some("NOSCRIPT") => {
+                    let load = self.script.load_async(&mut connection);
+                    match tokio::time::timeout(self.timeout, load).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                        Err(_) => return Err(StoreError::Timeout(self.timeout)),
+                    }
+                }
+                Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                Err(_) => return Err(StoreError::Timeout(self.timeout)),
+            }
+        }
+        let Some(replies) = replies else {
+            return Err(StoreError::Unavailable(
+                "the check script could not be loaded".to_owned(),
+            ));
+        };
+        if replies.len() != calls.len() || replies.iter().any(|r| r.len() != 4) {
+            return Err(StoreError::Unavailable(format!(
+                "the check script answered {} replies for {} calls",
+                replies.len(),
+                calls.len()
+            )));
+        }
+        for ((c, _), r) in calls.iter().zip(&replies) {
+            decisions.push(to_decision(&c.algorithm, r));
+        }
+        Ok(())
     }
 
     /// What this store is connected to.
@@ -146,12 +344,13 @@ impl RedisStore {
     async fn run_script(
         &self,
         counters: &[&Counter<'_>],
+        time: Option<SuppliedTime>,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
         let mut invocation = self.script.prepare_invoke();
         for c in counters {
             let params = ScriptParams::of(&c.algorithm)?;
-            invocation.key(redis_key(c.tag, c.key));
+            invocation.key(self.key_of(c));
             invocation
                 .arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
@@ -159,6 +358,17 @@ impl RedisStore {
                 .arg(c.hits)
                 .arg(params.p1)
                 .arg(params.p2);
+        }
+        if let Some(time) = time {
+            let ns = time.at.as_nanos();
+            invocation
+                .arg(ns / 1_000_000_000)
+                .arg(ns % 1_000_000_000)
+                .arg(
+                    u64::try_from(time.key_ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                );
         }
         let call = async {
             match &self.connection {
@@ -192,13 +402,25 @@ impl CounterStore for RedisStore {
         _now: Timestamp,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
+        self.check(counters, None, decisions).await
+    }
+}
+
+impl RedisStore {
+    /// Decides a batch at Redis `TIME`, or at `time` when supplied.
+    async fn check(
+        &self,
+        counters: &[Counter<'_>],
+        time: Option<SuppliedTime>,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
         decisions.clear();
         if counters.is_empty() {
             return Ok(());
         }
         let all: Vec<&Counter<'_>> = counters.iter().collect();
         if matches!(self.connection, Connection::Single(_)) {
-            return self.run_script(&all, decisions).await;
+            return self.run_script(&all, time, decisions).await;
         }
         // A cluster: one call per slot, in parallel, each atomic on its own.
         let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -210,12 +432,12 @@ impl CounterStore for RedisStore {
             }
         }
         if by_slot.len() == 1 {
-            return self.run_script(&all, decisions).await;
+            return self.run_script(&all, time, decisions).await;
         }
         let calls = by_slot.iter().map(|(_, members)| async move {
             let part: Vec<&Counter<'_>> = members.iter().map(|&i| &counters[i]).collect();
             let mut out = Vec::with_capacity(part.len());
-            self.run_script(&part, &mut out).await.map(|()| out)
+            self.run_script(&part, time, &mut out).await.map(|()| out)
         });
         let answers = try_join_all(calls).await?;
         decisions.resize(

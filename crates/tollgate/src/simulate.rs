@@ -8,12 +8,12 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tollgate_core::{
-    AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
-    SlidingWindow, Timestamp, TokenBucket,
+    AnyAlgorithm, Clock, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, MonotonicClock,
+    SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
 use tollgate_lab::{
     ArrivalSource, DecisionRecord, Expectation, Lane, LaneDecision, LaneReport, MemoryStores,
-    Replay, Scenario, Simulation, Summary, Traffic,
+    RedisStores, Replay, RunError, Scenario, Simulation, StoreFactory, Summary, Traffic,
 };
 
 use crate::CommandError;
@@ -25,7 +25,8 @@ use crate::duration::{format_duration, parse_duration};
     tollgate simulate --algorithm token-bucket --max-tokens 5 --tokens-per-fill 2 --fill-interval 1s --arrival-rate 10 --duration 10s\n  \
     tollgate simulate --algorithm fixed-window --limit 100 --window minute --traffic square --peak-rate 50 --wave-period 1m --start 1700000020 --duration 10m\n  \
     tollgate simulate --algorithm leaky-bucket --rate 10 --period 1s --burst 5 --traffic poisson --arrival-rate 15 --decisions out.csv\n  \
-    tollgate simulate --compare sliding_window,sliding_log --limit 100 --window 1s --traffic poisson --arrival-rate 110 --duration 1h")]
+    tollgate simulate --compare sliding_window,sliding_log --limit 100 --window 1s --traffic poisson --arrival-rate 110 --duration 1h\n  \
+    tollgate simulate --algorithm token-bucket --max-tokens 5 --tokens-per-fill 2 --fill-interval 1s --arrival-rate 10 --duration 10s --redis redis://127.0.0.1:6379")]
 pub struct SimulateArgs {
     /// The algorithm to simulate.
     #[arg(
@@ -164,6 +165,12 @@ pub struct SimulateArgs {
         help_heading = "Run"
     )]
     start: u64,
+
+    /// Decide on this Redis (any URL `tollgate serve --store` takes) with the production Lua
+    /// script at the virtual time, instead of the in-memory store. Each decision is one round
+    /// trip; the run's keys live under their own prefix and are deleted at the end.
+    #[arg(long, value_name = "URL", help_heading = "Run")]
+    redis: Option<String>,
 
     /// Print the summary as JSON instead of text.
     #[arg(long, help_heading = "Output")]
@@ -336,7 +343,11 @@ fn parse_finite(text: &str) -> Result<f64, String> {
 /// Runs `tollgate simulate`.
 pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     let chosen = match args.algorithm {
-        Some(chosen) if args.clients == 1 && args.traffic != TrafficName::Replay => chosen,
+        Some(chosen)
+            if args.clients == 1 && args.traffic != TrafficName::Replay && args.redis.is_none() =>
+        {
+            chosen
+        }
         _ => return run_scenario(args),
     };
     let (algorithm, algorithm_description) = build_algorithm(args, chosen, true)?;
@@ -866,21 +877,65 @@ fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
     };
     let expectations = scenario.expectations();
     scenario.validate().map_err(lab_error)?;
+    let redis = match &args.redis {
+        Some(url) => Some(RedisStores::connect_blocking(url).map_err(CommandError::Failed)?),
+        None => None,
+    };
+    let stores: &dyn StoreFactory = match &redis {
+        Some(redis) => redis,
+        None => &MemoryStores,
+    };
+    let clock = MonotonicClock::new();
+    let began = clock.now();
     let mut sink = match &args.decisions {
         Some(path) => Some(DecisionSink::open(path, args.decisions_format, true)?),
         None => None,
     };
     let report = match sink.as_mut() {
         Some(sink) => scenario.run_with_decisions(
-            &MemoryStores,
+            stores,
             |_| {},
             |decision| {
                 sink.write_lane(decision);
             },
         ),
-        None => scenario.run(&MemoryStores, |_| {}),
+        None => scenario.run(stores, |_| {}),
     }
-    .map_err(lab_error)?;
+    .map_err(|e| match e {
+        RunError::Config(e) => lab_error(e),
+        RunError::Store(message) => CommandError::Failed(message),
+    })?;
+    let elapsed = clock.now().saturating_since(began);
+    let store = match &redis {
+        Some(redis) => {
+            // One call per decision of every lane (two with --decisions, which reads the
+            // key's state after each), one per state read of every store and tick.
+            let per_decision = if args.decisions.is_some() { 2 } else { 1 };
+            let calls = report.arrivals * report.lanes.len() as u64 * per_decision
+                + report.ticks
+                    * report
+                        .lanes
+                        .iter()
+                        .map(|l| u64::from(l.placement.stores()))
+                        .sum::<u64>();
+            StoreUsed {
+                kind: "redis",
+                target: Some(redis.describe()),
+                calls: Some(calls),
+                seconds: Some(elapsed.as_secs_f64()),
+                calls_per_second: (elapsed > Duration::ZERO)
+                    .then(|| calls as f64 / elapsed.as_secs_f64()),
+            }
+        }
+        None => StoreUsed {
+            kind: "memory",
+            target: None,
+            calls: None,
+            seconds: None,
+            calls_per_second: None,
+        },
+    };
+    drop(redis);
     let decisions_on_stdout = sink.as_ref().is_some_and(|s| s.is_stdout());
     if let Some(sink) = sink {
         sink.finish()?;
@@ -893,6 +948,7 @@ fn run_scenario(args: &SimulateArgs) -> Result<(), CommandError> {
         cost: args.cost,
         clients: args.clients,
         arrivals: report.arrivals,
+        store,
         lanes: report
             .lanes
             .into_iter()
@@ -935,7 +991,24 @@ struct Comparison {
     cost: u64,
     clients: u32,
     arrivals: u64,
+    store: StoreUsed,
     lanes: Vec<ComparedLane>,
+}
+
+/// Which store decided a run, and what it cost.
+#[derive(Serialize)]
+struct StoreUsed {
+    /// `memory` or `redis`.
+    kind: &'static str,
+    /// The Redis deployment, password hidden.
+    target: Option<String>,
+    /// Script calls made (decisions and state reads).
+    calls: Option<u64>,
+    /// Wall-clock seconds a Redis run took (none for memory: a run's report stays a pure
+    /// function of its parameters).
+    seconds: Option<f64>,
+    /// Script calls per wall-clock second.
+    calls_per_second: Option<f64>,
 }
 
 /// One algorithm's line of a comparison.
@@ -959,6 +1032,13 @@ impl Comparison {
             if self.clients == 1 { "" } else { "s" },
             self.arrivals
         );
+        if let (Some(target), Some(calls)) = (&self.store.target, self.store.calls) {
+            text.push_str(&format!(
+                "store      redis {target}: {calls} script calls in {:.2} s ({:.0} calls/s)\n",
+                self.store.seconds.unwrap_or(0.0),
+                self.store.calls_per_second.unwrap_or(0.0)
+            ));
+        }
         for lane in &self.lanes {
             let r = &lane.report;
             text.push_str(&format!("\n{}\n", lane.algorithm_description));

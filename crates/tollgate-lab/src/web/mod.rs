@@ -36,7 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, DelayMode};
 
 use crate::{
-    Expectation, MemoryStores, Replay, RunReport, StoreFactory, Tick, state_level_meaning,
+    Expectation, MemoryStores, Replay, RunError, RunReport, StoreFactory, Tick, state_level_meaning,
 };
 
 pub use params::{
@@ -49,6 +49,12 @@ pub const TICK_BUFFER: usize = 16;
 
 /// How long the last tick and the end event may wait for a stalled browser before the run gives up.
 const END_EVENT_BUDGET: Duration = Duration::from_secs(30);
+
+/// The most script calls (arrivals × lanes, plus one state read per store
+/// and tick) a run on a remote store may make: on a loopback Redis about
+/// 80,000 go through per second, pipelined a tick at a time, so a run of
+/// this size takes over ten seconds.
+pub const MAX_REMOTE_CALLS: f64 = 1_000_000.0;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const LAB_JS: &str = include_str!("assets/lab.js");
@@ -102,6 +108,8 @@ struct Replays {
 #[derive(Clone, Debug)]
 pub struct Lab {
     stores: Arc<dyn StoreFactory>,
+    /// A Redis store the page may choose (`store=redis`), when the lab was started with one.
+    redis: Option<Arc<dyn StoreFactory>>,
     counters: Arc<RunCounters>,
     replays: Arc<Mutex<Replays>>,
 }
@@ -117,11 +125,34 @@ impl Lab {
     pub fn new(stores: Arc<dyn StoreFactory>) -> Self {
         Lab {
             stores,
+            redis: None,
             counters: Arc::new(RunCounters::default()),
             replays: Arc::new(Mutex::new(Replays {
                 next_id: 1,
                 traces: VecDeque::new(),
             })),
+        }
+    }
+
+    /// This lab, with runs deciding on `redis` by default (`store=memory` still runs in memory).
+    pub fn with_redis(mut self, redis: Arc<dyn StoreFactory>) -> Self {
+        self.redis = Some(redis);
+        self
+    }
+
+    /// The store a run chose with `store=` (Redis by default when the lab has one).
+    fn chosen_store(&self, choice: Option<&str>) -> Result<Arc<dyn StoreFactory>, ParamError> {
+        match (choice, &self.redis) {
+            (None | Some("redis"), Some(redis)) => Ok(Arc::clone(redis)),
+            (None | Some("memory"), _) => Ok(Arc::clone(&self.stores)),
+            (Some("redis"), None) => Err(ParamError {
+                field: "store".to_owned(),
+                error: "store: this lab was started without --redis URL, so runs use the in-memory store".to_owned(),
+            }),
+            (Some(other), _) => Err(ParamError {
+                field: "store".to_owned(),
+                error: format!("store: {other:?} is not one of memory, redis"),
+            }),
         }
     }
 
@@ -199,11 +230,49 @@ fn bad_request(error: &ParamError) -> Response {
 type Pairs = Result<Query<Vec<(String, String)>>, axum::extract::rejection::QueryRejection>;
 
 fn parse_query(lab: &Lab, query: Pairs) -> Result<RunRequest, ParamError> {
-    let Query(pairs) = query.map_err(|rejection| ParamError {
+    parse_query_with_store(lab, query).map(|(request, _)| request)
+}
+
+/// Parses a run's query and picks its store (`store=memory|redis`), refusing
+/// a run on a remote store that would take more than [`MAX_REMOTE_CALLS`].
+fn parse_query_with_store(
+    lab: &Lab,
+    query: Pairs,
+) -> Result<(RunRequest, Arc<dyn StoreFactory>), ParamError> {
+    let Query(mut pairs) = query.map_err(|rejection| ParamError {
         field: "query".to_owned(),
         error: format!("query: {}", rejection.body_text()),
     })?;
-    parse_with_replays(&pairs, &|id| lab.replay(id))
+    let mut choice = None;
+    if let Some(i) = pairs.iter().position(|(name, _)| name == "store") {
+        choice = Some(pairs.remove(i).1);
+        if pairs.iter().any(|(name, _)| name == "store") {
+            return Err(ParamError {
+                field: "store".to_owned(),
+                error: "store: is given twice".to_owned(),
+            });
+        }
+    }
+    let stores = lab.chosen_store(choice.as_deref())?;
+    let request = parse_with_replays(&pairs, &|id| lab.replay(id))?;
+    if stores.is_remote() {
+        let scenario = &request.scenario;
+        let arrivals = scenario.source.expected_arrivals(scenario.duration);
+        let store_count: u32 = scenario.lanes.iter().map(|l| l.placement.stores()).sum();
+        let calls = arrivals * scenario.lanes.len() as f64
+            + scenario.ticks() as f64 * f64::from(store_count);
+        if calls > MAX_REMOTE_CALLS {
+            return Err(ParamError {
+                field: "duration".to_owned(),
+                error: format!(
+                    "duration: on Redis every decision is a script call; this run would make about {calls:.0} \
+                     calls and a Redis run makes at most {MAX_REMOTE_CALLS:.0} \
+                     (shorten the run, lower the rate, or choose store=memory)"
+                ),
+            });
+        }
+    }
+    Ok((request, stores))
 }
 
 impl Lab {
@@ -266,6 +335,10 @@ struct FieldsAnswer {
     fields: &'static [Field],
     choices: Vec<Choice>,
     max_arrivals: f64,
+    /// The stores a run may choose with `store=`, the default first.
+    stores: Vec<&'static str>,
+    /// The most script calls a run on Redis may make.
+    max_remote_calls: f64,
 }
 
 #[derive(Serialize)]
@@ -274,7 +347,7 @@ struct Choice {
     values: &'static [&'static str],
 }
 
-async fn fields() -> Response {
+async fn fields(State(lab): State<Lab>) -> Response {
     json_response(
         StatusCode::OK,
         &FieldsAnswer {
@@ -284,6 +357,12 @@ async fn fields() -> Response {
                 .map(|&(name, values)| Choice { name, values })
                 .collect(),
             max_arrivals: MAX_LAB_ARRIVALS,
+            stores: if lab.redis.is_some() {
+                vec!["redis", "memory"]
+            } else {
+                vec!["memory"]
+            },
+            max_remote_calls: MAX_REMOTE_CALLS,
         },
     )
 }
@@ -361,19 +440,22 @@ async fn expect(State(lab): State<Lab>, query: Pairs) -> Response {
 }
 
 async fn summary(State(lab): State<Lab>, query: Pairs) -> Response {
-    let request = match parse_query(&lab, query) {
-        Ok(request) => request,
+    let (request, stores) = match parse_query_with_store(&lab, query) {
+        Ok(parsed) => parsed,
         Err(error) => return bad_request(&error),
     };
-    let stores = Arc::clone(&lab.stores);
     let outcome =
         tokio::task::spawn_blocking(move || request.scenario.run(stores.as_ref(), |_| {})).await;
     match outcome {
         Ok(Ok(report)) => json_response(StatusCode::OK, &report),
-        Ok(Err(error)) => bad_request(&ParamError {
+        Ok(Err(RunError::Config(error))) => bad_request(&ParamError {
             field: error.parameter().to_owned(),
             error: error.to_string(),
         }),
+        Ok(Err(RunError::Store(error))) => json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "field": "store", "error": error }),
+        ),
         Err(_) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({ "error": "the run was cancelled" }),
@@ -400,11 +482,27 @@ struct EndEvent<'a> {
 }
 
 async fn run(State(lab): State<Lab>, query: Pairs) -> Response {
-    let request = match parse_query(&lab, query) {
-        Ok(request) => request,
+    let (request, stores) = match parse_query_with_store(&lab, query) {
+        Ok(parsed) => parsed,
         Err(error) => return bad_request(&error),
     };
-    let runner = match request.scenario.runner(lab.stores.as_ref()) {
+    let remote = stores.is_remote();
+    // A remote store's connection work blocks: make the stores off the async threads.
+    let made = if remote {
+        let scenario = request.scenario.clone();
+        match tokio::task::spawn_blocking(move || scenario.runner(stores.as_ref())).await {
+            Ok(made) => made,
+            Err(_) => {
+                return json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &serde_json::json!({ "error": "the run was cancelled" }),
+                );
+            }
+        }
+    } else {
+        request.scenario.runner(stores.as_ref())
+    };
+    let runner = match made {
         Ok(runner) => runner,
         Err(error) => {
             return bad_request(&ParamError {
@@ -425,6 +523,7 @@ async fn run(State(lab): State<Lab>, query: Pairs) -> Response {
     let guard = ActiveRun(Arc::clone(&lab.counters));
     tokio::spawn(stream_run(
         runner,
+        remote,
         request.speed,
         request.scenario.tick,
         tx,
@@ -458,8 +557,12 @@ impl Drop for ActiveRun {
 }
 
 /// Steps the run and sends its ticks, paced by `speed` (virtual seconds per second; 0 = no pacing).
+///
+/// A `remote` store's runner steps on a blocking thread, one tick at a time.
+/// When a store fails, the stream ends with a `failed` event naming why.
 async fn stream_run(
     mut runner: crate::Runner,
+    remote: bool,
     speed: f64,
     tick: Duration,
     tx: mpsc::Sender<Event>,
@@ -470,7 +573,24 @@ async fn stream_run(
     let wall_per_tick = (speed > 0.0).then(|| tick.as_secs_f64() / speed);
     let mut skipped = 0u64;
     let mut sent = 0u64;
-    while let Some(tick) = runner.next_tick() {
+    loop {
+        let tick = if remote {
+            let stepped = tokio::task::spawn_blocking(move || {
+                let tick = runner.next_tick();
+                (runner, tick)
+            })
+            .await;
+            let Ok((back, tick)) = stepped else {
+                return;
+            };
+            runner = back;
+            tick
+        } else {
+            runner.next_tick()
+        };
+        let Some(tick) = tick else {
+            break;
+        };
         let event = Event::default()
             .event("tick")
             .json_data(TickEvent {
@@ -520,6 +640,15 @@ async fn stream_run(
             }
             None => tokio::task::yield_now().await,
         }
+    }
+    if let Some(failure) = runner.failure() {
+        let failed = Event::default()
+            .event("failed")
+            .json_data(serde_json::json!({ "field": "store", "error": failure }))
+            .unwrap_or_else(|_| Event::default().event("failed"));
+        let _ = tokio::time::timeout(END_EVENT_BUDGET, tx.send(failed)).await;
+        drop(guard);
+        return;
     }
     let report = runner.finish();
     let end = Event::default()

@@ -226,6 +226,10 @@ function open(query, plan) {
   source = new EventSource(`/api/run?${query}`);
   source.addEventListener('tick', (e) => onTick(JSON.parse(e.data)));
   source.addEventListener('end', (e) => onEnd(JSON.parse(e.data)));
+  source.addEventListener('failed', (e) => {
+    stopRun('error');
+    setStatus('error', JSON.parse(e.data).error);
+  });
   source.addEventListener('error', () => {
     if (lab.state === 'running') {
       stopRun('error');
@@ -382,7 +386,9 @@ function drawChart(canvas, x, series, xMax) {
 
 // Sets the inputs' ranges and defaults from the server, then any values in the page's URL.
 async function init() {
-  const { fields } = await fetchJson('/api/fields');
+  const { fields, stores } = await fetchJson('/api/fields');
+  // Started with --redis: runs may choose Redis (the default) or memory.
+  document.getElementById('store-choice').hidden = !(stores || []).includes('redis');
   for (const f of fields) {
     lab.fields[f.name] = f;
     for (const el of form.querySelectorAll(`[name="${f.name}"]`)) {
