@@ -45,6 +45,14 @@ pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
 /// The default upstream connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Idle pooled connections kept per endpoint when the config says nothing.
+///
+/// As many as Envoy's default connection limit per cluster (1024): a pool
+/// that keeps fewer idle connections than the requests in flight closes the
+/// surplus after each response and opens new ones for the next, which costs
+/// a TCP handshake per request under high concurrency.
+const DEFAULT_MAX_IDLE_PER_ENDPOINT: usize = 1024;
+
 /// A route's boxed stack.
 pub type RouteService = BoxCloneSyncService<Request<Incoming>, Response<ProxyBody>, ProxyError>;
 
@@ -292,7 +300,8 @@ pub fn build(
             hash_key_header,
             c.connect_timeout.map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.0),
             c.http2,
-            c.max_idle_per_endpoint.unwrap_or(64),
+            c.max_idle_per_endpoint
+                .unwrap_or(DEFAULT_MAX_IDLE_PER_ENDPOINT),
         )));
     }
     let listener_policy = local_policy(
