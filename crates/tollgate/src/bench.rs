@@ -1,32 +1,36 @@
-//! `tollgate bench rls`: a load generator for a rate limit service (RLS v3 over gRPC).
+//! `tollgate bench`: load generators for a rate limit service (`rls`, RLS v3
+//! over gRPC) and for an HTTP server or proxy (`http`, HTTP/1.1 keep-alive).
 //!
-//! It sends `ShouldRateLimit` calls for a bounded time and reports how many
-//! were answered OK, OVER_LIMIT or failed (by gRPC code), the request rate
-//! and the latency distribution (an HDR histogram, microseconds).
+//! Both send requests for a bounded time and report the answers by kind, the
+//! request rate and the latency distribution (an HDR histogram,
+//! microseconds). They share the load loop, the histogram and the report.
 //!
-//! * **Keys.** `{k}` in a descriptor value is replaced, per request, by a
-//!   key index drawn uniformly from `0..keys` by a seeded pseudo-random
-//!   generator (one per worker, seeded from `--seed` and the worker's
-//!   number), so a run is reproducible in which keys it asks for; `--keys 1`
-//!   is one hot key.
 //! * **Closed loop** (default): `-c` workers spread round-robin over
-//!   `--connections` HTTP/2 connections, each sending its next call as soon
-//!   as the previous one returns. Latency is from send to answer.
-//! * **Open loop** (`--rate R`): call `i` is scheduled at `start + i / R`;
-//!   at most `-c` calls are in flight, and a call sent late because all were
-//!   busy still has its latency measured from its *scheduled* time, so a
+//!   `--connections` connections, each sending its next request as soon as
+//!   the previous one returns. Latency is from send to answer.
+//! * **Open loop** (`--rate R`): request `i` is scheduled at `start + i / R`;
+//!   at most `-c` requests are in flight, and a request sent late because all
+//!   were busy still has its latency measured from its *scheduled* time, so a
 //!   slow server cannot hide behind a slowed-down client (no coordinated
 //!   omission). The schedule's resolution is the runtime's timer (about 1 ms),
 //!   and that lateness counts in the latency, so prefer the closed loop for
 //!   sub-millisecond percentiles.
-//! * **Window.** Calls that start (closed loop) or are scheduled (open loop)
-//!   during the warm-up are not counted; calls that start in the measured
-//!   window are all awaited and counted, and the rate is divided by the
-//!   time from the window's start until the last of them returned.
-//! * **Latency** is recorded for answered calls (OK and OVER_LIMIT), not
-//!   for errors, whose fast failures would flatter the percentiles.
+//! * **Window.** Requests that start (closed loop) or are scheduled (open
+//!   loop) during the warm-up are not counted; requests that start in the
+//!   measured window are all awaited (each for at most `--timeout`) and
+//!   counted, and the rate is divided by the time from the window's start
+//!   until the last of them returned.
+//! * **Latency** is recorded for answered requests, not for errors, whose
+//!   fast failures would flatter the percentiles.
+//! * **`rls` keys.** `{k}` in a descriptor value is replaced, per request, by
+//!   a key index drawn uniformly from `0..keys` by a seeded pseudo-random
+//!   generator (one per worker, seeded from `--seed` and the worker's
+//!   number), so a run is reproducible in which keys it asks for; `--keys 1`
+//!   is one hot key.
 //!
 //! Errors never stop a run; failing to connect at the start does (exit 1).
+
+mod http;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -57,6 +61,71 @@ pub struct BenchArgs {
 pub enum BenchTarget {
     /// Load a rate limit service (RLS v3, gRPC) with ShouldRateLimit calls.
     Rls(RlsArgs),
+    /// Load an HTTP server or proxy with GET requests over HTTP/1.1 keep-alive connections.
+    Http(http::HttpArgs),
+}
+
+/// The load's shape, shared by every `tollgate bench` target.
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// Requests in flight at once.
+    #[arg(
+        short = 'c',
+        long = "concurrency",
+        default_value_t = 64,
+        value_name = "IN_FLIGHT"
+    )]
+    pub concurrency: usize,
+    /// How long to measure, after the warm-up.
+    #[arg(short = 'd', long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// How long to send requests before measuring (not counted).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Open loop: schedule this many requests per second (still at most -c in flight).
+    #[arg(long, value_name = "PER_SECOND")]
+    pub rate: Option<f64>,
+    /// How long to wait for each connection, and for each answer.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl LoadArgs {
+    /// Checks the shape; the open loop's requests per second, if any.
+    fn checked_rate(&self) -> Result<Option<f64>, CommandError> {
+        if self.concurrency == 0 {
+            return Err(CommandError::Usage("-c must be at least 1".to_owned()));
+        }
+        if self.duration.is_zero() {
+            return Err(CommandError::Usage("-d must be longer than 0s".to_owned()));
+        }
+        if self.timeout.is_zero() {
+            return Err(CommandError::Usage(
+                "--timeout must be longer than 0s".to_owned(),
+            ));
+        }
+        match self.rate {
+            None => Ok(None),
+            Some(rate) if rate.is_finite() && rate > 0.0 => Ok(Some(rate)),
+            Some(rate) => Err(CommandError::Usage(format!(
+                "--rate must be a positive number of requests per second, not {rate}"
+            ))),
+        }
+    }
+
+    /// How the loop runs, in words.
+    fn describe(&self) -> String {
+        match self.rate {
+            Some(rate) => format!(
+                "open loop at {rate} req/s, at most {} in flight",
+                self.concurrency
+            ),
+            None => format!("closed loop, {} in flight", self.concurrency),
+        }
+    }
 }
 
 /// The arguments of `tollgate bench rls`.
@@ -79,44 +148,25 @@ pub struct RlsArgs {
     /// How many distinct values `{k}` takes (1 = one hot key).
     #[arg(long, default_value_t = 1)]
     pub keys: u64,
-    /// Calls in flight at once.
-    #[arg(
-        short = 'c',
-        long = "concurrency",
-        default_value_t = 64,
-        value_name = "IN_FLIGHT"
-    )]
-    pub concurrency: usize,
     /// HTTP/2 connections the calls are spread over.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
-    /// How long to measure, after the warm-up.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub duration: Duration,
-    /// How long to send calls before measuring (not counted).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    pub warmup: Duration,
-    /// Open loop: schedule this many calls per second (still at most -c in flight).
-    #[arg(long, value_name = "PER_SECOND")]
-    pub rate: Option<f64>,
     /// Hits each call counts (the request's `hits_addend`; 0 means 1).
     #[arg(long, default_value_t = 0)]
     pub hits: u32,
     /// The seed of the key generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// How long to wait for the connections, and for each answer.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    /// Print the result as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    /// The load's shape.
+    #[command(flatten)]
+    pub load: LoadArgs,
 }
 
 /// Runs `tollgate bench`.
 pub fn run(args: &BenchArgs) -> Result<(), CommandError> {
     match &args.target {
         BenchTarget::Rls(args) => run_rls(args),
+        BenchTarget::Http(args) => http::run(args),
     }
 }
 
@@ -124,6 +174,208 @@ pub fn run(args: &BenchArgs) -> Result<(), CommandError> {
 #[allow(clippy::disallowed_methods)] // A load generator measures real elapsed time.
 fn now() -> Instant {
     Instant::now()
+}
+
+/// The answers of one kind of request, counted by outcome.
+trait Counts: Default + Send + 'static {
+    /// What one request comes back with.
+    type Answer;
+    /// Counts one answer; true when it was answered (its latency is recorded).
+    fn count(&mut self, answer: Self::Answer) -> bool;
+    /// Adds another worker's counts.
+    fn merge(&mut self, other: Self);
+    /// How many answers were counted, errors included.
+    fn total(&self) -> u64;
+}
+
+/// One worker's way of sending a request and awaiting its answer.
+trait Sender: Send + 'static {
+    /// How the answers are counted.
+    type Counts: Counts;
+    /// Sends the next request and awaits its answer (or error).
+    fn send(&mut self) -> impl Future<Output = <Self::Counts as Counts>::Answer> + Send;
+}
+
+/// What one worker (and then the whole run) counted.
+struct Tally<C> {
+    latency_us: Histogram<u64>,
+    counts: C,
+}
+
+impl<C: Counts> Tally<C> {
+    fn new() -> Tally<C> {
+        Tally {
+            // 1 µs to 1 hour, 3 significant digits.
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid histogram bounds"),
+            counts: C::default(),
+        }
+    }
+
+    fn record(&mut self, answer: C::Answer, latency: Duration) {
+        if self.counts.count(answer) {
+            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+            self.latency_us.saturating_record(micros.max(1));
+        }
+    }
+
+    fn merge(&mut self, other: Tally<C>) {
+        self.latency_us
+            .add(&other.latency_us)
+            .expect("histograms with the same bounds add up");
+        self.counts.merge(other.counts);
+    }
+}
+
+/// When requests are sent and counted; shared by every worker.
+struct Window {
+    /// When counting starts (the end of the warm-up).
+    measure_from: Instant,
+    /// When no more requests start.
+    until: Instant,
+    /// Open loop: the start of the schedule and the requests per second.
+    schedule: Option<(Instant, f64)>,
+    /// Open loop: the next request number to send.
+    next_call: AtomicU64,
+}
+
+/// One worker: sends requests one after another until the window's end.
+async fn worker<S: Sender>(window: Arc<Window>, mut sender: S) -> Tally<S::Counts> {
+    let mut tally = Tally::new();
+    loop {
+        let start = match window.schedule {
+            None => {
+                let start = now();
+                if start >= window.until {
+                    break;
+                }
+                start
+            }
+            Some((origin, rate)) => {
+                let call = window.next_call.fetch_add(1, Ordering::Relaxed);
+                // `call / rate`, not `call * (1 / rate)`: the window then holds exactly
+                // `rate × duration` requests, with no rounding error piling up.
+                let offset = Duration::from_secs_f64(call as f64 / rate);
+                let scheduled = origin + offset;
+                if scheduled >= window.until {
+                    break;
+                }
+                let current = now();
+                if scheduled > current {
+                    tokio::time::sleep(scheduled - current).await;
+                }
+                scheduled
+            }
+        };
+        let answer = sender.send().await;
+        let latency = now().saturating_duration_since(start);
+        if start >= window.measure_from {
+            tally.record(answer, latency);
+        }
+    }
+    tally
+}
+
+/// A run's result, as printed.
+struct Report<C> {
+    mode: &'static str,
+    elapsed: Duration,
+    tally: Tally<C>,
+}
+
+impl<C: Counts> Report<C> {
+    fn requests(&self) -> u64 {
+        self.tally.counts.total()
+    }
+
+    fn per_second(&self) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            self.requests() as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// The latency distribution as a JSON object of microseconds.
+    fn latency_json(&self) -> serde_json::Value {
+        let histogram = &self.tally.latency_us;
+        let mut latency = serde_json::Map::new();
+        latency.insert("count".to_owned(), histogram.len().into());
+        latency.insert("min".to_owned(), histogram.min().into());
+        latency.insert("mean".to_owned(), histogram.mean().into());
+        for (name, quantile) in PERCENTILES {
+            latency.insert(
+                name.to_owned(),
+                histogram.value_at_quantile(quantile).into(),
+            );
+        }
+        latency.insert("max".to_owned(), histogram.max().into());
+        serde_json::Value::Object(latency)
+    }
+
+    /// The `requests` and `latency` lines of the text report.
+    fn text_lines(&self) -> (String, String) {
+        let requests = format!(
+            "requests    {} in {:.2}s ({:.0} req/s)",
+            self.requests(),
+            self.elapsed.as_secs_f64(),
+            self.per_second()
+        );
+        let histogram = &self.tally.latency_us;
+        let mut latency = String::from("latency µs ");
+        for (name, quantile) in PERCENTILES {
+            let _ = write!(
+                latency,
+                " {}={}",
+                name.replace('_', "."),
+                histogram.value_at_quantile(quantile)
+            );
+        }
+        let _ = write!(latency, " max={}", histogram.max());
+        (requests, latency)
+    }
+}
+
+/// Runs one worker per sender over `load`'s window and adds up their tallies.
+async fn drive<S: Sender>(
+    load: &LoadArgs,
+    rate: Option<f64>,
+    senders: Vec<S>,
+) -> Result<Report<S::Counts>, CommandError> {
+    let start = now();
+    let measure_from = start + load.warmup;
+    let window = Arc::new(Window {
+        measure_from,
+        until: measure_from + load.duration,
+        schedule: rate.map(|rate| (start, rate)),
+        next_call: AtomicU64::new(0),
+    });
+    let workers: Vec<_> = senders
+        .into_iter()
+        .map(|sender| tokio::spawn(worker(Arc::clone(&window), sender)))
+        .collect();
+    let mut tally = Tally::new();
+    for handle in workers {
+        let worker_tally = handle
+            .await
+            .map_err(|error| CommandError::Failed(format!("a worker failed: {error}")))?;
+        tally.merge(worker_tally);
+    }
+    let elapsed = now().saturating_duration_since(measure_from);
+    Ok(Report {
+        mode: if rate.is_some() { "open" } else { "closed" },
+        elapsed,
+        tally,
+    })
+}
+
+/// A multi-threaded runtime for a run.
+fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))
 }
 
 /// One piece of a descriptor value: literal text or the key index.
@@ -198,32 +450,25 @@ impl Template {
     }
 }
 
-/// What one worker (and then the whole run) counted.
-struct Tally {
-    latency_us: Histogram<u64>,
+/// The answers of `bench rls`: OK, OVER_LIMIT, or an error by code.
+#[derive(Default)]
+struct RlsCounts {
     ok: u64,
     over_limit: u64,
     errors: BTreeMap<String, u64>,
 }
 
-impl Tally {
-    fn new() -> Tally {
-        Tally {
-            // 1 µs to 1 hour, 3 significant digits.
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .expect("valid histogram bounds"),
-            ok: 0,
-            over_limit: 0,
-            errors: BTreeMap::new(),
-        }
+impl RlsCounts {
+    fn errors(&self) -> u64 {
+        self.errors.values().sum()
     }
+}
 
-    fn record(
-        &mut self,
-        result: Result<wire::RateLimitResponse, tonic::Status>,
-        latency: Duration,
-    ) {
-        let answered = match result {
+impl Counts for RlsCounts {
+    type Answer = Result<wire::RateLimitResponse, tonic::Status>;
+
+    fn count(&mut self, answer: Self::Answer) -> bool {
+        match answer {
             Ok(response) if response.overall_code == wire::CODE_OK => {
                 self.ok += 1;
                 true
@@ -246,17 +491,10 @@ impl Tally {
                     .or_default() += 1;
                 false
             }
-        };
-        if answered {
-            let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-            self.latency_us.saturating_record(micros.max(1));
         }
     }
 
-    fn merge(&mut self, other: Tally) {
-        self.latency_us
-            .add(&other.latency_us)
-            .expect("histograms with the same bounds add up");
+    fn merge(&mut self, other: RlsCounts) {
         self.ok += other.ok;
         self.over_limit += other.over_limit;
         for (code, count) in other.errors {
@@ -264,84 +502,45 @@ impl Tally {
         }
     }
 
-    fn errors(&self) -> u64 {
-        self.errors.values().sum()
+    fn total(&self) -> u64 {
+        self.ok + self.over_limit + self.errors()
     }
 }
 
-/// What every worker shares.
-struct Plan {
+/// What every `bench rls` worker asks for.
+struct RlsPlan {
     domain: String,
     templates: Vec<Template>,
     keys: u64,
     hits: u32,
-    /// When counting starts (the end of the warm-up).
-    measure_from: Instant,
-    /// When no more calls start.
-    until: Instant,
-    /// Open loop: the start of the schedule and the time between calls.
-    schedule: Option<(Instant, Duration)>,
-    /// Open loop: the next call number to send.
-    next_call: AtomicU64,
 }
 
-impl Plan {
-    fn request(&self, rng: &mut SmallRng) -> RateLimitRequest {
-        let key = if self.keys <= 1 {
+/// One `bench rls` worker's channel and key generator.
+struct RlsSender {
+    plan: Arc<RlsPlan>,
+    channel: Channel,
+    rng: SmallRng,
+}
+
+impl Sender for RlsSender {
+    type Counts = RlsCounts;
+
+    fn send(
+        &mut self,
+    ) -> impl Future<Output = Result<wire::RateLimitResponse, tonic::Status>> + Send {
+        let plan = &self.plan;
+        let key = if plan.keys <= 1 {
             0
         } else {
-            rng.random_range(0..self.keys)
+            self.rng.random_range(0..plan.keys)
         };
-        RateLimitRequest {
-            domain: self.domain.clone(),
-            descriptors: self.templates.iter().map(|t| t.render(key)).collect(),
-            hits_addend: self.hits,
-        }
-    }
-}
-
-/// One worker: sends calls one after another until the plan's end.
-async fn worker(plan: Arc<Plan>, channel: Channel, seed: u64) -> Tally {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut tally = Tally::new();
-    loop {
-        let request = plan.request(&mut rng);
-        let start = match plan.schedule {
-            None => {
-                let start = now();
-                if start >= plan.until {
-                    break;
-                }
-                start
-            }
-            Some((origin, period)) => {
-                let call = plan.next_call.fetch_add(1, Ordering::Relaxed);
-                let offset = period.mul_f64(call as f64);
-                let scheduled = origin + offset;
-                if scheduled >= plan.until {
-                    break;
-                }
-                let current = now();
-                if scheduled > current {
-                    tokio::time::sleep(scheduled - current).await;
-                }
-                scheduled
-            }
+        let request = RateLimitRequest {
+            domain: plan.domain.clone(),
+            descriptors: plan.templates.iter().map(|t| t.render(key)).collect(),
+            hits_addend: plan.hits,
         };
-        let result = should_rate_limit(channel.clone(), request).await;
-        let latency = now().saturating_duration_since(start);
-        if start >= plan.measure_from {
-            tally.record(result, latency);
-        }
+        should_rate_limit(self.channel.clone(), request)
     }
-    tally
-}
-
-/// The run's result, as printed.
-struct Report {
-    mode: &'static str,
-    elapsed: Duration,
-    tally: Tally,
 }
 
 fn run_rls(args: &RlsArgs) -> Result<(), CommandError> {
@@ -353,35 +552,17 @@ fn run_rls(args: &RlsArgs) -> Result<(), CommandError> {
     if args.keys == 0 {
         return Err(CommandError::Usage("--keys must be at least 1".to_owned()));
     }
-    if args.concurrency == 0 {
-        return Err(CommandError::Usage("-c must be at least 1".to_owned()));
-    }
     if args.connections == 0 {
         return Err(CommandError::Usage(
             "--connections must be at least 1".to_owned(),
         ));
     }
-    if args.duration.is_zero() {
-        return Err(CommandError::Usage("-d must be longer than 0s".to_owned()));
-    }
-    let period = match args.rate {
-        None => None,
-        Some(rate) if rate.is_finite() && rate > 0.0 => Some(Duration::from_secs_f64(1.0 / rate)),
-        Some(rate) => {
-            return Err(CommandError::Usage(format!(
-                "--rate must be a positive number of calls per second, not {rate}"
-            )));
-        }
-    };
+    let rate = args.load.checked_rate()?;
     let endpoint = Endpoint::from_shared(args.addr.clone())
         .map_err(|error| CommandError::Usage(format!("bad --addr {:?}: {error}", args.addr)))?
-        .connect_timeout(args.timeout)
-        .timeout(args.timeout);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
-    let report = runtime.block_on(async {
+        .connect_timeout(args.load.timeout)
+        .timeout(args.load.timeout);
+    let report = runtime()?.block_on(async {
         let mut channels = Vec::with_capacity(args.connections);
         for _ in 0..args.connections {
             let channel = endpoint.connect().await.map_err(|error| {
@@ -393,43 +574,25 @@ fn run_rls(args: &RlsArgs) -> Result<(), CommandError> {
             })?;
             channels.push(channel);
         }
-        let start = now();
-        let measure_from = start + args.warmup;
-        let plan = Arc::new(Plan {
+        let plan = Arc::new(RlsPlan {
             domain: args.domain.clone(),
             templates,
             keys: args.keys,
             hits: args.hits,
-            measure_from,
-            until: measure_from + args.duration,
-            schedule: period.map(|period| (start, period)),
-            next_call: AtomicU64::new(0),
         });
-        let workers: Vec<_> = (0..args.concurrency)
-            .map(|i| {
-                let channel = channels[i % channels.len()].clone();
-                let seed = args.seed.wrapping_add(i as u64);
-                tokio::spawn(worker(Arc::clone(&plan), channel, seed))
+        let senders = (0..args.load.concurrency)
+            .map(|i| RlsSender {
+                plan: Arc::clone(&plan),
+                channel: channels[i % channels.len()].clone(),
+                rng: SmallRng::seed_from_u64(args.seed.wrapping_add(i as u64)),
             })
             .collect();
-        let mut tally = Tally::new();
-        for handle in workers {
-            let worker_tally = handle
-                .await
-                .map_err(|error| CommandError::Failed(format!("a worker failed: {error}")))?;
-            tally.merge(worker_tally);
-        }
-        let elapsed = now().saturating_duration_since(measure_from);
-        Ok::<_, CommandError>(Report {
-            mode: if period.is_some() { "open" } else { "closed" },
-            elapsed,
-            tally,
-        })
+        drive(&args.load, rate, senders).await
     })?;
-    if args.json {
-        println!("{}", json_report(args, &report));
+    if args.load.json {
+        println!("{}", rls_json_report(args, &report));
     } else {
-        print!("{}", text_report(args, &report));
+        print!("{}", rls_text_report(args, &report));
     }
     Ok(())
 }
@@ -445,19 +608,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn requests(report: &Report) -> u64 {
-    report.tally.ok + report.tally.over_limit + report.tally.errors()
-}
-
-fn per_second(report: &Report) -> f64 {
-    let seconds = report.elapsed.as_secs_f64();
-    if seconds > 0.0 {
-        requests(report) as f64 / seconds
-    } else {
-        0.0
-    }
-}
-
 /// The reported percentiles: name and quantile.
 const PERCENTILES: [(&str, f64); 4] = [
     ("p50", 0.50),
@@ -466,86 +616,54 @@ const PERCENTILES: [(&str, f64); 4] = [
     ("p99_9", 0.999),
 ];
 
-fn json_report(args: &RlsArgs, report: &Report) -> serde_json::Value {
-    let histogram = &report.tally.latency_us;
-    let mut latency = serde_json::Map::new();
-    latency.insert("count".to_owned(), histogram.len().into());
-    latency.insert("min".to_owned(), histogram.min().into());
-    latency.insert("mean".to_owned(), histogram.mean().into());
-    for (name, quantile) in PERCENTILES {
-        latency.insert(
-            name.to_owned(),
-            histogram.value_at_quantile(quantile).into(),
-        );
-    }
-    latency.insert("max".to_owned(), histogram.max().into());
+fn rls_json_report(args: &RlsArgs, report: &Report<RlsCounts>) -> serde_json::Value {
+    let counts = &report.tally.counts;
     serde_json::json!({
         "mode": report.mode,
         "addr": args.addr,
         "domain": args.domain,
         "descriptors": args.descriptors,
         "keys": args.keys,
-        "in_flight": args.concurrency,
+        "in_flight": args.load.concurrency,
         "connections": args.connections,
-        "rate": args.rate,
-        "duration_s": args.duration.as_secs_f64(),
-        "warmup_s": args.warmup.as_secs_f64(),
+        "rate": args.load.rate,
+        "duration_s": args.load.duration.as_secs_f64(),
+        "warmup_s": args.load.warmup.as_secs_f64(),
         "elapsed_s": report.elapsed.as_secs_f64(),
-        "requests": requests(report),
-        "req_per_s": per_second(report),
-        "ok": report.tally.ok,
-        "over_limit": report.tally.over_limit,
-        "errors": report.tally.errors(),
-        "errors_by_code": report.tally.errors,
-        "latency_us": latency,
+        "requests": report.requests(),
+        "req_per_s": report.per_second(),
+        "ok": counts.ok,
+        "over_limit": counts.over_limit,
+        "errors": counts.errors(),
+        "errors_by_code": counts.errors,
+        "latency_us": report.latency_json(),
     })
 }
 
-fn text_report(args: &RlsArgs, report: &Report) -> String {
-    let histogram = &report.tally.latency_us;
+fn rls_text_report(args: &RlsArgs, report: &Report<RlsCounts>) -> String {
+    let counts = &report.tally.counts;
     let mut text = String::new();
-    let loop_text = match args.rate {
-        Some(rate) => format!(
-            "open loop at {rate} req/s, at most {} in flight",
-            args.concurrency
-        ),
-        None => format!("closed loop, {} in flight", args.concurrency),
-    };
     let _ = writeln!(
         text,
-        "{} domain {}, {} key{}; {loop_text} on {} connection{}; {} (+{} warm-up)",
+        "{} domain {}, {} key{}; {} on {} connection{}; {} (+{} warm-up)",
         args.addr,
         args.domain,
         args.keys,
         if args.keys == 1 { "" } else { "s" },
+        args.load.describe(),
         args.connections,
         if args.connections == 1 { "" } else { "s" },
-        humantime::format_duration(args.duration),
-        humantime::format_duration(args.warmup),
+        humantime::format_duration(args.load.duration),
+        humantime::format_duration(args.load.warmup),
     );
-    let _ = writeln!(
-        text,
-        "requests    {} in {:.2}s ({:.0} req/s)",
-        requests(report),
-        report.elapsed.as_secs_f64(),
-        per_second(report)
-    );
-    let _ = writeln!(text, "ok          {}", report.tally.ok);
-    let _ = writeln!(text, "over_limit  {}", report.tally.over_limit);
-    let _ = writeln!(text, "errors      {}", report.tally.errors());
-    for (code, count) in &report.tally.errors {
+    let (requests, latency) = report.text_lines();
+    let _ = writeln!(text, "{requests}");
+    let _ = writeln!(text, "ok          {}", counts.ok);
+    let _ = writeln!(text, "over_limit  {}", counts.over_limit);
+    let _ = writeln!(text, "errors      {}", counts.errors());
+    for (code, count) in &counts.errors {
         let _ = writeln!(text, "  {code}: {count}");
     }
-    let mut latency = String::from("latency µs ");
-    for (name, quantile) in PERCENTILES {
-        let _ = write!(
-            latency,
-            " {}={}",
-            name.replace('_', "."),
-            histogram.value_at_quantile(quantile)
-        );
-    }
-    let _ = write!(latency, " max={}", histogram.max());
     let _ = writeln!(text, "{latency}");
     text
 }

@@ -1,8 +1,19 @@
-//! `tollgate bench rls` loads a `tollgate serve` child and reports consistent counts and latencies.
+//! `tollgate bench rls` loads a `tollgate serve` child, and `tollgate bench http` a
+//! loopback hyper server; both report consistent counts and latencies.
 
 mod support;
 
 use std::process::Output;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
 
 use support::{Server, tollgate};
 
@@ -136,6 +147,276 @@ fn nothing_listening_is_exit_1() {
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
     assert!(
         text(&output.stderr).contains(&format!("error: cannot connect to {addr}")),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stdout), "");
+}
+
+/// What the loopback HTTP server answered, by status.
+#[derive(Default)]
+struct Answered {
+    ok: AtomicU64,
+    too_many: AtomicU64,
+    unavailable: AtomicU64,
+}
+
+/// A hyper HTTP/1.1 server on a free loopback port, on its own runtime thread;
+/// it stops when dropped. Request `n` (from 1) gets 503 when `n % 5 == 0`,
+/// else 429 when `n % 3 == 0`, else 200.
+struct HttpServer {
+    url: String,
+    answered: Arc<Answered>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let url = format!(
+            "http://{}/bench",
+            listener.local_addr().expect("its address")
+        );
+        let answered = Arc::new(Answered::default());
+        let seen = Arc::new(AtomicU64::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let counts = Arc::clone(&answered);
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
+                let accept = async {
+                    loop {
+                        let Ok((stream, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        let seen = Arc::clone(&seen);
+                        let counts = Arc::clone(&counts);
+                        let service = service_fn(move |request: Request<Incoming>| {
+                            let n = seen.fetch_add(1, Ordering::Relaxed) + 1;
+                            let (status, counter) = if n.is_multiple_of(5) {
+                                (StatusCode::SERVICE_UNAVAILABLE, &counts.unavailable)
+                            } else if n.is_multiple_of(3) {
+                                (StatusCode::TOO_MANY_REQUESTS, &counts.too_many)
+                            } else {
+                                (StatusCode::OK, &counts.ok)
+                            };
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            assert_eq!(request.uri().path(), "/bench");
+                            let mut response =
+                                Response::new(Full::new(Bytes::from_static(b"ok\n")));
+                            *response.status_mut() = status;
+                            async move { Ok::<_, std::convert::Infallible>(response) }
+                        });
+                        tokio::spawn(async move {
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                };
+                tokio::select! {
+                    () = accept => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        HttpServer {
+            url,
+            answered,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn bench_http(url: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "bench", "http", "--url", url, "-d", "1s", "--warmup", "0s", "-c", "4", "--json",
+    ];
+    args.extend_from_slice(extra);
+    tollgate(&args).output().expect("tollgate bench runs")
+}
+
+fn status(report: &serde_json::Value, class: &str) -> u64 {
+    report["status"][class]
+        .as_u64()
+        .unwrap_or_else(|| panic!("status {class} in {report}"))
+}
+
+/// The statuses and errors add up to the requests, and the percentiles are ordered.
+fn assert_http_consistent(report: &serde_json::Value) {
+    let requests = count(report, "requests");
+    assert!(requests > 0, "{report}");
+    let statuses: u64 = ["2xx", "3xx", "429", "4xx", "5xx", "other"]
+        .iter()
+        .map(|class| status(report, class))
+        .sum();
+    assert_eq!(statuses + count(report, "errors"), requests, "{report}");
+    assert_eq!(count(report, "errors"), 0, "{report}");
+    let latency = &report["latency_us"];
+    let p = |name: &str| latency[name].as_u64().expect("a percentile");
+    assert_eq!(latency["count"].as_u64(), Some(requests), "{report}");
+    assert!(p("min") <= p("p50"), "{report}");
+    assert!(p("p50") <= p("p90"), "{report}");
+    assert!(p("p90") <= p("p99"), "{report}");
+    assert!(p("p99") <= p("p99_9"), "{report}");
+    assert!(p("p99_9") <= p("max"), "{report}");
+}
+
+#[test]
+fn a_closed_loop_counts_each_status_class_as_the_server_answered_it() {
+    let server = HttpServer::start();
+    let output = bench_http(&server.url, &["--connections", "2"]);
+    let report = report(&output);
+    assert_http_consistent(&report);
+    assert_eq!(report["mode"], "closed");
+    assert_eq!(count(&report, "connections"), 2);
+    // No warm-up: every request the server saw was counted, in its class.
+    let answered = &server.answered;
+    assert_eq!(
+        status(&report, "2xx"),
+        answered.ok.load(Ordering::Relaxed),
+        "{report}"
+    );
+    assert_eq!(
+        status(&report, "429"),
+        answered.too_many.load(Ordering::Relaxed),
+        "{report}"
+    );
+    assert_eq!(
+        status(&report, "5xx"),
+        answered.unavailable.load(Ordering::Relaxed),
+        "{report}"
+    );
+    assert!(status(&report, "429") > 0, "{report}");
+    assert!(status(&report, "5xx") > 0, "{report}");
+    assert_eq!(status(&report, "4xx"), 0, "{report}");
+}
+
+#[test]
+fn an_http_open_loop_sends_every_scheduled_request() {
+    let server = HttpServer::start();
+    let output = bench_http(&server.url, &["--rate", "300"]);
+    let report = report(&output);
+    assert_http_consistent(&report);
+    assert_eq!(report["mode"], "open");
+    // 300 requests scheduled in the 1 s window, all sent, a fifth of them 503.
+    assert_eq!(count(&report, "requests"), 300, "{report}");
+    assert_eq!(status(&report, "5xx"), 60, "{report}");
+    assert_eq!(status(&report, "429"), 80, "{report}");
+    assert_eq!(status(&report, "2xx"), 160, "{report}");
+}
+
+#[test]
+fn the_http_text_report_names_the_classes() {
+    let server = HttpServer::start();
+    let output = tollgate(&[
+        "bench",
+        "http",
+        "--url",
+        &server.url,
+        "-d",
+        "200ms",
+        "--warmup",
+        "0s",
+        "-c",
+        "2",
+    ])
+    .output()
+    .expect("tollgate bench runs");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    for needle in [
+        "requests ",
+        " 2xx=",
+        " 429=",
+        " 4xx=",
+        " 5xx=",
+        "errors ",
+        " p99=",
+        " p99.9=",
+    ] {
+        assert!(stdout.contains(needle), "{needle} in {stdout}");
+    }
+}
+
+#[test]
+fn bad_http_flags_are_usage_errors() {
+    for (args, why) in [
+        (
+            &["--url", "https://127.0.0.1:9/"][..],
+            "only http:// is supported",
+        ),
+        (&["--url", "127.0.0.1:9"][..], "bad --url \"127.0.0.1:9\""),
+        (
+            &["--url", "http://127.0.0.1:9/", "-c", "0"][..],
+            "-c must be at least 1",
+        ),
+        (
+            &["--url", "http://127.0.0.1:9/", "--rate", "0"][..],
+            "--rate",
+        ),
+        (
+            &[
+                "--url",
+                "http://127.0.0.1:9/",
+                "-c",
+                "2",
+                "--connections",
+                "3",
+            ][..],
+            "more than -c 2",
+        ),
+        (&["--url", "http://127.0.0.1:9/", "-d", "soon"][..], "-d"),
+        (
+            &["--url", "http://127.0.0.1:9/", "--connections", "0"][..],
+            "--connections must be at least 1",
+        ),
+    ] {
+        let mut all = vec!["bench", "http"];
+        all.extend_from_slice(args);
+        let output = tollgate(&all).output().expect("tollgate bench runs");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+        assert!(
+            text(&output.stderr).contains(why),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(text(&output.stdout), "", "{args:?}");
+    }
+}
+
+#[test]
+fn an_http_server_that_is_not_there_is_exit_1() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}/", listener.local_addr().expect("its address"));
+    drop(listener);
+    let output = bench_http(&url, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains(&format!("error: cannot connect to {url}")),
         "{}",
         text(&output.stderr)
     );
