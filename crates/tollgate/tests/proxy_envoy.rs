@@ -7,13 +7,14 @@
 //! during a sequence and the answers do not depend on timing.
 
 mod proxy_support;
+mod support;
 
 use std::net::SocketAddr;
 
 use proxy_support::{
-    Connection, ProxyChild, Response, TempDir, Upstream, envoy_binary, free_port, log_tail,
-    start_envoy,
+    Connection, ProxyChild, Response, TempDir, Upstream, free_port, log_tail, start_envoy,
 };
+use support::envoy_binary;
 
 const LOCAL_RATELIMIT_TYPE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";

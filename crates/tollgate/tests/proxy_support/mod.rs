@@ -371,26 +371,6 @@ impl ProxyChild {
     }
 }
 
-/// The Envoy binary: `TOLLGATE_ENVOY`, else the workspace's `.venv/bin/envoy`.
-pub fn envoy_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("TOLLGATE_ENVOY") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "TOLLGATE_ENVOY={} is not a file; run scripts/test.sh",
-            path.display()
-        );
-        return path;
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/envoy");
-    assert!(
-        path.is_file(),
-        "no Envoy: TOLLGATE_ENVOY is unset and {} does not exist; run scripts/test.sh",
-        path.display()
-    );
-    path
-}
-
 /// Starts Envoy on `bootstrap` and waits (bounded: 200 polls 100 ms apart) until `/ready` says LIVE.
 pub fn start_envoy(
     binary: &Path,

