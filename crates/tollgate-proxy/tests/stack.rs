@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tollgate_core::{Clock, ManualClock, Timestamp};
+use tollgate_proxy::metrics::Metrics;
 use tollgate_proxy::{ConfigSource, Proxy, serve};
 
 /// Every wait of these tests is bounded by this.
@@ -154,6 +155,18 @@ async fn fetch(
     )
 }
 
+/// Waits (at most [`BOUND`]) until the proxy's metrics contain `series`:
+/// how a test learns that a request has reached the proxy.
+async fn metrics_show(metrics: &Metrics, series: &str) -> bool {
+    tokio::time::timeout(BOUND, async {
+        while !metrics.render().expect("renders").contains(series) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 fn manual() -> (ManualClock, Arc<dyn Clock>) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
     (clock.clone(), Arc::new(clock))
@@ -223,18 +236,12 @@ async fn shutdown_finishes_requests_in_flight_and_stops_accepting() {
     let addr = running.addr;
     let in_flight = tokio::spawn(async move { fetch(&http1(), addr, "/slow").await });
     // Wait (bounded) until the request reached the upstream's gate.
-    let metrics = Arc::clone(&running.proxy.metrics);
-    let reached = tokio::time::timeout(BOUND, async {
-        while !metrics
-            .render()
-            .expect("renders")
-            .contains("tollgate_proxy_requests_total{route=\"api\",cluster=\"backend\"} 1")
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
+    let reached = metrics_show(
+        &running.proxy.metrics,
+        "tollgate_proxy_requests_total{route=\"api\",cluster=\"backend\"} 1",
+    )
     .await;
-    assert!(reached.is_ok(), "the request never arrived");
+    assert!(reached, "the request never arrived");
     let _ = running.stop.take().expect("not stopped yet").send(());
     // New connections are refused once the accept loop is gone (bounded poll).
     let refused = tokio::time::timeout(BOUND, async {
@@ -261,18 +268,12 @@ async fn a_reload_leaves_requests_in_flight_on_their_config() {
     let running = start_proxy("reload", &yaml(upstream, ""), clock).await;
     let addr = running.addr;
     let in_flight = tokio::spawn(async move { fetch(&http1(), addr, "/slow").await });
-    let metrics = Arc::clone(&running.proxy.metrics);
-    tokio::time::timeout(BOUND, async {
-        while !metrics
-            .render()
-            .expect("renders")
-            .contains("requests_total{route=\"api\",cluster=\"backend\"} 1")
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the request arrives");
+    let arrived = metrics_show(
+        &running.proxy.metrics,
+        "requests_total{route=\"api\",cluster=\"backend\"} 1",
+    )
+    .await;
+    assert!(arrived, "the request arrives");
     // The new config sends everything to an endpoint where nothing listens.
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("binds")
@@ -388,18 +389,12 @@ async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
         }
     };
     let held = tokio::spawn(request("t1", "/slow"));
-    let metrics = Arc::clone(&running.proxy.metrics);
-    tokio::time::timeout(BOUND, async {
-        while !metrics
-            .render()
-            .expect("renders")
-            .contains("requests_total{route=\"api\",cluster=\"backend\"} 1")
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the first request arrives");
+    let arrived = metrics_show(
+        &running.proxy.metrics,
+        "requests_total{route=\"api\",cluster=\"backend\"} 1",
+    )
+    .await;
+    assert!(arrived, "the first request arrives");
     let (status, retry, body) = request("t1", "/").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(retry.as_ref().and_then(|v| v.to_str().ok()), Some("2"));
@@ -411,7 +406,9 @@ async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
     let (status, _, _) = request("t1", "/").await;
     assert_eq!(status, StatusCode::OK, "the slot came back");
     assert!(
-        metrics
+        running
+            .proxy
+            .metrics
             .render()
             .expect("renders")
             .contains("tollgate_proxy_shed_total{route=\"api\",cluster=\"backend\"} 1")
