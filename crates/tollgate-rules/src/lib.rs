@@ -13,6 +13,6 @@ mod model;
 mod tree;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
-pub use load::{LoadOptions, Loaded, limits_files, load_path, load_sources};
+pub use load::{LoadOptions, Loaded, limits_files, load_path, load_path_observed, load_sources};
 pub use model::{AlgorithmKind, Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 pub use tree::Position;

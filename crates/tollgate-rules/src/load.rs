@@ -82,24 +82,33 @@ pub fn limits_files(path: &Path) -> io::Result<Vec<PathBuf>> {
 /// Fails only when `path` itself cannot be read; a file inside it that
 /// cannot be read becomes an error in the diagnostics.
 pub fn load_path(path: &Path, options: LoadOptions) -> io::Result<Loaded> {
+    load_path_observed(path, options, |_, _| {})
+}
+
+/// [`load_path`], showing `observe` each file as it is read: its path and
+/// its bytes, or the error reading it (so a caller can hash what was loaded).
+pub fn load_path_observed(
+    path: &Path,
+    options: LoadOptions,
+    mut observe: impl FnMut(&Path, Result<&[u8], &io::Error>),
+) -> io::Result<Loaded> {
     let files = limits_files(path)?;
     let mut sources = Vec::with_capacity(files.len());
     let mut unreadable = Diagnostics::new();
+    let first = Position { line: 1, column: 1 };
     for file in files {
         match fs::read(&file) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) => sources.push((file, text)),
-                Err(_) => unreadable.error(
-                    &file,
-                    Position { line: 1, column: 1 },
-                    "the file is not UTF-8 text",
-                ),
-            },
-            Err(error) => unreadable.error(
-                &file,
-                Position { line: 1, column: 1 },
-                format!("cannot read the file: {error}"),
-            ),
+            Ok(bytes) => {
+                observe(&file, Ok(&bytes));
+                match String::from_utf8(bytes) {
+                    Ok(text) => sources.push((file, text)),
+                    Err(_) => unreadable.error(&file, first, "the file is not UTF-8 text"),
+                }
+            }
+            Err(error) => {
+                observe(&file, Err(&error));
+                unreadable.error(&file, first, format!("cannot read the file: {error}"));
+            }
         }
     }
     let file_count = sources.len() + unreadable.error_count();

@@ -27,7 +27,7 @@ use arc_swap::ArcSwap;
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tollgate_core::Clock;
-use tollgate_rules::{Diagnostics, LoadOptions, Loaded, Position, limits_files, load_sources};
+use tollgate_rules::{Diagnostics, LoadOptions, Loaded, load_path_observed};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::engine::Engine;
@@ -52,51 +52,24 @@ pub struct ReadConfig {
 /// Fails only when `path` itself cannot be read; a file that cannot be
 /// read or is not UTF-8 becomes an error at its line 1, column 1.
 pub fn read_config(path: &Path, options: LoadOptions) -> io::Result<ReadConfig> {
-    let files = limits_files(path)?;
     let mut hasher = Xxh3::new();
-    let mut sources = Vec::with_capacity(files.len());
-    let mut unreadable = Diagnostics::new();
-    for file in files {
-        let name = file.to_string_lossy().into_owned();
+    let loaded = load_path_observed(path, options, |file, read| {
+        let name = file.to_string_lossy();
         hasher.update(&(name.len() as u64).to_le_bytes());
         hasher.update(name.as_bytes());
-        match fs::read(&file) {
+        match read {
             Ok(bytes) => {
                 hasher.update(&(bytes.len() as u64).to_le_bytes());
-                hasher.update(&bytes);
-                match String::from_utf8(bytes) {
-                    Ok(text) => sources.push((file, text)),
-                    Err(_) => unreadable.error(&file, FIRST, "the file is not UTF-8 text"),
-                }
+                hasher.update(bytes);
             }
-            Err(error) => {
-                hasher.update(&u64::MAX.to_le_bytes());
-                unreadable.error(&file, FIRST, format!("cannot read the file: {error}"));
-            }
+            Err(_) => hasher.update(&u64::MAX.to_le_bytes()),
         }
-    }
-    let file_count = sources.len() + unreadable.error_count();
-    let mut loaded = load_sources(
-        sources.iter().map(|(f, t)| (f.as_path(), t.as_str())),
-        options,
-    );
-    for diagnostic in unreadable.all() {
-        loaded.diagnostics.error(
-            &diagnostic.file,
-            diagnostic.position,
-            diagnostic.message.clone(),
-        );
-    }
-    loaded.diagnostics.sort();
-    loaded.file_count = file_count;
+    })?;
     Ok(ReadConfig {
         loaded,
         hash: hasher.digest(),
     })
 }
-
-/// The first line and column of a file.
-const FIRST: Position = Position { line: 1, column: 1 };
 
 /// Where a [`LiveEngine`] reloads its rules from.
 #[derive(Clone, Debug)]

@@ -145,7 +145,7 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         proxy,
         listeners,
         admin,
-        shutdown_signal(),
+        crate::serve::shutdown_signal(),
         args.drain_timeout,
     )
     .await;
@@ -177,30 +177,6 @@ fn spawn_sighup(proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
 #[cfg(not(unix))]
 fn spawn_sighup(_proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
     None
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C received, draining"),
-        () = terminate => tracing::info!("SIGTERM received, draining"),
-    }
 }
 
 #[cfg(test)]
