@@ -5,6 +5,10 @@
 //! through quanta) or coarse (both read a millisecond ticker). Run with
 //! `cargo bench -p tollgate-bench --bench decisions`.
 #![allow(clippy::disallowed_methods)] // A benchmark times itself with the real clock.
+#![expect(
+    missing_docs,
+    reason = "criterion_group! generates an undocumented entry point"
+)]
 
 use std::hint::black_box;
 use std::num::NonZeroU32;

@@ -7,3 +7,5 @@
 //!   1M keys, counted by a wrapping allocator.
 //!
 //! `docs/benchmarks.md` holds the latest figures and how quiet the machine was.
+
+#![forbid(unsafe_code)]

@@ -22,8 +22,11 @@
 //! a store can update it with a single compare-and-swap; the log keeps up to
 //! `limit` timestamps per key.
 
+#![forbid(unsafe_code)]
+
 pub mod clock;
 mod decision;
+pub mod duration;
 mod error;
 mod fixed_window;
 mod rate;

@@ -28,6 +28,8 @@
 //! assert_eq!((summary.arrivals, summary.admitted), (100, 24));
 //! ```
 
+#![forbid(unsafe_code)]
+
 #[cfg(feature = "redis")]
 mod redis_store;
 mod scenario;

@@ -12,6 +12,8 @@
 //! proxy's YAML, an Istio `EnvoyFilter` or a bare `LocalRateLimit`
 //! ([`config`]); it knows nothing of Redis.
 
+#![forbid(unsafe_code)]
+
 pub mod build;
 pub mod config;
 pub mod context;

@@ -161,6 +161,10 @@ impl Proxy {
         connection: Arc<ConnectionScope>,
         peer: SocketAddr,
     ) -> Response<ProxyBody> {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "times the request for its duration metric; no decision reads it"
+        )]
         let started = tokio::time::Instant::now();
         let runtime = self.live.load_full();
         let grpc = is_grpc(request.headers());

@@ -24,6 +24,8 @@
 //! [`RedisStore::with_key_prefix`] keeps a run's keys apart from production's
 //! and from every other run's.
 
+#![forbid(unsafe_code)]
+
 mod key;
 mod target;
 

@@ -7,6 +7,8 @@
 //! of them are collected before loading fails. This crate knows nothing of
 //! how counters are stored; [`Rule::counter_key`] only names them.
 
+#![forbid(unsafe_code)]
+
 mod diagnostics;
 mod load;
 mod model;

@@ -114,6 +114,7 @@ impl FromStr for StoreErrorPolicy {
     }
 }
 
+/// How long one window (or refill period) of a limit lasts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WindowLength {
     /// A named unit times a multiplier (`unit: minute`, `unit_multiplier: 5`).

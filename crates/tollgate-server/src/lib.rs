@@ -10,6 +10,8 @@
 //! reply. [`reload`] swaps in a new configuration while serving, when its
 //! files change or on demand. This crate knows nothing of the proxy.
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod grpc;
 pub mod headers;

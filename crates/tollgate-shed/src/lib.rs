@@ -12,6 +12,8 @@
 //! A slot is taken when the request is called and given back when its
 //! response future completes, fails or is dropped.
 
+#![forbid(unsafe_code)]
+
 pub mod concurrency;
 mod error;
 pub mod priority;

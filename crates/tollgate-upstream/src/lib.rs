@@ -19,6 +19,8 @@
 //! Time comes from an injected [`tollgate_core::Clock`]; metrics go into
 //! shared [`UpstreamMetrics`] families the proxy registers once.
 
+#![forbid(unsafe_code)]
+
 pub mod balance;
 mod balancer;
 mod breaker;

@@ -2,6 +2,8 @@
 //!
 //! Each subcommand is one variant of [`Command`] with its own module.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::process::ExitCode;
 
@@ -9,7 +11,6 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
-mod duration;
 mod lab;
 mod proxy;
 mod serve;

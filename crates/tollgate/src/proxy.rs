@@ -55,7 +55,7 @@ pub struct ProxyArgs {
     #[arg(long, env = "TOLLGATE_PROXY_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<usize>,
     /// How long a shutdown waits for requests in flight.
-    #[arg(long, env = "TOLLGATE_PROXY_DRAIN_TIMEOUT", value_name = "DUR", default_value = "10s", value_parser = crate::duration::parse_duration)]
+    #[arg(long, env = "TOLLGATE_PROXY_DRAIN_TIMEOUT", value_name = "DUR", default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
     pub drain_timeout: Duration,
     /// The most verbose level logged on stderr [default: info].
     #[arg(long, env = "TOLLGATE_PROXY_LOG_LEVEL", value_name = "LEVEL")]

@@ -98,7 +98,7 @@ pub struct ServeArgs {
         env = "TOLLGATE_RETRY_AFTER_JITTER",
         value_name = "DUR",
         default_value = "0s",
-        value_parser = crate::duration::parse_duration
+        value_parser = tollgate_core::duration::parse_duration
     )]
     pub retry_after_jitter: Duration,
     /// Send a JSON body for Envoy's 429 reply (`raw_body`).
@@ -111,7 +111,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
     pub store: Option<String>,
     /// How long one Redis call may take before the rule's `on_store_error` answers.
-    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = crate::duration::parse_duration)]
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = tollgate_core::duration::parse_duration)]
     pub store_timeout: Duration,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
     /// of the system's. Decisions on Redis do not move (they use Redis `TIME`);
@@ -134,7 +134,7 @@ fn parse_offset(text: &str) -> Result<i64, String> {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
-    let d = crate::duration::parse_duration(magnitude)?;
+    let d = tollgate_core::duration::parse_duration(magnitude).map_err(|e| e.to_string())?;
     let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
     Ok(if negative { -nanos } else { nanos })
 }

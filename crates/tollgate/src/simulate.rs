@@ -17,7 +17,7 @@ use tollgate_lab::{
 };
 
 use crate::CommandError;
-use crate::duration::{format_duration, parse_duration};
+use tollgate_core::duration::{format_duration, parse_duration};
 
 /// The flags of `tollgate simulate`.
 #[derive(Args, Debug)]

@@ -569,6 +569,10 @@ async fn stream_run(
     guard: ActiveRun,
 ) {
     let counters = Arc::clone(&guard.0);
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "paces the stream in real time; no decision reads it"
+    )]
     let began = tokio::time::Instant::now();
     let wall_per_tick = (speed > 0.0).then(|| tick.as_secs_f64() / speed);
     let mut skipped = 0u64;

@@ -11,11 +11,18 @@ use crate::error::ProxyError;
 
 pin_project! {
     /// Resolves to the denial at once, or to the inner response with the rate-limit headers added.
-    #[project = ResponseFutureProj]
-    pub enum ResponseFuture<F> {
-        /// Denied before the inner service was called.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        // Denied before the inner service was called.
         Denied { error: Option<ProxyError> },
-        /// Passed on; `headers` are added to the response.
+        // Passed on; `headers` are added to the response.
         Inner { #[pin] future: F, headers: Vec<(HeaderName, HeaderValue)> },
     }
 }
@@ -23,12 +30,16 @@ pin_project! {
 impl<F> ResponseFuture<F> {
     /// A future that fails with `error`.
     pub fn denied(error: ProxyError) -> Self {
-        ResponseFuture::Denied { error: Some(error) }
+        ResponseFuture {
+            state: State::Denied { error: Some(error) },
+        }
     }
 
     /// A future for the inner response, adding `headers` to it.
     pub fn inner(future: F, headers: Vec<(HeaderName, HeaderValue)>) -> Self {
-        ResponseFuture::Inner { future, headers }
+        ResponseFuture {
+            state: State::Inner { future, headers },
+        }
     }
 }
 
@@ -39,11 +50,11 @@ where
     type Output = Result<Response<B>, ProxyError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            ResponseFutureProj::Denied { error } => Poll::Ready(Err(error
+        match self.project().state.project() {
+            StateProj::Denied { error } => Poll::Ready(Err(error
                 .take()
                 .unwrap_or_else(|| ProxyError::Internal("polled after completion".into())))),
-            ResponseFutureProj::Inner { future, headers } => {
+            StateProj::Inner { future, headers } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 for (name, value) in headers.drain(..) {
                     response.headers_mut().insert(name, value);
