@@ -25,4 +25,4 @@ pub use engine::{
     LimitOverride, RateLimitRequest, RateLimitResponse,
 };
 pub use headers::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
-pub use reload::{ConfigWatcher, LiveEngine, ReloadError, ReloadOutcome, Trigger};
+pub use reload::{LiveEngine, ReloadError, ReloadOutcome};
