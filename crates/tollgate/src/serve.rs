@@ -11,15 +11,13 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
+use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::read_config;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
-use tollgate_server::{
-    ConfigWatcher, Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine,
-    ResponseHeaders, Trigger, grpc, http,
-};
+use tollgate_server::{ConfigWatcher, Engine, EngineOptions, LiveEngine, Trigger, grpc, http};
 
 use crate::CommandError;
 
