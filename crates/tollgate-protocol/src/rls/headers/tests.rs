@@ -34,14 +34,7 @@ fn status(
 }
 
 fn no_limit() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok,
-        current_limit: None,
-        limit_remaining: 0,
-        duration_until_reset: None,
-        retry_after: None,
-        shadowed: false,
-    }
+    DescriptorStatus::no_limit()
 }
 
 #[test]
