@@ -11,16 +11,14 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
+use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
 use tollgate_runtime::{Shutdown, shutdown_signal};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::{self, read_config};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
-use tollgate_server::{
-    Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine, ResponseHeaders,
-    grpc, http,
-};
+use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 
 use crate::CommandError;
 

@@ -501,13 +501,8 @@ impl BucketReport {
 
     /// The `x-ratelimit-reset` value: 0 while a token remains, else whole seconds to the next one, rounded up.
     pub fn reset_seconds(&self) -> u64 {
-        ceil_seconds(self.next_token)
+        tollgate_core::duration::ceil_seconds(self.next_token)
     }
-}
-
-/// `d` in whole seconds, rounded up.
-pub fn ceil_seconds(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The answer for one request.
