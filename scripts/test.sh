@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 log() { printf '\n==> %s\n' "$*"; }
 
 # System packages the tests need, as "command:debian-package" pairs: the C
-# linker rustc calls and Python for the Envoy virtualenv. Later parts (Redis,
-# the lab's browser test) add theirs here.
+# linker rustc calls, Python for the Envoy virtualenv, Chromium and Node for
+# the lab's browser test, redis-server and redis-cli for the Redis tests, and
+# openssl for the Redis TLS test's certificates.
 REQUIRED_COMMANDS=(
     "cc:gcc"
     "python3:python3"

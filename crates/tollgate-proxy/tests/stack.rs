@@ -11,18 +11,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty, Full, channel::Channel};
+use http_body_util::{BodyExt, Full, channel::Channel};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tollgate_core::{Clock, ManualClock, Timestamp};
 use tollgate_proxy::metrics::Metrics;
 use tollgate_proxy::{ConfigSource, Proxy, serve};
+use tollgate_testkit::async_http::AsyncClient;
 
 /// Every wait of these tests is bounded by this.
 const BOUND: Duration = Duration::from_secs(10);
@@ -128,30 +127,20 @@ async fn start_proxy(name: &str, text: &str, clock: Arc<dyn Clock>) -> Running {
     }
 }
 
-fn http1() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
+fn http1() -> AsyncClient {
+    AsyncClient::http1()
 }
 
 async fn fetch(
-    client: &Client<HttpConnector, Empty<Bytes>>,
+    client: &AsyncClient,
     addr: SocketAddr,
     path: &str,
 ) -> (StatusCode, http::HeaderMap, String) {
-    let uri = format!("http://{addr}{path}");
-    let response = tokio::time::timeout(BOUND, client.get(uri.parse().expect("a URI")))
-        .await
-        .expect("answered in time")
-        .expect("a response");
-    let (parts, body) = response.into_parts();
-    let body = tokio::time::timeout(BOUND, body.collect())
-        .await
-        .expect("the body in time")
-        .expect("a body")
-        .to_bytes();
+    let response = client.get(addr, path, &[]).await;
     (
-        parts.status,
-        parts.headers,
-        String::from_utf8_lossy(&body).into_owned(),
+        StatusCode::from_u16(response.status).expect("a status code"),
+        response.headers,
+        response.body,
     )
 }
 
@@ -179,9 +168,7 @@ async fn http1_and_h2c_clients_reach_an_http1_upstream() {
     let running = start_proxy("protocols", &yaml(upstream, ""), clock).await;
     let (status, _, body) = fetch(&http1(), running.addr, "/").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
-    let h2: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let h2 = AsyncClient::h2c();
     let (status, _, body) = fetch(&h2, running.addr, "/").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
 }
@@ -193,10 +180,9 @@ async fn a_body_streams_through_before_the_upstream_finishes_it() {
     let (_, clock) = manual();
     let running = start_proxy("streaming", &yaml(upstream, ""), clock).await;
     let uri = format!("http://{}/stream", running.addr);
-    let response = tokio::time::timeout(BOUND, http1().get(uri.parse().expect("a URI")))
-        .await
-        .expect("headers in time")
-        .expect("a response");
+    let response = http1()
+        .start(Request::get(uri).body(Full::default()).expect("a request"))
+        .await;
     let mut body = response.into_body();
     let first = tokio::time::timeout(BOUND, body.frame())
         .await
@@ -364,29 +350,13 @@ async fn a_key_over_its_concurrency_limit_gets_a_503_with_retry_after() {
         "    concurrency_limit: {max_in_flight: 1, retry_after: 2s, key_header: x-tenant}\n";
     let running = start_proxy("concurrency", &yaml(upstream, limit), clock).await;
     let addr = running.addr;
-    let request = |tenant: &'static str, path: &'static str| {
-        let uri = format!("http://{addr}{path}");
-        async move {
-            let client: Client<HttpConnector, Empty<Bytes>> =
-                Client::builder(TokioExecutor::new()).build_http();
-            let request = Request::get(uri)
-                .header("x-tenant", tenant)
-                .body(Empty::new())
-                .expect("a request");
-            let response = tokio::time::timeout(BOUND, client.request(request))
-                .await
-                .expect("in time")
-                .expect("a response");
-            let status = response.status();
-            let retry = response.headers().get("retry-after").cloned();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .expect("a body")
-                .to_bytes();
-            (status, retry, String::from_utf8_lossy(&body).into_owned())
-        }
+    let request = |tenant: &'static str, path: &'static str| async move {
+        let response = AsyncClient::http1()
+            .get(addr, path, &[("x-tenant", tenant)])
+            .await;
+        let status = StatusCode::from_u16(response.status).expect("a status code");
+        let retry = response.headers.get("retry-after").cloned();
+        (status, retry, response.body)
     };
     let held = tokio::spawn(request("t1", "/slow"));
     let arrived = metrics_show(

@@ -4,8 +4,6 @@
 //! the in-memory store is given one fixed instant, Redis reads its own
 //! `TIME`, and both must answer the same.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +13,7 @@ use tollgate_core::{
 };
 use tollgate_redis::RedisStore;
 use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig};
+use tollgate_testkit::redis::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
 const NOW: Timestamp = Timestamp::from_secs(1_700_000_000);
@@ -274,7 +273,7 @@ fn memory() -> MemoryCounters {
     )
 }
 
-async fn redis(server: &support::RedisServer) -> RedisStore {
+async fn redis(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), Duration::from_secs(2))
         .await
         .expect("connects to the test redis-server")
@@ -298,13 +297,13 @@ macro_rules! contract {
             $(
                 #[tokio::test]
                 async fn $name() {
-                    let server = super::support::RedisServer::start();
+                    let server = tollgate_testkit::redis::RedisServer::start();
                     super::$name(&super::redis(&server).await).await;
                 }
             )*
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn concurrent_callers_get_exactly_the_limit() {
-                let server = super::support::RedisServer::start();
+                let server = tollgate_testkit::redis::RedisServer::start();
                 let store = std::sync::Arc::new(super::redis(&server).await);
                 super::concurrent_callers_get_exactly_the_limit(store).await;
             }
@@ -328,7 +327,7 @@ contract!(
 /// Redis only: every counter key expires by itself once its state is fresh again.
 #[tokio::test]
 async fn idle_keys_expire_when_their_state_is_fresh() {
-    let server = support::RedisServer::start();
+    let server = RedisServer::start();
     let store = redis(&server).await;
     for (i, algorithm) in five_per_hour().into_iter().enumerate() {
         let key = format!("ttl-{i}");
@@ -351,7 +350,7 @@ async fn idle_keys_expire_when_their_state_is_fresh() {
 #[tokio::test]
 async fn the_sliding_window_script_agrees_with_the_core_across_windows() {
     use tollgate_core::WordAlgorithm;
-    let server = support::RedisServer::start();
+    let server = RedisServer::start();
     let store = redis(&server).await;
     let client = ::redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_connection().unwrap();

@@ -1,14 +1,13 @@
 //! A master found through Sentinel: `redis-sentinel://master@host:port` counts in that master.
 
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{RedisServer, free_port, redis_cli_bin, redis_server_bin};
 use tollgate_core::{AnyAlgorithm, Timestamp, TokenBucket};
 use tollgate_redis::RedisStore;
 use tollgate_store::{Counter, CounterStore};
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::redis::{RedisServer, redis_cli_bin, redis_server_bin};
 
 /// A `redis-server --sentinel` watching `master` as `mymaster`, killed on drop.
 struct Sentinel {

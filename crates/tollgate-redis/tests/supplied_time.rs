@@ -1,12 +1,11 @@
 //! A supplied time: the check script decides at the caller's instant and TTL instead of Redis `TIME` (simulations).
 
-mod support;
-
 use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, FixedWindow, Outcome, Timestamp, TokenBucket};
 use tollgate_redis::{RedisStore, SuppliedTime};
 use tollgate_store::{Counter, CounterStore};
+use tollgate_testkit::redis::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -36,7 +35,7 @@ async fn at(store: &RedisStore, c: Counter<'_>, when: Timestamp, ttl: Duration) 
 
 #[tokio::test]
 async fn a_supplied_time_replaces_redis_time_and_ttl() {
-    let server = support::RedisServer::start();
+    let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), Duration::from_secs(2))
         .await
         .unwrap()
@@ -108,7 +107,7 @@ async fn a_supplied_time_replaces_redis_time_and_ttl() {
 
 #[tokio::test]
 async fn pipelined_calls_decide_in_order_and_reload_a_flushed_script() {
-    let server = support::RedisServer::start();
+    let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), Duration::from_secs(2))
         .await
         .unwrap()

@@ -1,6 +1,7 @@
 //! The gRPC service answers Envoy's `ShouldRateLimit` and the health check over a real loopback connection.
 
-mod common;
+mod fixed_engine;
+mod minute;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use tokio::task::JoinHandle;
 use tollgate_core::ManualClock;
 use tollgate_protocol::rls::{HeaderOptions, Jitter, ResponseHeaders, RlsClient, convert, wire};
 use tollgate_server::grpc;
+use tollgate_testkit::ports::bind_loopback;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -64,8 +66,8 @@ impl TestServer {
 
     /// [`TestServer::start`] with response headers rendered by `headers` (none when `None`).
     async fn start_with(millis_into_minute: u64, headers: Option<ResponseHeaders>) -> TestServer {
-        let (engine, clock) = common::engine(LIMITS, millis_into_minute);
-        let listener = common::bind_loopback().await;
+        let (engine, clock) = fixed_engine::engine(LIMITS, millis_into_minute);
+        let listener = bind_loopback().await;
         let addr = format!("http://{}", listener.local_addr().expect("local address"));
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async {

@@ -1,20 +1,21 @@
 //! The HTTP API answers `/json`, `/v1/check`, health checks and `/rlconfig` over a real loopback connection.
 
-mod common;
+mod fixed_engine;
+mod minute;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
 use tollgate_server::LiveEngine;
 use tollgate_server::http::{self, HttpState};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
+use tollgate_testkit::async_http::{AsyncClient, Response as Reply};
+use tollgate_testkit::ports::bind_loopback;
 
 /// How long one request may take, connection included.
 const BUDGET: Duration = Duration::from_secs(10);
@@ -50,7 +51,7 @@ struct TestServer {
 impl TestServer {
     /// Starts a server 45 s into a minute, adding the limit headers when `limit_headers`.
     async fn start(limit_headers: bool) -> TestServer {
-        let (engine, _clock) = common::engine(LIMITS, 45_000);
+        let (engine, _clock) = fixed_engine::engine(LIMITS, 45_000);
         let headers = ResponseHeaders::new(
             HeaderOptions {
                 limit_headers,
@@ -67,7 +68,7 @@ impl TestServer {
         ));
         let state =
             HttpState::new(live, Arc::new(headers), Arc::clone(&ready)).with_metrics(metrics);
-        let listener = common::bind_loopback().await;
+        let listener = bind_loopback().await;
         let addr = listener.local_addr().expect("local address").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(http::serve(listener, http::router(state), async {
@@ -81,27 +82,20 @@ impl TestServer {
         }
     }
 
-    /// Sends one request and reads the whole reply: status, lower-cased headers and body.
+    /// Sends one request and reads the whole reply: status, headers and body.
     async fn send(&self, method: &str, path: &str, body: &str) -> Reply {
-        let exchange = async {
-            let mut stream = TcpStream::connect(&self.addr).await.expect("connect");
-            let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                self.addr,
-                body.len()
-            );
-            stream
-                .write_all(request.as_bytes())
-                .await
-                .expect("write the request");
-            let mut raw = Vec::new();
-            stream.read_to_end(&mut raw).await.expect("read the reply");
-            raw
-        };
-        let raw = tokio::time::timeout(BUDGET, exchange)
+        AsyncClient::http1()
+            .send(
+                method,
+                &self.addr,
+                path,
+                &[
+                    ("connection", "close"),
+                    ("content-type", "application/json"),
+                ],
+                body,
+            )
             .await
-            .expect("the server answers in time");
-        Reply::parse(&raw)
     }
 
     async fn stop(mut self) {
@@ -123,48 +117,6 @@ impl Drop for TestServer {
         if let Some(task) = self.task.take() {
             task.abort();
         }
-    }
-}
-
-/// One HTTP reply.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn parse(raw: &[u8]) -> Reply {
-        let text = String::from_utf8_lossy(raw).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").expect("a head and a body");
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().expect("a status line");
-        let status = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("a status code");
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        Reply {
-            status,
-            headers,
-            body: body.to_owned(),
-        }
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).expect("a JSON body")
     }
 }
 

@@ -1,6 +1,6 @@
 //! The Prometheus counters for shadow mode, per rule and global.
 
-mod common;
+mod minute;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ fn send(engine: &Engine<ManualClock>, metrics: &Metrics, key: &str, calls: usize
 fn engine_and_metrics(options: EngineOptions) -> (Arc<Engine<ManualClock>>, Metrics) {
     let loaded = load_sources([(Path::new("m.yaml"), LIMITS)], LoadOptions::default());
     assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
-    let clock = ManualClock::new(Timestamp::from_secs(common::MINUTE_START));
+    let clock = ManualClock::new(Timestamp::from_secs(minute::MINUTE_START));
     let engine = Arc::new(Engine::new(Arc::new(loaded.rule_set), options, clock));
     let live = Arc::new(LiveEngine::fixed(Arc::clone(&engine)));
     let metrics = Metrics::new(live as Arc<dyn ConfigStats>, DEFAULT_NEAR_LIMIT_RATIO);

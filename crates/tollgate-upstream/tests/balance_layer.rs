@@ -1,9 +1,10 @@
 //! The balance layer around a tower-test mock: endpoint in the extensions, outcomes fed back.
 
-mod support;
+mod cluster_fixture;
+mod unmetered_cluster;
 
+use cluster_fixture::endpoints;
 use http::{Request, Response, StatusCode};
-use support::endpoints;
 use tollgate_upstream::balance::{BalanceLayer, SelectedEndpoint};
 use tollgate_upstream::{Cluster, PickError};
 use tower::{Layer, Service, ServiceExt};
@@ -12,7 +13,7 @@ use tower_test::mock;
 type Mock = mock::Mock<Request<()>, Response<()>>;
 
 fn cluster(extra: &str) -> Cluster {
-    support::cluster(&format!(
+    unmetered_cluster::cluster(&format!(
         "name: api\nlb_policy: ring_hash\nendpoints:\n{}{extra}",
         endpoints(&[1, 1, 1])
     ))

@@ -1,14 +1,17 @@
 //! Each balancer picks the way its policy promises: order, smoothness, spread and stickiness.
 
-mod support;
+mod cluster_fixture;
+mod seconds;
+mod unmetered_cluster;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cluster_fixture::endpoints;
 use proptest::prelude::*;
-use support::{cluster, endpoints};
 use tollgate_core::{Clock, ManualClock, Timestamp};
 use tollgate_upstream::{Cluster, ClusterConfig, EndpointConfig, LbPolicy, Outcome};
+use unmetered_cluster::cluster;
 
 fn yaml(policy: &str, weights: &[u32]) -> String {
     format!(
@@ -208,7 +211,7 @@ fn ring_hash_without_a_key_picks_at_random() {
 
 #[test]
 fn ring_hash_skips_an_ejected_endpoint_and_returns_to_it() {
-    let (cluster, clock) = support::cluster(
+    let (cluster, clock) = cluster(
         "name: ring\nlb_policy: ring_hash\nendpoints:\n  - address: a:80\n  - address: b:80\n  - address: c:80\n\
          outlier_detection: {consecutive_5xx: 1, max_ejection_percent: 50}\n",
     );
@@ -219,7 +222,7 @@ fn ring_hash_skips_an_ejected_endpoint_and_returns_to_it() {
     let away = cluster.pick(Some(key)).unwrap();
     assert_ne!(away.index(), home_index, "ejected endpoint is skipped");
     drop(away);
-    clock.advance(support::secs(30));
+    clock.advance(seconds::secs(30));
     assert_eq!(cluster.pick(Some(key)).unwrap().index(), home_index);
 }
 

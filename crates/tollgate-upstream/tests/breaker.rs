@@ -1,17 +1,28 @@
 //! The circuit breaker's state machine and max_requests, on a manual clock.
 
-mod support;
+mod cluster_fixture;
+mod seconds;
+mod unmetered_cluster;
 
 use std::time::Duration;
 
-use support::{cluster_with_metrics, endpoints, pick_finish, secs};
-use tollgate_upstream::{BreakerState, Outcome, PickError, UpstreamMetrics};
+use cluster_fixture::{cluster_with_metrics, endpoints};
+use seconds::secs;
+use tollgate_upstream::{BreakerState, Cluster, Outcome, PickError, UpstreamMetrics};
 
 fn breaker(settings: &str) -> String {
     format!(
         "name: api\nendpoints:\n{}circuit_breaker: {settings}\n",
         endpoints(&[1, 1])
     )
+}
+
+/// Picks once and finishes with `outcome`; returns the endpoint's index.
+fn pick_finish(cluster: &Cluster, outcome: Outcome) -> usize {
+    let picked = cluster.pick(None).expect("pick succeeds");
+    let index = picked.index();
+    picked.finish(outcome);
+    index
 }
 
 fn open_for(result: Result<tollgate_upstream::PickedEndpoint, PickError>) -> Duration {
@@ -151,7 +162,8 @@ fn max_requests_caps_in_flight_and_frees_slots_on_finish_and_drop() {
 
 #[test]
 fn no_breaker_means_no_state_and_no_limit() {
-    let (cluster, _) = support::cluster(&format!("name: x\nendpoints:\n{}", endpoints(&[1])));
+    let (cluster, _) =
+        unmetered_cluster::cluster(&format!("name: x\nendpoints:\n{}", endpoints(&[1])));
     assert_eq!(cluster.breaker_state(), None);
     let held: Vec<_> = (0..5000).map(|_| cluster.pick(None).unwrap()).collect();
     for _ in 0..100 {

@@ -1,10 +1,12 @@
 //! The metric families a proxy registers: names, labels and values after real picks.
 
-mod support;
+mod cluster_fixture;
+mod targeted_outcome;
 
+use cluster_fixture::{cluster_with_metrics, endpoints};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use support::{cluster_with_metrics, endpoints, hit};
+use targeted_outcome::hit;
 use tollgate_upstream::{Outcome, UpstreamMetrics};
 
 #[test]

@@ -1,10 +1,15 @@
 //! Outlier ejection on a manual clock: who is ejected, for how long, and how many at once.
 
-mod support;
+mod cluster_fixture;
+mod seconds;
+mod targeted_outcome;
+mod unmetered_cluster;
 
 use std::time::Duration;
 
-use support::{cluster_with_metrics, endpoints, hit, secs};
+use cluster_fixture::{cluster_with_metrics, endpoints};
+use seconds::secs;
+use targeted_outcome::hit;
 use tollgate_upstream::{Outcome, PickError, UpstreamMetrics};
 
 fn rr(n: usize, outlier: &str) -> String {
@@ -54,7 +59,8 @@ fn consecutive_5xx_ejects_for_base_time_then_returns_exactly() {
 
 #[test]
 fn a_success_resets_the_count() {
-    let (cluster, _) = support::cluster(&rr(2, "{consecutive_5xx: 3, max_ejection_percent: 50}"));
+    let (cluster, _) =
+        unmetered_cluster::cluster(&rr(2, "{consecutive_5xx: 3, max_ejection_percent: 50}"));
     for _ in 0..5 {
         hit(&cluster, 0, Outcome::ServerError);
         hit(&cluster, 0, Outcome::ServerError);
@@ -65,7 +71,7 @@ fn a_success_resets_the_count() {
 
 #[test]
 fn ejection_time_grows_with_each_ejection_and_is_capped() {
-    let (cluster, clock) = support::cluster(&rr(
+    let (cluster, clock) = unmetered_cluster::cluster(&rr(
         2,
         "{consecutive_5xx: 1, max_ejection_percent: 50, base_ejection_time: 10s, max_ejection_time: 25s, interval: 1h}",
     ));
@@ -85,7 +91,7 @@ fn ejection_time_grows_with_each_ejection_and_is_capped() {
 
 #[test]
 fn time_back_in_service_lowers_the_multiplier() {
-    let (cluster, clock) = support::cluster(&rr(
+    let (cluster, clock) = unmetered_cluster::cluster(&rr(
         2,
         "{consecutive_5xx: 1, max_ejection_percent: 50, base_ejection_time: 10s, interval: 60s}",
     ));
@@ -107,7 +113,7 @@ fn time_back_in_service_lowers_the_multiplier() {
 #[test]
 fn gateway_failures_count_as_5xx_and_eject_on_their_own_only_when_enforced() {
     // Envoy's default: enforcing_consecutive_gateway_failure 0.
-    let (cluster, _) = support::cluster(&rr(
+    let (cluster, _) = unmetered_cluster::cluster(&rr(
         2,
         "{consecutive_5xx: 4, consecutive_gateway_failure: 2, max_ejection_percent: 50}",
     ));
@@ -126,7 +132,7 @@ fn gateway_failures_count_as_5xx_and_eject_on_their_own_only_when_enforced() {
         "the 5xx detector counts them"
     );
 
-    let (cluster, _) = support::cluster(&rr(
+    let (cluster, _) = unmetered_cluster::cluster(&rr(
         2,
         "{consecutive_5xx: 4, consecutive_gateway_failure: 2, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}",
     ));
@@ -137,7 +143,7 @@ fn gateway_failures_count_as_5xx_and_eject_on_their_own_only_when_enforced() {
 
 #[test]
 fn a_plain_5xx_breaks_a_gateway_failure_streak() {
-    let (cluster, _) = support::cluster(&rr(
+    let (cluster, _) = unmetered_cluster::cluster(&rr(
         2,
         "{consecutive_5xx: 100, consecutive_gateway_failure: 2, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}",
     ));
@@ -176,12 +182,12 @@ fn never_more_than_max_ejection_percent_is_ejected() {
 
 #[test]
 fn default_ten_percent_ejects_nothing_in_a_small_cluster_unless_one_is_allowed() {
-    let (cluster, _) = support::cluster(&rr(3, "{consecutive_5xx: 1}"));
+    let (cluster, _) = unmetered_cluster::cluster(&rr(3, "{consecutive_5xx: 1}"));
     hit(&cluster, 0, Outcome::ServerError);
     assert_eq!(ejected(&cluster), [false, false, false]);
 
     let (cluster, _) =
-        support::cluster(&rr(3, "{consecutive_5xx: 1, always_eject_one_host: true}"));
+        unmetered_cluster::cluster(&rr(3, "{consecutive_5xx: 1, always_eject_one_host: true}"));
     hit(&cluster, 0, Outcome::ServerError);
     hit(&cluster, 1, Outcome::ServerError);
     assert_eq!(ejected(&cluster), [true, false, false]);
@@ -195,7 +201,7 @@ fn with_most_endpoints_out_the_cluster_panics_and_uses_all() {
             endpoints(&[1, 1])
         )
     };
-    let (cluster, _) = support::cluster(&yaml(50));
+    let (cluster, _) = unmetered_cluster::cluster(&yaml(50));
     hit(&cluster, 0, Outcome::ServerError);
     // 1 of 2 available = 50 %, not below the threshold: no panic.
     assert!((0..4).all(|_| cluster.pick(None).unwrap().index() == 1));
@@ -209,7 +215,7 @@ fn with_most_endpoints_out_the_cluster_panics_and_uses_all() {
         "panic mode uses every endpoint"
     );
 
-    let (cluster, _) = support::cluster(&yaml(0));
+    let (cluster, _) = unmetered_cluster::cluster(&yaml(0));
     hit(&cluster, 0, Outcome::ServerError);
     hit(&cluster, 1, Outcome::ServerError);
     assert_eq!(
@@ -220,7 +226,8 @@ fn with_most_endpoints_out_the_cluster_panics_and_uses_all() {
 
 #[test]
 fn a_dropped_request_teaches_nothing() {
-    let (cluster, _) = support::cluster(&rr(2, "{consecutive_5xx: 1, max_ejection_percent: 50}"));
+    let (cluster, _) =
+        unmetered_cluster::cluster(&rr(2, "{consecutive_5xx: 1, max_ejection_percent: 50}"));
     for _ in 0..10 {
         drop(cluster.pick(None).unwrap());
     }
@@ -257,7 +264,7 @@ mod random_traffic {
             one in any::<bool>(),
             steps in proptest::collection::vec(step(), 1..200),
         ) {
-            let (cluster, clock) = support::cluster(&format!(
+            let (cluster, clock) = unmetered_cluster::cluster(&format!(
                 "name: p\nhealthy_panic_threshold: 0\nendpoints:\n{}outlier_detection: {{consecutive_5xx: 2, consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: {percent}, always_eject_one_host: {one}}}\n",
                 endpoints(&vec![1; n])
             ));

@@ -1,8 +1,6 @@
 //! `tollgate bench rls` loads a `tollgate serve` child, and `tollgate bench http` a
 //! loopback hyper server; both report consistent counts and latencies.
 
-mod support;
-
 use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +13,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use support::{Server, tollgate};
+use tollgate_testkit::tollgate::{Server, tollgate};
 
 /// A `tollgate serve` child on the example limits; its gRPC address as a URL.
 fn spawn_server() -> (Server, String) {

@@ -5,28 +5,18 @@
 //!
 //! Everything listens on 127.0.0.1 and every wait is bounded.
 
-mod support;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
 
-use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
-
-use support::{BUDGET, ENVOY_VERSION, envoy_binary, forward_lines, tollgate};
-
-/// Envoy's readiness: this many polls of `/ready`, [`POLL_PAUSE`] apart (about 20 s).
-const READY_POLLS: u32 = 200;
-const POLL_PAUSE: Duration = Duration::from_millis(100);
-
-/// Connect and read/write timeouts of every HTTP exchange of the test.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
+use tollgate_testkit::envoy::{ENVOY_VERSION, Envoy as EnvoyProcess, envoy_binary};
+use tollgate_testkit::http::{Response, try_get};
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::process::log_tail;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::LoggedChild;
+use tollgate_testkit::upstream::Upstream;
 
 const DOMAIN: &str = "tollgate-e2e";
 
@@ -50,258 +40,9 @@ descriptors:
       requests_per_unit: 1000
 ";
 
-/// A directory under Cargo's test scratch space, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("the temporary directory is created");
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process killed and reaped when dropped, whatever happened.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The last lines of a log file, for failure messages.
-fn log_tail(path: &Path) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// `tollgate serve` on a free loopback port; stderr goes to a file.
-struct Tollgate {
-    child: ChildGuard,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Tollgate {
-    fn spawn(config: &Path, log: PathBuf) -> Tollgate {
-        let mut command = tollgate(&["serve", "--config"]);
-        command.arg(config).args([
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ]);
-        let mut child = ChildGuard(
-            command
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(File::create(&log).expect("the tollgate log is created"))
-                .spawn()
-                .expect("the tollgate binary starts"),
-        );
-        let stdout = child.0.stdout.take().expect("piped stdout");
-        let (tx, lines): (_, Receiver<String>) = mpsc::channel();
-        forward_lines(stdout, tx);
-        let addr = loop {
-            match lines.recv_timeout(BUDGET) {
-                Ok(line) => {
-                    if let Some(addr) = line.strip_prefix("listening on ") {
-                        break addr.parse().expect("`listening on` names a socket address");
-                    }
-                }
-                Err(error) => panic!(
-                    "tollgate printed no `listening on` line within {BUDGET:?} ({error}); log:\n{}",
-                    log_tail(&log)
-                ),
-            }
-        };
-        Tollgate { child, addr, log }
-    }
-}
-
-/// The test's upstream: answers `200 OK` with body `upstream ok` to every
-/// request on its own thread, until dropped.
-struct Upstream {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Upstream {
-    fn spawn() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("the upstream binds");
-        let addr = listener.local_addr().expect("the upstream has an address");
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = thread::spawn(move || {
-            for stream in listener.incoming() {
-                if flag.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(mut stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-                let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-                // The request head (Envoy sends GETs without a body here).
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                    match stream.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let body = "upstream ok";
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.flush();
-            }
-        });
-        Upstream {
-            addr,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept so the thread sees the flag.
-        let _ = TcpStream::connect_timeout(&self.addr, CONNECT_TIMEOUT);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// An HTTP response as the test sees it.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    /// Header names lowercased, in order.
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn number(&self, name: &str) -> u64 {
-        self.header(name)
-            .unwrap_or_else(|| panic!("no {name} header in {self:#?}"))
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} is not a number in {self:#?}"))
-    }
-}
-
-/// One `GET /` over a fresh connection (`connection: close`), or the I/O error.
-fn try_get(port: u16, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut request = format!("GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
-        std::io::Error::new(ErrorKind::InvalidData, format!("no header end in {text:?}"))
-    })?;
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| {
-            std::io::Error::new(ErrorKind::InvalidData, format!("no status in {text:?}"))
-        })?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_owned()
-    };
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
-}
-
-/// The payload of a `transfer-encoding: chunked` body.
-fn dechunk(mut rest: &str) -> std::io::Result<String> {
-    let invalid = |what: &str| {
-        std::io::Error::new(ErrorKind::InvalidData, format!("bad chunked body: {what}"))
-    };
-    let mut body = String::new();
-    loop {
-        let (size, after) = rest
-            .split_once("\r\n")
-            .ok_or_else(|| invalid("no chunk size line"))?;
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or_default().trim(), 16)
-            .map_err(|_| invalid(size))?;
-        if size == 0 {
-            return Ok(body);
-        }
-        let chunk = after.get(..size).ok_or_else(|| invalid("short chunk"))?;
-        body.push_str(chunk);
-        rest = after[size..]
-            .strip_prefix("\r\n")
-            .ok_or_else(|| invalid("no chunk end"))?;
-    }
-}
-
 /// A running Envoy with its two listeners' ports and its log.
 struct Envoy {
-    child: ChildGuard,
-    log: PathBuf,
+    process: EnvoyProcess,
     /// `failure_mode_deny: false`.
     allow_port: u16,
     /// `failure_mode_deny: true`.
@@ -310,10 +51,11 @@ struct Envoy {
 
 impl Envoy {
     fn get(&self, port: u16, user: &str) -> Response {
-        try_get(port, "/", &[("x-user", user)]).unwrap_or_else(|error| {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        try_get(addr, "/", &[("x-user", user)]).unwrap_or_else(|error| {
             panic!(
                 "GET through Envoy failed: {error}; envoy log:\n{}",
-                log_tail(&self.log)
+                log_tail(&self.process.log)
             )
         })
     }
@@ -426,51 +168,11 @@ fn start_envoy(
     allow_port: u16,
     deny_port: u16,
 ) -> Envoy {
-    let config = dir.join("envoy.yaml");
-    fs::write(&config, bootstrap).expect("the Envoy bootstrap is written");
-    let log = dir.join("envoy.log");
-    let child = Command::new(binary)
-        .arg("-c")
-        .arg(&config)
-        .args(["--concurrency", "1", "--log-level", "warn"])
-        // A base id of our own, and no hot-restart shared memory left behind
-        // in /dev/shm when the child is killed.
-        .args([
-            "--base-id",
-            &std::process::id().to_string(),
-            "--disable-hot-restart",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).expect("the Envoy log is created"))
-        .spawn()
-        .unwrap_or_else(|error| panic!("{} does not start: {error}", binary.display()));
-    let mut envoy = Envoy {
-        child: ChildGuard(child),
-        log,
+    Envoy {
+        process: EnvoyProcess::start(binary, dir, bootstrap, admin_port),
         allow_port,
         deny_port,
-    };
-    for _ in 0..READY_POLLS {
-        if let Ok(Some(status)) = envoy.child.0.try_wait() {
-            panic!(
-                "Envoy exited early ({status}); log:\n{}",
-                log_tail(&envoy.log)
-            );
-        }
-        if let Ok(response) = try_get(admin_port, "/ready", &[])
-            && response.status == 200
-            && response.body.trim() == "LIVE"
-        {
-            return envoy;
-        }
-        thread::sleep(POLL_PAUSE);
     }
-    envoy.child.stop();
-    panic!(
-        "Envoy was not ready within {READY_POLLS} polls of /ready; log:\n{}",
-        log_tail(&envoy.log)
-    );
 }
 
 /// Sends `user`'s requests 1–4 through the allow listener. The answers, or
@@ -513,7 +215,7 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
     fs::write(limits.join("e2e.yaml"), LIMITS).expect("the limits file is written");
 
     let upstream = Upstream::spawn();
-    let mut tollgate = Tollgate::spawn(&limits, dir.0.join("tollgate.log"));
+    let mut tollgate = LoggedChild::serve(&limits, dir.0.join("tollgate.log"));
     let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
     let bootstrap = bootstrap_yaml(
         admin_port,

@@ -1,11 +1,6 @@
 //! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
 
-mod support;
-
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
-use support::{BUDGET, Server, tollgate};
+use tollgate_testkit::tollgate::{Server, tollgate};
 
 /// `tollgate serve` on the example limits with free loopback ports.
 fn spawn_server() -> Server {
@@ -22,31 +17,16 @@ fn spawn_server() -> Server {
     ])
 }
 
-/// Sends one HTTP/1.1 request with `Connection: close`; the status code and body.
+/// Sends one JSON request; the status code and body.
 fn exchange(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP address");
-    stream.set_read_timeout(Some(BUDGET)).expect("read timeout");
-    stream
-        .set_write_timeout(Some(BUDGET))
-        .expect("write timeout");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    let response = tollgate_testkit::http::exchange(
+        addr,
+        method,
+        path,
+        &[("content-type", "application/json")],
+        body,
     );
-    stream
-        .write_all(request.as_bytes())
-        .expect("send the request");
-    let mut raw = String::new();
-    stream
-        .read_to_string(&mut raw)
-        .expect("read the whole reply");
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a head and a body");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status code");
-    (status, body.to_owned())
+    (response.status, response.body)
 }
 
 #[test]

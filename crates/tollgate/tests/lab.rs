@@ -1,13 +1,11 @@
-//! `tollgate lab` end to end: the real server on a loopback port, read over raw HTTP/1.1.
+//! `tollgate lab` end to end: the real server on a loopback port, read over HTTP/1.1.
 
-mod support;
-
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::Read;
 
 use serde_json::Value;
-use support::{BUDGET, Server};
+use tollgate_testkit::budget::BUDGET;
+use tollgate_testkit::http::{exchange, stream};
+use tollgate_testkit::tollgate::Server;
 
 /// A `tollgate lab` on a free loopback port.
 struct Lab {
@@ -28,26 +26,10 @@ impl Lab {
         }
     }
 
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(&self.addr).expect("the lab accepts connections");
-        stream.set_read_timeout(Some(BUDGET)).unwrap();
-        stream
-    }
-
     /// GET `path`: the status, the headers (lower-cased) and the body.
     fn get(&self, path: &str) -> (u16, String, String) {
-        let mut stream = self.connect();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.addr
-        )
-        .unwrap();
-        let mut raw = String::new();
-        stream.read_to_string(&mut raw).expect("a whole answer");
-        let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
-        let status = head[9..12].parse().expect("a status code");
-        (status, head.to_ascii_lowercase(), body.to_owned())
+        let response = exchange(&self.addr, "GET", path, &[], "");
+        (response.status, response.head(), response.body)
     }
 
     fn json(&self, path: &str) -> (u16, Value) {
@@ -63,36 +45,16 @@ impl Lab {
 
     /// Opens an SSE stream on `path`, past its headers.
     fn stream(&self, path: &str) -> Events {
-        let mut stream = self.connect();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
-            self.addr
-        )
-        .unwrap();
-        let mut reader = BufReader::new(stream);
-        let mut status_line = String::new();
-        reader.read_line(&mut status_line).unwrap();
-        assert!(
-            status_line.starts_with("HTTP/1.1 200"),
-            "{path}: {status_line}"
-        );
-        let mut chunked = false;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let lower = line.to_ascii_lowercase();
-            if lower.starts_with("content-type:") {
-                assert!(lower.contains("text/event-stream"), "{line}");
-            }
-            chunked |= lower.starts_with("transfer-encoding: chunked");
-            if line == "\r\n" {
-                break;
-            }
-        }
+        let response = stream(&self.addr, path, &[("accept", "text/event-stream")], BUDGET);
+        assert_eq!(response.status, 200, "{path}");
+        let content_type = response
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert!(content_type.contains("text/event-stream"), "{content_type}");
         Events {
-            reader,
-            chunked,
+            body: response.body,
             pending: String::new(),
         }
     }
@@ -100,8 +62,7 @@ impl Lab {
 
 /// Server-Sent Events read off a (chunked) HTTP body.
 struct Events {
-    reader: BufReader<TcpStream>,
-    chunked: bool,
+    body: Box<dyn Read + Send>,
     pending: String,
 }
 
@@ -132,23 +93,9 @@ impl Events {
     }
 
     fn read_chunk(&mut self) -> Option<String> {
-        if !self.chunked {
-            let mut buf = vec![0; 8192];
-            let n = self.reader.read(&mut buf).ok()?;
-            return (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned());
-        }
-        let mut size_line = String::new();
-        if self.reader.read_line(&mut size_line).ok()? == 0 {
-            return None;
-        }
-        let size = usize::from_str_radix(size_line.trim(), 16).ok()?;
-        if size == 0 {
-            return None;
-        }
-        let mut buf = vec![0; size + 2];
-        self.reader.read_exact(&mut buf).ok()?;
-        buf.truncate(size);
-        Some(String::from_utf8(buf).expect("UTF-8 events"))
+        let mut buf = vec![0; 8192];
+        let n = self.body.read(&mut buf).ok()?;
+        (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 }
 
@@ -158,17 +105,9 @@ fn u(v: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in {v}"))
 }
 
-/// Polls `check` every 20 ms until it holds, at most about [`BUDGET`] long.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let pause = Duration::from_millis(20);
-    let attempts = BUDGET.as_millis() / pause.as_millis();
-    for _ in 0..attempts {
-        if check() {
-            return;
-        }
-        std::thread::sleep(pause);
-    }
-    panic!("{what}: not within {BUDGET:?}");
+/// Polls `check` until it holds, at most [`BUDGET`] long.
+fn eventually(what: &str, check: impl FnMut() -> bool) {
+    tollgate_testkit::budget::eventually(what, BUDGET, check);
 }
 
 /// Reads a whole run: its start event, the ticks, the end event.
@@ -476,21 +415,17 @@ fn the_page_is_served_from_the_binary() {
 impl Lab {
     /// POSTs `body` to `path`: the status and the JSON answer.
     fn post(&self, path: &str, body: &str) -> (u16, Value) {
-        let mut stream = self.connect();
-        write!(
-            stream,
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: text/csv\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        )
-        .unwrap();
-        let mut raw = String::new();
-        stream.read_to_string(&mut raw).expect("a whole answer");
-        let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
-        let status = head[9..12].parse().expect("a status code");
+        let response = exchange(
+            &self.addr,
+            "POST",
+            path,
+            &[("content-type", "text/csv")],
+            body,
+        );
+        let body = response.body;
         (
-            status,
-            serde_json::from_str(body).unwrap_or_else(|e| panic!("JSON ({e}): {body}")),
+            response.status,
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("JSON ({e}): {body}")),
         )
     }
 }

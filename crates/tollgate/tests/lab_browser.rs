@@ -4,12 +4,10 @@
 //! /usr/bin/chromium) and `npm ci --prefix tests/browser`; scripts/test.sh
 //! installs all three when missing.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use support::Server;
+use tollgate_testkit::tollgate::Server;
 
 #[test]
 fn the_page_runs_a_comparison_and_shows_the_servers_figures() {

@@ -1,13 +1,7 @@
 //! The simulator on a real Redis: the production Lua script at virtual time decides like the in-memory store.
 
-#[path = "../../tollgate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
-use std::process::Command;
 use std::time::Duration;
 
-use redis_support::RedisServer;
 use serde_json::Value;
 use tollgate_core::{
     AnyAlgorithm, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, Timestamp,
@@ -17,6 +11,10 @@ use tollgate_lab::{
     ArrivalSource, Counts, Lane, MemoryStores, RedisStores, RunError, Scenario, StoreFactory,
     Traffic,
 };
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis_cluster::RedisCluster;
+use tollgate_testkit::tollgate::Server;
 
 /// Every algorithm at about 10 per second, and the leaky bucket as shaper and policer.
 fn algorithms() -> Vec<(&'static str, AnyAlgorithm)> {
@@ -167,7 +165,7 @@ fn schedules_and_fixed_windows_match_to_the_nanosecond_on_poisson_traffic() {
 
 #[test]
 fn on_a_cluster_the_decisions_are_the_same() {
-    let cluster = redis_support::RedisCluster::start();
+    let cluster = RedisCluster::start();
     let redis = RedisStores::connect_blocking(&cluster.url()).expect("connects");
     // On a cluster each call goes on its own (no pipeline across slots).
     let mut steady = scenario(Traffic::steady(40.0).unwrap(), 1);
@@ -242,8 +240,7 @@ fn a_redis_that_goes_away_ends_the_run_with_its_reason() {
 
 /// Runs the real binary with `args`.
 fn tollgate(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(args)
+    tollgate_testkit::tollgate::tollgate(args)
         .output()
         .expect("running the tollgate binary")
 }
@@ -297,7 +294,7 @@ fn simulate_on_redis_reports_the_same_figures_and_the_store() {
 
 #[test]
 fn a_bad_or_unreachable_redis_url_is_a_clear_error() {
-    let closed = format!("redis://127.0.0.1:{}", redis_support::free_port());
+    let closed = format!("redis://127.0.0.1:{}", free_port());
     for (url, says) in [
         ("memcached://127.0.0.1:1", "must start with redis://"),
         (closed.as_str(), "cannot connect to Redis"),
@@ -319,26 +316,20 @@ fn a_bad_or_unreachable_redis_url_is_a_clear_error() {
     }
 }
 
-/// GET `path` from the lab at `addr`: the whole answer, headers and body, as sent.
+/// GET `path` from the lab at `addr`: the status and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let response = tollgate_testkit::http::exchange(addr, "GET", path, &[], "");
+    (response.status, response.body)
+}
+
+/// GET `path` from the lab at `addr`: the body.
 fn get_raw(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("the lab accepts");
-    stream.set_read_timeout(Some(support::BUDGET)).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).expect("a whole answer");
-    raw
+    get(addr, path).1
 }
 
 /// GET `path` from the lab at `addr`: status and JSON body.
 fn get_json(addr: &str, path: &str) -> (u16, Value) {
-    let raw = get_raw(addr, path);
-    let (head, body) = raw.split_once("\r\n\r\n").expect("headers end");
-    let status = head[9..12].parse().expect("a status code");
+    let (status, body) = get(addr, path);
     let body = body
         .lines()
         .find(|l| l.starts_with('{'))
@@ -349,7 +340,7 @@ fn get_json(addr: &str, path: &str) -> (u16, Value) {
 #[test]
 fn the_lab_runs_on_redis_when_started_with_it() {
     let mut redis = RedisServer::start();
-    let server = support::Server::spawn(&["lab", "--addr", "127.0.0.1:0", "--redis", &redis.url()]);
+    let server = Server::spawn(&["lab", "--addr", "127.0.0.1:0", "--redis", &redis.url()]);
     let addr = server
         .line_after("tollgate lab: open http://")
         .trim_end_matches('/')
@@ -421,7 +412,7 @@ fn the_lab_runs_on_redis_when_started_with_it() {
 
 #[test]
 fn a_lab_without_redis_refuses_store_redis() {
-    let server = support::Server::spawn(&["lab", "--addr", "127.0.0.1:0"]);
+    let server = Server::spawn(&["lab", "--addr", "127.0.0.1:0"]);
     let addr = server
         .line_after("tollgate lab: open http://")
         .trim_end_matches('/')

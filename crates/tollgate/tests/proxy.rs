@@ -4,16 +4,19 @@
 //!
 //! Every server is a child or a thread on 127.0.0.1; every wait is bounded.
 
-mod proxy_support;
-
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use proxy_support::{ChildGuard, Connection, ProxyChild, TempDir, Upstream, get, log_tail};
 use tollgate_core::{Clock, MonotonicClock};
+use tollgate_testkit::http::{Connection, get};
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::process::{ChildGuard, log_tail};
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::LoggedChild;
+use tollgate_testkit::upstream::Upstream;
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,8 +24,8 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn sidecar(dir: &TempDir, name: &str, upstream: SocketAddr, filter: &Path) -> ProxyChild {
-    ProxyChild::spawn(
+fn sidecar(dir: &TempDir, name: &str, upstream: SocketAddr, filter: &Path) -> LoggedChild {
+    LoggedChild::proxy(
         &[
             "--listen",
             "127.0.0.1:0",
@@ -41,7 +44,7 @@ fn sidecar(dir: &TempDir, name: &str, upstream: SocketAddr, filter: &Path) -> Pr
 }
 
 /// Sends `count` requests to `pod` as fast as one client can; the admitted count and the seconds taken.
-fn burst(pod: &ProxyChild, count: usize, clock: &MonotonicClock) -> (usize, f64) {
+fn burst(pod: &LoggedChild, count: usize, clock: &MonotonicClock) -> (usize, f64) {
     let start = clock.now();
     let mut admitted = 0;
     for _ in 0..count {
@@ -184,46 +187,8 @@ fn bad_filters_are_refused_with_the_file_and_place() {
 /// `tollgate serve` on free ports, killed on drop.
 fn serve_rls(dir: &TempDir, limits: &str) -> (ChildGuard, SocketAddr) {
     let file = dir.write("limits.yaml", limits);
-    let mut child = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args([
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-level",
-                "warn",
-                "--config",
-            ])
-            .arg(&file)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tollgate serve starts"),
-    );
-    let stdout = child.0.stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    loop {
-        let line = rx
-            .recv_timeout(proxy_support::BUDGET)
-            .expect("tollgate serve prints its address");
-        if let Some(addr) = line.strip_prefix("listening on ") {
-            return (child, addr.parse().expect("an address"));
-        }
-    }
+    let LoggedChild { child, addr, .. } = LoggedChild::serve(&file, dir.0.join("serve.log"));
+    (child, addr)
 }
 
 fn global_config(upstream: SocketAddr, rls: SocketAddr, deny: bool) -> String {
@@ -243,7 +208,7 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
     let allow_file = dir.write("allow.yaml", &global_config(upstream.addr, rls_addr, false));
     let deny_file = dir.write("deny.yaml", &global_config(upstream.addr, rls_addr, true));
     let start = |file: &Path, name: &str| {
-        ProxyChild::spawn(
+        LoggedChild::proxy(
             &[
                 "--config",
                 file.to_str().expect("UTF-8"),
@@ -331,7 +296,7 @@ fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
             upstream.addr
         ),
     );
-    let proxy = ProxyChild::spawn(
+    let proxy = LoggedChild::proxy(
         &[
             "--config",
             config.to_str().expect("UTF-8"),
@@ -363,7 +328,7 @@ fn a_reload_applies_a_new_limit_and_a_bad_file_keeps_the_running_one() {
         )
     };
     let file = dir.write("proxy.yaml", &config(1, "one"));
-    let proxy = ProxyChild::spawn(
+    let proxy = LoggedChild::proxy(
         &[
             "--config",
             file.to_str().expect("UTF-8"),
@@ -439,7 +404,7 @@ fn keep_alive_connections_stream_through_and_a_dead_upstream_gets_a_503() {
         upstream.addr,
         &example("local-ratelimit-10tps.yaml"),
     );
-    let mut connection = Connection::open(proxy.addr).expect("connects");
+    let connection = Connection::open(proxy.addr);
     for _ in 0..3 {
         let r = connection
             .send("GET", "/echo", &[("x-trace", "t1")])
@@ -448,7 +413,7 @@ fn keep_alive_connections_stream_through_and_a_dead_upstream_gets_a_503() {
         assert!(r.body.contains("x-trace: t1"), "{r:?}");
         assert!(r.body.contains("x-forwarded-for: 127.0.0.1"), "{r:?}");
     }
-    let dead = SocketAddr::from(([127, 0, 0, 1], proxy_support::free_port()));
+    let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let orphan = sidecar(&dir, "orphan", dead, &example("local-ratelimit-10tps.yaml"));
     let r = get(orphan.addr, "/", &[]);
     assert_eq!(r.status, 503, "{r:?}");
@@ -466,7 +431,7 @@ fn a_route_can_answer_with_the_ietf_fields_a_jittered_retry_after_and_a_problem_
             upstream.addr
         ),
     );
-    let proxy = ProxyChild::spawn(
+    let proxy = LoggedChild::proxy(
         &[
             "--config",
             config.to_str().expect("UTF-8"),

@@ -6,15 +6,15 @@
 //! Every bucket refills at most one token per 36 s, so nothing refills
 //! during a sequence and the answers do not depend on timing.
 
-mod proxy_support;
-mod support;
-
 use std::net::SocketAddr;
 
-use proxy_support::{
-    Connection, ProxyChild, Response, TempDir, Upstream, free_port, log_tail, start_envoy,
-};
-use support::envoy_binary;
+use tollgate_testkit::envoy::{Envoy, envoy_binary};
+use tollgate_testkit::http::{Connection, Response};
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::process::log_tail;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::LoggedChild;
+use tollgate_testkit::upstream::Upstream;
 
 const LOCAL_RATELIMIT_TYPE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
@@ -263,14 +263,14 @@ fn run(addr: SocketAddr, steps: &[Step]) -> Vec<Seen> {
             let headers: Vec<(&str, &str)> =
                 step.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let response = match step.connection {
-                None => Connection::open(addr).and_then(|mut c| c.send("GET", step.path, &headers)),
+                None => Connection::open(addr).send("GET", step.path, &headers),
                 Some(i) => {
                     if connections.len() <= i {
                         connections.resize_with(i + 1, || None);
                     }
                     let connection = match &mut connections[i] {
                         Some(c) => c,
-                        slot => slot.insert(Connection::open(addr).expect("a connection opens")),
+                        slot => slot.insert(Connection::open(addr)),
                     };
                     connection.send("GET", step.path, &headers)
                 }
@@ -294,7 +294,10 @@ fn envoy_and_tollgate_answer_every_local_ratelimit_sequence_alike() {
         .map(|c| (c.name.to_owned(), free_port(), c.config.clone()))
         .collect();
     let admin_port = free_port();
-    let (_envoy, envoy_log) = start_envoy(
+    let Envoy {
+        child: _envoy,
+        log: envoy_log,
+    } = Envoy::start(
         &envoy,
         &dir.0,
         &bootstrap(admin_port, upstream.addr, &listeners),
@@ -306,7 +309,7 @@ fn envoy_and_tollgate_answer_every_local_ratelimit_sequence_alike() {
             &format!("{}.yaml", case.name),
             &format!("\"@type\": {LOCAL_RATELIMIT_TYPE}\n{}", case.config),
         );
-        let proxy = ProxyChild::spawn(
+        let proxy = LoggedChild::proxy(
             &[
                 "--listen",
                 "127.0.0.1:0",

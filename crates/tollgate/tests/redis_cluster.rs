@@ -1,16 +1,16 @@
 //! A Redis Cluster changing under a running `tollgate serve`: a slot migrated, a master restarted.
 
-mod redis_common;
-#[path = "../../tollgate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
+mod rls_client;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use redis_common::{RedisCluster, Scratch, call, channel, is_ok, request, serve};
-use redis_support::RedisServer;
+use rls_client::{call, channel, is_ok, request};
+use tollgate_testkit::redis::{RedisServer, redis_cli_bin};
+use tollgate_testkit::redis_cluster::RedisCluster;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::Server;
 use tonic::transport::Channel;
 
 const LIMITS: &str = "domain: c
@@ -37,7 +37,7 @@ fn tag_on(node: &RedisServer) -> Option<String> {
 
 /// The raw bytes of the one key in `slot` on `node`.
 fn raw_key_in_slot(node: &RedisServer, slot: &str) -> Vec<u8> {
-    let out = Command::new(redis_support::redis_cli_bin())
+    let out = Command::new(redis_cli_bin())
         .args(["-p", &node.port.to_string(), "--raw"])
         .args(["CLUSTER", "GETKEYSINSLOT", slot, "10"])
         .output()
@@ -54,7 +54,7 @@ fn raw_key_in_slot(node: &RedisServer, slot: &str) -> Vec<u8> {
 
 /// `MIGRATE` of one binary key from `src` to the node on `port` (the key comes in on stdin, `-x`).
 fn migrate(src: &RedisServer, port: u16, key: &[u8]) {
-    let mut child = Command::new(redis_support::redis_cli_bin())
+    let mut child = Command::new(redis_cli_bin())
         .args(["-p", &src.port.to_string(), "-x"])
         .args([
             "MIGRATE",
@@ -96,9 +96,9 @@ async fn run(channel: &Channel, n: usize) -> (usize, u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migrated_slot_keeps_its_counts_and_every_call_is_answered() {
     let cluster = RedisCluster::start();
-    let scratch = Scratch::new("cluster-migrate");
+    let scratch = TempDir::new("cluster-migrate");
     let config = scratch.limits(LIMITS);
-    let server = serve(&config, &cluster.url(), &["--store-timeout", "2s"]);
+    let server = Server::serve(&config, &cluster.url(), &["--store-timeout", "2s"]);
     let channel = channel(&server.address()).await;
     let (ok, remaining) = run(&channel, 10).await;
     assert_eq!((ok, remaining), (10, 990));
@@ -137,9 +137,9 @@ async fn a_migrated_slot_keeps_its_counts_and_every_call_is_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_master_is_used_again() {
     let mut cluster = RedisCluster::start();
-    let scratch = Scratch::new("cluster-restart");
+    let scratch = TempDir::new("cluster-restart");
     let config = scratch.limits(LIMITS);
-    let server = serve(&config, &cluster.url(), &["--store-timeout", "200ms"]);
+    let server = Server::serve(&config, &cluster.url(), &["--store-timeout", "200ms"]);
     let channel = channel(&server.address()).await;
     assert_eq!(run(&channel, 3).await.0, 3);
     let holder = cluster

@@ -1,16 +1,16 @@
 //! `tollgate serve` instances sharing one real Redis (or a 3-master cluster) admit exactly the limit.
 
-mod redis_common;
-#[path = "../../tollgate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
+mod rls_client;
+mod rls_load;
 
 use std::time::Duration;
 
-use redis_common::{
-    ALGORITHMS, RedisCluster, RedisServer, Scratch, admitted, call, channel, every_algorithm,
-    request, serve,
-};
+use rls_client::{call, channel, request};
+use rls_load::admitted;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis_cluster::RedisCluster;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::Server;
 
 /// The minute of Redis `TIME` on `clock`, and the seconds into it.
 fn redis_minute(clock: &RedisServer) -> (u64, u64) {
@@ -40,10 +40,10 @@ async fn clear_of_a_minute_edge(clock: &RedisServer) -> u64 {
 /// burst starts clear of a minute's edge and must end in the same minute:
 /// a fixed window that reset in the middle would rightly admit more.
 async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
-    let scratch = Scratch::new(&format!("exact-{instances}-{}", store.len()));
+    let scratch = TempDir::new(&format!("exact-{instances}-{}", store.len()));
     let config = scratch.limits(&every_algorithm(100));
     let servers: Vec<_> = (0..instances)
-        .map(|_| serve(&config, store, &["--store-timeout", "2s"]))
+        .map(|_| Server::serve(&config, store, &["--store-timeout", "2s"]))
         .collect();
     let mut channels = Vec::new();
     for server in &servers {
@@ -83,14 +83,14 @@ async fn four_instances_on_a_cluster_admit_exactly_100_for_every_algorithm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_with_skewed_clocks_decide_alike() {
     let redis = RedisServer::start();
-    let scratch = Scratch::new("skew");
+    let scratch = TempDir::new("skew");
     let config = scratch.limits(&every_algorithm(100));
-    let ahead = serve(
+    let ahead = Server::serve(
         &config,
         &redis.url(),
         &["--store-timeout", "2s", "--clock-offset", "30s"],
     );
-    let behind = serve(
+    let behind = Server::serve(
         &config,
         &redis.url(),
         &["--store-timeout", "2s", "--clock-offset=-30s"],
@@ -132,9 +132,9 @@ async fn instances_with_skewed_clocks_decide_alike() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     let redis = RedisServer::start();
-    let scratch = Scratch::new("quick-deny");
+    let scratch = TempDir::new("quick-deny");
     let config = scratch.limits(&every_algorithm(3));
-    let server = serve(&config, &redis.url(), &["--store-timeout", "2s"]);
+    let server = Server::serve(&config, &redis.url(), &["--store-timeout", "2s"]);
     let channel = channel(&server.address()).await;
     let calls = || {
         let stats = redis.cli(&["INFO", "commandstats"]);
@@ -172,3 +172,30 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     );
     assert_eq!(calls(), before + 5);
 }
+
+/// One rule per algorithm, `limit` per minute, with `on_store_error: deny`
+/// (a store error could only lower the count, never hide an over-admission).
+fn every_algorithm(limit: u32) -> String {
+    let mut yaml = String::from("domain: exact\ndescriptors:\n");
+    for algorithm in ALGORITHMS {
+        // A leaky bucket holds burst + 1.
+        let burst = if algorithm == "leaky_bucket" {
+            format!("      burst: {}\n", limit - 1)
+        } else {
+            String::new()
+        };
+        yaml.push_str(&format!(
+            "  - key: {algorithm}\n    on_store_error: deny\n    rate_limit:\n      unit: minute\n      requests_per_unit: {limit}\n      algorithm: {algorithm}\n{burst}"
+        ));
+    }
+    yaml
+}
+
+const ALGORITHMS: [&str; 6] = [
+    "fixed_window",
+    "token_bucket",
+    "gcra",
+    "sliding_window",
+    "sliding_log",
+    "leaky_bucket",
+];

@@ -1,16 +1,16 @@
 //! Redis killed, hung and restarted under a running `tollgate serve`: every call is answered by its rule's policy.
 
-mod redis_common;
-#[path = "../../tollgate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
+mod rls_client;
+mod rls_load;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use redis_common::{RedisServer, Scratch, admitted, call, channel, is_ok, request, serve};
-use tokio::time::Instant;
+use rls_client::{call, channel, is_ok, request};
+use rls_load::admitted;
+use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::Server;
 use tonic::transport::Channel;
 
 const LIMITS: &str = "domain: faults
@@ -31,22 +31,10 @@ descriptors:
       requests_per_unit: 10
 ";
 
-/// `GET path` over HTTP/1.0: the status code and body.
+/// `GET path`: the status code and body.
 fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("the HTTP port accepts");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("a read timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("the request is sent");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
+    let response = tollgate_testkit::http::exchange(addr, "GET", path, &[], "");
+    (response.status, response.body)
 }
 
 /// OKs out of `n` sequential calls of `key`.
@@ -60,11 +48,7 @@ async fn oks(channel: &Channel, key: &str, n: usize) -> usize {
 
 /// Calls `key` every 20 ms until the answer is `want_ok`; how long that took (at most `budget`).
 async fn until(channel: &Channel, key: &str, want_ok: bool, budget: Duration) -> Duration {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "measures how long a real Redis takes to answer"
-    )]
-    let start = Instant::now();
+    let start = Stopwatch::start();
     // Bounded: at most budget / 20 ms attempts.
     for _ in 0..budget.as_millis() / 20 {
         if is_ok(&call(channel, request("faults", key, "x")).await) == want_ok {
@@ -95,9 +79,9 @@ fn threads_and_rss(pid: u32) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
     let mut redis = RedisServer::start();
-    let scratch = Scratch::new("faults");
+    let scratch = TempDir::new("faults");
     let config = scratch.limits(LIMITS);
-    let mut server = serve(
+    let mut server = Server::serve(
         &config,
         &redis.url(),
         &["--store-timeout", "50ms", "--expected-instances", "2"],
@@ -183,11 +167,11 @@ async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_bounds_latency_while_redis_hangs() {
     let redis = RedisServer::start();
-    let scratch = Scratch::new("hang");
+    let scratch = TempDir::new("hang");
     let config = scratch.limits(LIMITS);
     let _server_guard;
     let channel = {
-        let server = serve(&config, &redis.url(), &["--store-timeout", "50ms"]);
+        let server = Server::serve(&config, &redis.url(), &["--store-timeout", "50ms"]);
         let channel = channel(&server.address()).await;
         _server_guard = server;
         channel
@@ -195,11 +179,7 @@ async fn the_breaker_bounds_latency_while_redis_hangs() {
     assert_eq!(oks(&channel, "closed", 3).await, 3);
 
     redis.signal("STOP");
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "measures how long a real Redis takes to answer"
-    )]
-    let start = Instant::now();
+    let start = Stopwatch::start();
     let calls = 60;
     assert_eq!(oks(&channel, "closed", calls).await, 0, "deny while hung");
     let spent = start.elapsed();
@@ -217,7 +197,7 @@ async fn the_breaker_bounds_latency_while_redis_hangs() {
 /// A store URL that cannot work stops `serve` before it listens, saying why.
 #[test]
 fn a_bad_or_unreachable_store_is_a_clear_startup_error() {
-    let scratch = Scratch::new("bad-store");
+    let scratch = TempDir::new("bad-store");
     let config = scratch.limits(LIMITS);
     for (store, expected) in [
         ("memcached://127.0.0.1:11211", "must start with redis://"),
@@ -225,7 +205,7 @@ fn a_bad_or_unreachable_store_is_a_clear_startup_error() {
         // Port 1 on loopback: nothing listens there, the refusal is immediate.
         ("redis://127.0.0.1:1", "cannot connect to Redis"),
     ] {
-        let mut server = serve(&config, store, &[]);
+        let mut server = Server::serve(&config, store, &[]);
         let (code, lines, stderr) = server.finish();
         assert_eq!(code, Some(1), "{store}: {stderr}");
         assert!(lines.is_empty(), "{store}: nothing listens: {lines:?}");

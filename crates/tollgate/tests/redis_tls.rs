@@ -1,17 +1,18 @@
 //! `rediss://`: counters in a Redis that only speaks TLS, trusted through `SSL_CERT_FILE`.
 
-mod redis_common;
-#[path = "../../tollgate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
+mod rls_client;
+mod rls_load;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use redis_common::{Scratch, admitted, channel, request};
-use redis_support::{free_port, redis_cli_bin, redis_server_bin};
-use support::Server;
+use rls_client::{channel, request};
+use rls_load::admitted;
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::redis::{redis_cli_bin, redis_server_bin};
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::Server;
 
 /// Runs `openssl ARGS…` in `dir`, which must succeed.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -147,7 +148,7 @@ fn start_tls_redis(dir: &Path) -> TlsRedis {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_live_in_a_tls_only_redis() {
-    let scratch = Scratch::new("tls");
+    let scratch = TempDir::new("tls");
     certificates(&scratch.0);
     let redis = start_tls_redis(&scratch.0);
     let config = scratch.limits(

@@ -4,8 +4,6 @@
 //! sleeps and hopes. Counters are checked on a per-day rule whose limit never
 //! changes, so they cannot roll over during a test (short of midnight UTC).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -13,7 +11,8 @@ use std::time::Duration;
 
 use tollgate_protocol::rls::{RlsClient, wire};
 
-use support::{forward_lines, tollgate};
+use tollgate_testkit::process::forward_lines;
+use tollgate_testkit::tollgate::tollgate;
 
 /// How long one log line may take to arrive.
 const LINE_BUDGET: Duration = Duration::from_secs(10);

@@ -1,10 +1,8 @@
 //! `tollgate serve` answers `tollgate check` until the first OVER_LIMIT, stops on SIGTERM, and never starts on a bad config.
 
-mod support;
-
 use std::process::{Command, Output};
 
-use support::{Server, tollgate};
+use tollgate_testkit::tollgate::{Server, tollgate};
 
 fn check(addr: &str, descriptors: &[&str]) -> Output {
     let url = format!("http://{addr}");

@@ -1,18 +1,13 @@
-//! Setup shared by the tests that run the servers in-process on loopback.
-//!
-//! Each test file compiles this module on its own and uses only part of it.
-#![allow(dead_code)]
+//! An engine on inline YAML limits and a manual clock, for the tests that run the servers in-process.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tollgate_core::{ManualClock, Timestamp};
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::{Engine, EngineOptions};
 
-/// A minute boundary: a whole number of minutes since the epoch.
-pub const MINUTE_START: u64 = 1_699_999_980;
+use crate::minute::MINUTE_START;
 
 /// An engine on the inline YAML `limits` (which must load without errors) and its
 /// clock, set `millis_into_minute` after [`MINUTE_START`].
@@ -28,11 +23,4 @@ pub fn engine(limits: &str, millis_into_minute: u64) -> (Arc<Engine<ManualClock>
         clock.clone(),
     ));
     (engine, clock)
-}
-
-/// A listener on an ephemeral port of 127.0.0.1.
-pub async fn bind_loopback() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind loopback")
 }

@@ -1,0 +1,25 @@
+//! What Tollgate's integration tests share, so that each test says only what it checks.
+//!
+//! The kit runs the real parts: `redis-server` nodes and clusters
+//! ([`redis`], [`redis_cluster`]), the `tollgate` binary as a child process
+//! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]), a loopback
+//! upstream ([`upstream`]). Around them it gives scratch directories
+//! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
+//! clock ([`budget`]) and one small HTTP client, blocking ([`http`], on
+//! `ureq`) or async ([`async_http`], on hyper-util's client).
+//!
+//! It knows no Tollgate crate: it drives the binary and speaks HTTP. It is a
+//! `[dev-dependencies]` entry only and must never become a normal dependency
+//! of a shipped crate.
+
+pub mod async_http;
+pub mod budget;
+pub mod envoy;
+pub mod http;
+pub mod ports;
+pub mod process;
+pub mod redis;
+pub mod redis_cluster;
+pub mod scratch;
+pub mod tollgate;
+pub mod upstream;

@@ -1,0 +1,248 @@
+//! The `tollgate` binary as a child process: its command line, `serve`/`lab` children that
+//! announce their addresses on stdout, and `proxy` children that log to a file.
+//!
+//! The binary is the one Cargo built for the running test (`CARGO_BIN_EXE_tollgate`,
+//! which Cargo sets for the integration tests of the `tollgate` package).
+
+use std::fs::File;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+
+use crate::budget::BUDGET;
+use crate::process::{ChildGuard, forward_lines, log_tail};
+
+/// The environment variables that would change what the commands do.
+pub const TOLLGATE_VARS: [&str; 14] = [
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "HOST",
+    "PORT",
+    "SHADOW_MODE",
+    "LOG_LEVEL",
+    "TOLLGATE_CONFIG",
+    "TOLLGATE_GRPC_ADDR",
+    "TOLLGATE_HTTP_ADDR",
+    "TOLLGATE_SHADOW_MODE",
+    "TOLLGATE_MERGE_DOMAINS",
+    "TOLLGATE_LOG_LEVEL",
+    "TOLLGATE_NEAR_LIMIT_RATIO",
+    "TOLLGATE_CHECK_ADDR",
+];
+
+/// `serve`'s flags for ephemeral gRPC and HTTP ports on 127.0.0.1.
+pub const EPHEMERAL_ADDRS: [&str; 4] = ["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"];
+
+/// The path of the `tollgate` binary under test.
+#[must_use]
+pub fn tollgate_binary() -> PathBuf {
+    std::env::var_os("CARGO_BIN_EXE_tollgate").map_or_else(
+        || panic!("CARGO_BIN_EXE_tollgate is unset: run this test with cargo test -p tollgate"),
+        PathBuf::from,
+    )
+}
+
+/// The `tollgate` binary with `args`, run in the test's directory without [`TOLLGATE_VARS`].
+#[must_use]
+pub fn tollgate(args: &[&str]) -> Command {
+    let mut command = Command::new(tollgate_binary());
+    command.args(args);
+    for var in TOLLGATE_VARS {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// A `tollgate` child (`serve`, `lab`, …) that is killed and reaped when dropped, whatever happened.
+#[derive(Debug)]
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// Each stdout line as it is printed.
+    pub stdout_lines: Receiver<String>,
+    /// All of stderr, sent once the child closes it (when it exits).
+    pub stderr: Receiver<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts `tollgate ARGS` with stdout and stderr piped.
+    #[must_use]
+    pub fn spawn(args: &[&str]) -> Server {
+        Server::spawn_with_env(args, &[])
+    }
+
+    /// Starts `tollgate ARGS` with the variables `env` set.
+    #[must_use]
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = tollgate(args);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the tollgate binary starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let (line_tx, stdout_lines) = mpsc::channel();
+        forward_lines(stdout, line_tx);
+        let (err_tx, stderr_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            let _ = err_tx.send(text);
+        });
+        Server {
+            child,
+            stdout_lines,
+            stderr: stderr_rx,
+        }
+    }
+
+    /// `tollgate serve` on `config` with counters at `store` (`memory`, a `redis://` URL…),
+    /// ephemeral loopback ports, plus `extra` flags.
+    #[must_use]
+    pub fn serve(config: &Path, store: &str, extra: &[&str]) -> Server {
+        let config = config.to_str().expect("a UTF-8 path");
+        let mut args = vec!["serve", "--config", config];
+        args.extend_from_slice(&EPHEMERAL_ADDRS);
+        args.extend_from_slice(&["--store", store]);
+        args.extend_from_slice(extra);
+        Server::spawn(&args)
+    }
+
+    /// The address from the `listening on ADDR` line, waiting at most [`BUDGET`].
+    #[must_use]
+    pub fn address(&self) -> String {
+        loop {
+            match self.stdout_lines.recv_timeout(BUDGET) {
+                Ok(line) => {
+                    if let Some(addr) = line.strip_prefix("listening on ") {
+                        return addr.to_owned();
+                    }
+                }
+                Err(error) => panic!(
+                    "no `listening on` line within {BUDGET:?} ({error}); stderr: {}",
+                    self.stderr.try_recv().unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// The rest of the first stdout line starting with `prefix`, waiting at most [`BUDGET`] for each line.
+    #[must_use]
+    pub fn line_after(&self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .stdout_lines
+                .recv_timeout(BUDGET)
+                .unwrap_or_else(|error| panic!("no `{prefix}` line within {BUDGET:?}: {error}"));
+            if let Some(rest) = line.strip_prefix(prefix) {
+                return rest.to_owned();
+            }
+        }
+    }
+
+    /// Waits at most [`BUDGET`] for the child to exit; its exit code, stdout lines and stderr.
+    pub fn finish(&mut self) -> (Option<i32>, Vec<String>, String) {
+        let stderr = self
+            .stderr
+            .recv_timeout(BUDGET)
+            .expect("the server exits and closes stderr in time");
+        let status = self.child.wait().expect("the child is reaped");
+        let lines = self.stdout_lines.try_iter().collect();
+        (status.code(), lines, stderr)
+    }
+}
+
+/// A `tollgate` child whose stderr goes to a log file, killed when dropped, and the
+/// addresses it announced.
+#[derive(Debug)]
+pub struct LoggedChild {
+    /// The process.
+    pub child: ChildGuard,
+    /// The `listening on` address.
+    pub addr: SocketAddr,
+    /// The `admin listening on` address, when one was awaited.
+    pub admin: Option<SocketAddr>,
+    /// Where its stderr goes.
+    pub log: PathBuf,
+}
+
+impl LoggedChild {
+    /// Starts `command` (stdout piped, stderr to `log`) and waits at most [`BUDGET`] per line
+    /// for its `listening on` line (and `admin listening on` when `admin` is expected).
+    #[must_use]
+    pub fn spawn(mut command: Command, log: PathBuf, admin: bool) -> LoggedChild {
+        let mut child = ChildGuard(
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(File::create(&log).expect("the log file is created"))
+                .spawn()
+                .expect("the tollgate binary starts"),
+        );
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel::<String>();
+        forward_lines(stdout, tx);
+        let mut addr = None;
+        let mut admin_addr = None;
+        while addr.is_none() || (admin && admin_addr.is_none()) {
+            match lines.recv_timeout(BUDGET) {
+                Ok(line) => {
+                    if let Some(a) = line.strip_prefix("admin listening on ") {
+                        admin_addr = Some(a.parse().expect("an admin address"));
+                    } else if let Some(a) = line.strip_prefix("listening on ") {
+                        addr.get_or_insert(a.parse().expect("a listener address"));
+                    }
+                }
+                Err(error) => panic!(
+                    "tollgate printed no `listening on` line within {BUDGET:?} ({error}); log:\n{}",
+                    log_tail(&log)
+                ),
+            }
+        }
+        LoggedChild {
+            child,
+            addr: addr.expect("an address"),
+            admin: admin_addr,
+            log,
+        }
+    }
+
+    /// `tollgate serve --config CONFIG` on ephemeral loopback ports, logging warnings to `log`.
+    #[must_use]
+    pub fn serve(config: &Path, log: PathBuf) -> LoggedChild {
+        let mut command = tollgate(&["serve", "--config"]);
+        command
+            .arg(config)
+            .args(EPHEMERAL_ADDRS)
+            .args(["--log-level", "warn"]);
+        LoggedChild::spawn(command, log, false)
+    }
+
+    /// `tollgate proxy ARGS` without the `TOLLGATE_PROXY_*` variables of the environment.
+    #[must_use]
+    pub fn proxy(args: &[&str], log: PathBuf, admin: bool) -> LoggedChild {
+        let mut command = tollgate(&["proxy"]);
+        command.args(args);
+        for (var, _) in std::env::vars() {
+            if var.starts_with("TOLLGATE_PROXY_") {
+                command.env_remove(var);
+            }
+        }
+        LoggedChild::spawn(command, log, admin)
+    }
+}
