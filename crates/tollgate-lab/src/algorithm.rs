@@ -53,6 +53,18 @@ impl AlgorithmName {
         }
     }
 
+    /// The name with hyphens, as `tollgate simulate` spells it and descriptions use it: `token-bucket`.
+    pub const fn hyphenated(self) -> &'static str {
+        match self {
+            AlgorithmName::TokenBucket => "token-bucket",
+            AlgorithmName::Gcra => "gcra",
+            AlgorithmName::LeakyBucket => "leaky-bucket",
+            AlgorithmName::FixedWindow => "fixed-window",
+            AlgorithmName::SlidingWindow => "sliding-window",
+            AlgorithmName::SlidingLog => "sliding-log",
+        }
+    }
+
     /// The algorithm named `name` exactly (with underscores), if any.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.name() == name)
@@ -112,7 +124,7 @@ impl AlgorithmSpec {
     /// Fails on the first parameter the algorithm needs and was not given
     /// (in the order listed on [`AlgorithmSpec`]), or on one the core rejects.
     pub fn build(&self) -> Result<(AnyAlgorithm, String), SpecError> {
-        let name = self.name.name().replace('_', "-");
+        let name = self.name.hyphenated();
         let built = match self.name {
             AlgorithmName::TokenBucket => {
                 let max_tokens = need(self.max_tokens, "max_tokens")?;

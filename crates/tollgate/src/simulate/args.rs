@@ -3,8 +3,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use tollgate_core::duration::parse_duration;
+
+use tollgate_lab::{AlgorithmName, TrafficName};
 
 use crate::CommandError;
 
@@ -20,7 +23,7 @@ pub struct SimulateArgs {
     /// The algorithm to simulate.
     #[arg(
         long,
-        value_enum,
+        value_parser = algorithm_name(),
         required_unless_present = "compare",
         conflicts_with = "compare",
         help_heading = "Algorithm"
@@ -32,7 +35,7 @@ pub struct SimulateArgs {
     /// against the exact sliding log: requests over- or under-admitted.
     #[arg(
         long,
-        value_enum,
+        value_parser = algorithm_name(),
         value_delimiter = ',',
         value_name = "ALGORITHMS",
         help_heading = "Algorithm"
@@ -82,7 +85,7 @@ pub struct SimulateArgs {
 
     /// How requests arrive: evenly spaced, as a Poisson process, in a square wave, a ramp,
     /// a spike, or replayed from --replay.
-    #[arg(long, value_enum, default_value_t = TrafficName::Steady, help_heading = "Traffic")]
+    #[arg(long, value_parser = traffic_name(), default_value = "steady", help_heading = "Traffic")]
     pub(super) traffic: TrafficName,
 
     /// steady, poisson: requests per second.
@@ -176,42 +179,25 @@ pub struct SimulateArgs {
     pub(super) decisions_format: Option<DecisionsFormat>,
 }
 
-/// The algorithms `--algorithm` and `--compare` name (with `_` or `-`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(super) enum AlgorithmName {
-    #[value(alias = "token_bucket")]
-    TokenBucket,
-    Gcra,
-    #[value(alias = "leaky_bucket")]
-    LeakyBucket,
-    #[value(alias = "fixed_window")]
-    FixedWindow,
-    #[value(alias = "sliding_window")]
-    SlidingWindow,
-    #[value(alias = "sliding_log")]
-    SlidingLog,
-}
-
 /// A value of a choosing flag (`--algorithm`, `--traffic`) that takes flags of its own.
-pub(super) trait FlagChoice: ValueEnum + Copy {
+pub(super) trait FlagChoice: Copy + 'static {
     /// The flag that chooses, e.g. `--algorithm`.
     const OPTION: &'static str;
+
+    /// Every choice, in the order help lists them.
+    const ALL: &'static [Self];
 
     /// The flags this choice takes.
     fn flags(self) -> &'static [&'static str];
 
     /// The value as typed on the command line, e.g. `token-bucket`.
-    fn flag_value(self) -> String {
-        self.to_possible_value()
-            .map(|v| v.get_name().to_owned())
-            .unwrap_or_default()
-    }
+    fn flag_value(self) -> &'static str;
 
     /// Rejects a flag that was `given` but belongs to other choices, naming them.
     fn reject_foreign(self, given: &[(&'static str, bool)]) -> Result<(), CommandError> {
         for &(flag, set) in given {
             if set && !self.flags().contains(&flag) {
-                let users: Vec<String> = Self::value_variants()
+                let users: Vec<&str> = Self::ALL
                     .iter()
                     .filter(|c| c.flags().contains(&flag))
                     .map(|c| c.flag_value())
@@ -240,6 +226,11 @@ pub(super) trait FlagChoice: ValueEnum + Copy {
 
 impl FlagChoice for AlgorithmName {
     const OPTION: &'static str = "--algorithm";
+    const ALL: &'static [Self] = &AlgorithmName::ALL;
+
+    fn flag_value(self) -> &'static str {
+        self.hyphenated()
+    }
 
     fn flags(self) -> &'static [&'static str] {
         match self {
@@ -255,19 +246,13 @@ impl FlagChoice for AlgorithmName {
     }
 }
 
-/// The traffic profiles `--traffic` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(super) enum TrafficName {
-    Steady,
-    Poisson,
-    Square,
-    Ramp,
-    Spike,
-    Replay,
-}
-
 impl FlagChoice for TrafficName {
     const OPTION: &'static str = "--traffic";
+    const ALL: &'static [Self] = &TrafficName::ALL;
+
+    fn flag_value(self) -> &'static str {
+        self.name()
+    }
 
     fn flags(self) -> &'static [&'static str] {
         match self {
@@ -289,6 +274,24 @@ pub(super) enum DecisionsFormat {
     Json,
     /// One JSON object per line.
     Jsonl,
+}
+
+/// Parses `--algorithm` and `--compare` values: the lab's algorithm names, with `-` or `_`.
+fn algorithm_name() -> impl TypedValueParser<Value = AlgorithmName> {
+    let values = AlgorithmName::ALL.map(|a| PossibleValue::new(a.hyphenated()).alias(a.name()));
+    PossibleValuesParser::new(values).try_map(|text: String| {
+        AlgorithmName::ALL
+            .into_iter()
+            .find(|a| a.hyphenated() == text || a.name() == text)
+            .ok_or_else(|| format!("{text:?} is not an algorithm"))
+    })
+}
+
+/// Parses `--traffic`: the lab's profile names.
+fn traffic_name() -> impl TypedValueParser<Value = TrafficName> {
+    PossibleValuesParser::new(TrafficName::ALL.map(TrafficName::name)).try_map(|text: String| {
+        TrafficName::from_name(&text).ok_or_else(|| format!("{text:?} is not a profile"))
+    })
 }
 
 /// Parses a rate that must be above zero.

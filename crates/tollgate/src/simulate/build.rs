@@ -5,7 +5,9 @@ use std::time::Duration;
 use tollgate_core::{ConfigError, DelayMode, Timestamp};
 use tollgate_lab::{AlgorithmSpec, ArrivalSource, Lane, Replay, Scenario, SpecError, TrafficSpec};
 
-use super::args::{AlgorithmName, FlagChoice, SimulateArgs, TrafficName};
+use tollgate_lab::{AlgorithmName, TrafficName};
+
+use super::args::{FlagChoice, SimulateArgs};
 use crate::CommandError;
 
 /// What one `tollgate simulate` runs: the scenario and how to present it.
@@ -39,7 +41,7 @@ impl Plan {
         let mut descriptions = Vec::new();
         for &name in &chosen {
             let (algorithm, description) = build_algorithm(args, name, args.algorithm.is_some())?;
-            lanes.push(Lane::global(name.flag_value().replace('-', "_"), algorithm));
+            lanes.push(Lane::global(name.name(), algorithm));
             descriptions.push(description);
         }
         let (source, traffic_description) = build_traffic(args)?;
@@ -83,7 +85,7 @@ fn check_compared(args: &SimulateArgs, chosen: &[AlgorithmName]) -> Result<(), C
     }
     for (flag, set) in algorithm_flags_given(args) {
         if set && !chosen.iter().any(|c| c.flags().contains(&flag)) {
-            let names: Vec<String> = chosen.iter().map(|c| c.flag_value()).collect();
+            let names: Vec<&str> = chosen.iter().map(|c| c.flag_value()).collect();
             return Err(CommandError::Usage(format!(
                 "{flag} does not apply to any of {}",
                 names.join(", ")
@@ -150,7 +152,7 @@ fn build_algorithm(
             (false, None) => DelayMode::Delay,
         },
         window: args.window,
-        ..AlgorithmSpec::new(chosen.into())
+        ..AlgorithmSpec::new(chosen)
     };
     spec.build().map_err(|e| match e {
         SpecError::Missing(parameter) => chosen.missing(&flag_of(parameter)),
@@ -186,7 +188,7 @@ fn build_traffic(args: &SimulateArgs) -> Result<(ArrivalSource, String), Command
         spike_at: args.spike_at,
         spike_length: args.spike_length,
         replay,
-        ..TrafficSpec::new(chosen.into())
+        ..TrafficSpec::new(chosen)
     };
     let (source, description) = spec.build(args.duration).map_err(|e| match e {
         SpecError::Missing(parameter) => chosen.missing(&flag_of(parameter)),
@@ -228,32 +230,6 @@ pub(super) fn lab_error(error: ConfigError) -> CommandError {
         _ => "--duration",
     };
     CommandError::Usage(format!("{error} ({flag})"))
-}
-
-impl From<AlgorithmName> for tollgate_lab::AlgorithmName {
-    fn from(name: AlgorithmName) -> Self {
-        match name {
-            AlgorithmName::TokenBucket => tollgate_lab::AlgorithmName::TokenBucket,
-            AlgorithmName::Gcra => tollgate_lab::AlgorithmName::Gcra,
-            AlgorithmName::LeakyBucket => tollgate_lab::AlgorithmName::LeakyBucket,
-            AlgorithmName::FixedWindow => tollgate_lab::AlgorithmName::FixedWindow,
-            AlgorithmName::SlidingWindow => tollgate_lab::AlgorithmName::SlidingWindow,
-            AlgorithmName::SlidingLog => tollgate_lab::AlgorithmName::SlidingLog,
-        }
-    }
-}
-
-impl From<TrafficName> for tollgate_lab::TrafficName {
-    fn from(name: TrafficName) -> Self {
-        match name {
-            TrafficName::Steady => tollgate_lab::TrafficName::Steady,
-            TrafficName::Poisson => tollgate_lab::TrafficName::Poisson,
-            TrafficName::Square => tollgate_lab::TrafficName::Square,
-            TrafficName::Ramp => tollgate_lab::TrafficName::Ramp,
-            TrafficName::Spike => tollgate_lab::TrafficName::Spike,
-            TrafficName::Replay => tollgate_lab::TrafficName::Replay,
-        }
-    }
 }
 
 #[cfg(test)]

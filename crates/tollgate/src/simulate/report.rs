@@ -6,7 +6,9 @@ use serde::Serialize;
 use tollgate_core::duration::format_duration;
 use tollgate_lab::{Expectation, LaneReport, RedisStores, RunReport, Summary};
 
-use super::args::{AlgorithmName, FlagChoice, SimulateArgs};
+use tollgate_lab::AlgorithmName;
+
+use super::args::{FlagChoice, SimulateArgs};
 use super::build::Plan;
 use crate::CommandError;
 
@@ -187,7 +189,7 @@ impl Report {
         Report {
             algorithm: plan.scenario.lanes[0].label.replace('_', "-"),
             algorithm_description: plan.descriptions[0].clone(),
-            traffic: args.traffic.flag_value(),
+            traffic: args.traffic.flag_value().to_owned(),
             traffic_description: plan.traffic_description.clone(),
             duration_ns: u64::try_from(args.duration.as_nanos()).unwrap_or(u64::MAX),
             seed: args.seed,
@@ -202,7 +204,7 @@ impl Comparison {
     pub(super) fn of(args: &SimulateArgs, plan: Plan, report: RunReport, store: StoreUsed) -> Self {
         let expectations = plan.scenario.expectations();
         Comparison {
-            traffic: args.traffic.flag_value(),
+            traffic: args.traffic.flag_value().to_owned(),
             traffic_description: plan.traffic_description,
             duration_ns: u64::try_from(args.duration.as_nanos()).unwrap_or(u64::MAX),
             seed: args.seed,
