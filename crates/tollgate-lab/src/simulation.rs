@@ -69,9 +69,9 @@ impl Simulation {
     }
 
     /// This run as a scenario: one global lane, one client, one tick spanning
-    /// the whole run, no sampled decisions.
+    /// the whole run, no sampled decisions, no judgement against the exact log.
     pub fn scenario(&self) -> Scenario {
-        let lane = Lane::global("simulation", self.algorithm);
+        let lane = Lane::global("simulation", self.algorithm).unjudged();
         let mut scenario = Scenario::new(self.traffic, self.duration, vec![lane]);
         scenario.seed = self.seed;
         scenario.cost = self.cost;

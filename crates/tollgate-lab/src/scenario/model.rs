@@ -64,6 +64,11 @@ pub struct Lane {
     pub algorithm: AnyAlgorithm,
     /// Where the limit is kept.
     pub placement: Placement,
+    /// Whether a window algorithm in a global placement is judged against
+    /// the exact sliding log ([`crate::LaneReport::over_admitted`]); it keeps
+    /// every key's window of admissions, so a run that does not report the
+    /// judgement leaves it off.
+    pub judged_against_exact: bool,
 }
 
 impl Lane {
@@ -73,6 +78,7 @@ impl Lane {
             label: label.into(),
             algorithm: algorithm.into(),
             placement: Placement::Global,
+            judged_against_exact: true,
         }
     }
 
@@ -86,7 +92,14 @@ impl Lane {
             label: label.into(),
             algorithm: algorithm.into(),
             placement: Placement::Local { sidecars },
+            judged_against_exact: true,
         }
+    }
+
+    /// This lane without the judgement against the exact log.
+    pub fn unjudged(mut self) -> Self {
+        self.judged_against_exact = false;
+        self
     }
 }
 

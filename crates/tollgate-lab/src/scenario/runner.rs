@@ -257,7 +257,8 @@ impl LaneState {
                 | AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(_))
                 | AnyAlgorithm::SlidingLog(_)
         );
-        let exact = (is_window && lane.placement == Placement::Global).then(|| ExactWindows {
+        let judged = is_window && lane.placement == Placement::Global;
+        let exact = (judged && lane.judged_against_exact).then(|| ExactWindows {
             window: algorithm.window(),
             limit: algorithm.capacity(),
             keys: HashMap::new(),

@@ -493,3 +493,24 @@ fn bad_scenarios_are_rejected_with_the_parameter_named() {
         "duration"
     );
 }
+
+#[test]
+fn an_unjudged_lane_skips_the_exact_log_and_decides_alike() {
+    let window = FixedWindow::new(10, secs(60)).unwrap();
+    let scenario = Scenario::new(
+        Traffic::steady(5.0).unwrap(),
+        secs(30),
+        vec![
+            Lane::global("judged", window),
+            Lane::global("unjudged", window).unjudged(),
+        ],
+    );
+    let (report, _) = collect(&scenario);
+    let (judged, unjudged) = (&report.lanes[0], &report.lanes[1]);
+    assert!(judged.over_admitted.is_some() && judged.under_admitted.is_some());
+    assert_eq!(
+        (unjudged.over_admitted, unjudged.under_admitted),
+        (None, None)
+    );
+    assert_eq!(judged.counts, unjudged.counts);
+}
