@@ -129,23 +129,32 @@ pub const FIELDS: &[Field] = &[
 /// The text fields and the values each accepts (the first is the default).
 pub const CHOICES: &[(&str, &[&str])] = &[
     ("mode", &["single", "compare", "fleet"]),
-    (
-        "algorithm",
-        &[
-            "token_bucket",
-            "gcra",
-            "leaky_bucket",
-            "fixed_window",
-            "sliding_window",
-            "sliding_log",
-        ],
-    ),
+    ("algorithm", &ALGORITHM_NAMES),
     ("leaky_mode", &["shaper", "policer"]),
-    (
-        "traffic",
-        &["steady", "poisson", "square", "ramp", "spike", "replay"],
-    ),
+    ("traffic", &TRAFFIC_NAMES),
 ];
+
+/// The algorithms' names, in [`AlgorithmName::ALL`]'s order (token bucket first, the default).
+const ALGORITHM_NAMES: [&str; AlgorithmName::ALL.len()] = {
+    let mut names = [""; AlgorithmName::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = AlgorithmName::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
+/// The traffic profiles' names, in [`TrafficName::ALL`]'s order (steady first, the default).
+const TRAFFIC_NAMES: [&str; TrafficName::ALL.len()] = {
+    let mut names = [""; TrafficName::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = TrafficName::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// The algorithms compared when `algorithms` is absent in compare mode.
 const DEFAULT_COMPARE: &str = "fixed_window,sliding_window,sliding_log";
@@ -185,59 +194,14 @@ pub fn parse_with_replays(
     pairs: &[(String, String)],
     replays: &dyn Fn(u64) -> Option<Replay>,
 ) -> Result<RunRequest, ParamError> {
-    let mut given: BTreeMap<&str, &str> = BTreeMap::new();
-    for (name, value) in pairs {
-        let known = FIELDS.iter().any(|f| f.name == name)
-            || CHOICES.iter().any(|(c, _)| c == name)
-            || name == "algorithms";
-        if !known {
-            return Err(ParamError::new(name, "is not a parameter of a lab run"));
-        }
-        if given.insert(name, value).is_some() {
-            return Err(ParamError::new(name, "is given twice"));
-        }
-    }
-    let p = Params { given };
+    let p = Params::from_pairs(pairs)?;
     let mode = match p.choice("mode")? {
         "compare" => Mode::Compare,
         "fleet" => Mode::Fleet,
         _ => Mode::Single,
     };
     let names: Vec<&str> = match mode {
-        Mode::Compare => {
-            let list = p
-                .given
-                .get("algorithms")
-                .copied()
-                .unwrap_or(DEFAULT_COMPARE);
-            let names: Vec<&str> = list
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect();
-            let valid = CHOICES[1].1;
-            if names.len() < 2 {
-                return Err(ParamError::new(
-                    "algorithms",
-                    "compare mode needs at least two algorithms, comma-separated",
-                ));
-            }
-            for (i, name) in names.iter().enumerate() {
-                if !valid.contains(name) {
-                    return Err(ParamError::new(
-                        "algorithms",
-                        format!("{name:?} is not one of {}", valid.join(", ")),
-                    ));
-                }
-                if names[..i].contains(name) {
-                    return Err(ParamError::new(
-                        "algorithms",
-                        format!("{name} is named twice"),
-                    ));
-                }
-            }
-            names
-        }
+        Mode::Compare => compared_algorithms(&p)?,
         _ => vec![p.choice("algorithm")?],
     };
     let mut lanes = Vec::new();
@@ -297,6 +261,42 @@ pub fn parse_with_replays(
     })
 }
 
+/// The algorithms of compare mode: at least two, each valid and named once.
+fn compared_algorithms<'a>(p: &Params<'a>) -> Result<Vec<&'a str>, ParamError> {
+    let list = p
+        .given
+        .get("algorithms")
+        .copied()
+        .unwrap_or(DEFAULT_COMPARE);
+    let names: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let valid = CHOICES[1].1;
+    if names.len() < 2 {
+        return Err(ParamError::new(
+            "algorithms",
+            "compare mode needs at least two algorithms, comma-separated",
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if !valid.contains(name) {
+            return Err(ParamError::new(
+                "algorithms",
+                format!("{name:?} is not one of {}", valid.join(", ")),
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(ParamError::new(
+                "algorithms",
+                format!("{name} is named twice"),
+            ));
+        }
+    }
+    Ok(names)
+}
+
 /// The query field a simulator parameter comes from.
 fn field_of(parameter: &str) -> &str {
     match parameter {
@@ -318,7 +318,24 @@ struct Params<'a> {
     given: BTreeMap<&'a str, &'a str>,
 }
 
-impl Params<'_> {
+impl<'a> Params<'a> {
+    /// The given parameters by name, refusing unknown and repeated ones.
+    fn from_pairs(pairs: &'a [(String, String)]) -> Result<Self, ParamError> {
+        let mut given: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, value) in pairs {
+            let known = FIELDS.iter().any(|f| f.name == name)
+                || CHOICES.iter().any(|(c, _)| c == name)
+                || name == "algorithms";
+            if !known {
+                return Err(ParamError::new(name, "is not a parameter of a lab run"));
+            }
+            if given.insert(name, value).is_some() {
+                return Err(ParamError::new(name, "is given twice"));
+            }
+        }
+        Ok(Params { given })
+    }
+
     fn field(name: &str) -> &'static Field {
         FIELDS
             .iter()
