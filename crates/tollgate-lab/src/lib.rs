@@ -59,6 +59,4 @@ pub use scenario::{
 pub use simulation::{Simulation, Summary};
 pub use spec_error::SpecError;
 pub use store::{MemoryStores, SimulatedStore, StoreFactory};
-pub use traffic::{
-    ArrivalSource, Arrivals, MAX_RATE, Replay, SourceArrivals, Traffic, TrafficName, TrafficSpec,
-};
+pub use traffic::{ArrivalSource, Arrivals, MAX_RATE, Replay, Traffic, TrafficName, TrafficSpec};

@@ -12,5 +12,6 @@ mod spec;
 
 pub use arrivals::Arrivals;
 pub use profile::{MAX_RATE, Traffic};
-pub use replay::{ArrivalSource, Replay, SourceArrivals};
+pub(crate) use replay::SourceArrivals;
+pub use replay::{ArrivalSource, Replay};
 pub use spec::{TrafficName, TrafficSpec};

@@ -123,7 +123,7 @@ impl ArrivalSource {
     }
 
     /// The arrival times of a run of `duration`, in nanoseconds from its start, lazily.
-    pub fn arrivals(&self, duration: Duration, seed: u64) -> SourceArrivals {
+    pub(crate) fn arrivals(&self, duration: Duration, seed: u64) -> SourceArrivals {
         match self {
             ArrivalSource::Profile(traffic) => {
                 SourceArrivals::Profile(traffic.arrivals(duration, seed))
@@ -145,7 +145,7 @@ impl From<Traffic> for ArrivalSource {
 
 /// The lazy stream of arrival times from [`ArrivalSource::arrivals`], in nanoseconds from the start.
 #[derive(Debug)]
-pub enum SourceArrivals {
+pub(crate) enum SourceArrivals {
     /// A profile's generated arrivals.
     Profile(Arrivals),
     /// A replay's offsets below the run's end.
