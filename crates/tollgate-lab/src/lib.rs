@@ -10,12 +10,16 @@
 //! the production Lua script on a real Redis (`RedisStores`), driven by the
 //! same virtual time.
 //!
-//! A [`Simulation`] sends the arrivals of a [`Traffic`] profile through a
-//! real [`tollgate_store::MemoryStore`] holding one key, at virtual
-//! timestamps (nanoseconds from a fixed start, no clock is read), and
-//! reports every [`DecisionRecord`] to a callback and a [`Summary`] at the
-//! end. A run is a pure function of its parameters and seed: the same
+//! A [`Simulation`] is the one-lane, one-key scenario: the arrivals of a
+//! [`Traffic`] profile through a real [`tollgate_store::MemoryStore`] at
+//! virtual timestamps (nanoseconds from a fixed start, no clock is read),
+//! reporting every [`DecisionRecord`] to a callback and a [`Summary`] at
+//! the end. A run is a pure function of its parameters and seed: the same
 //! simulation always produces the same records.
+//!
+//! An [`AlgorithmSpec`] and a [`TrafficSpec`] name an algorithm and a
+//! profile with their parameters, as `tollgate simulate`'s flags and the web
+//! lab's query give them, and build them with one set of checks.
 //!
 //! ```
 //! use std::time::Duration;
@@ -30,22 +34,29 @@
 
 #![forbid(unsafe_code)]
 
+mod admitted_window;
+mod algorithm;
+mod record;
 #[cfg(feature = "redis")]
 mod redis_store;
 mod scenario;
 mod simulation;
+mod spec_error;
 mod store;
 mod traffic;
 #[cfg(feature = "web")]
 pub mod web;
 
+pub use algorithm::{AlgorithmName, AlgorithmSpec};
+pub use record::{DecisionRecord, state_level_meaning};
 #[cfg(feature = "redis")]
 pub use redis_store::{LAB_CALL_TIMEOUT, LAB_KEY_TTL, RedisStores};
 pub use scenario::{
-    ArrivalSource, Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_CLIENTS,
-    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, Replay, RunError,
-    RunReport, Runner, SampledDecision, Scenario, Tick,
+    Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_ARRIVALS, MAX_CLIENTS,
+    MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, RunError, RunReport,
+    Runner, SampledDecision, Scenario, Tick,
 };
-pub use simulation::{DecisionRecord, MAX_ARRIVALS, Simulation, Summary, state_level_meaning};
+pub use simulation::{Simulation, Summary};
+pub use spec_error::SpecError;
 pub use store::{MemoryStores, SimulatedStore, StoreFactory};
-pub use traffic::{Arrivals, MAX_RATE, Traffic};
+pub use traffic::{ArrivalSource, Arrivals, MAX_RATE, Replay, Traffic, TrafficName, TrafficSpec};

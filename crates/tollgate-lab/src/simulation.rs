@@ -1,27 +1,16 @@
-//! One simulated run: arrivals through a real in-memory store at virtual time.
+//! One simulated run: arrivals through a real in-memory store holding one key, at virtual time.
+//!
+//! A [`Simulation`] is a one-lane, one-client [`Scenario`] reported per
+//! decision and summed up in a [`Summary`].
 
-use std::collections::VecDeque;
-use std::io;
 use std::time::Duration;
 
 use serde::{Serialize, Serializer};
-use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
+use tollgate_core::{AnyAlgorithm, ConfigError, Timestamp};
 
-use tollgate_core::ConfigError;
-
-use crate::Traffic;
-use crate::store::state_level;
-use tollgate_store::{MemoryStore, StoreConfig};
-
-/// The most arrivals one run may be asked to simulate (about 10–20 s of work in release).
-pub const MAX_ARRIVALS: u64 = 100_000_000;
-
-/// Virtual time never runs past this (2^63 ns after the epoch, in the year 2262),
-/// which keeps every algorithm's timestamp arithmetic far from overflow.
-const LAST_INSTANT_NS: u64 = 1 << 63;
-
-/// The one key every simulated request is for.
-const SIMULATED_KEY: u64 = 0;
+use crate::{
+    DecisionRecord, Lane, LaneReport, MemoryStores, RunError, Scenario, Traffic, traffic::Arrivals,
+};
 
 /// A simulated run: `traffic` for `duration` against one key limited by `algorithm`.
 ///
@@ -46,11 +35,8 @@ pub struct Simulation {
 }
 
 impl Simulation {
-    /// The default start: 1 700 000 000 s after the Unix epoch (14 Nov 2023, 22:13:20 UTC).
-    ///
-    /// It is 20 s into an epoch-aligned minute, so fixed and sliding windows
-    /// start part-way through a window, as they do in production.
-    pub const DEFAULT_START: Timestamp = Timestamp::from_secs(1_700_000_000);
+    /// The default start: [`Scenario::DEFAULT_START`].
+    pub const DEFAULT_START: Timestamp = Scenario::DEFAULT_START;
 
     /// A run of `traffic` for `duration` against `algorithm`, with seed 1, cost 1 and the default start.
     pub fn new(algorithm: impl Into<AnyAlgorithm>, traffic: Traffic, duration: Duration) -> Self {
@@ -82,53 +68,22 @@ impl Simulation {
         self
     }
 
+    /// This run as a scenario: one global lane, one client, one tick spanning
+    /// the whole run, no sampled decisions, no judgement against the exact log.
+    pub fn scenario(&self) -> Scenario {
+        let lane = Lane::global("simulation", self.algorithm).unjudged();
+        let mut scenario = Scenario::new(self.traffic, self.duration, vec![lane]);
+        scenario.seed = self.seed;
+        scenario.cost = self.cost;
+        scenario.start = self.start;
+        scenario.tick = self.duration.max(Duration::from_nanos(1));
+        scenario.samples_per_tick = 0;
+        scenario
+    }
+
     /// Checks the run's parameters, naming the first one that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.traffic.validate()?;
-        if self.cost == 0 {
-            return Err(ConfigError::new(
-                "cost",
-                "must be at least 1; a cost of 0 only checks and never consumes",
-            ));
-        }
-        if self.start.as_nanos() >= LAST_INSTANT_NS {
-            return Err(ConfigError::new(
-                "start",
-                format!(
-                    "{} s after the epoch is past the year 2262, the end of virtual time",
-                    self.start.as_nanos() / NANOS_PER_SEC
-                ),
-            ));
-        }
-        if self.duration.is_zero() {
-            return Err(ConfigError::new("duration", "must be longer than zero"));
-        }
-        let end = u64::try_from(self.duration.as_nanos())
-            .ok()
-            .and_then(|d| self.start.as_nanos().checked_add(d));
-        if end.is_none_or(|end| end > LAST_INSTANT_NS) {
-            return Err(ConfigError::new(
-                "duration",
-                format!(
-                    "{:?} from a start {} s after the epoch runs past the year 2262",
-                    self.duration,
-                    self.start.as_nanos() / NANOS_PER_SEC
-                ),
-            ));
-        }
-        let expected = self.traffic.expected_arrivals(self.duration);
-        if expected > MAX_ARRIVALS as f64 {
-            return Err(ConfigError::new(
-                "duration",
-                format!(
-                    "{:?} of {} traffic averages {expected:.0} arrivals; \
-                     a run may have at most {MAX_ARRIVALS}",
-                    self.duration,
-                    self.traffic.name(),
-                ),
-            ));
-        }
-        Ok(())
+        self.scenario().validate()
     }
 
     /// The window over which [`Summary::max_admitted_in_window`] counts.
@@ -146,212 +101,28 @@ impl Simulation {
     }
 
     /// The arrival times of this run, in nanoseconds from [`Simulation::start`], lazily.
-    pub fn arrivals(&self) -> crate::Arrivals {
+    pub fn arrivals(&self) -> Arrivals {
         self.traffic.arrivals(self.duration, self.seed)
     }
 
     /// Runs the simulation, calling `on_decision` for every arrival in time order.
     ///
-    /// Every request goes through a fresh [`MemoryStore`] holding the one
-    /// simulated key, exactly as a server's would.
+    /// Every request goes through a fresh [`tollgate_store::MemoryStore`]
+    /// holding the one simulated key, exactly as a server's would.
     pub fn run(
         &self,
         mut on_decision: impl FnMut(&DecisionRecord),
     ) -> Result<Summary, ConfigError> {
-        self.validate()?;
-        // One key needs the smallest store: a single shard.
-        let store = MemoryStore::new(self.algorithm, StoreConfig::with_max_keys(16));
-        let window = self.window();
-        let mut admitted_in_window = AdmittedWindow::new(window);
-        let mut summary = Summary {
-            arrivals: 0,
-            admitted: 0,
-            denied: 0,
-            exceeded: 0,
-            delayed: 0,
-            acceptance_rate: 0.0,
-            window,
-            max_admitted_in_window: 0,
-            limit: self.algorithm.capacity(),
-        };
-        for (index, offset_ns) in self.arrivals().enumerate() {
-            let at = Timestamp::from_nanos(self.start.as_nanos() + offset_ns);
-            let decision = store.check(&SIMULATED_KEY, at, self.cost);
-            let state_level = state_level(&self.algorithm, store.peek_at(&SIMULATED_KEY, at), at);
-            let record = DecisionRecord::new(index as u64, offset_ns, at, &decision, state_level);
-            summary.arrivals += 1;
-            match decision.outcome() {
-                Outcome::Allowed => {
-                    summary.admitted += 1;
-                    summary.delayed += u64::from(decision.delay_nanos() > 0);
-                    admitted_in_window.admit(offset_ns, self.cost);
-                }
-                Outcome::Denied => summary.denied += 1,
-                Outcome::Exceeds => summary.exceeded += 1,
-            }
-            on_decision(&record);
-        }
-        if summary.arrivals > 0 {
-            summary.acceptance_rate = summary.admitted as f64 / summary.arrivals as f64;
-        }
-        summary.max_admitted_in_window = admitted_in_window.max;
-        Ok(summary)
+        let report = self
+            .scenario()
+            .run_with_decisions(&MemoryStores, |_| {}, |d| on_decision(&d.record))
+            .map_err(|e| match e {
+                RunError::Config(e) => e,
+                // The in-memory store always answers; keep the message should it not.
+                RunError::Store(message) => ConfigError::new("store", message),
+            })?;
+        Ok(Summary::of(&report.lanes[0]))
     }
-}
-
-/// What a [`DecisionRecord::state_level`] measures for an algorithm, as a short label.
-pub fn state_level_meaning(algorithm: &AnyAlgorithm) -> &'static str {
-    match algorithm {
-        AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(_)) => "tokens in the bucket",
-        AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(_)) => "requests that could pass at once",
-        AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(_)) => "units queued (still draining)",
-        AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_)) => {
-            "units counted in the current window (denied ones included)"
-        }
-        AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(_)) => {
-            "weighted count of the sliding window"
-        }
-        AnyAlgorithm::SlidingLog(_) => "units logged in the window",
-    }
-}
-
-/// The most units admitted in any window `(t − length, t]`, tracked over admitted times in order.
-pub(crate) struct AdmittedWindow {
-    length: u64,
-    /// `(offset ns, units)` admitted within the last `length`, oldest first.
-    admitted: VecDeque<(u64, u64)>,
-    units: u64,
-    pub(crate) max: u64,
-}
-
-impl AdmittedWindow {
-    pub(crate) fn new(length: Duration) -> Self {
-        AdmittedWindow {
-            length: u64::try_from(length.as_nanos()).unwrap_or(u64::MAX),
-            admitted: VecDeque::new(),
-            units: 0,
-            max: 0,
-        }
-    }
-
-    /// The units admitted in `(at − length, at)` and at `at` so far, forgetting older ones.
-    pub(crate) fn units_before(&mut self, at: u64) -> u64 {
-        while let Some(&(t, u)) = self.admitted.front() {
-            if t.saturating_add(self.length) > at {
-                break;
-            }
-            self.admitted.pop_front();
-            self.units -= u;
-        }
-        self.units
-    }
-
-    /// Records `units` admitted at `at`, which must not be earlier than the last.
-    pub(crate) fn admit(&mut self, at: u64, units: u64) {
-        self.units_before(at);
-        match self.admitted.back_mut() {
-            Some((t, u)) if *t == at => *u += units,
-            _ => self.admitted.push_back((at, units)),
-        }
-        self.units += units;
-        self.max = self.max.max(self.units);
-    }
-}
-
-/// What happened to one simulated request.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct DecisionRecord {
-    /// The request's position in the run, from 0.
-    pub index: u64,
-    /// When it arrived, in nanoseconds from the run's start.
-    pub offset_ns: u64,
-    /// When it arrived, in virtual time (serialized as nanoseconds since the epoch).
-    #[serde(rename = "at_ns", serialize_with = "serialize_timestamp")]
-    pub at: Timestamp,
-    /// Whether it passed, was denied, or costs more than the limit can ever hold.
-    #[serde(serialize_with = "serialize_outcome")]
-    pub outcome: Outcome,
-    /// Units still available right after it.
-    pub remaining: u64,
-    /// For a denied request, the nanoseconds until the same request could pass.
-    pub retry_after_ns: Option<u64>,
-    /// For a request a shaper admitted, the nanoseconds to hold it; 0 otherwise.
-    pub delay_ns: u64,
-    /// The algorithm's state right after the decision, in its own terms (see [`state_level_meaning`]).
-    pub state_level: f64,
-}
-
-impl DecisionRecord {
-    pub(crate) fn new(
-        index: u64,
-        offset_ns: u64,
-        at: Timestamp,
-        decision: &Decision,
-        state_level: f64,
-    ) -> Self {
-        DecisionRecord {
-            index,
-            offset_ns,
-            at,
-            outcome: decision.outcome(),
-            remaining: decision.remaining(),
-            retry_after_ns: (decision.outcome() == Outcome::Denied)
-                .then(|| decision.retry_after_nanos()),
-            delay_ns: decision.delay_nanos(),
-            state_level,
-        }
-    }
-
-    /// Whether the request passed.
-    pub fn is_allowed(&self) -> bool {
-        self.outcome == Outcome::Allowed
-    }
-
-    /// The outcome's lower-case name, as serialized: `allowed`, `denied` or `exceeds`.
-    pub fn outcome_name(&self) -> &'static str {
-        outcome_name(self.outcome)
-    }
-
-    /// The column names of [`DecisionRecord::write_csv_row`], comma-separated, without a line break.
-    pub const CSV_HEADER: &'static str =
-        "index,offset_ns,at_ns,outcome,remaining,retry_after_ns,delay_ns,state_level";
-
-    /// Writes this record as one CSV line, ending in a line break.
-    ///
-    /// `retry_after_ns` is empty unless the request was denied; no field
-    /// ever needs quoting.
-    pub fn write_csv_row(&self, out: &mut impl io::Write) -> io::Result<()> {
-        write!(
-            out,
-            "{},{},{},{},{},",
-            self.index,
-            self.offset_ns,
-            self.at.as_nanos(),
-            self.outcome_name(),
-            self.remaining
-        )?;
-        if let Some(retry) = self.retry_after_ns {
-            write!(out, "{retry}")?;
-        }
-        writeln!(out, ",{},{}", self.delay_ns, self.state_level)
-    }
-}
-
-/// The lower-case name of an outcome: `allowed`, `denied` or `exceeds`.
-fn outcome_name(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Allowed => "allowed",
-        Outcome::Denied => "denied",
-        Outcome::Exceeds => "exceeds",
-    }
-}
-
-fn serialize_outcome<S: Serializer>(outcome: &Outcome, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(outcome_name(*outcome))
-}
-
-fn serialize_timestamp<S: Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_u64(at.as_nanos())
 }
 
 fn serialize_duration_nanos<S: Serializer>(
@@ -386,6 +157,22 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The totals of a one-lane scenario's lane.
+    pub fn of(lane: &LaneReport) -> Self {
+        let counts = lane.counts;
+        Summary {
+            arrivals: counts.arrivals,
+            admitted: counts.admitted,
+            denied: counts.denied,
+            exceeded: counts.exceeded,
+            delayed: counts.delayed,
+            acceptance_rate: lane.acceptance_rate,
+            window: Duration::from_nanos(lane.window_ns),
+            max_admitted_in_window: lane.max_admitted_in_window,
+            limit: lane.limit,
+        }
+    }
+
     /// Requests that did not pass: denied plus exceeded.
     pub fn rejected(&self) -> u64 {
         self.denied + self.exceeded
@@ -395,6 +182,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_core::NANOS_PER_SEC;
     use tollgate_core::{
         DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket,
     };
@@ -788,16 +576,5 @@ mod tests {
         let sim = Simulation::new(bucket, Traffic::steady(2.0).unwrap(), secs(1))
             .with_start(Timestamp::from_secs(u64::MAX));
         assert_eq!(sim.run(|_| {}).unwrap_err().parameter(), "start");
-    }
-
-    #[test]
-    fn admitted_window_counts_the_half_open_window_ending_at_each_admission() {
-        let mut w = AdmittedWindow::new(Duration::from_nanos(10));
-        for (t, u) in [(0, 1), (5, 1), (9, 2), (10, 1), (10, 1), (19, 1), (30, 5)] {
-            w.admit(t, u);
-        }
-        // (0, 10] holds 5, 9, 10, 10 → 1 + 2 + 1 + 1 = 5; [0, 9] holds 4.
-        assert_eq!(w.max, 5);
-        assert_eq!(w.units, 5, "only the entry at 30 is left");
     }
 }

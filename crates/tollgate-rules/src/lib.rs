@@ -9,12 +9,14 @@
 
 #![forbid(unsafe_code)]
 
+mod algorithm;
 mod diagnostics;
 mod load;
 mod model;
 mod tree;
 
+pub use algorithm::AlgorithmKind;
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use load::{LoadOptions, Loaded, limits_files, load_path, load_path_observed, load_sources};
-pub use model::{AlgorithmKind, Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
+pub use model::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 pub use tree::Position;

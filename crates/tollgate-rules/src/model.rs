@@ -1,81 +1,15 @@
 //! The loaded rules: domains, descriptor trees, and the limits on each descriptor.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, Unit};
 
+use crate::algorithm::AlgorithmKind;
 use crate::tree::Position;
 
-/// Which algorithm a limit counts with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum AlgorithmKind {
-    /// Epoch-aligned fixed windows, as envoyproxy/ratelimit counts (the default).
-    #[default]
-    FixedWindow,
-    /// A token bucket that starts full and refills continuously.
-    TokenBucket,
-    /// The generic cell rate algorithm.
-    Gcra,
-    /// The sliding window counter.
-    SlidingWindow,
-    /// The exact sliding log.
-    SlidingLog,
-    /// A leaky bucket policer (nginx `limit_req … nodelay`).
-    LeakyBucket,
-}
-
-impl AlgorithmKind {
-    /// Every algorithm, in the order the docs list them.
-    pub const ALL: [AlgorithmKind; 6] = [
-        AlgorithmKind::FixedWindow,
-        AlgorithmKind::TokenBucket,
-        AlgorithmKind::Gcra,
-        AlgorithmKind::SlidingWindow,
-        AlgorithmKind::SlidingLog,
-        AlgorithmKind::LeakyBucket,
-    ];
-
-    /// The name used in limits files.
-    pub const fn name(self) -> &'static str {
-        match self {
-            AlgorithmKind::FixedWindow => "fixed_window",
-            AlgorithmKind::TokenBucket => "token_bucket",
-            AlgorithmKind::Gcra => "gcra",
-            AlgorithmKind::SlidingWindow => "sliding_window",
-            AlgorithmKind::SlidingLog => "sliding_log",
-            AlgorithmKind::LeakyBucket => "leaky_bucket",
-        }
-    }
-}
-
-impl fmt::Display for AlgorithmKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for AlgorithmKind {
-    type Err = String;
-
-    /// Parses an algorithm name, case-insensitively.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        AlgorithmKind::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!(
-                    "unknown algorithm `{s}`; expected one of fixed_window, token_bucket, gcra, \
-                     sliding_window, sliding_log, leaky_bucket"
-                )
-            })
-    }
-}
-
-/// How long a limit's window is, as the file says it.
 /// What a rule answers when the store of its counters fails (`on_store_error`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum StoreErrorPolicy {
@@ -172,7 +106,7 @@ impl Limit {
         let window = self.window?.duration();
         let requests = u64::from(self.requests_per_unit).div_ceil(instances).max(1);
         let burst = self.burst.map(|b| b.div_ceil(instances).max(1));
-        crate::load::build_algorithm(self.algorithm_kind, requests, window, burst).ok()
+        self.algorithm_kind.build(requests, window, burst).ok()
     }
 
     /// Whether this limit is `unlimited: true` (never counted, always OK).

@@ -9,12 +9,12 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
-use tollgate_core::{
-    AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
-    SlidingWindow, Timestamp, TokenBucket,
-};
+use tollgate_core::{AnyAlgorithm, DelayMode, Timestamp};
 
-use crate::{ArrivalSource, Lane, MAX_SIDECARS, Replay, Scenario, Traffic};
+use crate::{
+    AlgorithmName, AlgorithmSpec, ArrivalSource, Lane, MAX_SIDECARS, Replay, Scenario, SpecError,
+    TrafficName, TrafficSpec,
+};
 
 /// How many uploaded traces the lab keeps (the oldest goes first).
 pub const MAX_REPLAYS: usize = 32;
@@ -129,23 +129,32 @@ pub const FIELDS: &[Field] = &[
 /// The text fields and the values each accepts (the first is the default).
 pub const CHOICES: &[(&str, &[&str])] = &[
     ("mode", &["single", "compare", "fleet"]),
-    (
-        "algorithm",
-        &[
-            "token_bucket",
-            "gcra",
-            "leaky_bucket",
-            "fixed_window",
-            "sliding_window",
-            "sliding_log",
-        ],
-    ),
+    ("algorithm", &ALGORITHM_NAMES),
     ("leaky_mode", &["shaper", "policer"]),
-    (
-        "traffic",
-        &["steady", "poisson", "square", "ramp", "spike", "replay"],
-    ),
+    ("traffic", &TRAFFIC_NAMES),
 ];
+
+/// The algorithms' names, in [`AlgorithmName::ALL`]'s order (token bucket first, the default).
+const ALGORITHM_NAMES: [&str; AlgorithmName::ALL.len()] = {
+    let mut names = [""; AlgorithmName::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = AlgorithmName::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+
+/// The traffic profiles' names, in [`TrafficName::ALL`]'s order (steady first, the default).
+const TRAFFIC_NAMES: [&str; TrafficName::ALL.len()] = {
+    let mut names = [""; TrafficName::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = TrafficName::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// The algorithms compared when `algorithms` is absent in compare mode.
 const DEFAULT_COMPARE: &str = "fixed_window,sliding_window,sliding_log";
@@ -185,59 +194,14 @@ pub fn parse_with_replays(
     pairs: &[(String, String)],
     replays: &dyn Fn(u64) -> Option<Replay>,
 ) -> Result<RunRequest, ParamError> {
-    let mut given: BTreeMap<&str, &str> = BTreeMap::new();
-    for (name, value) in pairs {
-        let known = FIELDS.iter().any(|f| f.name == name)
-            || CHOICES.iter().any(|(c, _)| c == name)
-            || name == "algorithms";
-        if !known {
-            return Err(ParamError::new(name, "is not a parameter of a lab run"));
-        }
-        if given.insert(name, value).is_some() {
-            return Err(ParamError::new(name, "is given twice"));
-        }
-    }
-    let p = Params { given };
+    let p = Params::from_pairs(pairs)?;
     let mode = match p.choice("mode")? {
         "compare" => Mode::Compare,
         "fleet" => Mode::Fleet,
         _ => Mode::Single,
     };
     let names: Vec<&str> = match mode {
-        Mode::Compare => {
-            let list = p
-                .given
-                .get("algorithms")
-                .copied()
-                .unwrap_or(DEFAULT_COMPARE);
-            let names: Vec<&str> = list
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .collect();
-            let valid = CHOICES[1].1;
-            if names.len() < 2 {
-                return Err(ParamError::new(
-                    "algorithms",
-                    "compare mode needs at least two algorithms, comma-separated",
-                ));
-            }
-            for (i, name) in names.iter().enumerate() {
-                if !valid.contains(name) {
-                    return Err(ParamError::new(
-                        "algorithms",
-                        format!("{name:?} is not one of {}", valid.join(", ")),
-                    ));
-                }
-                if names[..i].contains(name) {
-                    return Err(ParamError::new(
-                        "algorithms",
-                        format!("{name} is named twice"),
-                    ));
-                }
-            }
-            names
-        }
+        Mode::Compare => compared_algorithms(&p)?,
         _ => vec![p.choice("algorithm")?],
     };
     let mut lanes = Vec::new();
@@ -258,8 +222,8 @@ pub fn parse_with_replays(
             lanes.push(Lane::global(*name, algorithm));
         }
     }
-    let traffic = build_traffic(&p, replays)?;
     let duration = p.millis("duration_ms")?;
+    let traffic = build_traffic(&p, duration, replays)?;
     let mut scenario = Scenario::new(traffic, duration, lanes);
     scenario.seed = p.int("seed")?;
     scenario.clients = p.int("clients")? as u32;
@@ -297,6 +261,42 @@ pub fn parse_with_replays(
     })
 }
 
+/// The algorithms of compare mode: at least two, each valid and named once.
+fn compared_algorithms<'a>(p: &Params<'a>) -> Result<Vec<&'a str>, ParamError> {
+    let list = p
+        .given
+        .get("algorithms")
+        .copied()
+        .unwrap_or(DEFAULT_COMPARE);
+    let names: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let valid = CHOICES[1].1;
+    if names.len() < 2 {
+        return Err(ParamError::new(
+            "algorithms",
+            "compare mode needs at least two algorithms, comma-separated",
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if !valid.contains(name) {
+            return Err(ParamError::new(
+                "algorithms",
+                format!("{name:?} is not one of {}", valid.join(", ")),
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(ParamError::new(
+                "algorithms",
+                format!("{name} is named twice"),
+            ));
+        }
+    }
+    Ok(names)
+}
+
 /// The query field a simulator parameter comes from.
 fn field_of(parameter: &str) -> &str {
     match parameter {
@@ -318,7 +318,24 @@ struct Params<'a> {
     given: BTreeMap<&'a str, &'a str>,
 }
 
-impl Params<'_> {
+impl<'a> Params<'a> {
+    /// The given parameters by name, refusing unknown and repeated ones.
+    fn from_pairs(pairs: &'a [(String, String)]) -> Result<Self, ParamError> {
+        let mut given: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, value) in pairs {
+            let known = FIELDS.iter().any(|f| f.name == name)
+                || CHOICES.iter().any(|(c, _)| c == name)
+                || name == "algorithms";
+            if !known {
+                return Err(ParamError::new(name, "is not a parameter of a lab run"));
+            }
+            if given.insert(name, value).is_some() {
+                return Err(ParamError::new(name, "is given twice"));
+            }
+        }
+        Ok(Params { given })
+    }
+
     fn field(name: &str) -> &'static Field {
         FIELDS
             .iter()
@@ -378,87 +395,72 @@ impl Params<'_> {
     }
 }
 
-/// An error from the core's constructors, pointed at the page's field.
-fn core(error: ConfigError) -> ParamError {
-    let field = match error.parameter() {
+/// An error from a spec, pointed at the page's field.
+fn spec(error: SpecError, field_of: fn(&str) -> &str) -> ParamError {
+    match error {
+        SpecError::Missing(parameter) => ParamError::new(parameter, "is required"),
+        SpecError::Invalid(error) => ParamError::new(field_of(error.parameter()), error.reason()),
+    }
+}
+
+/// The query field an algorithm's parameter comes from.
+fn algorithm_field(parameter: &str) -> &str {
+    match parameter {
         "fill_interval" => "fill_interval_ms",
         "period" => "period_ms",
         "window" => "window_ms",
         "delay" => "delay_after",
         other => other,
-    };
-    ParamError::new(field, error.reason())
+    }
 }
 
+/// The algorithm `name` from the fields it reads.
 fn build_algorithm(p: &Params<'_>, name: &str) -> Result<(AnyAlgorithm, String), ParamError> {
-    let ms = |d: Duration| format!("{} ms", d.as_millis());
-    Ok(match name {
-        "token_bucket" => {
-            let (max, fill, every) = (
-                p.int("max_tokens")?,
-                p.int("tokens_per_fill")?,
-                p.millis("fill_interval_ms")?,
-            );
-            (
-                TokenBucket::new(max, fill, every).map_err(core)?.into(),
-                format!("token bucket: {max} tokens, {fill} per {}", ms(every)),
-            )
+    let name = AlgorithmName::from_name(name)
+        .ok_or_else(|| ParamError::new("algorithm", format!("{name:?} is not an algorithm")))?;
+    let mut algorithm = AlgorithmSpec::new(name);
+    match name {
+        AlgorithmName::TokenBucket => {
+            algorithm.max_tokens = Some(p.int("max_tokens")?);
+            algorithm.tokens_per_fill = Some(p.int("tokens_per_fill")?);
+            algorithm.fill_interval = Some(p.millis("fill_interval_ms")?);
         }
-        "gcra" => {
-            let (limit, period, burst) = (p.int("limit")?, p.millis("period_ms")?, p.int("burst")?);
-            (
-                Gcra::new(limit, period, burst).map_err(core)?.into(),
-                format!("GCRA: {limit} per {}, burst {burst}", ms(period)),
-            )
+        AlgorithmName::Gcra => {
+            algorithm.limit = Some(p.int("limit")?);
+            algorithm.period = Some(p.millis("period_ms")?);
+            algorithm.burst = Some(p.int("burst")?);
         }
-        "leaky_bucket" => {
-            let (rate, period, burst) = (p.int("rate")?, p.millis("period_ms")?, p.int("burst")?);
-            let (mode, kind) = match (p.choice("leaky_mode")?, p.given.contains_key("delay_after"))
-            {
-                ("policer", _) => (DelayMode::NoDelay, "policer".to_owned()),
-                (_, true) => {
-                    let n = p.int("delay_after")?;
-                    (DelayMode::DelayAfter(n), format!("shaper, delay={n}"))
-                }
-                _ => (DelayMode::Delay, "shaper".to_owned()),
-            };
-            (
-                LeakyBucket::new(rate, period, burst, mode)
-                    .map_err(core)?
-                    .into(),
-                format!(
-                    "leaky bucket ({kind}): {rate} per {}, burst {burst}",
-                    ms(period)
-                ),
-            )
+        AlgorithmName::LeakyBucket => {
+            algorithm.rate = Some(p.int("rate")?);
+            algorithm.period = Some(p.millis("period_ms")?);
+            algorithm.burst = Some(p.int("burst")?);
+            algorithm.leaky_mode =
+                match (p.choice("leaky_mode")?, p.given.contains_key("delay_after")) {
+                    ("policer", _) => DelayMode::NoDelay,
+                    (_, true) => DelayMode::DelayAfter(p.int("delay_after")?),
+                    _ => DelayMode::Delay,
+                };
         }
-        _ => {
-            let (limit, window) = (p.int("limit")?, p.millis("window_ms")?);
-            let (algorithm, label): (AnyAlgorithm, &str) = match name {
-                "fixed_window" => (
-                    FixedWindow::new(limit, window).map_err(core)?.into(),
-                    "fixed window",
-                ),
-                "sliding_window" => (
-                    SlidingWindow::new(limit, window).map_err(core)?.into(),
-                    "sliding window counter",
-                ),
-                _ => (
-                    SlidingLog::new(limit, window).map_err(core)?.into(),
-                    "sliding log",
-                ),
-            };
-            (algorithm, format!("{label}: {limit} per {}", ms(window)))
+        AlgorithmName::FixedWindow | AlgorithmName::SlidingWindow | AlgorithmName::SlidingLog => {
+            algorithm.limit = Some(p.int("limit")?);
+            algorithm.window = Some(p.millis("window_ms")?);
         }
-    })
+    }
+    algorithm.build().map_err(|e| spec(e, algorithm_field))
 }
 
+/// The arrivals of the chosen traffic profile from the fields it reads.
 fn build_traffic(
     p: &Params<'_>,
+    duration: Duration,
     replays: &dyn Fn(u64) -> Option<Replay>,
 ) -> Result<ArrivalSource, ParamError> {
-    let traffic = match p.choice("traffic")? {
-        "replay" => {
+    let name = p.choice("traffic")?;
+    let name = TrafficName::from_name(name)
+        .ok_or_else(|| ParamError::new("traffic", format!("{name:?} is not a profile")))?;
+    let mut traffic = TrafficSpec::new(name);
+    match name {
+        TrafficName::Replay => {
             if !p.given.contains_key("replay") {
                 return Err(ParamError::new(
                     "replay",
@@ -472,36 +474,31 @@ fn build_traffic(
                     format!("no uploaded trace has id {id} (the lab keeps the last {MAX_REPLAYS}; upload it again)"),
                 )
             })?;
-            return Ok(ArrivalSource::Replay(replay));
+            traffic.replay = Some(replay);
         }
-        "poisson" => Traffic::Poisson {
-            rate: p.real("arrival_rate")?,
-        },
-        "square" => Traffic::Square {
-            peak: p.real("peak_rate")?,
-            base: p.real("base_rate")?,
-            period: p.millis("wave_period_ms")?,
-            duty: p.real("duty")?,
-        },
-        "ramp" => Traffic::Ramp {
-            from: p.real("from_rate")?,
-            to: p.real("to_rate")?,
-            over: p.millis("ramp_over_ms")?,
-        },
-        "spike" => Traffic::Spike {
-            base: p.real("base_rate")?,
-            peak: p.real("peak_rate")?,
-            at: p.millis("spike_at_ms")?,
-            length: p.millis("spike_length_ms")?,
-        },
-        _ => Traffic::Steady {
-            rate: p.real("arrival_rate")?,
-        },
-    };
-    traffic
-        .validate()
-        .map_err(|e| ParamError::new(field_of(e.parameter()), e.reason()))?;
-    Ok(ArrivalSource::Profile(traffic))
+        TrafficName::Steady | TrafficName::Poisson => {
+            traffic.arrival_rate = Some(p.real("arrival_rate")?);
+        }
+        TrafficName::Square => {
+            traffic.peak_rate = Some(p.real("peak_rate")?);
+            traffic.base_rate = Some(p.real("base_rate")?);
+            traffic.wave_period = Some(p.millis("wave_period_ms")?);
+            traffic.duty = Some(p.real("duty")?);
+        }
+        TrafficName::Ramp => {
+            traffic.from_rate = Some(p.real("from_rate")?);
+            traffic.to_rate = Some(p.real("to_rate")?);
+            traffic.ramp_over = Some(p.millis("ramp_over_ms")?);
+        }
+        TrafficName::Spike => {
+            traffic.base_rate = Some(p.real("base_rate")?);
+            traffic.peak_rate = Some(p.real("peak_rate")?);
+            traffic.spike_at = Some(p.millis("spike_at_ms")?);
+            traffic.spike_length = Some(p.millis("spike_length_ms")?);
+        }
+    }
+    let (source, _) = traffic.build(duration).map_err(|e| spec(e, field_of))?;
+    Ok(source)
 }
 
 #[cfg(test)]

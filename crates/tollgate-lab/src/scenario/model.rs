@@ -1,0 +1,330 @@
+//! A scenario's parameters: the arrivals, the lanes they go through, the run's length and ticks.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tollgate_core::{AnyAlgorithm, ConfigError, NANOS_PER_SEC, Timestamp};
+
+use super::{Expectation, LaneDecision, RunError, RunReport, Runner, Tick};
+use crate::store::StoreFactory;
+use crate::traffic::ArrivalSource;
+
+/// The most clients (keys) a scenario spreads its arrivals over.
+pub const MAX_CLIENTS: u32 = 1_000;
+
+/// The most sidecars a fleet lane may have.
+pub const MAX_SIDECARS: u32 = 15;
+
+/// The most lanes one scenario runs side by side.
+pub const MAX_LANES: usize = 8;
+
+/// The most ticks one scenario reports.
+pub const MAX_TICKS: u64 = 100_000;
+
+/// The most decisions a tick samples per lane.
+pub const MAX_SAMPLES_PER_TICK: usize = 64;
+
+/// The most arrivals one run may be asked to simulate (about 10–20 s of work in release).
+pub const MAX_ARRIVALS: u64 = 100_000_000;
+
+/// Virtual time never runs past this (2^63 ns after the epoch, in the year 2262),
+/// which keeps every algorithm's timestamp arithmetic far from overflow.
+const LAST_INSTANT_NS: u64 = 1 << 63;
+
+/// How a lane's requests reach its limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Placement {
+    /// One store every request goes to: a global limit (or a single instance).
+    Global,
+    /// `sidecars` instances behind a round-robin balancer, each with its own
+    /// store applying the full limit locally.
+    Local {
+        /// How many instances (1 to [`MAX_SIDECARS`]).
+        sidecars: u32,
+    },
+}
+
+impl Placement {
+    /// How many stores the placement holds.
+    pub fn stores(&self) -> u32 {
+        match self {
+            Placement::Global => 1,
+            Placement::Local { sidecars } => *sidecars,
+        }
+    }
+}
+
+/// One algorithm applied to the scenario's arrivals, in one placement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lane {
+    /// A short name for displays, e.g. `token_bucket` or `local ×4`.
+    pub label: String,
+    /// The limit.
+    pub algorithm: AnyAlgorithm,
+    /// Where the limit is kept.
+    pub placement: Placement,
+    /// Whether a window algorithm in a global placement is judged against
+    /// the exact sliding log ([`crate::LaneReport::over_admitted`]); it keeps
+    /// every key's window of admissions, so a run that does not report the
+    /// judgement leaves it off.
+    pub judged_against_exact: bool,
+}
+
+impl Lane {
+    /// A lane keeping `algorithm` in one global store.
+    pub fn global(label: impl Into<String>, algorithm: impl Into<AnyAlgorithm>) -> Self {
+        Lane {
+            label: label.into(),
+            algorithm: algorithm.into(),
+            placement: Placement::Global,
+            judged_against_exact: true,
+        }
+    }
+
+    /// A lane applying `algorithm` locally on each of `sidecars` instances.
+    pub fn local(
+        label: impl Into<String>,
+        algorithm: impl Into<AnyAlgorithm>,
+        sidecars: u32,
+    ) -> Self {
+        Lane {
+            label: label.into(),
+            algorithm: algorithm.into(),
+            placement: Placement::Local { sidecars },
+            judged_against_exact: true,
+        }
+    }
+
+    /// This lane without the judgement against the exact log.
+    pub fn unjudged(mut self) -> Self {
+        self.judged_against_exact = false;
+        self
+    }
+}
+
+/// Arrivals through lanes, in virtual time, reported per tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Where arrivals come from.
+    pub source: ArrivalSource,
+    /// How long the run lasts.
+    pub duration: Duration,
+    /// The seed for random arrivals and for assigning arrivals to clients.
+    pub seed: u64,
+    /// Units each request costs.
+    pub cost: u64,
+    /// The virtual time of the first instant.
+    pub start: Timestamp,
+    /// How many clients (keys) share the arrivals; each request goes to one at random.
+    pub clients: u32,
+    /// The client whose key the per-tick state level reads (from 0, below `clients`).
+    pub state_client: u32,
+    /// The length of one reporting tick.
+    pub tick: Duration,
+    /// Decisions sampled per lane per tick.
+    pub samples_per_tick: usize,
+    /// The limits the arrivals go through, side by side.
+    pub lanes: Vec<Lane>,
+}
+
+impl Scenario {
+    /// The default tick: 100 ms of virtual time.
+    pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+    /// The default start: 1 700 000 000 s after the Unix epoch (14 Nov 2023, 22:13:20 UTC).
+    ///
+    /// It is 20 s into an epoch-aligned minute, so fixed and sliding windows
+    /// start part-way through a window, as they do in production.
+    pub const DEFAULT_START: Timestamp = Timestamp::from_secs(1_700_000_000);
+
+    /// A scenario of `source` for `duration` through `lanes`: seed 1, cost 1,
+    /// one client, 100 ms ticks, 4 samples per tick, the default start.
+    pub fn new(source: impl Into<ArrivalSource>, duration: Duration, lanes: Vec<Lane>) -> Self {
+        Scenario {
+            source: source.into(),
+            duration,
+            seed: 1,
+            cost: 1,
+            start: Self::DEFAULT_START,
+            clients: 1,
+            state_client: 0,
+            tick: Self::DEFAULT_TICK,
+            samples_per_tick: 4,
+            lanes,
+        }
+    }
+
+    /// Checks every parameter, naming the first one that is wrong.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let ArrivalSource::Profile(traffic) = &self.source {
+            traffic.validate()?;
+        }
+        if self.lanes.is_empty() {
+            return Err(ConfigError::new(
+                "algorithms",
+                "name at least one algorithm",
+            ));
+        }
+        if self.lanes.len() > MAX_LANES {
+            return Err(ConfigError::new(
+                "algorithms",
+                format!(
+                    "{} lanes is more than the {MAX_LANES} a run compares",
+                    self.lanes.len()
+                ),
+            ));
+        }
+        for lane in &self.lanes {
+            if let Placement::Local { sidecars } = lane.placement
+                && !(1..=MAX_SIDECARS).contains(&sidecars)
+            {
+                return Err(ConfigError::new(
+                    "sidecars",
+                    format!("{sidecars} is not between 1 and {MAX_SIDECARS}"),
+                ));
+            }
+        }
+        if !(1..=MAX_CLIENTS).contains(&self.clients) {
+            return Err(ConfigError::new(
+                "clients",
+                format!("{} is not between 1 and {MAX_CLIENTS}", self.clients),
+            ));
+        }
+        if self.state_client >= self.clients {
+            return Err(ConfigError::new(
+                "state_client",
+                format!(
+                    "client {} does not exist: clients are numbered 0 to {}",
+                    self.state_client,
+                    self.clients - 1
+                ),
+            ));
+        }
+        if self.samples_per_tick > MAX_SAMPLES_PER_TICK {
+            return Err(ConfigError::new(
+                "samples",
+                format!(
+                    "{} decisions per tick is more than {MAX_SAMPLES_PER_TICK}",
+                    self.samples_per_tick
+                ),
+            ));
+        }
+        if self.tick.is_zero() {
+            return Err(ConfigError::new("tick", "must be longer than zero"));
+        }
+        let ticks = self
+            .duration
+            .as_nanos()
+            .div_ceil(self.tick.as_nanos().max(1));
+        if ticks > u128::from(MAX_TICKS) {
+            return Err(ConfigError::new(
+                "tick",
+                format!(
+                    "{:?} ticks over {:?} make {ticks}; a run reports at most {MAX_TICKS}",
+                    self.tick, self.duration
+                ),
+            ));
+        }
+        self.validate_time()?;
+        let expected = self.source.expected_arrivals(self.duration);
+        if expected > MAX_ARRIVALS as f64 {
+            return Err(ConfigError::new(
+                "duration",
+                format!(
+                    "{:?} of {} traffic averages {expected:.0} arrivals; a run may have at most {MAX_ARRIVALS}",
+                    self.duration,
+                    self.source.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the cost, the start and the duration against the end of virtual time.
+    fn validate_time(&self) -> Result<(), ConfigError> {
+        if self.cost == 0 {
+            return Err(ConfigError::new(
+                "cost",
+                "must be at least 1; a cost of 0 only checks and never consumes",
+            ));
+        }
+        if self.start.as_nanos() >= LAST_INSTANT_NS {
+            return Err(ConfigError::new(
+                "start",
+                format!(
+                    "{} s after the epoch is past the year 2262, the end of virtual time",
+                    self.start.as_nanos() / NANOS_PER_SEC
+                ),
+            ));
+        }
+        if self.duration.is_zero() {
+            return Err(ConfigError::new("duration", "must be longer than zero"));
+        }
+        let end = u64::try_from(self.duration.as_nanos())
+            .ok()
+            .and_then(|d| self.start.as_nanos().checked_add(d));
+        if end.is_none_or(|end| end > LAST_INSTANT_NS) {
+            return Err(ConfigError::new(
+                "duration",
+                format!(
+                    "{:?} from a start {} s after the epoch runs past the year 2262",
+                    self.duration,
+                    self.start.as_nanos() / NANOS_PER_SEC
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The number of ticks the run reports.
+    pub fn ticks(&self) -> u64 {
+        let ticks = self
+            .duration
+            .as_nanos()
+            .div_ceil(self.tick.as_nanos().max(1));
+        u64::try_from(ticks).unwrap_or(u64::MAX)
+    }
+
+    /// What each lane should do, computed from the parameters alone (no run).
+    pub fn expectations(&self) -> Vec<Expectation> {
+        self.lanes
+            .iter()
+            .map(|lane| Expectation::of(self, lane))
+            .collect()
+    }
+
+    /// Starts the run: a [`Runner`] that steps it one tick at a time.
+    pub fn runner(&self, stores: &dyn StoreFactory) -> Result<Runner, ConfigError> {
+        self.validate()?;
+        Ok(Runner::new(self, stores))
+    }
+
+    /// Runs to the end, calling `on_tick` for every tick, and returns the totals.
+    pub fn run(
+        &self,
+        stores: &dyn StoreFactory,
+        mut on_tick: impl FnMut(&Tick),
+    ) -> Result<RunReport, RunError> {
+        let mut runner = self.runner(stores)?;
+        while let Some(tick) = runner.next_tick() {
+            on_tick(&tick);
+        }
+        runner.finish_checked()
+    }
+
+    /// Runs to the end like [`Scenario::run`], also calling `on_decision` for
+    /// every decision of every lane, in arrival order (lanes in order for each arrival).
+    pub fn run_with_decisions(
+        &self,
+        stores: &dyn StoreFactory,
+        mut on_tick: impl FnMut(&Tick),
+        mut on_decision: impl FnMut(&LaneDecision<'_>),
+    ) -> Result<RunReport, RunError> {
+        let mut runner = self.runner(stores)?;
+        while let Some(tick) = runner.next_tick_with(Some(&mut on_decision)) {
+            on_tick(&tick);
+        }
+        runner.finish_checked()
+    }
+}

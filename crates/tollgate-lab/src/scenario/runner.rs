@@ -1,0 +1,455 @@
+//! Running a scenario one tick at a time: every arrival through every lane's stores.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
+
+use super::{
+    Counts, Lane, LaneDecision, LaneReport, LaneTick, Placement, RunError, RunReport,
+    SampledDecision, Scenario, Tick,
+};
+use crate::DecisionRecord;
+use crate::admitted_window::AdmittedWindow;
+use crate::record::outcome_name;
+use crate::store::{SimulatedStore, StoreFactory};
+use crate::traffic::SourceArrivals;
+
+/// The client an arrival belongs to: a seeded hash of its index, so clients
+/// and round-robin sidecars are independent of each other.
+///
+/// A stateless hash (SplitMix64's finalizer over index and seed), not a
+/// random stream: any arrival's client is found from its index alone, so
+/// lanes, ticks and batches need not share a generator's state.
+fn client_of(index: u64, seed: u64, clients: u64) -> u64 {
+    if clients == 1 {
+        return 0;
+    }
+    // SplitMix64's finalizer.
+    let mut z = index
+        .wrapping_add(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) % clients
+}
+
+/// A scenario being run, one tick at a time.
+pub struct Runner {
+    arrivals: SourceArrivals,
+    pending: Option<u64>,
+    lanes: Vec<LaneState>,
+    start: Timestamp,
+    cost: u64,
+    seed: u64,
+    clients: u64,
+    state_client: u64,
+    tick_ns: u64,
+    duration_ns: u64,
+    ticks: u64,
+    next_tick: u64,
+    next_index: u64,
+    samples_per_tick: usize,
+    /// Why a store stopped answering; the run ends there.
+    failure: Option<String>,
+    /// Decide each tick store by store in batches (remote stores).
+    batched: bool,
+}
+
+impl fmt::Debug for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runner")
+            .field("next_tick", &self.next_tick)
+            .field("ticks", &self.ticks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    /// The run of a scenario that passed [`Scenario::validate`], before its first tick.
+    pub(super) fn new(scenario: &Scenario, stores: &dyn StoreFactory) -> Self {
+        let keys = scenario.clients as usize;
+        let lanes = scenario
+            .lanes
+            .iter()
+            .map(|lane| LaneState::new(lane, scenario, stores, keys))
+            .collect();
+        Runner {
+            arrivals: scenario.source.arrivals(scenario.duration, scenario.seed),
+            pending: None,
+            lanes,
+            start: scenario.start,
+            cost: scenario.cost,
+            seed: scenario.seed,
+            clients: u64::from(scenario.clients),
+            state_client: u64::from(scenario.state_client),
+            tick_ns: u64::try_from(scenario.tick.as_nanos()).unwrap_or(u64::MAX),
+            duration_ns: u64::try_from(scenario.duration.as_nanos()).unwrap_or(u64::MAX),
+            ticks: scenario.ticks(),
+            next_tick: 0,
+            next_index: 0,
+            samples_per_tick: scenario.samples_per_tick,
+            failure: None,
+            batched: stores.is_remote(),
+        }
+    }
+
+    /// The number of ticks the run reports in all.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
+    /// Decides every arrival of the next tick in every lane; `None` once the run is over.
+    pub fn next_tick(&mut self) -> Option<Tick> {
+        self.next_tick_with(None)
+    }
+
+    /// Like [`Runner::next_tick`], also calling `on_decision` for every decision when given.
+    pub fn next_tick_with(
+        &mut self,
+        mut on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) -> Option<Tick> {
+        if self.next_tick >= self.ticks || self.failure.is_some() {
+            return None;
+        }
+        let index = self.next_tick;
+        self.next_tick += 1;
+        let start_ns = index.saturating_mul(self.tick_ns);
+        let end_ns = start_ns.saturating_add(self.tick_ns).min(self.duration_ns);
+        for lane in &mut self.lanes {
+            lane.begin_tick();
+        }
+        // Without a per-decision observer, a remote store decides a tick's
+        // arrivals at once, pipelined (the same order, so the same answers).
+        let batched = self.batched && on_decision.is_none();
+        let mut requests = Vec::new();
+        while let Some(offset) = self.pending.take().or_else(|| self.arrivals.next()) {
+            if offset >= end_ns {
+                self.pending = Some(offset);
+                break;
+            }
+            let arrival = self.next_index;
+            self.next_index += 1;
+            let request = Request {
+                arrival,
+                offset_ns: offset,
+                at: Timestamp::from_nanos(self.start.as_nanos() + offset),
+                client: client_of(arrival, self.seed, self.clients),
+                cost: self.cost,
+            };
+            if batched {
+                requests.push(request);
+                continue;
+            }
+            for lane in &mut self.lanes {
+                lane.decide(
+                    &request,
+                    self.samples_per_tick,
+                    on_decision
+                        .as_mut()
+                        .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
+                );
+            }
+        }
+        if batched {
+            for lane in &mut self.lanes {
+                lane.decide_tick(&requests, self.samples_per_tick);
+            }
+        }
+        let tick_end = Timestamp::from_nanos(self.start.as_nanos() + end_ns);
+        let lanes = self
+            .lanes
+            .iter_mut()
+            .map(|lane| lane.end_tick(self.state_client, tick_end))
+            .collect();
+        let failed = self
+            .lanes
+            .iter()
+            .flat_map(|lane| &lane.stores)
+            .find_map(|store| store.failure());
+        if let Some(failure) = failed {
+            // This tick's decisions went partly unanswered: report none of it.
+            self.failure = Some(failure.to_owned());
+            return None;
+        }
+        Some(Tick {
+            index,
+            start_ns,
+            end_ns,
+            lanes,
+        })
+    }
+
+    /// Why a store stopped answering, which ended the run early.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The totals of a run that ended, or the store failure that ended it early.
+    pub fn finish_checked(self) -> Result<RunReport, RunError> {
+        match self.failure.clone() {
+            Some(failure) => Err(RunError::Store(failure)),
+            None => Ok(self.finish()),
+        }
+    }
+
+    /// The totals so far (the whole run's once [`Runner::next_tick`] has returned `None`).
+    pub fn finish(self) -> RunReport {
+        let seconds = self.duration_ns as f64 / NANOS_PER_SEC as f64;
+        RunReport {
+            arrivals: self.next_index,
+            ticks: self.next_tick,
+            lanes: self
+                .lanes
+                .into_iter()
+                .map(|lane| lane.report(seconds))
+                .collect(),
+        }
+    }
+}
+
+/// One arriving request, as every lane decides it.
+struct Request {
+    /// Its position in the run, from 0.
+    arrival: u64,
+    /// When it arrives, in nanoseconds from the start.
+    offset_ns: u64,
+    /// When it arrives, in virtual time.
+    at: Timestamp,
+    /// The client (key) it belongs to.
+    client: u64,
+    /// The units it costs.
+    cost: u64,
+}
+
+/// A lane's stores and running figures.
+struct LaneState {
+    label: String,
+    algorithm: AnyAlgorithm,
+    placement: Placement,
+    stores: Vec<Box<dyn SimulatedStore>>,
+    total: Counts,
+    tick: Counts,
+    max_delay_ns: u64,
+    samples: Vec<SampledDecision>,
+    sampled_rejection: bool,
+    admitted_in_window: AdmittedWindow,
+    /// For window algorithms in a global placement: each key's exact window of admitted units.
+    exact: Option<ExactWindows>,
+}
+
+/// Each key's admitted units over the last window, to judge decisions against the exact log.
+struct ExactWindows {
+    window: Duration,
+    limit: u64,
+    keys: HashMap<u64, AdmittedWindow>,
+    over: u64,
+    under: u64,
+}
+
+impl LaneState {
+    fn new(lane: &Lane, scenario: &Scenario, stores: &dyn StoreFactory, keys: usize) -> Self {
+        let algorithm = lane.algorithm;
+        let is_window = matches!(
+            algorithm,
+            AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_))
+                | AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(_))
+                | AnyAlgorithm::SlidingLog(_)
+        );
+        let judged = is_window && lane.placement == Placement::Global;
+        let exact = (judged && lane.judged_against_exact).then(|| ExactWindows {
+            window: algorithm.window(),
+            limit: algorithm.capacity(),
+            keys: HashMap::new(),
+            over: 0,
+            under: 0,
+        });
+        LaneState {
+            label: lane.label.clone(),
+            algorithm,
+            placement: lane.placement,
+            stores: (0..lane.placement.stores())
+                .map(|_| stores.store(algorithm, keys))
+                .collect(),
+            total: Counts::default(),
+            tick: Counts::default(),
+            max_delay_ns: 0,
+            samples: Vec::with_capacity(scenario.samples_per_tick + 1),
+            sampled_rejection: false,
+            admitted_in_window: AdmittedWindow::new(algorithm.window()),
+            exact,
+        }
+    }
+
+    fn begin_tick(&mut self) {
+        self.tick = Counts::default();
+        self.max_delay_ns = 0;
+        self.samples.clear();
+        self.sampled_rejection = false;
+    }
+
+    fn decide(
+        &mut self,
+        request: &Request,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        let Request {
+            arrival,
+            at,
+            client,
+            cost,
+            ..
+        } = *request;
+        // A round-robin balancer: arrival k goes to sidecar k mod N.
+        let sidecar = (arrival % self.stores.len() as u64) as usize;
+        let decision = self.stores[sidecar].check(client, at, cost);
+        self.record(request, sidecar, decision, samples_per_tick, on_decision);
+    }
+
+    /// Decides a tick's `requests` store by store, each store's in one
+    /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
+    /// them in arrival order as [`LaneState::decide`] would.
+    fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
+        let sidecars = self.stores.len();
+        let mut decisions = vec![None; requests.len()];
+        let mut batch = Vec::new();
+        let mut answers = Vec::new();
+        for (sidecar, store) in self.stores.iter_mut().enumerate() {
+            let mine: Vec<usize> = (0..requests.len())
+                .filter(|&i| (requests[i].arrival % sidecars as u64) as usize == sidecar)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            batch.clear();
+            batch.extend(mine.iter().map(|&i| {
+                let r = &requests[i];
+                (r.client, r.at, r.cost)
+            }));
+            store.check_many(&batch, &mut answers);
+            for (&i, &d) in mine.iter().zip(&answers) {
+                decisions[i] = Some((sidecar, d));
+            }
+        }
+        for (request, decided) in requests.iter().zip(decisions) {
+            if let Some((sidecar, decision)) = decided {
+                self.record(request, sidecar, decision, samples_per_tick, None);
+            }
+        }
+    }
+
+    /// Counts one decision: the tick's figures, the exact-window judgement, samples.
+    fn record(
+        &mut self,
+        request: &Request,
+        sidecar: usize,
+        decision: Decision,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        let Request {
+            arrival,
+            offset_ns,
+            at,
+            client,
+            cost,
+        } = *request;
+        let outcome = decision.outcome();
+        self.tick.arrivals += 1;
+        match outcome {
+            Outcome::Allowed => {
+                self.tick.admitted += 1;
+                let delay = decision.delay_nanos();
+                self.tick.delayed += u64::from(delay > 0);
+                self.max_delay_ns = self.max_delay_ns.max(delay);
+                self.admitted_in_window.admit(offset_ns, cost);
+            }
+            Outcome::Denied => self.tick.denied += 1,
+            Outcome::Exceeds => self.tick.exceeded += 1,
+        }
+        if let Some(exact) = &mut self.exact {
+            let window = exact.window;
+            let keyed = exact
+                .keys
+                .entry(client)
+                .or_insert_with(|| AdmittedWindow::new(window));
+            let room = keyed.units_before(offset_ns) + cost <= exact.limit;
+            match (outcome == Outcome::Allowed, room) {
+                (true, false) => exact.over += 1,
+                (false, true) => exact.under += 1,
+                _ => {}
+            }
+            if outcome == Outcome::Allowed {
+                keyed.admit(offset_ns, cost);
+            }
+        }
+        if let Some(on_decision) = on_decision {
+            let level = self.stores[sidecar].state_level(client, at);
+            on_decision(&LaneDecision {
+                lane: &self.label,
+                client,
+                sidecar: sidecar as u32,
+                record: DecisionRecord::new(arrival, offset_ns, at, &decision, level),
+            });
+        }
+        let rejected = outcome != Outcome::Allowed;
+        let take = self.samples.len() < samples_per_tick
+            || (rejected && !self.sampled_rejection && samples_per_tick > 0);
+        if take {
+            self.sampled_rejection |= rejected;
+            self.samples.push(SampledDecision {
+                index: arrival,
+                offset_ns,
+                client,
+                sidecar: sidecar as u32,
+                outcome: outcome_name(outcome),
+                remaining: decision.remaining(),
+                retry_after_ns: (outcome == Outcome::Denied).then(|| decision.retry_after_nanos()),
+                delay_ns: decision.delay_nanos(),
+            });
+        }
+    }
+
+    fn end_tick(&mut self, state_client: u64, tick_end: Timestamp) -> LaneTick {
+        self.total.add(&self.tick);
+        // One read per sidecar (at most 15), however many clients there are.
+        let levels: f64 = self
+            .stores
+            .iter_mut()
+            .map(|store| store.state_level(state_client, tick_end))
+            .sum();
+        LaneTick {
+            counts: self.tick,
+            total: self.total,
+            state_level: levels / self.stores.len() as f64,
+            max_delay_ns: self.max_delay_ns,
+            samples: self.samples.clone(),
+        }
+    }
+
+    fn report(self, seconds: f64) -> LaneReport {
+        let counts = self.total;
+        LaneReport {
+            label: self.label,
+            placement: self.placement,
+            counts,
+            acceptance_rate: if counts.arrivals > 0 {
+                counts.admitted as f64 / counts.arrivals as f64
+            } else {
+                0.0
+            },
+            admitted_rate: if seconds > 0.0 {
+                counts.admitted as f64 / seconds
+            } else {
+                0.0
+            },
+            window_ns: u64::try_from(self.algorithm.window().as_nanos()).unwrap_or(u64::MAX),
+            max_admitted_in_window: self.admitted_in_window.max,
+            limit: self.algorithm.capacity(),
+            over_admitted: self.exact.as_ref().map(|e| e.over),
+            under_admitted: self.exact.as_ref().map(|e| e.under),
+        }
+    }
+}
