@@ -39,6 +39,3 @@ pub use config::{
 pub use health::{HealthCheckTask, HealthChecker};
 pub use metrics::{ClusterLabels, EndpointLabels, UpstreamMetrics};
 pub use outlier::Outcome;
-
-/// The boxed error the [`balance`] service returns (a [`PickError`] or the inner service's error).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

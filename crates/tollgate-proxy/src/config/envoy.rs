@@ -23,39 +23,12 @@ pub const TYPED_STRUCT_TYPES: [&str; 2] = [
 /// The filter name Istio EnvoyFilters insert.
 pub const LOCAL_RATELIMIT_FILTER: &str = "envoy.filters.http.local_ratelimit";
 
-/// A protobuf `Duration` as YAML spells it (`1s`, `0.25s`), or a humantime span (`250ms`, `1m`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProtoDuration(pub Duration);
-
-impl<'de> Deserialize<'de> for ProtoDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse_duration(&text)
-            .map(ProtoDuration)
-            .map_err(serde::de::Error::custom)
-    }
-}
-
-/// Parses `1s`, `0.05s`, `1.5s` (protobuf JSON) or `50ms`, `2m` (humantime).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    if let Some(seconds) = trimmed.strip_suffix('s')
-        && !seconds.ends_with('m')
-        && !seconds.ends_with('n')
-        && !seconds.ends_with('u')
-        && !seconds.ends_with('µ')
-        && let Ok(value) = seconds.parse::<f64>()
-    {
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(format!("`{text}` is not a non-negative duration"));
-        }
-        return Duration::try_from_secs_f64(value)
-            .map_err(|_| format!("`{text}` is too long a duration"));
-    }
-    humantime::parse_duration(trimmed).map_err(|error| {
-        format!("`{text}` is not a duration like `1s`, `0.5s` or `250ms`: {error}")
-    })
-}
+/// A protobuf `Duration` field (`1s`, `0.25s`), read in Tollgate's one duration grammar
+/// ([`tollgate_core::duration`]: also `250ms`, `1m`, `2 minutes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub struct ProtoDuration(
+    #[serde(deserialize_with = "tollgate_core::duration::deserialize")] pub Duration,
+);
 
 /// `envoy.type.v3.TokenBucket`.
 #[derive(Clone, Debug, Deserialize)]

@@ -9,6 +9,7 @@
 //! file and the field.
 
 pub mod envoy;
+pub mod path;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -20,25 +21,39 @@ use self::envoy::{
     EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig, ProtoDuration,
     RateLimitConfig, TYPED_STRUCT_TYPES,
 };
+pub use self::path::{ConfigPath, FieldError};
 
-/// A configuration problem, with the file and (when known) the line and column it is about.
+/// A configuration problem: the file, the line and column when known, the field when known, and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file.
     pub file: PathBuf,
     /// Line and column, from 1, when the problem has a place in the file.
     pub position: Option<(u64, u64)>,
+    /// The field the problem is about (the root when it is about the file as a whole).
+    pub path: ConfigPath,
     /// What is wrong.
     pub message: String,
 }
 
 impl ConfigError {
-    /// An error about `file` as a whole (or a field named in `message`).
+    /// An error about `file` as a whole.
     pub fn new(file: &Path, message: impl Into<String>) -> Self {
         ConfigError {
             file: file.to_path_buf(),
             position: None,
+            path: ConfigPath::root(),
             message: message.into(),
+        }
+    }
+
+    /// An error about one field of `file`.
+    pub fn field(file: &Path, error: FieldError) -> Self {
+        ConfigError {
+            file: file.to_path_buf(),
+            position: None,
+            path: error.path,
+            message: error.message,
         }
     }
 
@@ -53,6 +68,7 @@ impl ConfigError {
         ConfigError {
             file: file.to_path_buf(),
             position: Some(position.unwrap_or((1, 1))),
+            path: ConfigPath::root(),
             message,
         }
     }
@@ -60,14 +76,14 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.position {
-            Some((line, column)) => write!(
-                f,
-                "{}:{line}:{column}: {}",
-                self.file.display(),
-                self.message
-            ),
-            None => write!(f, "{}: {}", self.file.display(), self.message),
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, column)) = self.position {
+            write!(f, ":{line}:{column}")?;
+        }
+        if self.path.is_root() {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": {}: {}", self.path, self.message)
         }
     }
 }
@@ -286,7 +302,7 @@ pub struct LocalRateLimitFile {
     /// The effective `LocalRateLimit` (unwrapped).
     pub config: LocalRateLimitConfig,
     /// Where it came from inside the file, for messages (`spec.configPatches[0]…`).
-    pub origin: String,
+    pub origin: ConfigPath,
 }
 
 /// Reads an Istio `EnvoyFilter` or a bare `LocalRateLimit` from `path`.
@@ -308,11 +324,9 @@ pub fn load_local_ratelimit_file(path: &Path) -> Result<Option<LocalRateLimitFil
     }
     let config: LocalRateLimitConfig =
         serde_saphyr::from_str(&text).map_err(|e| ConfigError::from_yaml(path, &e))?;
-    let config = unwrap_typed(path, "the file", config)?;
-    Ok(Some(LocalRateLimitFile {
-        config,
-        origin: "the file".to_owned(),
-    }))
+    let origin = ConfigPath::from("the file");
+    let config = unwrap_typed(path, &origin, config)?;
+    Ok(Some(LocalRateLimitFile { config, origin }))
 }
 
 fn local_ratelimit_from_envoy_filter(
@@ -331,19 +345,26 @@ fn local_ratelimit_from_envoy_filter(
         let Some(value) = &patch.patch.value else {
             continue;
         };
-        let at = format!("spec.configPatches[{i}].patch.value");
+        let at = ConfigPath::root()
+            .key("spec")
+            .key("configPatches")
+            .index(i)
+            .key("patch")
+            .key("value");
         match patch.apply_to.as_str() {
             "HTTP_FILTER" => {
                 if value.get("name").and_then(|n| n.as_str()) != Some(LOCAL_RATELIMIT_FILTER) {
                     continue;
                 }
                 let Some(typed) = value.get("typed_config") else {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{at}: the {LOCAL_RATELIMIT_FILTER} filter has no typed_config"),
+                        at.error(format!(
+                            "the {LOCAL_RATELIMIT_FILTER} filter has no typed_config"
+                        )),
                     ));
                 };
-                let origin = format!("{at}.typed_config");
+                let origin = at.key("typed_config");
                 listener_level = Some(LocalRateLimitFile {
                     config: from_value(path, &origin, typed)?,
                     origin,
@@ -356,12 +377,14 @@ fn local_ratelimit_from_envoy_filter(
                 else {
                     continue;
                 };
-                let origin = format!("{at}.typed_per_filter_config.{LOCAL_RATELIMIT_FILTER}");
+                let origin = at
+                    .key("typed_per_filter_config")
+                    .key(LOCAL_RATELIMIT_FILTER);
                 let config = from_value(path, &origin, typed)?;
                 if config.token_bucket.is_none() {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{origin}: a per-route local rate limit needs a token_bucket"),
+                        origin.error("a per-route local rate limit needs a token_bucket"),
                     ));
                 }
                 route_level = Some(LocalRateLimitFile { config, origin });
@@ -374,18 +397,18 @@ fn local_ratelimit_from_envoy_filter(
 
 fn from_value(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     value: &serde_json::Value,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     let config: LocalRateLimitConfig = serde_json::from_value(value.clone())
-        .map_err(|error| ConfigError::new(path, format!("{origin}: {error}")))?;
+        .map_err(|error| ConfigError::field(path, origin.error(error.to_string())))?;
     unwrap_typed(path, origin, config)
 }
 
 /// Resolves the `@type` / TypedStruct wrappers around a `LocalRateLimit`.
 pub fn unwrap_typed(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     mut config: LocalRateLimitConfig,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     match config.type_url_at.take() {
@@ -393,51 +416,47 @@ pub fn unwrap_typed(
             match config.type_url.take().as_deref() {
                 Some(LOCAL_RATELIMIT_TYPE) => {}
                 Some(other) => {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!(
-                            "{origin}: type_url is `{other}`; expected `{LOCAL_RATELIMIT_TYPE}`"
-                        ),
+                        origin.error(format!(
+                            "type_url is `{other}`; expected `{LOCAL_RATELIMIT_TYPE}`"
+                        )),
                     ));
                 }
                 None => {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{origin}: a TypedStruct needs a type_url"),
+                        origin.error("a TypedStruct needs a type_url"),
                     ));
                 }
             }
             let Some(value) = config.value.take() else {
-                return Err(ConfigError::new(
+                return Err(ConfigError::field(
                     path,
-                    format!("{origin}: a TypedStruct needs a value"),
+                    origin.error("a TypedStruct needs a value"),
                 ));
             };
             if config.stat_prefix.is_some() || config.token_bucket.is_some() {
-                return Err(ConfigError::new(
+                return Err(ConfigError::field(
                     path,
-                    format!(
-                        "{origin}: LocalRateLimit fields belong inside the TypedStruct's value"
-                    ),
+                    origin.error("LocalRateLimit fields belong inside the TypedStruct's value"),
                 ));
             }
             let inner = *value;
             if inner.type_url_at.is_some() || inner.type_url.is_some() || inner.value.is_some() {
-                return Err(ConfigError::new(
-                    path,
-                    format!(
-                        "{origin}.value: @type, type_url and value are TypedStruct fields, not LocalRateLimit fields"
-                    ),
-                ));
+                return Err(ConfigError::field(
+                        path,
+                        origin.key("value").error("@type, type_url and value are TypedStruct fields, not LocalRateLimit fields"),
+                    ));
             }
             Ok(inner)
         }
         Some(t) if t == LOCAL_RATELIMIT_TYPE => no_wrapper_fields(path, origin, config),
-        Some(other) => Err(ConfigError::new(
+        Some(other) => Err(ConfigError::field(
             path,
-            format!(
-                "{origin}: @type `{other}` is neither {LOCAL_RATELIMIT_TYPE} nor a udpa.type.v1.TypedStruct"
-            ),
+            origin.error(format!(
+                "@type `{other}` is neither {LOCAL_RATELIMIT_TYPE} nor a udpa.type.v1.TypedStruct"
+            )),
         )),
         None => no_wrapper_fields(path, origin, config),
     }
@@ -445,14 +464,14 @@ pub fn unwrap_typed(
 
 fn no_wrapper_fields(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     config: LocalRateLimitConfig,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     if config.type_url.is_some() || config.value.is_some() {
-        return Err(ConfigError::new(
+        return Err(ConfigError::field(
             path,
-            format!(
-                "{origin}: type_url and value need \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct"
+            origin.error(
+                "type_url and value need \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct",
             ),
         ));
     }
@@ -487,7 +506,12 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(loaded.config.stat_prefix.as_deref(), Some("route"));
-        assert!(loaded.origin.contains("typed_per_filter_config"));
+        assert!(
+            loaded
+                .origin
+                .to_string()
+                .contains("typed_per_filter_config")
+        );
     }
 
     #[test]
