@@ -599,4 +599,39 @@ mod tests {
         );
         let _ = ActionConfig::default();
     }
+
+    #[test]
+    fn a_header_name_that_is_not_one_is_an_error_naming_the_field() {
+        let bad: Vec<RateLimitConfig> = serde_saphyr::from_str(
+            "- actions:\n  - request_headers: {header_name: 'x user', descriptor_key: user}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            compile(&bad, "rate_limits").unwrap_err().to_string(),
+            "rate_limits[0].actions[0].request_headers.header_name: `x user` is not a header name"
+        );
+        let matcher: Vec<RateLimitConfig> = serde_saphyr::from_str(
+            "- actions:\n  - header_value_match: {descriptor_value: v, headers: [{name: 'x:y', exact_match: a}]}\n",
+        )
+        .unwrap();
+        assert!(
+            compile(&matcher, "r")
+                .unwrap_err()
+                .to_string()
+                .contains("r[0].actions[0].header_value_match.headers[0].name")
+        );
+    }
+
+    #[test]
+    fn query_values_and_masked_addresses_decode_and_truncate() {
+        let p = parts("/?a=1&plan=x%2By+z&plan=second&tail=%41", &[]);
+        assert_eq!(query_parameter(&p, "plan").as_deref(), Some("x+y z"));
+        assert_eq!(query_parameter(&p, "tail").as_deref(), Some("A"));
+        assert_eq!(query_parameter(&p, "none"), None);
+        assert_eq!(masked("10.1.2.3".parse().unwrap(), 0, 128), "0.0.0.0/0");
+        assert_eq!(
+            masked("2001:db8::1".parse().unwrap(), 32, 64),
+            "2001:db8::/64"
+        );
+    }
 }

@@ -454,3 +454,35 @@ async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_breaker_open_rejection_is_not_counted_as_a_connect_failure() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr");
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{dead}\"}}]\n    circuit_breaker: {{failure_threshold: 1, open_duration: 1h, max_open_duration: 1h}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("breaker-class", &text, clock).await;
+    let client = http1();
+    // The first request reaches for the dead endpoint and opens the breaker;
+    // the second is refused by the open breaker without any connection.
+    assert_eq!(
+        fetch(&client, running.addr, "/").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        fetch(&client, running.addr, "/").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let metrics = running.proxy.metrics.render().expect("renders");
+    let series = |class: &str| {
+        format!(
+            "tollgate_proxy_upstream_responses_total{{route=\"api\",cluster=\"backend\",class=\"{class}\"}} 1\n"
+        )
+    };
+    assert!(metrics.contains(&series("connect_failure")), "{metrics}");
+    assert!(metrics.contains(&series("breaker_open")), "{metrics}");
+}

@@ -34,7 +34,7 @@ pub use breaker::BreakerState;
 pub use cluster::{Cluster, ClusterBuilder, EndpointStatus, PickError, PickedEndpoint};
 pub use config::{
     CircuitBreakerConfig, ClusterConfig, ConfigError, EndpointConfig, HealthCheckConfig, LbPolicy,
-    MAX_RING_SIZE, MAX_WEIGHT, OutlierDetectionConfig, RingHashConfig, StatusRange, parse_duration,
+    MAX_RING_SIZE, MAX_WEIGHT, OutlierDetectionConfig, RingHashConfig, StatusRange,
 };
 pub use health::{HealthCheckTask, HealthChecker};
 pub use metrics::{ClusterLabels, EndpointLabels, UpstreamMetrics};

@@ -534,4 +534,90 @@ mod tests {
         );
         assert!(load_local_ratelimit_file(&none).unwrap().is_none());
     }
+
+    /// Every duration field of the proxy's YAML, in one order.
+    fn durations(config: &ProxyConfig) -> Vec<std::time::Duration> {
+        let local = config.local_ratelimit.as_ref().unwrap();
+        let global = config.global_ratelimit.as_ref().unwrap();
+        let cluster = &config.clusters[0];
+        let outlier = cluster.outlier_detection.as_ref().unwrap();
+        let breaker = cluster.circuit_breaker.as_ref().unwrap();
+        let health = cluster.health_check.as_ref().unwrap();
+        let route = &config.routes[0];
+        vec![
+            local.token_bucket.as_ref().unwrap().fill_interval.0,
+            local.descriptors[0]
+                .token_bucket
+                .as_ref()
+                .unwrap()
+                .fill_interval
+                .0,
+            global.timeout.unwrap().0,
+            config
+                .rate_limit_response
+                .as_ref()
+                .unwrap()
+                .retry_after_jitter
+                .unwrap()
+                .0,
+            cluster.connect_timeout.unwrap().0,
+            outlier.interval,
+            outlier.base_ejection_time,
+            outlier.max_ejection_time,
+            breaker.open_duration,
+            breaker.max_open_duration,
+            health.interval,
+            health.timeout,
+            route.timeout.unwrap().0,
+            route
+                .concurrency_limit
+                .as_ref()
+                .unwrap()
+                .retry_after
+                .unwrap()
+                .0,
+            route.priority_shedding.as_ref().unwrap().retry_after,
+        ]
+    }
+
+    fn every_duration(d: &str) -> String {
+        format!(
+            "listeners: [{{address: '127.0.0.1:0'}}]\n\
+             local_ratelimit:\n  stat_prefix: l\n  token_bucket: {{max_tokens: 1, fill_interval: {d}}}\n  descriptors: [{{entries: [{{key: k}}], token_bucket: {{max_tokens: 1, fill_interval: {d}}}}}]\n\
+             global_ratelimit: {{domain: d, rate_limit_service: {{address: '127.0.0.1:1'}}, timeout: {d}}}\n\
+             rate_limit_response: {{retry_after_jitter: {d}}}\n\
+             clusters:\n  - name: c\n    endpoints: [{{address: '127.0.0.1:2'}}]\n    connect_timeout: {d}\n\
+             \x20   outlier_detection: {{interval: {d}, base_ejection_time: {d}, max_ejection_time: {d}}}\n\
+             \x20   circuit_breaker: {{open_duration: {d}, max_open_duration: {d}}}\n\
+             \x20   health_check: {{interval: {d}, timeout: {d}, path: /healthz}}\n\
+             routes:\n  - cluster: c\n    timeout: {d}\n\
+             \x20   concurrency_limit: {{max_in_flight: 1, retry_after: {d}}}\n\
+             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}}}\n"
+        )
+    }
+
+    #[test]
+    fn every_duration_field_reads_the_same_forms_and_a_bad_one_names_its_place() {
+        for (text, expected) in [
+            ("0.5s", std::time::Duration::from_millis(500)),
+            ("500ms", std::time::Duration::from_millis(500)),
+            ("1m", std::time::Duration::from_secs(60)),
+        ] {
+            let path = file(&format!("durations-{text}.yaml"), &every_duration(text));
+            let config = load_proxy_file(&path).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let read = durations(&config);
+            assert_eq!(read.len(), 15);
+            assert!(read.iter().all(|d| *d == expected), "{text}: {read:?}");
+        }
+        let path = file(
+            "durations-bad.yaml",
+            &every_duration("1m").replace(
+                "retry_after: 1m}\n\x20   priority",
+                "retry_after: 5 parsecs}\n    priority",
+            ),
+        );
+        let error = load_proxy_file(&path).unwrap_err();
+        assert_eq!(error.position.map(|p| p.0), Some(18), "{error}");
+        assert!(error.to_string().contains("`5 parsecs`"), "{error}");
+    }
 }
