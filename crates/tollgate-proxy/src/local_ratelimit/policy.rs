@@ -278,7 +278,7 @@ impl LocalRateLimitPolicy {
         } else {
             Some(descriptors::compile(
                 &config.rate_limits,
-                &at.key("rate_limits"),
+                at.key("rate_limits"),
             )?)
         };
         Ok(LocalRateLimitPolicy {
@@ -294,11 +294,11 @@ impl LocalRateLimitPolicy {
             )?,
             response_headers_to_add: HeaderToAdd::compile(
                 &config.response_headers_to_add,
-                &at.key("response_headers_to_add"),
+                at.key("response_headers_to_add"),
             )?,
             request_headers_when_not_enforced: HeaderToAdd::compile(
                 &config.request_headers_to_add_when_not_enforced,
-                &at.key("request_headers_to_add_when_not_enforced"),
+                at.key("request_headers_to_add_when_not_enforced"),
             )?,
             descriptors,
             per_connection: config.local_rate_limit_per_downstream_connection,
