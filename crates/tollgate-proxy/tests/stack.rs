@@ -167,6 +167,14 @@ async fn metrics_show(metrics: &Metrics, series: &str) -> bool {
     .is_ok()
 }
 
+/// A loopback address nothing listens on (the port was bound, then let go).
+fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr")
+}
+
 fn manual() -> (ManualClock, Arc<dyn Clock>) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
     (clock.clone(), Arc::new(clock))
@@ -275,10 +283,7 @@ async fn a_reload_leaves_requests_in_flight_on_their_config() {
     .await;
     assert!(arrived, "the request arrives");
     // The new config sends everything to an endpoint where nothing listens.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr");
+    let dead = closed_port();
     std::fs::write(&running.file, yaml(dead, "")).expect("rewritten");
     running.proxy.reload().expect("the new config loads");
     let (status, _, _) = fetch(&http1(), addr, "/").await;
@@ -422,10 +427,7 @@ async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
         ..Gates::default()
     }))
     .await;
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr");
+    let dead = closed_port();
     let (_, clock) = manual();
     let text = format!(
         "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{live}\"}}, {{address: \"{dead}\"}}]\n    outlier_detection: {{consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
@@ -457,10 +459,7 @@ async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
 
 #[tokio::test]
 async fn a_breaker_open_rejection_is_not_counted_as_a_connect_failure() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr");
+    let dead = closed_port();
     let (_, clock) = manual();
     let text = format!(
         "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{dead}\"}}]\n    circuit_breaker: {{failure_threshold: 1, open_duration: 1h, max_open_duration: 1h}}\nroutes:\n  - {{name: api, cluster: backend}}\n"

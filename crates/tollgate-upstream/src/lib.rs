@@ -10,7 +10,8 @@
 //!   caller-given key, virtual nodes) and weighted random;
 //! * outlier detection with Envoy's consecutive-5xx and
 //!   consecutive-gateway-failure detectors ([`OutlierDetectionConfig`]);
-//! * a circuit breaker, closed → open → half-open → closed, plus Envoy's
+//! * a circuit breaker, closed → open → half-open → closed
+//!   (`tollgate_core::breaker`'s state machine), plus Envoy's
 //!   `max_requests` ([`CircuitBreakerConfig`]);
 //! * optional active HTTP health checks ([`HealthChecker`]).
 //!
