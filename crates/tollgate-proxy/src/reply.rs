@@ -24,16 +24,14 @@ use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use tollgate_server::Jitter;
-use tollgate_server::headers::{retry_after_seconds, sf_string};
+use tollgate_protocol::rls::Jitter;
+use tollgate_protocol::rls::headers::{limit_item, policy_item, retry_after_seconds};
 
 use crate::ProxyBody;
 use crate::error::ProxyError;
 use crate::forward::error::UpstreamError;
 use crate::forward::full_body;
-use crate::global_ratelimit::error::PolicyStatus;
 use crate::local_ratelimit::{BucketReport, LOCAL_RATE_LIMITED_BODY};
-use tollgate_core::duration::ceil_seconds;
 
 /// The problem type of a quota denial (IETF draft-10 registry).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -70,13 +68,8 @@ impl ResponseContract {
 
 /// The IETF fields for local bucket reports.
 pub fn ietf_local(report: &BucketReport) -> [(HeaderName, HeaderValue); 2] {
-    let name = sf_string(&report.name);
-    let policy = format!(
-        "{name};q={};w={}",
-        report.limit,
-        ceil_seconds(report.window).max(1)
-    );
-    let item = format!("{name};r={};t={}", report.remaining, report.reset_seconds());
+    let policy = policy_item(&report.name, report.limit, report.window);
+    let item = limit_item(&report.name, report.remaining, report.reset_seconds());
     [
         (
             HeaderName::from_static("ratelimit-policy"),
@@ -87,35 +80,6 @@ pub fn ietf_local(report: &BucketReport) -> [(HeaderName, HeaderValue); 2] {
             HeaderValue::from_str(&item).unwrap_or(HeaderValue::from_static("")),
         ),
     ]
-}
-
-/// The IETF fields for global policies: every policy in `RateLimit-Policy`, the tightest in `RateLimit`.
-pub fn ietf_global(policies: &[PolicyStatus]) -> Vec<(HeaderName, HeaderValue)> {
-    let Some(tightest) = policies.iter().min_by_key(|p| p.remaining) else {
-        return Vec::new();
-    };
-    let policy = policies
-        .iter()
-        .map(|p| {
-            format!(
-                "{};q={};w={}",
-                sf_string(&p.name),
-                p.limit,
-                ceil_seconds(p.window).max(1)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let item = format!(
-        "{};r={};t={}",
-        sf_string(&tightest.name),
-        tightest.remaining,
-        ceil_seconds(tightest.reset)
-    );
-    [("ratelimit-policy", policy), ("ratelimit", item)]
-        .into_iter()
-        .filter_map(|(n, v)| Some((HeaderName::from_static(n), HeaderValue::from_str(&v).ok()?)))
-        .collect()
 }
 
 fn problem(status: StatusCode, detail: &str, violated: &[String]) -> Vec<u8> {
@@ -186,11 +150,15 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             reply(denial.status, headers, body)
         }
         ProxyError::GlobalRateLimited(denial) => {
+            let ietf = if contract.ietf_headers {
+                denial.ietf_fields()
+            } else {
+                Vec::new()
+            };
+            let violated = denial.violated_policies();
             let mut headers = denial.headers;
-            if contract.ietf_headers {
-                for (n, v) in ietf_global(&denial.policies) {
-                    headers.insert(n, v);
-                }
+            for (n, v) in ietf {
+                headers.insert(n, v);
             }
             if grpc {
                 return grpc_reply(denial.grpc_status, "request_rate_limited", headers);
@@ -203,12 +171,6 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/problem+json"),
                 );
-                let violated: Vec<String> = denial
-                    .policies
-                    .iter()
-                    .filter(|p| p.over_limit)
-                    .map(|p| p.name.clone())
-                    .collect();
                 problem(denial.status, "global rate limit exceeded", &violated)
             } else {
                 if !denial.body.is_empty() && !headers.contains_key(CONTENT_TYPE) {

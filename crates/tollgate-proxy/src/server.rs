@@ -5,7 +5,8 @@
 //! answered, so a reload never drops or changes a request in flight.
 //! [`serve`] accepts until its shutdown future completes, then stops
 //! accepting, lets every connection finish its requests (up to the drain
-//! timeout) and returns.
+//! timeout) and returns; [`watch_config`] reloads the proxy when its files
+//! change. Both are tollgate-runtime's accept loop and config watcher.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,10 +22,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tollgate_runtime::{
+    AbortOnDrop, AcceptOptions, ConfigWatcher, DEFAULT_DEBOUNCE, EveryEntry, Shutdown,
+    serve_connections,
+};
 use tower::ServiceExt;
 
 use crate::build::{self, Runtime};
@@ -210,6 +212,10 @@ impl Proxy {
 }
 
 /// Serves `listeners` (and `admin`) until `shutdown` completes, then drains for at most `drain`.
+///
+/// Each listener runs tollgate-runtime's accept loop; one [`Shutdown`]
+/// stops them all and the admin server together, after `/readyz` has
+/// turned 503.
 pub async fn serve<F>(
     proxy: Arc<Proxy>,
     listeners: Vec<TcpListener>,
@@ -219,29 +225,18 @@ pub async fn serve<F>(
 ) where
     F: Future<Output = ()> + Send,
 {
-    let graceful = Arc::new(GracefulShutdown::new());
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut accept_tasks = Vec::new();
+    let stop = Shutdown::new();
+    let options = AcceptOptions {
+        name: "proxy",
+        drain_timeout: Some(drain),
+    };
+    let mut servers = Vec::new();
     for listener in listeners {
         let proxy = Arc::clone(&proxy);
-        let graceful = Arc::clone(&graceful);
-        let mut stop = stop_rx.clone();
-        accept_tasks.push(tokio::spawn(async move {
+        let stopped = stop.stopped();
+        servers.push(tokio::spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = stop.changed() => break,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
+            serve_connections(listener, stopped, options, move |stream, peer| {
                 let scope = Arc::new(ConnectionScope::default());
                 let proxy = Arc::clone(&proxy);
                 let service = service_fn(move |request| {
@@ -249,46 +244,27 @@ pub async fn serve<F>(
                     let scope = Arc::clone(&scope);
                     async move { Ok::<_, Infallible>(proxy.handle(request, scope, peer).await) }
                 });
-                let connection = builder
+                builder
                     .serve_connection(TokioIo::new(stream), service)
-                    .into_owned();
-                let connection = graceful.watch(connection);
-                tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                });
-            }
+                    .into_owned()
+            })
+            .await
         }));
     }
     let admin_task = admin.map(|listener| {
-        let proxy = Arc::clone(&proxy);
-        let mut stop = stop_rx.clone();
+        let router = admin_router(Arc::clone(&proxy));
+        let stopped = stop.stopped();
         tokio::spawn(async move {
-            let router = admin_router(proxy);
             let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.changed().await;
-                })
+                .with_graceful_shutdown(stopped)
                 .await;
         })
     });
     shutdown.await;
     proxy.draining.store(true, Ordering::Relaxed);
-    let _ = stop_tx.send(true);
-    for task in accept_tasks {
-        let _ = task.await;
-    }
-    match Arc::try_unwrap(graceful) {
-        Ok(graceful) => {
-            if tokio::time::timeout(drain, graceful.shutdown())
-                .await
-                .is_err()
-            {
-                tracing::warn!(?drain, "connections still open after the drain timeout");
-            }
-        }
-        Err(_) => tracing::warn!("an accept loop is still running; not draining"),
+    stop.trigger();
+    for server in servers {
+        let _ = server.await;
     }
     if let Some(task) = admin_task {
         let _ = task.await;
@@ -339,71 +315,17 @@ fn admin_router(proxy: Arc<Proxy>) -> axum::Router {
         )
 }
 
-/// Starts watching `proxy`'s configuration files now; the returned future
-/// reloads `proxy` whenever one of them changes, until it is dropped.
+/// Starts reloading `proxy` when one of its configuration files changes (once the changes have gone quiet) or on SIGHUP, until the guard is dropped.
 ///
-/// The watch is in place when this returns, so a change made right after
-/// (for instance once the listeners are announced) is not missed.
-pub fn watch_config(proxy: Arc<Proxy>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut watched_dirs: Vec<PathBuf> = Vec::new();
-    let names: Vec<std::ffi::OsString> = proxy
-        .runtime()
-        .watched_files
-        .iter()
-        .filter_map(|p| p.file_name().map(ToOwned::to_owned))
-        .collect();
-    let events = tx.clone();
-    let watcher =
-        notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
-            Ok(event) if matches!(event.kind, EventKind::Access(_)) => {}
-            Ok(event) => {
-                let relevant = event.paths.is_empty()
-                    || event.paths.iter().any(|p| {
-                        p.file_name().is_some_and(|n| {
-                            names.iter().any(|w| w == n) || n.to_string_lossy().starts_with("..")
-                        })
-                    });
-                if relevant {
-                    let _ = events.send(());
-                }
-            }
-            Err(_) => {
-                let _ = events.send(());
-            }
-        });
-    let mut watcher = match watcher {
-        Ok(w) => w,
-        Err(error) => {
-            tracing::warn!(%error, "cannot watch the configuration; reload with SIGHUP");
-            return pending_forever();
-        }
-    };
-    for file in &proxy.runtime().watched_files {
-        let dir = match file.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !watched_dirs.contains(&dir) && dir.is_dir() {
-            if let Err(error) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                tracing::warn!(%error, dir = %dir.display(), "cannot watch");
-            }
-            watched_dirs.push(dir);
-        }
-    }
-    drop(tx);
-    Box::pin(async move {
-        let _watcher = watcher;
-        while rx.recv().await.is_some() {
-            // Let a burst of events (an editor's write, a ConfigMap swap) settle.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            while rx.try_recv().is_ok() {}
-            let _ = proxy.reload();
-        }
+/// The watch and the SIGHUP handler are in place when this returns, so a
+/// change made right after (for instance once the listeners are announced)
+/// is not missed. Files that cannot be watched are logged; SIGHUP still
+/// reloads them.
+pub fn watch_config(proxy: &Arc<Proxy>) -> AbortOnDrop {
+    let files = proxy.runtime().watched_files.clone();
+    let watcher = ConfigWatcher::new_or_forced_only::<EveryEntry>(&files, DEFAULT_DEBOUNCE);
+    let proxy = Arc::clone(proxy);
+    watcher.spawn(move |_| {
+        let _ = proxy.reload();
     })
-}
-
-/// A future that never completes (nothing to watch).
-fn pending_forever() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(std::future::pending())
 }

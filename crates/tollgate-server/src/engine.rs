@@ -1,9 +1,9 @@
 //! The decision engine: RLS v3 requests in, one status per descriptor out.
 //!
-//! The types here mirror `envoy.service.ratelimit.v3` field for field, as
-//! plain Rust, so the gRPC and HTTP layers only map their wire types onto
-//! them. [`Engine::should_rate_limit`] answers with envoyproxy/ratelimit's
-//! semantics:
+//! It decides on the protocol crate's plain-Rust RLS model
+//! ([`tollgate_protocol::rls::model`]), so the gRPC and HTTP layers only map
+//! their wire types onto it. [`Engine::should_rate_limit`] answers with
+//! envoyproxy/ratelimit's semantics:
 //!
 //! * An unknown domain or an unmatched descriptor is OK with no limit and
 //!   `limit_remaining` 0; an `unlimited` rule is OK with `limit_remaining`
@@ -55,150 +55,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate_core::duration::ceil_seconds;
 use tollgate_core::{AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit};
+use tollgate_protocol::rls::model::{
+    Code, CurrentLimit, DescriptorStatus, LimitOverride, RateLimitRequest, RateLimitResponse,
+};
 use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 use tollgate_store::{AsCounter, Counter, MemoryCounters, StoreConfig};
 
 use crate::store::RemoteStore;
-
-/// One call to the service: a domain and the descriptors to check in it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RateLimitRequest {
-    /// The domain whose rules apply; must not be empty.
-    pub domain: String,
-    /// The descriptors, each answered by one status in the same order; at least one.
-    pub descriptors: Vec<Descriptor>,
-    /// Hits for every descriptor without its own `hits_addend`; 0 means 1.
-    pub hits_addend: u32,
-}
-
-/// One descriptor of a request: ordered entries and its optional overrides.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Descriptor {
-    /// The `(key, value)` entries; at least one, and no key is empty.
-    pub entries: Vec<(String, String)>,
-    /// A limit that replaces whatever the rules say for this descriptor.
-    pub limit: Option<LimitOverride>,
-    /// Hits for this descriptor, overriding the request's (0 checks only).
-    pub hits_addend: Option<u64>,
-    /// Give the hits back instead of consuming them.
-    pub is_negative_hits: bool,
-}
-
-impl Descriptor {
-    /// A descriptor with these entries and no overrides.
-    pub fn new<K: Into<String>, V: Into<String>>(
-        entries: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        Descriptor {
-            entries: entries
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-            ..Descriptor::default()
-        }
-    }
-}
-
-/// A limit sent with a descriptor (RLS `RateLimitOverride`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LimitOverride {
-    /// Requests per window; 0 means every request is over.
-    pub requests_per_unit: u32,
-    /// The window's unit; `None` stands for the wire's `UNKNOWN` and is rejected.
-    pub unit: Option<Unit>,
-    /// Units per window; absent or 0 means 1.
-    pub unit_multiplier: Option<u32>,
-}
-
-/// The answer for the whole request or one descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Code {
-    /// Let the request through.
-    Ok,
-    /// Over the limit: reject the request.
-    OverLimit,
-}
-
-/// The limit a status reports (RLS `RateLimit`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CurrentLimit {
-    /// The limit's `name`, empty when it has none.
-    pub name: String,
-    /// Requests per window.
-    pub requests_per_unit: u32,
-    /// The window's unit (for a `window:` duration, the largest unit that divides it).
-    pub unit: Unit,
-    /// Units per window.
-    pub unit_multiplier: u32,
-    /// The window's exact length.
-    pub window: Duration,
-}
-
-/// The answer for one descriptor (RLS `DescriptorStatus`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DescriptorStatus {
-    /// OK or OVER_LIMIT.
-    pub code: Code,
-    /// The limit reported, `None` when nothing limits the descriptor.
-    pub current_limit: Option<CurrentLimit>,
-    /// Units left after this call, clamped to `u32`.
-    pub limit_remaining: u32,
-    /// Time until the reported limit is back to its fresh state.
-    pub duration_until_reset: Option<Duration>,
-    /// For OVER_LIMIT, the earliest time the same call could pass; `None` otherwise.
-    pub retry_after: Option<Duration>,
-    /// Over the limit, but reported OK because the rule is in `shadow_mode`.
-    pub shadowed: bool,
-}
-
-impl DescriptorStatus {
-    /// OK with no limit, for unknown domains and unmatched descriptors.
-    fn no_limit() -> Self {
-        DescriptorStatus {
-            code: Code::Ok,
-            current_limit: None,
-            limit_remaining: 0,
-            duration_until_reset: None,
-            retry_after: None,
-            shadowed: false,
-        }
-    }
-
-    /// OK with nothing counted, for `unlimited` rules.
-    fn unlimited() -> Self {
-        DescriptorStatus {
-            limit_remaining: u32::MAX,
-            ..DescriptorStatus::no_limit()
-        }
-    }
-
-    /// The status for one decision of `limit`.
-    fn from_decision(decision: &Decision, limit: Option<CurrentLimit>) -> Self {
-        let code = if decision.is_allowed() {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        };
-        DescriptorStatus {
-            code,
-            current_limit: limit,
-            limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
-            duration_until_reset: Some(decision.reset_after()),
-            retry_after: decision.retry_after(),
-            shadowed: false,
-        }
-    }
-}
-
-/// The answer to one call (RLS `RateLimitResponse`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RateLimitResponse {
-    /// OVER_LIMIT when any status is (OK under global shadow mode).
-    pub overall: Code,
-    /// One status per request descriptor, in request order.
-    pub statuses: Vec<DescriptorStatus>,
-}
 
 /// Why a request cannot be answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -553,7 +418,7 @@ impl<C: Clock> Engine<C> {
             .map(|work| match work {
                 Work::Done(status) => status,
                 Work::Override { limit, first } => match decisions.get(first) {
-                    Some(d) => DescriptorStatus::from_decision(d, Some(limit)),
+                    Some(d) => status_of(d, Some(limit)),
                     None => DescriptorStatus::no_limit(),
                 },
                 Work::Rule { rule, first, count } => {
@@ -665,7 +530,7 @@ fn rule_status(
         return DescriptorStatus::no_limit();
     };
     let limit = rule.limits.get(limit_index).and_then(current_limit);
-    let mut status = DescriptorStatus::from_decision(decision, limit);
+    let mut status = status_of(decision, limit);
     if rule.shadow_mode && status.code == Code::OverLimit {
         status.code = Code::Ok;
         status.retry_after = None;
@@ -881,6 +746,23 @@ fn unit_of(d: Duration) -> (Unit, u32) {
             }
         }
     }
-    let rounded_up = secs.saturating_add(u64::from(d.subsec_nanos() > 0)).max(1);
+    let rounded_up = ceil_seconds(d).max(1);
     (Unit::Second, u32::try_from(rounded_up).unwrap_or(u32::MAX))
+}
+
+/// The status for one decision of `limit`.
+fn status_of(decision: &Decision, limit: Option<CurrentLimit>) -> DescriptorStatus {
+    let code = if decision.is_allowed() {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    DescriptorStatus {
+        code,
+        current_limit: limit,
+        limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
+        duration_until_reset: Some(decision.reset_after()),
+        retry_after: decision.retry_after(),
+        shadowed: false,
+    }
 }

@@ -3,13 +3,16 @@
 //! [`router`] builds an axum router over a [`LiveEngine`]:
 //!
 //! * `POST /json` takes a proto3 JSON `RateLimitRequest` (camelCase fields,
-//!   snake_case accepted too) and answers a proto3 JSON `RateLimitResponse`:
+//!   snake_case accepted too) and answers a proto3 JSON `RateLimitResponse`
+//!   (the protocol crate's wire messages through serde):
 //!   200 when the overall code is OK, 429 when it is OVER_LIMIT, 400 with a
 //!   plain-text message for JSON that cannot be read or a request the engine
-//!   rejects. Every response field is written, defaults included.
+//!   rejects.
 //! * `POST /v1/check` takes `{"domain":…,"descriptors":[{"key":"value",…}],"hits":N}`,
 //!   where each descriptor is a JSON object whose members are the entries
-//!   **in the order written** (order matters: it selects the rule), and
+//!   **in the order written** (order matters: it selects the rule) and
+//!   `hits` is what each descriptor costs (1 when absent; 0 checks without
+//!   consuming, like a descriptor `hits_addend` of 0), and
 //!   answers `{"allowed":…,"statuses":[…]}` with 200 or 429, plus the
 //!   configured response headers ([`ResponseHeaders`]) as HTTP headers.
 //! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness) and
@@ -25,7 +28,6 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -33,18 +35,20 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::net::TcpListener;
-use tollgate_core::{Clock, Unit};
+use tollgate_core::Clock;
+use tollgate_core::duration::ceil_seconds;
+use tollgate_protocol::rls::convert::{engine_request, wire_response};
+use tollgate_protocol::rls::headers::ResponseHeaders;
+use tollgate_protocol::rls::model::{
+    Code, Descriptor, DescriptorStatus, RateLimitRequest, RateLimitResponse,
+};
+use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
 
-use crate::engine::{
-    Code, Descriptor, DescriptorStatus, EngineError, LimitOverride, RateLimitRequest,
-    RateLimitResponse,
-};
-use crate::headers::{ResponseHeaders, ceil_seconds};
+use crate::engine::EngineError;
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
 
@@ -169,244 +173,21 @@ fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
 
 // ---------------------------------------------------------------- /json
 
-/// A proto3 JSON `RateLimitRequest`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonRequest {
-    #[serde(default)]
-    domain: String,
-    #[serde(default)]
-    descriptors: Vec<JsonDescriptor>,
-    #[serde(default, alias = "hits_addend", deserialize_with = "de_opt_u32")]
-    hits_addend: Option<u32>,
-}
-
-/// A proto3 JSON `RateLimitDescriptor`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonDescriptor {
-    #[serde(default)]
-    entries: Vec<JsonEntry>,
-    #[serde(default)]
-    limit: Option<JsonOverride>,
-    #[serde(default, alias = "hits_addend", deserialize_with = "de_opt_u64")]
-    hits_addend: Option<u64>,
-    #[serde(default, alias = "is_negative_hits")]
-    is_negative_hits: bool,
-}
-
-/// A proto3 JSON descriptor entry.
-#[derive(Debug, Deserialize)]
-struct JsonEntry {
-    #[serde(default)]
-    key: String,
-    #[serde(default)]
-    value: String,
-}
-
-/// A proto3 JSON `RateLimitOverride`; `unit` is the enum's name (or number).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonOverride {
-    #[serde(default, alias = "requests_per_unit", deserialize_with = "de_opt_u32")]
-    requests_per_unit: Option<u32>,
-    #[serde(default, deserialize_with = "de_unit")]
-    unit: Option<Unit>,
-    #[serde(default, alias = "unit_multiplier", deserialize_with = "de_opt_u32")]
-    unit_multiplier: Option<u32>,
-}
-
-/// Reads a proto3 JSON integer: a number or a decimal string; `null` is absent.
-fn de_opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| de::Error::custom(format!("{n} is not an unsigned integer"))),
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| de::Error::custom(format!("{s:?} is not an unsigned integer"))),
-        Some(other) => Err(de::Error::custom(format!(
-            "expected an unsigned integer, found {other}"
-        ))),
-    }
-}
-
-/// [`de_opt_u64`] limited to `u32`.
-fn de_opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    match de_opt_u64(d)? {
-        None => Ok(None),
-        Some(n) => u32::try_from(n)
-            .map(Some)
-            .map_err(|_| de::Error::custom(format!("{n} does not fit in 32 bits"))),
-    }
-}
-
-/// Reads a `RateLimitUnit` by name (`MINUTE`) or number; `UNKNOWN` (0) is `None`.
-fn de_unit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Unit>, D::Error> {
-    let unit = match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(s)) => match s.as_str() {
-            "UNKNOWN" => None,
-            "SECOND" => Some(Unit::Second),
-            "MINUTE" => Some(Unit::Minute),
-            "HOUR" => Some(Unit::Hour),
-            "DAY" => Some(Unit::Day),
-            "MONTH" => Some(Unit::Month),
-            "YEAR" => Some(Unit::Year),
-            _ => {
-                return Err(de::Error::custom(format!(
-                    "unknown unit {s:?}; expected SECOND, MINUTE, HOUR, DAY, MONTH or YEAR"
-                )));
-            }
-        },
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(0) => None,
-            Some(1) => Some(Unit::Second),
-            Some(2) => Some(Unit::Minute),
-            Some(3) => Some(Unit::Hour),
-            Some(4) => Some(Unit::Day),
-            Some(5) => Some(Unit::Month),
-            Some(6) => Some(Unit::Year),
-            _ => return Err(de::Error::custom(format!("unknown unit number {n}"))),
-        },
-        Some(other) => {
-            return Err(de::Error::custom(format!(
-                "expected a unit name, found {other}"
-            )));
-        }
-    };
-    Ok(unit)
-}
-
-impl JsonRequest {
-    /// The engine's form of this request.
-    fn into_engine(self) -> RateLimitRequest {
-        RateLimitRequest {
-            domain: self.domain,
-            descriptors: self
-                .descriptors
-                .into_iter()
-                .map(|d| Descriptor {
-                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
-                    limit: d.limit.map(|l| LimitOverride {
-                        requests_per_unit: l.requests_per_unit.unwrap_or(0),
-                        unit: l.unit,
-                        unit_multiplier: l.unit_multiplier,
-                    }),
-                    hits_addend: d.hits_addend,
-                    is_negative_hits: d.is_negative_hits,
-                })
-                .collect(),
-            hits_addend: self.hits_addend.unwrap_or(0),
-        }
-    }
-}
-
-/// A proto3 JSON `RateLimitResponse`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonResponse {
-    overall_code: &'static str,
-    statuses: Vec<JsonStatus>,
-}
-
-/// A proto3 JSON `DescriptorStatus`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonStatus {
-    code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    current_limit: Option<JsonLimit>,
-    limit_remaining: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    duration_until_reset: Option<String>,
-}
-
-/// A proto3 JSON `RateLimit`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsonLimit {
-    name: String,
-    requests_per_unit: u32,
-    unit: &'static str,
-    unit_multiplier: u32,
-}
-
-/// The proto enum name of a code.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::OverLimit => "OVER_LIMIT",
-    }
-}
-
-/// The proto enum name of a unit.
-fn unit_enum_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "SECOND",
-        Unit::Minute => "MINUTE",
-        Unit::Hour => "HOUR",
-        Unit::Day => "DAY",
-        Unit::Week => "WEEK",
-        Unit::Month => "MONTH",
-        Unit::Year => "YEAR",
-    }
-}
-
-/// The lower-case name of a unit.
-fn unit_lower_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "second",
-        Unit::Minute => "minute",
-        Unit::Hour => "hour",
-        Unit::Day => "day",
-        Unit::Week => "week",
-        Unit::Month => "month",
-        Unit::Year => "year",
-    }
-}
-
-/// A proto3 JSON duration in whole seconds, rounded up (`15s`).
-fn duration_string(d: Duration) -> String {
-    format!("{}s", ceil_seconds(d))
-}
-
-fn json_status(status: &DescriptorStatus) -> JsonStatus {
-    JsonStatus {
-        code: code_name(status.code),
-        current_limit: status.current_limit.as_ref().map(|l| JsonLimit {
-            name: l.name.clone(),
-            requests_per_unit: l.requests_per_unit,
-            unit: unit_enum_name(l.unit),
-            unit_multiplier: l.unit_multiplier.max(1),
-        }),
-        limit_remaining: status.limit_remaining,
-        duration_until_reset: status.duration_until_reset.map(duration_string),
-    }
-}
-
+/// Upstream's `/json`: the wire messages in their proto3 JSON form.
 async fn json_endpoint<C: Clock + 'static>(
     State(state): State<HttpState<C>>,
     body: Bytes,
 ) -> Response {
-    let request: JsonRequest = match serde_json::from_slice(&body) {
+    let request: wire::RateLimitRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(format!("invalid RateLimitRequest JSON: {error}")),
     };
-    let request = request.into_engine();
+    let request = engine_request(request);
     let response = match decide(&state, &request).await {
         Ok(response) => response,
         Err(message) => return bad_request(message),
     };
-    let body = JsonResponse {
-        overall_code: code_name(response.overall),
-        statuses: response.statuses.iter().map(json_status).collect(),
-    };
-    json_response(status_for(response.overall), &body)
+    json_response(status_for(response.overall), &wire_response(&response))
 }
 
 // ---------------------------------------------------------------- /v1/check
@@ -419,6 +200,7 @@ struct CheckRequest {
     domain: String,
     #[serde(default)]
     descriptors: Vec<OrderedEntries>,
+    /// What each descriptor costs; absent means 1, and 0 checks without consuming.
     #[serde(default)]
     hits: Option<u32>,
 }
@@ -478,9 +260,9 @@ struct CheckStatus {
 fn check_status(status: &DescriptorStatus) -> CheckStatus {
     let limit = status.current_limit.as_ref();
     CheckStatus {
-        code: code_name(status.code),
+        code: status.code.name(),
         limit: limit.map(|l| l.requests_per_unit),
-        unit: limit.map(|l| unit_lower_name(l.unit)),
+        unit: limit.map(|l| l.unit.name()),
         window_s: limit.map(|l| ceil_seconds(l.window)),
         name: limit.map(|l| l.name.clone()),
         remaining: status.limit_remaining,
@@ -497,14 +279,20 @@ async fn check_endpoint<C: Clock + 'static>(
         Ok(request) => request,
         Err(error) => return bad_request(format!("invalid check request JSON: {error}")),
     };
+    // The cost goes on every descriptor, where 0 is a check (upstream's
+    // descriptor-level `hits_addend`), not on the request, where 0 means 1.
+    let hits = u64::from(request.hits.unwrap_or(1));
     let request = RateLimitRequest {
         domain: request.domain,
         descriptors: request
             .descriptors
             .into_iter()
-            .map(|d| Descriptor::new(d.0))
+            .map(|d| Descriptor {
+                hits_addend: Some(hits),
+                ..Descriptor::new(d.0)
+            })
             .collect(),
-        hits_addend: request.hits.unwrap_or(0),
+        hits_addend: 0,
     };
     let response = match decide(&state, &request).await {
         Ok(response) => response,

@@ -29,8 +29,8 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
-use crate::engine::{Code, RateLimitRequest, RateLimitResponse};
 use crate::reload::LiveEngine;
+use tollgate_protocol::rls::model::{Code, RateLimitRequest, RateLimitResponse};
 
 /// The near-limit ratio used when none is configured (upstream's `NEAR_LIMIT_RATIO`).
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;

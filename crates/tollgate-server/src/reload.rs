@@ -7,36 +7,26 @@
 //! algorithm and window are unchanged keeps counting) or, when any file
 //! has an error, keeps the running engine and returns the diagnostics.
 //!
-//! [`ConfigWatcher`] watches the configuration path with `notify`: the
-//! directory itself (or, for a single file, the directory holding it), not
-//! a resolved symlink target, so writes in place, rename-replace and a
-//! Kubernetes ConfigMap's `..data` symlink swap are all seen. Bursts of
-//! events are collected for [`DEBOUNCE`] and answered by one reload; a
-//! reload whose files hash the same as the running configuration does
-//! nothing. [`Trigger::Signal`] (sent on SIGHUP) always reloads.
+//! [`watch`] reloads it with tollgate-runtime's [`ConfigWatcher`]: writes in
+//! place, rename-replace and a Kubernetes ConfigMap's `..data` symlink swap
+//! are reloaded once they have gone quiet, and [`LimitsEntries`] says which
+//! entries of a limits directory count. A reload whose files hash the same
+//! as the running configuration does nothing; SIGHUP always reloads.
 
+use std::ffi::OsStr;
 use std::fmt;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tollgate_core::Clock;
 use tollgate_rules::{Diagnostics, LoadOptions, Loaded, load_path_observed};
+use tollgate_runtime::{AbortOnDrop, ConfigEntries, ConfigWatcher, DEFAULT_DEBOUNCE};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::engine::Engine;
-
-/// How long the watcher waits for a burst of file events to go quiet before it reloads once.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// The most quiet-waits one burst may extend, so a file that never stops changing still reloads.
-const MAX_DEBOUNCE_ROUNDS: usize = 20;
 
 /// A limits configuration read from disk, with the hash of what was read.
 #[derive(Debug)]
@@ -313,132 +303,56 @@ impl<C: Clock> fmt::Debug for LiveEngine<C> {
     }
 }
 
-/// Whether a change to `path` can change the configuration: a limits file, the
-/// configured file `file`, or a dot entry such as a ConfigMap's `..data` link.
+/// The entries of a limits directory that can change its configuration: limits files and dot entries.
 ///
 /// Other files in the directory (a log written next to the limits, say) are
-/// ignored, so they cannot set off reloads.
-fn concerns(path: &Path, file: &Option<std::ffi::OsString>) -> bool {
-    let Some(name) = path.file_name() else {
-        return true;
-    };
-    if file.as_deref() == Some(name) {
-        return true;
-    }
-    let name = name.to_string_lossy();
-    name.starts_with('.') || name.ends_with(".yaml") || name.ends_with(".yml")
-}
+/// ignored, so they cannot set off reloads. A single configured file is
+/// watched as itself, whatever its name.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitsEntries;
 
-/// Why the watcher should reload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    /// Something changed in the watched directory; reload if the files differ.
-    FileChange,
-    /// A forced reload (SIGHUP); reload even if the files look the same.
-    Signal,
-}
-
-/// Watches a configuration path and turns its changes (and forced triggers) into reloads.
-pub struct ConfigWatcher {
-    _watcher: RecommendedWatcher,
-    sender: UnboundedSender<Trigger>,
-    receiver: UnboundedReceiver<Trigger>,
-}
-
-impl fmt::Debug for ConfigWatcher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConfigWatcher").finish_non_exhaustive()
+impl ConfigEntries for LimitsEntries {
+    fn concerns(name: &OsStr) -> bool {
+        let name = name.to_string_lossy();
+        name.starts_with('.') || name.ends_with(".yaml") || name.ends_with(".yml")
     }
 }
 
-impl ConfigWatcher {
-    /// Starts watching `path`: the directory itself, or the directory holding a single file.
-    ///
-    /// The watch is on the directory entry, not on a symlink's target, so
-    /// swapping a ConfigMap's `..data` link or renaming a file over the
-    /// old one is seen; each reload resolves the links again.
-    pub fn new(path: &Path) -> notify::Result<ConfigWatcher> {
-        let (directory, file) = if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-            (path.to_path_buf(), None)
-        } else {
-            let directory = match path.parent() {
-                Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-                _ => PathBuf::from("."),
-            };
-            (directory, path.file_name().map(ToOwned::to_owned))
-        };
-        let (sender, receiver) = unbounded_channel();
-        let events = sender.clone();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                match event {
-                    // Reads (our own included) change nothing.
-                    Ok(event) if matches!(event.kind, EventKind::Access(_)) => {}
-                    Ok(event) => {
-                        if event.paths.is_empty() || event.paths.iter().any(|p| concerns(p, &file))
-                        {
-                            tracing::trace!(?event, "config change");
-                            let _ = events.send(Trigger::FileChange);
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "config watch error; reloading to be safe");
-                        let _ = events.send(Trigger::FileChange);
-                    }
-                }
-            })?;
-        watcher.watch(&directory, RecursiveMode::NonRecursive)?;
-        tracing::debug!(directory = %directory.display(), "watching the config");
-        Ok(ConfigWatcher {
-            _watcher: watcher,
-            sender,
-            receiver,
-        })
-    }
-
-    /// A sender for forcing reloads (for instance from a SIGHUP handler).
-    pub fn trigger(&self) -> UnboundedSender<Trigger> {
-        self.sender.clone()
-    }
-
-    /// Reloads `live` after each burst of triggers, until the task is dropped.
-    pub async fn run<C>(mut self, live: Arc<LiveEngine<C>>)
-    where
-        C: Clock + Clone + Send + Sync + 'static,
-    {
-        while let Some(first) = self.receiver.recv().await {
-            let mut force = first == Trigger::Signal;
-            for _ in 0..MAX_DEBOUNCE_ROUNDS {
-                match tokio::time::timeout(DEBOUNCE, self.receiver.recv()).await {
-                    Ok(Some(trigger)) => force |= trigger == Trigger::Signal,
-                    Ok(None) | Err(_) => break,
-                }
-            }
-            let live = Arc::clone(&live);
-            if let Err(error) =
-                tokio::task::spawn_blocking(move || live.reload_and_log(force)).await
-            {
-                tracing::error!(%error, "the reload task failed; keeping the running config");
-            }
-        }
-    }
+/// Starts reloading `live` when its configuration path changes (after a quiet period) and, on Unix, on SIGHUP; `None` without a path.
+///
+/// A change reloads only when the files hash differently; SIGHUP always
+/// reloads. A path that cannot be watched is logged and only SIGHUP
+/// reloads it. Reloading stops when the returned guard is dropped.
+pub fn watch<C>(live: &Arc<LiveEngine<C>>) -> Option<AbortOnDrop>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    let path = live.path()?.to_path_buf();
+    let watcher = ConfigWatcher::new_or_forced_only::<LimitsEntries>(&[path], DEFAULT_DEBOUNCE);
+    let live = Arc::clone(live);
+    Some(watcher.spawn(move |trigger| {
+        live.reload_and_log(trigger.is_forced());
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Whether a change to the directory entry at `path` concerns the limits.
+    fn concerns(path: &Path) -> bool {
+        LimitsEntries::concerns(path.file_name().expect("a name"))
+    }
+
+    /// A configured single file (`limits.conf` here) always counts; that is
+    /// the runtime's watcher's rule, tested in tollgate-runtime's `entries`.
     #[test]
-    fn only_limits_files_the_config_file_and_dot_entries_concern_the_config() {
-        let dir = None;
-        assert!(concerns(Path::new("/c/a.yaml"), &dir));
-        assert!(concerns(Path::new("/c/b.yml"), &dir));
-        assert!(concerns(Path::new("/c/..data"), &dir));
-        assert!(concerns(Path::new("/c/..2026_01_01_00_00_00.1"), &dir));
-        assert!(!concerns(Path::new("/c/server.log"), &dir));
-        assert!(!concerns(Path::new("/c/limits.yaml.tmp"), &dir));
-        let file = Some(std::ffi::OsString::from("limits.conf"));
-        assert!(concerns(Path::new("/c/limits.conf"), &file));
-        assert!(!concerns(Path::new("/c/other.conf"), &file));
+    fn only_limits_files_and_dot_entries_concern_the_config() {
+        assert!(concerns(Path::new("/c/a.yaml")));
+        assert!(concerns(Path::new("/c/b.yml")));
+        assert!(concerns(Path::new("/c/..data")));
+        assert!(concerns(Path::new("/c/..2026_01_01_00_00_00.1")));
+        assert!(!concerns(Path::new("/c/server.log")));
+        assert!(!concerns(Path::new("/c/limits.yaml.tmp")));
     }
 }

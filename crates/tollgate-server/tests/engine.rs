@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{ManualClock, Timestamp, Unit};
-use tollgate_rules::{LoadOptions, RuleSet, load_sources};
-use tollgate_server::{
-    Code, CurrentLimit, Descriptor, DescriptorStatus, Engine, EngineError, EngineOptions,
-    LimitOverride, RateLimitRequest, RateLimitResponse,
+use tollgate_protocol::rls::{
+    Code, CurrentLimit, Descriptor, DescriptorStatus, LimitOverride, RateLimitRequest,
+    RateLimitResponse,
 };
+use tollgate_rules::{LoadOptions, RuleSet, load_sources};
+use tollgate_server::{Engine, EngineError, EngineOptions};
 
 /// A minute boundary: `1_699_999_980` is a whole number of minutes since the epoch.
 const MINUTE_START: u64 = 1_699_999_980;

@@ -17,8 +17,8 @@ use rls::rate_limit_service_client::RateLimitServiceClient;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_core::ManualClock;
-use tollgate_server::grpc::{self, wire};
-use tollgate_server::{HeaderOptions, Jitter, ResponseHeaders};
+use tollgate_protocol::rls::{HeaderOptions, Jitter, ResponseHeaders, RlsClient, convert, wire};
+use tollgate_server::grpc;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -397,7 +397,8 @@ async fn unit_multipliers_travel_both_ways() {
         descriptors: vec![wire_descriptor(&[("report", "weekly")])],
         hits_addend: 0,
     };
-    let response = grpc::should_rate_limit(channel.clone(), request)
+    let response = RlsClient::new(channel.clone())
+        .should_rate_limit(request)
         .await
         .expect("ShouldRateLimit succeeds");
     let status = &response.statuses[0];
@@ -425,10 +426,12 @@ async fn unit_multipliers_travel_both_ways() {
         descriptors: vec![overridden],
         hits_addend: 0,
     };
-    let first = grpc::should_rate_limit(channel.clone(), request.clone())
+    let first = RlsClient::new(channel.clone())
+        .should_rate_limit(request.clone())
         .await
         .expect("ShouldRateLimit succeeds");
-    let second = grpc::should_rate_limit(channel, request)
+    let second = RlsClient::new(channel)
+        .should_rate_limit(request)
         .await
         .expect("ShouldRateLimit succeeds");
     assert_eq!(first.overall_code, wire::CODE_OK);
@@ -469,7 +472,7 @@ async fn an_unknown_method_of_the_service_is_unimplemented() {
 
 #[test]
 fn resets_round_up_to_whole_seconds() {
-    let up = |d: Duration| grpc::whole_seconds_up(d);
+    let up = |d: Duration| convert::whole_seconds_up(d);
     assert_eq!(
         up(Duration::ZERO),
         PbDuration {
@@ -530,7 +533,8 @@ async fn no_headers_and_no_body_by_default() {
     let server = TestServer::start(10_250).await;
     let channel = server.channel().await;
     for _ in 0..4 {
-        let response = grpc::should_rate_limit(channel.clone(), login_request())
+        let response = RlsClient::new(channel.clone())
+            .should_rate_limit(login_request())
             .await
             .expect("ShouldRateLimit succeeds");
         assert!(response.response_headers_to_add.is_empty());
@@ -556,7 +560,8 @@ async fn headers_and_body_for_three_per_minute_when_switched_on() {
     .await;
     let channel = server.channel().await;
     for remaining in ["2", "1", "0"] {
-        let response = grpc::should_rate_limit(channel.clone(), login_request())
+        let response = RlsClient::new(channel.clone())
+            .should_rate_limit(login_request())
             .await
             .expect("ShouldRateLimit succeeds");
         assert_eq!(response.overall_code, wire::CODE_OK);
@@ -572,7 +577,8 @@ async fn headers_and_body_for_three_per_minute_when_switched_on() {
         );
         assert!(response.raw_body.is_empty(), "no body on OK");
     }
-    let response = grpc::should_rate_limit(channel.clone(), login_request())
+    let response = RlsClient::new(channel.clone())
+        .should_rate_limit(login_request())
         .await
         .expect("ShouldRateLimit succeeds");
     assert_eq!(response.overall_code, wire::CODE_OVER_LIMIT);
@@ -603,7 +609,8 @@ async fn headers_and_body_for_three_per_minute_when_switched_on() {
         ],
         hits_addend: 0,
     };
-    let response = grpc::should_rate_limit(channel, request)
+    let response = RlsClient::new(channel)
+        .should_rate_limit(request)
         .await
         .expect("ShouldRateLimit succeeds");
     assert_eq!(response.overall_code, wire::CODE_OVER_LIMIT);
@@ -637,7 +644,8 @@ async fn retry_after_jitter_only_adds_and_stays_within_its_bound() {
     let channel = server.channel().await;
     let mut seen = Vec::new();
     for _ in 0..40 {
-        let response = grpc::should_rate_limit(channel.clone(), login_request())
+        let response = RlsClient::new(channel.clone())
+            .should_rate_limit(login_request())
             .await
             .expect("ShouldRateLimit succeeds");
         let headers = header_pairs(&response);

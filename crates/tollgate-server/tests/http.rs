@@ -11,9 +11,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
+use tollgate_server::LiveEngine;
 use tollgate_server::http::{self, HttpState};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
-use tollgate_server::{HeaderOptions, Jitter, LimitHeaderNames, LiveEngine, ResponseHeaders};
 
 /// How long one request may take, connection included.
 const BUDGET: Duration = Duration::from_secs(10);
@@ -343,6 +344,24 @@ async fn check_answers_the_native_shape_with_limit_headers() {
         .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["statuses"][0]["limit"], json!(100));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn check_with_zero_hits_checks_without_consuming() {
+    let server = TestServer::start(false).await;
+    let check = r#"{"domain":"edge","descriptors":[{"path":"/login"}],"hits":0}"#;
+    for _ in 0..5 {
+        let reply = server.send("POST", "/v1/check", check).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.json()["statuses"][0]["remaining"], json!(3));
+    }
+    // Without `hits` a call costs one.
+    let spend = r#"{"domain":"edge","descriptors":[{"path":"/login"}]}"#;
+    let reply = server.send("POST", "/v1/check", spend).await;
+    assert_eq!(reply.json()["statuses"][0]["remaining"], json!(2));
+    let reply = server.send("POST", "/v1/check", check).await;
+    assert_eq!(reply.json()["statuses"][0]["remaining"], json!(2));
     server.stop().await;
 }
 

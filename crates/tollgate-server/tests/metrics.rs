@@ -6,10 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tollgate_core::{ManualClock, Timestamp};
+use tollgate_protocol::rls::{Descriptor, RateLimitRequest};
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::LiveEngine;
-use tollgate_server::{Descriptor, Engine, EngineOptions, RateLimitRequest};
+use tollgate_server::{Engine, EngineOptions};
 
 const LIMITS: &str = "
 domain: m

@@ -4,11 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tollgate_core::{ManualClock, Timestamp};
+use tollgate_protocol::rls::{Descriptor, RateLimitRequest};
 use tollgate_rules::LoadOptions;
 use tollgate_server::reload::read_config;
-use tollgate_server::{
-    Descriptor, Engine, EngineOptions, LiveEngine, RateLimitRequest, ReloadError, ReloadOutcome,
-};
+use tollgate_server::{Engine, EngineOptions, LiveEngine, ReloadError, ReloadOutcome};
 
 /// A scratch directory removed when dropped.
 struct Scratch(PathBuf);

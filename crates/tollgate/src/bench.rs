@@ -42,8 +42,8 @@ use clap::{Args, Subcommand};
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate_server::grpc::should_rate_limit;
-use tollgate_server::grpc::wire::{self, Entry, RateLimitDescriptor, RateLimitRequest};
+use tollgate_protocol::rls::RlsClient;
+use tollgate_protocol::rls::wire::{self, Entry, RateLimitDescriptor, RateLimitRequest};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::CommandError;
@@ -77,16 +77,16 @@ pub struct LoadArgs {
     )]
     pub concurrency: usize,
     /// How long to measure, after the warm-up.
-    #[arg(short = 'd', long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(short = 'd', long, default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
     pub duration: Duration,
     /// How long to send requests before measuring (not counted).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = tollgate_core::duration::parse_duration)]
     pub warmup: Duration,
     /// Open loop: schedule this many requests per second (still at most -c in flight).
     #[arg(long, value_name = "PER_SECOND")]
     pub rate: Option<f64>,
     /// How long to wait for each connection, and for each answer.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = tollgate_core::duration::parse_duration)]
     pub timeout: Duration,
     /// Print the result as one JSON object.
     #[arg(long)]
@@ -539,7 +539,8 @@ impl Sender for RlsSender {
             descriptors: plan.templates.iter().map(|t| t.render(key)).collect(),
             hits_addend: plan.hits,
         };
-        should_rate_limit(self.channel.clone(), request)
+        let client = RlsClient::new(self.channel.clone());
+        async move { client.should_rate_limit(request).await }
     }
 }
 

@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::grpc::wire::{
-    self, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitRequest,
+use tollgate_protocol::rls::RlsClient;
+use tollgate_protocol::rls::convert::{code_name, unit_of};
+use tollgate_protocol::rls::wire::{
+    self, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitRequest, UInt64Value,
 };
-use tollgate_server::grpc::{code_name, should_rate_limit, unit_name};
 use tonic::transport::Endpoint;
 
 use crate::CommandError;
@@ -37,11 +38,11 @@ pub struct CheckArgs {
     /// More descriptors, as with the positional ones.
     #[arg(long = "descriptor", value_name = "DESCRIPTOR")]
     pub more_descriptors: Vec<String>,
-    /// Hits the request counts (the request's `hits_addend`; 0 means 1).
-    #[arg(long, default_value_t = 0)]
+    /// Hits each descriptor counts; 0 checks without consuming anything (sent as each descriptor's `hits_addend`).
+    #[arg(long, default_value_t = 1)]
     pub hits: u32,
     /// How long to wait for the connection and for the answer.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = tollgate_core::duration::parse_duration)]
     pub timeout: Duration,
 }
 
@@ -60,7 +61,7 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
         .descriptors
         .iter()
         .chain(&args.more_descriptors)
-        .map(|text| parse_descriptor(text))
+        .map(|text| parse_descriptor(text, args.hits))
         .collect::<Result<Vec<_>, _>>()?;
     if descriptors.is_empty() {
         return Err(CommandError::Usage(
@@ -70,7 +71,7 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
     let request = RateLimitRequest {
         domain: args.domain.clone(),
         descriptors,
-        hits_addend: args.hits,
+        hits_addend: 0,
     };
     let endpoint = Endpoint::from_shared(args.addr.clone())
         .map_err(|error| CommandError::Usage(format!("bad --addr {:?}: {error}", args.addr)))?
@@ -84,7 +85,8 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
         let channel = endpoint.connect().await.map_err(|error| {
             CommandError::Failed(format!("cannot connect to {}: {error}", args.addr))
         })?;
-        should_rate_limit(channel, request.clone())
+        RlsClient::new(channel)
+            .should_rate_limit(request.clone())
             .await
             .map_err(|status| {
                 CommandError::Failed(format!(
@@ -106,8 +108,8 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
     }
 }
 
-/// Parses `key=value[,key=value…]`; a value may be empty, a key may not.
-fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, CommandError> {
+/// Parses `key=value[,key=value…]` (a value may be empty, a key may not) into a descriptor costing `hits`.
+fn parse_descriptor(text: &str, hits: u32) -> Result<RateLimitDescriptor, CommandError> {
     let mut entries = Vec::new();
     for part in text.split(',') {
         let Some((key, value)) = part.split_once('=') else {
@@ -127,6 +129,9 @@ fn parse_descriptor(text: &str) -> Result<RateLimitDescriptor, CommandError> {
     }
     Ok(RateLimitDescriptor {
         entries,
+        hits_addend: Some(UInt64Value {
+            value: u64::from(hits),
+        }),
         ..RateLimitDescriptor::default()
     })
 }
@@ -147,7 +152,8 @@ fn status_text(status: &DescriptorStatus) -> String {
     let mut text = code_name(status.code).to_owned();
     match &status.current_limit {
         Some(limit) => {
-            let unit = unit_name(limit.unit);
+            let unit = unit_of(limit.unit)
+                .map_or_else(|| format!("unit#{}", limit.unit), |u| u.name().to_owned());
             let limit_text = match limit.unit_multiplier.map_or(1, |m| m.value) {
                 0 | 1 => format!("{}/{unit}", limit.requests_per_unit),
                 n => format!("{}/{n} {unit}", limit.requests_per_unit),

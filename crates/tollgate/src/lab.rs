@@ -62,7 +62,7 @@ pub fn run(args: &LabArgs) -> Result<(), CommandError> {
             CommandError::Failed(format!("cannot read the listening address: {error}"))
         })?;
         println!("tollgate lab: open http://{addr}/");
-        web::serve(listener, lab, crate::serve::shutdown_signal())
+        web::serve(listener, lab, tollgate_runtime::shutdown_signal())
             .await
             .map_err(|error| CommandError::Failed(format!("the lab stopped: {error}")))
     })

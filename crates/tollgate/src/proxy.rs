@@ -130,8 +130,8 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         None => None,
     };
     drop(runtime);
-    // Watch before announcing the listeners, so no change after the announcement is missed.
-    let watching = tollgate_proxy::watch_config(Arc::clone(&proxy));
+    // Watch (and hear SIGHUP) before announcing the listeners, so no change after the announcement is missed.
+    let _reloading = tollgate_proxy::watch_config(&proxy);
     {
         let mut stdout = std::io::stdout().lock();
         for line in lines {
@@ -139,44 +139,16 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         }
         let _ = stdout.flush();
     }
-    let watcher = tokio::spawn(watching);
-    let hangup = spawn_sighup(Arc::clone(&proxy));
     tollgate_proxy::serve(
         proxy,
         listeners,
         admin,
-        crate::serve::shutdown_signal(),
+        tollgate_runtime::shutdown_signal(),
         args.drain_timeout,
     )
     .await;
-    watcher.abort();
-    if let Some(task) = hangup {
-        task.abort();
-    }
     tracing::info!("drained; exiting");
     Ok(())
-}
-
-#[cfg(unix)]
-fn spawn_sighup(proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::hangup()) {
-        Ok(mut sighup) => Some(tokio::spawn(async move {
-            while sighup.recv().await.is_some() {
-                tracing::info!("SIGHUP received, reloading the config");
-                let _ = proxy.reload();
-            }
-        })),
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGHUP");
-            None
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn spawn_sighup(_proxy: Arc<Proxy>) -> Option<tokio::task::JoinHandle<()>> {
-    None
 }
 
 #[cfg(test)]

@@ -11,15 +11,14 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
+use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
+use tollgate_runtime::{Shutdown, shutdown_signal};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
-use tollgate_server::reload::read_config;
+use tollgate_server::reload::{self, read_config};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
-use tollgate_server::{
-    ConfigWatcher, Engine, EngineOptions, HeaderOptions, Jitter, LimitHeaderNames, LiveEngine,
-    ResponseHeaders, Trigger, grpc, http,
-};
+use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 
 use crate::CommandError;
 
@@ -430,7 +429,8 @@ async fn serve(
     headers: Arc<ResponseHeaders>,
     metrics: Arc<Metrics>,
 ) -> Result<(), CommandError> {
-    let _reloader = start_reloader(&live);
+    // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
+    let _reloading = reload::watch(&live);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
@@ -464,18 +464,12 @@ async fn serve(
 
     // One signal stops both servers; /readyz turns 503 as soon as it arrives.
     let ready = Arc::new(AtomicBool::new(true));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let signal_task = {
+    let shutdown = Shutdown::new();
+    let _signal = {
         let ready = Arc::clone(&ready);
-        tokio::spawn(async move {
-            shutdown_signal().await;
+        shutdown.trigger_on(shutdown_signal(), move || {
             ready.store(false, Ordering::Release);
-            let _ = stop.send(true);
         })
-    };
-    let _signal_task = AbortOnDrop(vec![signal_task]);
-    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
     };
 
     let router = http::router(
@@ -484,107 +478,18 @@ async fn serve(
     );
     let service = grpc::RateLimitGrpc::live(live, headers).with_metrics(metrics);
     let grpc_server = async {
-        grpc::serve_with(listener, service, until_stopped(stopped.clone()))
+        grpc::serve_with(listener, service, shutdown.stopped())
             .await
             .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let http_server = async {
-        http::serve(http_listener, router, until_stopped(stopped.clone()))
+        http::serve(http_listener, router, shutdown.stopped())
             .await
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
     tokio::try_join!(grpc_server, http_server)?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Aborts a spawned task when dropped.
-struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
-    }
-}
-
-/// Starts reloading `live` when its config path changes and, on Unix, on SIGHUP.
-///
-/// A path that cannot be watched is logged and only SIGHUP reloads it.
-fn start_reloader(live: &Arc<LiveEngine<CoarseClock>>) -> AbortOnDrop {
-    let Some(path) = live.path() else {
-        return AbortOnDrop(Vec::new());
-    };
-    let mut tasks = Vec::new();
-    let (trigger, watcher) = match ConfigWatcher::new(path) {
-        Ok(watcher) => (Some(watcher.trigger()), Some(watcher)),
-        Err(error) => {
-            tracing::warn!(config = %path.display(), %error, "cannot watch the config; only SIGHUP reloads it");
-            (None, None)
-        }
-    };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::hangup()) {
-            Ok(mut sighup) => {
-                let live = Arc::clone(live);
-                tasks.push(tokio::spawn(async move {
-                    while sighup.recv().await.is_some() {
-                        tracing::info!("SIGHUP received, reloading the config");
-                        match &trigger {
-                            Some(trigger) => {
-                                let _ = trigger.send(Trigger::Signal);
-                            }
-                            None => {
-                                let live = Arc::clone(&live);
-                                let _ =
-                                    tokio::task::spawn_blocking(move || live.reload_and_log(true))
-                                        .await;
-                            }
-                        }
-                    }
-                }));
-            }
-            Err(error) => tracing::warn!(%error, "cannot listen for SIGHUP"),
-        }
-    }
-    #[cfg(not(unix))]
-    drop(trigger);
-    if let Some(watcher) = watcher {
-        tasks.push(tokio::spawn(watcher.run(Arc::clone(live))));
-    }
-    AbortOnDrop(tasks)
-}
-
-/// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C received, draining"),
-        () = terminate => tracing::info!("SIGTERM received, draining"),
-    }
 }
 
 #[cfg(test)]

@@ -99,3 +99,38 @@ fn serve_answers_json_and_metrics_over_http() {
     );
     assert_eq!(exchange(&http, "GET", "/readyz", "").0, 200);
 }
+
+#[test]
+fn check_with_zero_hits_asks_without_consuming() {
+    let server = spawn_server();
+    let url = format!("http://{}", server.line_after("listening on "));
+    let check = |hits: &str| {
+        let output = tollgate(&[
+            "check",
+            "--addr",
+            &url,
+            "--domain",
+            "edge",
+            "--hits",
+            hits,
+            "path=/login",
+        ])
+        .output()
+        .expect("tollgate check runs");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    for _ in 0..4 {
+        let out = check("0");
+        assert!(out.contains(" remaining=3 "), "{out}");
+    }
+    let out = check("1");
+    assert!(out.contains(" remaining=2 "), "{out}");
+    let out = check("0");
+    assert!(out.contains(" remaining=2 "), "{out}");
+}

@@ -111,7 +111,7 @@ async fn instances_with_skewed_clocks_decide_alike() {
     }
     // Both report the same reset for the same window (to Redis's clock, within a second).
     let minute = clear_of_a_minute_edge(&redis).await;
-    let reset = |r: &tollgate_server::grpc::wire::RateLimitResponse| {
+    let reset = |r: &tollgate_protocol::rls::wire::RateLimitResponse| {
         r.statuses[0]
             .duration_until_reset
             .as_ref()

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-use tollgate_server::grpc::{self, wire};
+use tollgate_protocol::rls::{RlsClient, wire};
 
 use support::{forward_lines, tollgate};
 
@@ -248,7 +248,7 @@ impl Client {
         };
         let response = self
             .runtime
-            .block_on(grpc::should_rate_limit(self.channel.clone(), request))
+            .block_on(RlsClient::new(self.channel.clone()).should_rate_limit(request))
             .expect("the call succeeds");
         response.statuses.into_iter().next().expect("one status")
     }

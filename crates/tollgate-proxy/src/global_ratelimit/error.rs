@@ -3,24 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use http::{HeaderMap, StatusCode};
-
-/// One policy in the RLS answer, for the IETF fields and the problem body.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyStatus {
-    /// The limit's name, or the descriptor's `key=value;…`.
-    pub name: String,
-    /// Requests per window.
-    pub limit: u64,
-    /// The window.
-    pub window: Duration,
-    /// Requests left.
-    pub remaining: u64,
-    /// Until the window resets.
-    pub reset: Duration,
-    /// Whether this descriptor was over its limit.
-    pub over_limit: bool,
-}
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use tollgate_protocol::rls::headers::{ietf_fields, policy_name};
+use tollgate_protocol::rls::model::{Code, Descriptor, DescriptorStatus};
 
 /// The RLS said OVER_LIMIT.
 #[derive(Clone, Debug)]
@@ -35,8 +20,44 @@ pub struct GlobalRateLimited {
     pub body: Vec<u8>,
     /// The exact wait for `Retry-After`, when enabled: the longest reset among the OVER_LIMIT statuses.
     pub retry_after: Option<Duration>,
-    /// The statuses that had a limit.
-    pub policies: Vec<PolicyStatus>,
+    /// The descriptors asked about.
+    pub descriptors: Vec<Descriptor>,
+    /// The RLS's statuses, one per descriptor, read back into the model.
+    pub statuses: Vec<DescriptorStatus>,
+}
+
+impl GlobalRateLimited {
+    /// The IETF `RateLimit-Policy` and `RateLimit` fields, rendered like the
+    /// service renders them; none when the RLS sent its own, which know the
+    /// exact waits (Envoy passes those on unchanged).
+    pub fn ietf_fields(&self) -> Vec<(HeaderName, HeaderValue)> {
+        let sent = ["ratelimit", "ratelimit-policy"]
+            .iter()
+            .any(|name| self.headers.contains_key(*name));
+        if sent {
+            return Vec::new();
+        }
+        let Some(fields) = ietf_fields(&self.descriptors, &self.statuses) else {
+            return Vec::new();
+        };
+        [
+            ("ratelimit-policy", fields.policy),
+            ("ratelimit", fields.limit),
+        ]
+        .into_iter()
+        .filter_map(|(n, v)| Some((HeaderName::from_static(n), HeaderValue::from_str(&v).ok()?)))
+        .collect()
+    }
+
+    /// The policy names of the OVER_LIMIT statuses, for a problem body.
+    pub fn violated_policies(&self) -> Vec<String> {
+        self.statuses
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.code == Code::OverLimit && s.current_limit.is_some())
+            .map(|(i, s)| policy_name(self.descriptors.get(i), s))
+            .collect()
+    }
 }
 
 impl fmt::Display for GlobalRateLimited {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tower::Layer;
 
-use super::GlobalRateLimit;
+use super::policy::GlobalRateLimit;
 use super::service::GlobalRateLimitService;
 use crate::descriptors::DescriptorRule;
 

@@ -3,13 +3,14 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
-use tollgate_server::grpc::wire;
+use http::{Request, Response};
+use tollgate_protocol::rls::wire;
 use tower::Service;
 
-use super::error::{GlobalRateLimited, RateLimitServiceFailed};
+use super::answer::{denial, header_pairs, x_ratelimit_headers};
+use super::error::RateLimitServiceFailed;
 use super::future::ResponseFuture;
-use super::{GlobalRateLimit, policies, retry_after, x_ratelimit_headers};
+use super::policy::GlobalRateLimit;
 use crate::context::RequestContext;
 use crate::descriptors::{self, DescriptorRule, RequestFacts};
 use crate::error::ProxyError;
@@ -31,17 +32,6 @@ impl<S> GlobalRateLimitService<S> {
             rules,
         }
     }
-}
-
-fn header_pairs(values: &[wire::HeaderValue]) -> Vec<(HeaderName, HeaderValue)> {
-    values
-        .iter()
-        .filter_map(|h| {
-            let name = HeaderName::from_bytes(h.key.to_ascii_lowercase().as_bytes()).ok()?;
-            let value = HeaderValue::from_str(&h.value).ok()?;
-            Some((name, value))
-        })
-        .collect()
 }
 
 impl<S, B, RB> Service<Request<B>> for GlobalRateLimitService<S>
@@ -100,32 +90,15 @@ where
             } else {
                 Vec::new()
             };
-            let rls_response_headers = header_pairs(&answer.response_headers_to_add);
             if answer.overall_code == wire::CODE_OVER_LIMIT {
-                let mut headers = HeaderMap::new();
-                for (name, value) in rls_response_headers {
-                    headers.append(name, value);
-                }
-                if filter.x_envoy_ratelimited {
-                    headers.insert("x-envoy-ratelimited", HeaderValue::from_static("true"));
-                }
-                for (name, value) in rate_headers {
-                    headers.insert(name, value);
-                }
-                for header in &filter.response_headers_to_add {
-                    header.apply(&mut headers);
-                }
-                let wait = (filter.retry_after && !headers.contains_key(http::header::RETRY_AFTER))
-                    .then(|| retry_after(&answer.statuses));
-                return Err(ProxyError::GlobalRateLimited(GlobalRateLimited {
-                    status: filter.rate_limited_status,
-                    grpc_status: filter.grpc_status,
-                    headers,
-                    body: answer.raw_body,
-                    retry_after: wait,
-                    policies: policies(&request_descriptors, &answer.statuses),
-                }));
+                return Err(ProxyError::GlobalRateLimited(denial(
+                    &filter,
+                    &request_descriptors,
+                    answer,
+                    rate_headers,
+                )));
             }
+            let rls_response_headers = header_pairs(&answer.response_headers_to_add);
             for (name, value) in header_pairs(&answer.request_headers_to_add) {
                 parts.headers.append(name, value);
             }

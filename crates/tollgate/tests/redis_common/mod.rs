@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tollgate_server::grpc::wire::{self, Entry, RateLimitDescriptor};
+use tollgate_protocol::rls::RlsClient;
+use tollgate_protocol::rls::wire::{self, Entry, RateLimitDescriptor};
 use tonic::transport::Channel;
 
 #[allow(unused_imports)]
@@ -81,7 +82,8 @@ pub async fn channel(addr: &str) -> Channel {
 
 /// Sends one call and returns the answer.
 pub async fn call(channel: &Channel, request: wire::RateLimitRequest) -> wire::RateLimitResponse {
-    tollgate_server::grpc::should_rate_limit(channel.clone(), request)
+    RlsClient::new(channel.clone())
+        .should_rate_limit(request)
         .await
         .expect("every call is answered")
 }

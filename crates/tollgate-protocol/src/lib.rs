@@ -1,0 +1,22 @@
+//! Envoy's rate limit vocabulary: the messages, conversions, client and response headers of its
+//! rate limit protocols.
+//!
+//! [`rls`] is the rate limit service v3 (`envoy.service.ratelimit.v3`): a
+//! plain-Rust request/response [`model`](rls::model), the protobuf
+//! [`wire`](rls::wire) messages (with their proto3 JSON form), a right-sized
+//! tonic [`codec`](rls::codec), the [`convert`](rls::convert)ions between
+//! the two, one [`RlsClient`](rls::RlsClient), and the
+//! [`headers`](rls::headers) a service or a proxy renders from an answer.
+//! Envoy's rate limit quota service (RLQS) comes next, beside it.
+//!
+//! This crate only speaks the protocols: it knows nothing of counters,
+//! stores, rules files or the proxy.
+
+#![forbid(unsafe_code)]
+
+pub mod rls;
+
+pub use rls::{
+    Code, CurrentLimit, Descriptor, DescriptorStatus, LimitOverride, RateLimitRequest,
+    RateLimitResponse, RlsClient,
+};

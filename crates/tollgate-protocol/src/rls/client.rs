@@ -1,0 +1,83 @@
+//! [`RlsClient`]: one `ShouldRateLimit` call at a time over a tonic channel, with an optional deadline.
+//!
+//! Used by `tollgate check`, `tollgate bench rls` and the proxy's global
+//! rate limit. The answer is the whole wire response, including
+//! `request_headers_to_add` and `raw_body`.
+
+use std::time::Duration;
+
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+use super::codec::RlsCodec;
+use super::wire::{RateLimitRequest, RateLimitResponse, SHOULD_RATE_LIMIT_PATH};
+
+/// A client of Envoy's `RateLimitService`; cheap to clone (the channel is shared).
+#[derive(Clone, Debug)]
+pub struct RlsClient {
+    channel: Channel,
+    timeout: Option<Duration>,
+}
+
+impl RlsClient {
+    /// A client calling on `channel`, with no deadline of its own.
+    pub fn new(channel: Channel) -> Self {
+        RlsClient {
+            channel,
+            timeout: None,
+        }
+    }
+
+    /// A client for `uri` (`http://host:port`) whose channel connects on the
+    /// first call (it needs a Tokio runtime then), with `TCP_NODELAY`.
+    pub fn connect_lazy(uri: String) -> Result<Self, tonic::transport::Error> {
+        let channel = Endpoint::from_shared(uri)?.tcp_nodelay(true).connect_lazy();
+        Ok(RlsClient::new(channel))
+    }
+
+    /// This client with a deadline on every call (`None`: none).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline of every call, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Sends one `ShouldRateLimit` call; past the deadline, `DEADLINE_EXCEEDED`.
+    pub async fn should_rate_limit(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        let call = self.call(request);
+        match self.timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "no answer within {limit:?}"
+                )))
+            }),
+            None => call.await,
+        }
+    }
+
+    async fn call(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let mut client = tonic::client::Grpc::new(self.channel.clone());
+        client
+            .ready()
+            .await
+            .map_err(|error| Status::unavailable(format!("the service is not ready: {error}")))?;
+        let codec = RlsCodec::<RateLimitRequest, RateLimitResponse>::default();
+        client
+            .unary(
+                Request::new(request),
+                PathAndQuery::from_static(SHOULD_RATE_LIMIT_PATH),
+                codec,
+            )
+            .await
+            .map(Response::into_inner)
+    }
+}

@@ -1,0 +1,147 @@
+//! [`GlobalRateLimit`]: the compiled `ratelimit` filter config and its RLS client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::StatusCode;
+use tollgate_protocol::rls::RlsClient;
+use tollgate_protocol::rls::convert::wire_request;
+use tollgate_protocol::rls::model::{self, RateLimitRequest};
+use tollgate_protocol::rls::wire;
+
+use crate::config::GlobalRateLimitConfig;
+use crate::descriptors::{self, Descriptor, DescriptorRule};
+use crate::local_ratelimit::HeaderToAdd;
+
+/// Envoy's default RLS deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// A compiled global rate limit filter and its RLS client.
+#[derive(Debug)]
+pub struct GlobalRateLimit {
+    /// The RLS domain.
+    pub domain: String,
+    /// The RLS address.
+    pub address: SocketAddr,
+    client: RlsClient,
+    /// Deny when the call fails.
+    pub failure_mode_deny: bool,
+    /// The status then.
+    pub status_on_error: StatusCode,
+    /// The limited reply's status.
+    pub rate_limited_status: StatusCode,
+    /// gRPC status of the limited reply.
+    pub grpc_status: u8,
+    /// X-RateLimit headers from the statuses.
+    pub x_ratelimit_headers: bool,
+    /// `x-envoy-ratelimited: true` on the limited reply.
+    pub x_envoy_ratelimited: bool,
+    /// The filter's headers on the limited reply.
+    pub response_headers_to_add: Vec<HeaderToAdd>,
+    /// `Retry-After` on the limited reply.
+    pub retry_after: bool,
+    /// Filter-level rules.
+    pub rate_limits: Option<Vec<DescriptorRule>>,
+    /// The stage.
+    pub stage: u32,
+}
+
+impl GlobalRateLimit {
+    /// Compiles the filter config; the channel connects lazily (needs a Tokio runtime).
+    pub fn compile(config: &GlobalRateLimitConfig, at: &str) -> Result<Self, String> {
+        if config.domain.is_empty() {
+            return Err(format!("{at}.domain: must not be empty"));
+        }
+        let timeout = match config.timeout {
+            None => Some(DEFAULT_TIMEOUT),
+            Some(d) if d.0.is_zero() => None,
+            Some(d) => Some(d.0),
+        };
+        let x_ratelimit_headers = match config.enable_x_ratelimit_headers.as_deref() {
+            None | Some("OFF") => false,
+            Some("DRAFT_VERSION_03") => true,
+            Some(other) => {
+                return Err(format!(
+                    "{at}.enable_x_ratelimit_headers: `{other}` is not OFF or DRAFT_VERSION_03"
+                ));
+            }
+        };
+        let stage = config.stage.unwrap_or(0);
+        if stage > 10 {
+            return Err(format!("{at}.stage: {stage} is above 10"));
+        }
+        let client =
+            RlsClient::connect_lazy(format!("http://{}", config.rate_limit_service.address))
+                .map_err(|e| format!("{at}.rate_limit_service.address: {e}"))?
+                .with_timeout(timeout);
+        Ok(GlobalRateLimit {
+            domain: config.domain.clone(),
+            address: config.rate_limit_service.address,
+            client,
+            failure_mode_deny: config.failure_mode_deny,
+            status_on_error: match config.status_on_error.as_ref().map(|s| s.code) {
+                None => StatusCode::INTERNAL_SERVER_ERROR,
+                Some(c) => StatusCode::from_u16(c)
+                    .ok()
+                    .filter(|s| s.as_u16() >= 200)
+                    .ok_or_else(|| {
+                        format!("{at}.status_on_error.code: {c} is not an HTTP status")
+                    })?,
+            },
+            rate_limited_status: match config.rate_limited_status.as_ref().map(|s| s.code) {
+                None => StatusCode::TOO_MANY_REQUESTS,
+                Some(c) if c < 400 => StatusCode::TOO_MANY_REQUESTS,
+                Some(c) => StatusCode::from_u16(c).map_err(|_| {
+                    format!("{at}.rate_limited_status.code: {c} is not an HTTP status")
+                })?,
+            },
+            grpc_status: if config.rate_limited_as_resource_exhausted {
+                8
+            } else {
+                14
+            },
+            x_ratelimit_headers,
+            x_envoy_ratelimited: !config.disable_x_envoy_ratelimited_header,
+            response_headers_to_add: HeaderToAdd::compile(
+                &config.response_headers_to_add,
+                &format!("{at}.response_headers_to_add"),
+            )?,
+            retry_after: config.enable_retry_after_header,
+            rate_limits: if config.rate_limits.is_empty() {
+                None
+            } else {
+                Some(descriptors::compile(
+                    &config.rate_limits,
+                    &format!("{at}.rate_limits"),
+                )?)
+            },
+            stage,
+        })
+    }
+
+    /// The call's deadline (None: no deadline).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.client.timeout()
+    }
+
+    /// One `ShouldRateLimit` call for `descriptors`, bounded by the timeout; what went wrong otherwise.
+    pub async fn ask(&self, descriptors: &[Descriptor]) -> Result<wire::RateLimitResponse, String> {
+        let request = RateLimitRequest {
+            domain: self.domain.clone(),
+            descriptors: rls_descriptors(descriptors),
+            hits_addend: 0,
+        };
+        self.client
+            .should_rate_limit(wire_request(&request))
+            .await
+            .map_err(|status| format!("{}: {}", status.code(), status.message()))
+    }
+}
+
+/// The RLS model's descriptors for the proxy's: the same entries, no overrides.
+pub fn rls_descriptors(descriptors: &[Descriptor]) -> Vec<model::Descriptor> {
+    descriptors
+        .iter()
+        .map(|d| model::Descriptor::new(d.entries.iter().cloned()))
+        .collect()
+}

@@ -1,0 +1,31 @@
+//! What every long-running subcommand (`serve`, `proxy`, `lab`) shares: the config watcher, signals, graceful shutdown and the accept loop.
+//!
+//! * [`ConfigWatcher`] watches configuration paths (files or directories)
+//!   and calls a reload callback once a burst of changes has gone quiet, or
+//!   at once on SIGHUP or a [`ReloadTrigger`]. [`ConfigEntries`] says which
+//!   entries of a watched directory count.
+//! * [`shutdown_signal`] completes on SIGTERM or Ctrl-C; [`Shutdown`] is the
+//!   one stop that several servers of a process share.
+//! * [`serve_connections`] is the accept loop: accept, spawn a hyper
+//!   connection, and on shutdown stop accepting and [`drain`] the
+//!   connections for at most a timeout.
+//!
+//! This crate must not know about limits, rules, engines, Redis, HTTP routes
+//! or the proxy's config format: a caller says which paths hold its
+//! configuration, what a reload does, and what a connection serves.
+
+#![forbid(unsafe_code)]
+
+mod accept;
+mod entries;
+mod shutdown;
+mod signal;
+mod task;
+mod watcher;
+
+pub use accept::{AcceptOptions, serve_connections};
+pub use entries::{ConfigEntries, EveryEntry};
+pub use shutdown::{Drained, Shutdown, drain};
+pub use signal::shutdown_signal;
+pub use task::AbortOnDrop;
+pub use watcher::{ConfigWatcher, DEFAULT_DEBOUNCE, ReloadTrigger, Trigger};

@@ -1,0 +1,101 @@
+//! Graceful shutdown: one stop shared by every server of a process, and the drain that waits for connections in flight.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::watch;
+
+use crate::task::AbortOnDrop;
+
+/// A stop that several servers share: [`trigger`](Self::trigger) once and every [`stopped`](Self::stopped) completes.
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    sender: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown::new()
+    }
+}
+
+impl Shutdown {
+    /// A shutdown not yet triggered.
+    pub fn new() -> Self {
+        let (sender, _) = watch::channel(false);
+        Shutdown {
+            sender: Arc::new(sender),
+        }
+    }
+
+    /// Starts the shutdown; later calls change nothing.
+    pub fn trigger(&self) {
+        self.sender.send_replace(true);
+    }
+
+    /// Whether the shutdown has started.
+    pub fn is_triggered(&self) -> bool {
+        *self.sender.borrow()
+    }
+
+    /// Completes once the shutdown has started (at once if it already has).
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut receiver = self.sender.subscribe();
+        async move {
+            let _ = receiver.wait_for(|stopped| *stopped).await;
+        }
+    }
+
+    /// Triggers this shutdown when `signal` completes (for instance [`crate::shutdown_signal`]), calling `then` first; until the guard is dropped.
+    ///
+    /// `then` runs before any server sees the stop: a readiness flag it
+    /// clears turns 503 before the listeners close.
+    pub fn trigger_on<S, F>(&self, signal: S, then: F) -> AbortOnDrop
+    where
+        S: Future<Output = ()> + Send + 'static,
+        F: FnOnce() + Send + 'static,
+    {
+        let shutdown = self.clone();
+        AbortOnDrop::new([tokio::spawn(async move {
+            signal.await;
+            then();
+            shutdown.trigger();
+        })])
+    }
+}
+
+/// How a [`drain`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drained {
+    /// Every connection finished its work and closed.
+    Complete,
+    /// The timeout passed with connections still open; they are left to the runtime's end.
+    TimedOut,
+}
+
+/// Asks every connection `connections` watches to finish and waits for them, for at most `timeout` (`None`: as long as they take).
+///
+/// A connection finishes the requests it has begun and takes no new ones.
+pub async fn drain(connections: GracefulShutdown, timeout: Option<Duration>) -> Drained {
+    let open = connections.count();
+    let finished = connections.shutdown();
+    match timeout {
+        None => {
+            finished.await;
+            Drained::Complete
+        }
+        Some(timeout) => match tokio::time::timeout(timeout, finished).await {
+            Ok(()) => Drained::Complete,
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    open,
+                    "connections still open after the drain timeout"
+                );
+                Drained::TimedOut
+            }
+        },
+    }
+}

@@ -1,0 +1,12 @@
+//! The gRPC front end: Envoy's `RateLimitService` and the standard health service over an [`Engine`](crate::Engine).
+//!
+//! [`RateLimitGrpc`] answers `ShouldRateLimit` (the messages, codec and
+//! conversions are the protocol crate's, [`tollgate_protocol::rls`]);
+//! [`serve`] runs it and the health service on a listener until a shutdown
+//! future completes, then drains the calls in flight.
+
+mod serve;
+mod service;
+
+pub use serve::{serve, serve_with};
+pub use service::RateLimitGrpc;

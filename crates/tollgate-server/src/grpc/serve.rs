@@ -1,0 +1,167 @@
+//! The gRPC serve loop: the rate limit and health services on one listener, over hyper's HTTP/2 server.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tollgate_core::Clock;
+use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
+use tollgate_runtime::{AcceptOptions, serve_connections};
+use tonic::codegen::http;
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
+
+use super::service::{BoxFuture, RateLimitGrpc};
+use crate::engine::Engine;
+
+/// Serves the rate limit and health services on `listener` until `shutdown`
+/// completes, then stops accepting and waits for the calls in flight.
+///
+/// The health service reports SERVING for the whole server (`""`), for
+/// upstream's name (`ratelimit`) and for [`SERVICE_NAME`]. No response
+/// headers are added; [`serve_with`] takes a service that adds them.
+pub async fn serve<C, F>(
+    listener: TcpListener,
+    engine: Arc<Engine<C>>,
+    shutdown: F,
+) -> io::Result<()>
+where
+    C: Clock + 'static,
+    F: Future<Output = ()> + Send,
+{
+    serve_with(listener, RateLimitGrpc::new(engine), shutdown).await
+}
+
+/// [`serve`] with a configured service (for instance one built by [`RateLimitGrpc::with_headers`]).
+///
+/// Connections are served by hyper's HTTP/2 server directly, with the two
+/// tonic services behind a match on the path: a server with two fixed
+/// services needs none of the routing and layers of tonic's own transport,
+/// and skipping them is a good part of the CPU a call costs. An error
+/// accepting a connection (such as running out of file descriptors) is
+/// logged and retried after a short pause; it does not stop the server.
+pub async fn serve_with<C, F>(
+    listener: TcpListener,
+    service: RateLimitGrpc<C>,
+    shutdown: F,
+) -> io::Result<()>
+where
+    C: Clock + 'static,
+    F: Future<Output = ()> + Send,
+{
+    let reporter = HealthReporter::new();
+    for name in ["", UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+        reporter
+            .set_service_status(name, ServingStatus::Serving)
+            .await;
+    }
+    // With a shared store, the service's health follows the store (checked every second).
+    let store_reporter = reporter.clone();
+    let store_watch = service.engine().remote().cloned().map(|remote| {
+        tokio::spawn(async move {
+            let mut serving = true;
+            loop {
+                tokio::time::sleep(STORE_HEALTH_PERIOD).await;
+                let up = remote.redis().ping().await.is_ok();
+                if up != serving {
+                    serving = up;
+                    let status = if up {
+                        ServingStatus::Serving
+                    } else {
+                        ServingStatus::NotServing
+                    };
+                    for name in [UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+                        store_reporter.set_service_status(name, status).await;
+                    }
+                }
+            }
+        })
+    });
+    let services = GrpcServices {
+        rate_limit: service,
+        health: HealthServer::new(HealthService::from_health_reporter(reporter)),
+    };
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    let options = AcceptOptions {
+        name: "gRPC",
+        drain_timeout: None,
+    };
+    serve_connections(listener, shutdown, options, |stream, _peer| {
+        http2.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(services.clone()),
+        )
+    })
+    .await;
+    if let Some(task) = store_watch {
+        task.abort();
+    }
+    Ok(())
+}
+
+/// Streams a client may open at once on one connection (Envoy opens up to 100 per connection by default, then more connections).
+const MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// The HTTP/2 flow-control window of each call, in bytes.
+const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
+/// The HTTP/2 flow-control window of a connection, in bytes.
+const CONNECTION_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+/// How often an idle connection is pinged.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection is closed.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The path prefix of the standard health service's methods.
+const HEALTH_PATH_PREFIX: &str = "/grpc.health.v1.Health/";
+
+/// The two services of a gRPC connection, chosen by the request's path.
+struct GrpcServices<C: Clock> {
+    rate_limit: RateLimitGrpc<C>,
+    health: HealthServer<HealthService>,
+}
+
+impl<C: Clock> Clone for GrpcServices<C> {
+    fn clone(&self) -> Self {
+        GrpcServices {
+            rate_limit: self.rate_limit.clone(),
+            health: self.health.clone(),
+        }
+    }
+}
+
+impl<C: Clock + 'static> tonic::codegen::Service<http::Request<Incoming>> for GrpcServices<C> {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Incoming>) -> Self::Future {
+        let request = request.map(tonic::body::Body::new);
+        if request.uri().path().starts_with(HEALTH_PATH_PREFIX) {
+            let mut health = self.health.clone();
+            Box::pin(async move { health.call(request).await })
+        } else {
+            tonic::codegen::Service::call(&mut self.rate_limit, request)
+        }
+    }
+}
+
+/// How often gRPC health re-checks a shared store.
+const STORE_HEALTH_PERIOD: Duration = Duration::from_secs(1);

@@ -1,0 +1,222 @@
+//! [`RateLimitGrpc`]: Envoy's `RateLimitService` over the engine in service.
+//!
+//! It maps `envoy.service.ratelimit.v3.RateLimitRequest` onto the model
+//! request, decides, and maps the answer back onto the wire:
+//!
+//! * `overall_code` is OK or OVER_LIMIT, never UNKNOWN (Envoy reads UNKNOWN as OK).
+//! * One status per descriptor, in request order, with `current_limit` only
+//!   when a limit applied; `duration_until_reset` rounded up to whole seconds.
+//! * A malformed request is `INVALID_ARGUMENT` with the engine's message.
+//! * With [`HeaderOptions`](tollgate_protocol::rls::HeaderOptions) switched
+//!   on, the headers go in `response_headers_to_add` and the 429 body in
+//!   `raw_body` (only on OVER_LIMIT); Envoy adds both to its reply. Off by default.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::future::Either;
+use tollgate_core::{Clock, Timestamp};
+use tollgate_protocol::rls::RlsCodec;
+use tollgate_protocol::rls::convert::{engine_request, wire_response};
+use tollgate_protocol::rls::headers::ResponseHeaders;
+use tollgate_protocol::rls::model::{RateLimitRequest, RateLimitResponse};
+use tollgate_protocol::rls::wire::{self, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
+use tonic::codegen::http;
+use tonic::server::{NamedService, UnaryService};
+use tonic::{Request, Response, Status};
+
+use crate::engine::{Engine, EngineError};
+use crate::metrics::Metrics;
+use crate::reload::LiveEngine;
+
+/// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
+///
+/// It answers from a [`LiveEngine`], loading the engine in service once per
+/// call, so a reload takes effect on the next call without a lock.
+pub struct RateLimitGrpc<C: Clock> {
+    engine: Arc<LiveEngine<C>>,
+    headers: Arc<ResponseHeaders>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl<C: Clock> RateLimitGrpc<C> {
+    /// A service answering from `engine`, with no response headers.
+    pub fn new(engine: Arc<Engine<C>>) -> Self {
+        RateLimitGrpc::with_headers(engine, Arc::new(ResponseHeaders::default()))
+    }
+
+    /// A service answering from `engine` and adding what `headers` renders.
+    pub fn with_headers(engine: Arc<Engine<C>>, headers: Arc<ResponseHeaders>) -> Self {
+        RateLimitGrpc::live(Arc::new(LiveEngine::fixed(engine)), headers)
+    }
+
+    /// A service answering from whatever engine `engine` has in service, adding what `headers` renders.
+    pub fn live(engine: Arc<LiveEngine<C>>, headers: Arc<ResponseHeaders>) -> Self {
+        RateLimitGrpc {
+            engine,
+            headers,
+            metrics: None,
+        }
+    }
+
+    /// This service, counting its answers in `metrics` (api `grpc`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The response headers it adds.
+    pub fn headers(&self) -> &Arc<ResponseHeaders> {
+        &self.headers
+    }
+
+    /// The engine it answers from now.
+    pub fn engine(&self) -> Arc<Engine<C>> {
+        self.engine.engine()
+    }
+
+    /// The live handle whose engine it answers from.
+    pub fn live_engine(&self) -> &Arc<LiveEngine<C>> {
+        &self.engine
+    }
+
+    /// Answers one decoded call.
+    pub fn decide(
+        &self,
+        request: wire::RateLimitRequest,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        let start = self.metrics.as_ref().map(|m| m.start());
+        let request = engine_request(request);
+        let engine = self.engine.load();
+        let answer = engine.should_rate_limit(&request);
+        self.respond(&engine, &request, answer, start)
+    }
+
+    /// Answers one decoded call through the engine's shared store (Redis).
+    pub async fn decide_shared(
+        &self,
+        request: wire::RateLimitRequest,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        let start = self.metrics.as_ref().map(|m| m.start());
+        let request = engine_request(request);
+        let engine = self.engine.load();
+        let answer = engine.decide(&request).await;
+        self.respond(&engine, &request, answer, start)
+    }
+
+    /// The wire answer for an engine answer, counted in the metrics.
+    fn respond(
+        &self,
+        engine: &Engine<C>,
+        request: &RateLimitRequest,
+        answer: Result<RateLimitResponse, EngineError>,
+        start: Option<Timestamp>,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        if let (Some(metrics), Some(start)) = (&self.metrics, start) {
+            if let Ok(response) = &answer {
+                metrics.observe(engine.rules(), request, response);
+            }
+            metrics.observe_duration("grpc", start);
+        }
+        match answer {
+            Ok(response) => {
+                let mut wire = wire_response(&response);
+                let rendered = self.headers.render(&request.descriptors, &response);
+                wire.response_headers_to_add = rendered
+                    .headers
+                    .into_iter()
+                    .map(|(key, value)| wire::HeaderValue { key, value })
+                    .collect();
+                wire.raw_body = rendered.raw_body.unwrap_or_default();
+                Ok(wire)
+            }
+            Err(EngineError::InvalidArgument(message)) => {
+                tracing::debug!(domain = %request.domain, %message, "invalid ShouldRateLimit request");
+                Err(Status::invalid_argument(message))
+            }
+        }
+    }
+}
+
+impl<C: Clock> Clone for RateLimitGrpc<C> {
+    fn clone(&self) -> Self {
+        RateLimitGrpc {
+            engine: Arc::clone(&self.engine),
+            headers: Arc::clone(&self.headers),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for RateLimitGrpc<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitGrpc")
+            .field("engine", &self.engine)
+            .field("headers", self.headers.options())
+            .finish()
+    }
+}
+
+impl<C: Clock> NamedService for RateLimitGrpc<C> {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<C> {
+    type Response = wire::RateLimitResponse;
+    /// Ready at once in memory; a boxed future only when the counters live in Redis.
+    type Future = Either<
+        std::future::Ready<Result<Response<wire::RateLimitResponse>, Status>>,
+        BoxFuture<Result<Response<wire::RateLimitResponse>, Status>>,
+    >;
+
+    fn call(&mut self, request: Request<wire::RateLimitRequest>) -> Self::Future {
+        if self.engine.load().remote().is_none() {
+            return Either::Left(std::future::ready(
+                self.decide(request.into_inner()).map(Response::new),
+            ));
+        }
+        let service = self.clone();
+        Either::Right(Box::pin(async move {
+            service
+                .decide_shared(request.into_inner())
+                .await
+                .map(Response::new)
+        }))
+    }
+}
+
+impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body>>
+    for RateLimitGrpc<C>
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT_PATH {
+            let path = request.uri().path().to_owned();
+            return Box::pin(async move {
+                Ok(Status::unimplemented(format!("no method {path}")).into_http())
+            });
+        }
+        let service = self.clone();
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RlsCodec::<
+                wire::RateLimitResponse,
+                wire::RateLimitRequest,
+            >::default());
+            Ok(grpc.unary(service, request).await)
+        })
+    }
+}
