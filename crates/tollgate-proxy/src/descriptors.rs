@@ -24,26 +24,9 @@ use crate::config::envoy::{
 };
 use crate::config::{ConfigPath, FieldError};
 
-/// One descriptor: ordered `(key, value)` entries.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Descriptor {
-    /// The entries, in action order.
-    pub entries: Vec<(String, String)>,
-}
-
-impl Descriptor {
-    /// A descriptor of the given entries.
-    pub fn new<K: Into<String>, V: Into<String>>(
-        entries: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        Descriptor {
-            entries: entries
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
-    }
-}
+/// One descriptor: ordered `(key, value)` entries (the protocol crate's; the
+/// actions here never set its overrides).
+pub use tollgate_protocol::rls::model::Descriptor;
 
 /// What the actions read from one request.
 #[derive(Clone, Copy, Debug)]
@@ -360,7 +343,10 @@ fn build_one(rule: &DescriptorRule, facts: &RequestFacts<'_>) -> Option<Descript
             },
         }
     }
-    (!entries.is_empty()).then_some(Descriptor { entries })
+    (!entries.is_empty()).then(|| Descriptor {
+        entries,
+        ..Descriptor::default()
+    })
 }
 
 /// A header an action reads: one of the pseudo-headers, or a named header.
