@@ -171,7 +171,7 @@ impl Runtime {
 fn contract(config: Option<&ResponseContractConfig>) -> ResponseContract {
     let mut contract = ResponseContract::default();
     if let Some(c) = config {
-        contract.retry_after_jitter = c.retry_after_jitter.map_or(Duration::ZERO, |d| d.0);
+        contract.retry_after_jitter = c.retry_after_jitter.unwrap_or(Duration::ZERO);
         contract.ietf_headers = c.ietf_headers;
         contract.problem_json = c.problem_json;
     }
@@ -304,7 +304,7 @@ pub fn build(
             endpoints,
             balancer,
             hash_key_header,
-            c.connect_timeout.map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.0),
+            c.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             c.http2,
             c.max_idle_per_endpoint
                 .unwrap_or(DEFAULT_MAX_IDLE_PER_ENDPOINT),
@@ -324,9 +324,9 @@ pub fn build(
     let global = config
         .global_ratelimit
         .as_ref()
-        .map(|g| GlobalRateLimit::compile(g, "global_ratelimit").map(Arc::new))
+        .map(|g| GlobalRateLimit::compile(g, &root.key("global_ratelimit")).map(Arc::new))
         .transpose()
-        .map_err(|m| ConfigError::new(file, m))?;
+        .map_err(in_file)?;
     let default_contract = contract(config.rate_limit_response.as_ref());
     let mut routes = Vec::with_capacity(config.routes.len());
     if config.routes.is_empty() {
@@ -365,8 +365,8 @@ pub fn build(
         };
         let timeout = match r.timeout {
             None => Some(DEFAULT_ROUTE_TIMEOUT),
-            Some(d) if d.0.is_zero() => None,
-            Some(d) => Some(d.0),
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
         };
         let local_layer = limiter.map(|l| LocalRateLimitLayer::new(l, &rules, Arc::clone(clock)));
         let global_layer = global
@@ -429,7 +429,7 @@ fn concurrency_layer(
 ) -> Result<ConcurrencyLimitLayer<String, KeyFn>, FieldError> {
     let settings = tollgate_shed::concurrency::ConcurrencyConfig {
         max_in_flight: config.max_in_flight,
-        retry_after: config.retry_after.map_or(Duration::from_secs(1), |d| d.0),
+        retry_after: config.retry_after.unwrap_or(Duration::from_secs(1)),
     };
     let key: KeyFn = match &config.key_header {
         Some(header) => {

@@ -23,13 +23,6 @@ pub const TYPED_STRUCT_TYPES: [&str; 2] = [
 /// The filter name Istio EnvoyFilters insert.
 pub const LOCAL_RATELIMIT_FILTER: &str = "envoy.filters.http.local_ratelimit";
 
-/// A protobuf `Duration` field (`1s`, `0.25s`), read in Tollgate's one duration grammar
-/// ([`tollgate_core::duration`]: also `250ms`, `1m`, `2 minutes`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-pub struct ProtoDuration(
-    #[serde(deserialize_with = "tollgate_core::duration::deserialize")] pub Duration,
-);
-
 /// `envoy.type.v3.TokenBucket`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -39,7 +32,8 @@ pub struct TokenBucketConfig {
     /// Tokens added per `fill_interval` (default 1).
     pub tokens_per_fill: Option<u32>,
     /// The refill period; at least 50 ms for the local filter.
-    pub fill_interval: ProtoDuration,
+    #[serde(deserialize_with = "tollgate_core::duration::deserialize")]
+    pub fill_interval: Duration,
 }
 
 /// `envoy.type.v3.FractionalPercent`.

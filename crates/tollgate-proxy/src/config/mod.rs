@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use self::envoy::{
-    EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig, ProtoDuration,
+    EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig,
     RateLimitConfig, TYPED_STRUCT_TYPES,
 };
 pub use self::path::{ConfigPath, FieldError};
@@ -148,7 +148,11 @@ pub struct ClusterConfig {
     /// The endpoints.
     pub endpoints: Vec<EndpointConfig>,
     /// Time to establish a connection (default 5 s).
-    pub connect_timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub connect_timeout: Option<std::time::Duration>,
     /// Speak HTTP/2 (prior knowledge) to the endpoints instead of HTTP/1.1.
     #[serde(default)]
     pub http2: bool,
@@ -193,7 +197,11 @@ pub struct RouteConfig {
     /// The cluster requests go to.
     pub cluster: String,
     /// Time for the upstream's response headers (default 15 s, as Envoy); 0 disables.
-    pub timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub timeout: Option<std::time::Duration>,
     /// Descriptor actions (Envoy route `rate_limits`), for the local and global limits.
     #[serde(default)]
     pub rate_limits: Vec<RateLimitConfig>,
@@ -219,7 +227,11 @@ pub struct ConcurrencyLimitConfig {
     /// Requests in flight per key, at most.
     pub max_in_flight: usize,
     /// The `Retry-After` hint of a shed request (default 1 s).
-    pub retry_after: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub retry_after: Option<std::time::Duration>,
     /// The key: this request header's value (absent: empty key); without it, the trusted client address.
     pub key_header: Option<String>,
 }
@@ -233,7 +245,11 @@ pub struct GlobalRateLimitConfig {
     /// The RLS address (`ip:port`, plain-text gRPC).
     pub rate_limit_service: RateLimitServiceConfig,
     /// The call's deadline (default 20 ms; `0s` = none).
-    pub timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub timeout: Option<std::time::Duration>,
     /// Deny when the RLS fails (default false: allow).
     #[serde(default)]
     pub failure_mode_deny: bool,
@@ -275,7 +291,11 @@ pub struct RateLimitServiceConfig {
 #[serde(deny_unknown_fields)]
 pub struct ResponseContractConfig {
     /// The most upward jitter added to `Retry-After` (default 0).
-    pub retry_after_jitter: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub retry_after_jitter: Option<std::time::Duration>,
     /// IETF draft-10 `RateLimit` and `RateLimit-Policy` fields on every limited-or-counted response.
     #[serde(default)]
     pub ietf_headers: bool,
@@ -545,22 +565,20 @@ mod tests {
         let health = cluster.health_check.as_ref().unwrap();
         let route = &config.routes[0];
         vec![
-            local.token_bucket.as_ref().unwrap().fill_interval.0,
+            local.token_bucket.as_ref().unwrap().fill_interval,
             local.descriptors[0]
                 .token_bucket
                 .as_ref()
                 .unwrap()
-                .fill_interval
-                .0,
-            global.timeout.unwrap().0,
+                .fill_interval,
+            global.timeout.unwrap(),
             config
                 .rate_limit_response
                 .as_ref()
                 .unwrap()
                 .retry_after_jitter
-                .unwrap()
-                .0,
-            cluster.connect_timeout.unwrap().0,
+                .unwrap(),
+            cluster.connect_timeout.unwrap(),
             outlier.interval,
             outlier.base_ejection_time,
             outlier.max_ejection_time,
@@ -568,14 +586,13 @@ mod tests {
             breaker.max_open_duration,
             health.interval,
             health.timeout,
-            route.timeout.unwrap().0,
+            route.timeout.unwrap(),
             route
                 .concurrency_limit
                 .as_ref()
                 .unwrap()
                 .retry_after
-                .unwrap()
-                .0,
+                .unwrap(),
             route.priority_shedding.as_ref().unwrap().retry_after,
         ]
     }

@@ -68,21 +68,9 @@ impl ConfigPath {
 }
 
 impl From<&str> for ConfigPath {
-    /// A path whose root is named by `text` (e.g. `the file`, or a path written out by a caller).
+    /// A path whose root is named by `text` (e.g. `the file`).
     fn from(text: &str) -> Self {
         ConfigPath::root().key(text)
-    }
-}
-
-impl From<&String> for ConfigPath {
-    fn from(text: &String) -> Self {
-        ConfigPath::from(text.as_str())
-    }
-}
-
-impl From<&ConfigPath> for ConfigPath {
-    fn from(path: &ConfigPath) -> Self {
-        path.clone()
     }
 }
 
@@ -119,12 +107,6 @@ impl fmt::Display for FieldError {
 }
 
 impl std::error::Error for FieldError {}
-
-impl From<FieldError> for String {
-    fn from(error: FieldError) -> Self {
-        error.to_string()
-    }
-}
 
 #[cfg(test)]
 mod tests {

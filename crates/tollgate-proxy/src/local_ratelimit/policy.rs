@@ -86,7 +86,7 @@ pub struct BucketSpec {
 
 impl BucketSpec {
     fn from_config(config: &TokenBucketConfig, at: &ConfigPath) -> Result<Self, FieldError> {
-        let fill = config.fill_interval.0;
+        let fill = config.fill_interval;
         if fill < MIN_FILL_INTERVAL {
             return Err(at.key("fill_interval").error(format!(
                 "local rate limit token bucket fill timer must be >= 50ms (got {fill:?})"
