@@ -20,7 +20,7 @@ use http::HeaderName;
 use ipnet::IpNet;
 
 use crate::config::envoy::{
-    ActionConfig, HeaderMatcherConfig, RateLimitConfig, StringMatcherConfig,
+    self, ActionConfig, HeaderMatcherConfig, RateLimitConfig, StringMatcherConfig,
 };
 use crate::config::{ConfigPath, FieldError};
 
@@ -113,6 +113,18 @@ pub fn compile(
         .collect()
 }
 
+/// Compiles a filter's own `rate_limits` (at `at`): `None` when it has none, so the route's apply.
+pub fn compile_filter_rules(
+    rules: &[RateLimitConfig],
+    at: ConfigPath,
+) -> Result<Option<Vec<DescriptorRule>>, FieldError> {
+    if rules.is_empty() {
+        Ok(None)
+    } else {
+        compile(rules, at).map(Some)
+    }
+}
+
 fn compile_rule(rule: &RateLimitConfig, at: &ConfigPath) -> Result<DescriptorRule, FieldError> {
     if rule.limit.is_some() || rule.hits_addend.is_some() || rule.apply_on_stream_done.is_some() {
         return Err(at.error("limit, hits_addend and apply_on_stream_done are not supported"));
@@ -120,10 +132,7 @@ fn compile_rule(rule: &RateLimitConfig, at: &ConfigPath) -> Result<DescriptorRul
     if rule.actions.is_empty() {
         return Err(at.key("actions").error("at least one action is needed"));
     }
-    let stage = rule.stage.unwrap_or(0);
-    if stage > 10 {
-        return Err(at.key("stage").error(format!("{stage} is above 10")));
-    }
+    let stage = envoy::stage(rule.stage, &at.key("stage"))?;
     let actions = rule
         .actions
         .iter()

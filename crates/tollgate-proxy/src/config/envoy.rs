@@ -9,8 +9,11 @@
 
 use std::time::Duration;
 
+use http::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+
+use super::{ConfigPath, FieldError};
 
 /// The type URL of `LocalRateLimit`.
 pub const LOCAL_RATELIMIT_TYPE: &str =
@@ -22,6 +25,38 @@ pub const TYPED_STRUCT_TYPES: [&str; 2] = [
 ];
 /// The filter name Istio EnvoyFilters insert.
 pub const LOCAL_RATELIMIT_FILTER: &str = "envoy.filters.http.local_ratelimit";
+
+/// Reads `enable_x_ratelimit_headers` (at `at`): `OFF` (default) or `DRAFT_VERSION_03`.
+pub fn x_ratelimit_headers(value: Option<&str>, at: &ConfigPath) -> Result<bool, FieldError> {
+    match value {
+        None | Some("OFF") => Ok(false),
+        Some("DRAFT_VERSION_03") => Ok(true),
+        Some(other) => Err(at.error(format!("`{other}` is not OFF or DRAFT_VERSION_03"))),
+    }
+}
+
+/// Reads a `stage` (at `at`): 0 (default) to 10.
+pub fn stage(value: Option<u32>, at: &ConfigPath) -> Result<u32, FieldError> {
+    match value.unwrap_or(0) {
+        stage @ 0..=10 => Ok(stage),
+        stage => Err(at.error(format!("{stage} is above 10"))),
+    }
+}
+
+/// Reads a limited reply's status (at `at`): 429 by default, and for anything below 400, as Envoy does.
+pub fn limited_status(
+    status: Option<&HttpStatusConfig>,
+    at: &ConfigPath,
+) -> Result<StatusCode, FieldError> {
+    match status.map(|s| s.code) {
+        None => Ok(StatusCode::TOO_MANY_REQUESTS),
+        Some(code) if code < 400 => Ok(StatusCode::TOO_MANY_REQUESTS),
+        Some(code) => StatusCode::from_u16(code).map_err(|_| {
+            at.key("code")
+                .error(format!("{code} is not an HTTP status"))
+        }),
+    }
+}
 
 /// `envoy.type.v3.TokenBucket`.
 #[derive(Clone, Debug, Deserialize)]

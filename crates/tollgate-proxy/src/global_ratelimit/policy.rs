@@ -9,7 +9,7 @@ use tollgate_protocol::rls::convert::wire_request;
 use tollgate_protocol::rls::model::{self, RateLimitRequest};
 use tollgate_protocol::rls::wire;
 
-use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig};
+use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig, envoy};
 use crate::descriptors::{self, Descriptor, DescriptorRule};
 use crate::local_ratelimit::HeaderToAdd;
 
@@ -57,19 +57,11 @@ impl GlobalRateLimit {
             Some(d) if d.is_zero() => None,
             Some(d) => Some(d),
         };
-        let x_ratelimit_headers = match config.enable_x_ratelimit_headers.as_deref() {
-            None | Some("OFF") => false,
-            Some("DRAFT_VERSION_03") => true,
-            Some(other) => {
-                return Err(at
-                    .key("enable_x_ratelimit_headers")
-                    .error(format!("`{other}` is not OFF or DRAFT_VERSION_03")));
-            }
-        };
-        let stage = config.stage.unwrap_or(0);
-        if stage > 10 {
-            return Err(at.key("stage").error(format!("{stage} is above 10")));
-        }
+        let x_ratelimit_headers = envoy::x_ratelimit_headers(
+            config.enable_x_ratelimit_headers.as_deref(),
+            &at.key("enable_x_ratelimit_headers"),
+        )?;
+        let stage = envoy::stage(config.stage, &at.key("stage"))?;
         let client =
             RlsClient::connect_lazy(format!("http://{}", config.rate_limit_service.address))
                 .map_err(|e| {
@@ -94,15 +86,10 @@ impl GlobalRateLimit {
                             .error(format!("{c} is not an HTTP status"))
                     })?,
             },
-            rate_limited_status: match config.rate_limited_status.as_ref().map(|s| s.code) {
-                None => StatusCode::TOO_MANY_REQUESTS,
-                Some(c) if c < 400 => StatusCode::TOO_MANY_REQUESTS,
-                Some(c) => StatusCode::from_u16(c).map_err(|_| {
-                    at.key("rate_limited_status")
-                        .key("code")
-                        .error(format!("{c} is not an HTTP status"))
-                })?,
-            },
+            rate_limited_status: envoy::limited_status(
+                config.rate_limited_status.as_ref(),
+                &at.key("rate_limited_status"),
+            )?,
             grpc_status: if config.rate_limited_as_resource_exhausted {
                 8
             } else {
@@ -115,14 +102,10 @@ impl GlobalRateLimit {
                 at.key("response_headers_to_add"),
             )?,
             retry_after: config.enable_retry_after_header,
-            rate_limits: if config.rate_limits.is_empty() {
-                None
-            } else {
-                Some(descriptors::compile(
-                    &config.rate_limits,
-                    at.key("rate_limits"),
-                )?)
-            },
+            rate_limits: descriptors::compile_filter_rules(
+                &config.rate_limits,
+                at.key("rate_limits"),
+            )?,
             stage,
         })
     }

@@ -6,7 +6,9 @@ use http::StatusCode;
 use tollgate_core::TokenBucket;
 
 use super::headers::HeaderToAdd;
-use crate::config::envoy::{LocalRateLimitConfig, RuntimeFractionalPercent, TokenBucketConfig};
+use crate::config::envoy::{
+    self, LocalRateLimitConfig, RuntimeFractionalPercent, TokenBucketConfig,
+};
 use crate::config::{ConfigPath, FieldError};
 use crate::descriptors::{self, Descriptor, DescriptorRule};
 
@@ -205,15 +207,7 @@ impl LocalRateLimitPolicy {
             .as_ref()
             .map(|b| BucketSpec::from_config(b, &at.key("token_bucket")))
             .transpose()?;
-        let status = match config.status.as_ref().map(|s| s.code) {
-            None => StatusCode::TOO_MANY_REQUESTS,
-            Some(code) if code < 400 => StatusCode::TOO_MANY_REQUESTS,
-            Some(code) => StatusCode::from_u16(code).map_err(|_| {
-                at.key("status")
-                    .key("code")
-                    .error(format!("{code} is not an HTTP status"))
-            })?,
-        };
+        let status = envoy::limited_status(config.status.as_ref(), &at.key("status"))?;
         let mut descriptors = Vec::with_capacity(config.descriptors.len());
         for (i, d) in config.descriptors.iter().enumerate() {
             let dat = at.key("descriptors").index(i);
@@ -244,15 +238,10 @@ impl LocalRateLimitPolicy {
             }
             descriptors.push(spec);
         }
-        let x_ratelimit_headers = match config.enable_x_ratelimit_headers.as_deref() {
-            None | Some("OFF") => false,
-            Some("DRAFT_VERSION_03") => true,
-            Some(other) => {
-                return Err(at
-                    .key("enable_x_ratelimit_headers")
-                    .error(format!("`{other}` is not OFF or DRAFT_VERSION_03")));
-            }
-        };
+        let x_ratelimit_headers = envoy::x_ratelimit_headers(
+            config.enable_x_ratelimit_headers.as_deref(),
+            &at.key("enable_x_ratelimit_headers"),
+        )?;
         match config.vh_rate_limits.as_deref() {
             None | Some("OVERRIDE") | Some("INCLUDE") | Some("IGNORE") => {}
             Some(other) => {
@@ -261,10 +250,7 @@ impl LocalRateLimitPolicy {
                     .error(format!("`{other}` is not OVERRIDE, INCLUDE or IGNORE")));
             }
         }
-        let stage = config.stage.unwrap_or(0);
-        if stage > 10 {
-            return Err(at.key("stage").error(format!("{stage} is above 10")));
-        }
+        let stage = envoy::stage(config.stage, &at.key("stage"))?;
         let max_dynamic = config
             .max_dynamic_descriptors
             .unwrap_or(DEFAULT_MAX_DYNAMIC_DESCRIPTORS);
@@ -273,14 +259,8 @@ impl LocalRateLimitPolicy {
                 .key("max_dynamic_descriptors")
                 .error("must be at least 1"));
         }
-        let rate_limits = if config.rate_limits.is_empty() {
-            None
-        } else {
-            Some(descriptors::compile(
-                &config.rate_limits,
-                at.key("rate_limits"),
-            )?)
-        };
+        let rate_limits =
+            descriptors::compile_filter_rules(&config.rate_limits, at.key("rate_limits"))?;
         Ok(LocalRateLimitPolicy {
             status,
             default_bucket,
