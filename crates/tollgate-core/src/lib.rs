@@ -18,12 +18,17 @@
 //!   window, weighted by overlap).
 //! * [`SlidingLog`] — the exact sliding log.
 //!
+//! Beside the algorithms, [`breaker::CircuitBreaker`] is the one circuit
+//! breaker state machine (closed, open with doubling backoff, half-open
+//! probes) that the upstream clusters and the Redis store both run.
+//!
 //! The first five keep their whole state in one `u64` ([`WordAlgorithm`]), so
 //! a store can update it with a single compare-and-swap; the log keeps up to
 //! `limit` timestamps per key.
 
 #![forbid(unsafe_code)]
 
+pub mod breaker;
 pub mod clock;
 mod decision;
 pub mod duration;

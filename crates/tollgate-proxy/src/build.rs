@@ -9,8 +9,10 @@
 //! 5. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
 //! 6. forward (the cluster's pool, the route's timeout).
 //!
-//! Errors of every layer are typed (`crate::error::ProxyError`) and become
-//! responses in `crate::reply`, called once by the server.
+//! Every layer of the stack errs with one type, `crate::error::ProxyError`
+//! (the shed and balance layers convert their errors into it), which
+//! becomes a response in `crate::reply`, called once by the server.
+//! Configuration problems name their field with a [`ConfigPath`].
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,12 @@ use tollgate_shed::concurrency::ConcurrencyLimitLayer;
 use tollgate_shed::priority::PriorityLayer;
 use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
-use tower::util::{BoxCloneSyncService, MapErrLayer};
+use tower::util::BoxCloneSyncService;
 
+use crate::ProxyBody;
 use crate::config::{
-    self, ConcurrencyLimitConfig, ConfigError, ProxyConfig, ResponseContractConfig,
+    self, ConcurrencyLimitConfig, ConfigError, ConfigPath, FieldError, ProxyConfig,
+    ResponseContractConfig,
 };
 use crate::context::RequestContext;
 use crate::descriptors;
@@ -38,7 +42,6 @@ use crate::local_ratelimit::{
 };
 use crate::metrics::Metrics;
 use crate::reply::ResponseContract;
-use crate::{BoxError, ProxyBody};
 
 /// Envoy's default route timeout.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -168,7 +171,7 @@ impl Runtime {
 fn contract(config: Option<&ResponseContractConfig>) -> ResponseContract {
     let mut contract = ResponseContract::default();
     if let Some(c) = config {
-        contract.retry_after_jitter = c.retry_after_jitter.map_or(Duration::ZERO, |d| d.0);
+        contract.retry_after_jitter = c.retry_after_jitter.unwrap_or(Duration::ZERO);
         contract.ietf_headers = c.ietf_headers;
         contract.problem_json = c.problem_json;
     }
@@ -181,19 +184,19 @@ fn local_policy(
     inline: Option<&crate::config::envoy::LocalRateLimitConfig>,
     from_file: Option<&PathBuf>,
     per_route: bool,
-    at: &str,
+    at: &ConfigPath,
     watched: &mut Vec<PathBuf>,
 ) -> Result<Option<Arc<LocalRateLimitPolicy>>, ConfigError> {
     let (config, origin, source) = match (inline, from_file) {
         (Some(_), Some(_)) => {
-            return Err(ConfigError::new(
+            return Err(ConfigError::field(
                 file,
-                format!("{at}: set local_ratelimit or local_ratelimit_file, not both"),
+                at.error("set local_ratelimit or local_ratelimit_file, not both"),
             ));
         }
         (Some(c), None) => (
             config::unwrap_typed(file, at, c.clone())?,
-            format!("{at}.local_ratelimit"),
+            at.key("local_ratelimit"),
             file.to_path_buf(),
         ),
         (None, Some(path)) => {
@@ -208,7 +211,7 @@ fn local_policy(
     };
     LocalRateLimitPolicy::compile(&config, per_route, &origin)
         .map(|p| Some(Arc::new(p)))
-        .map_err(|m| ConfigError::new(&source, m))
+        .map_err(|e| ConfigError::field(&source, e))
 }
 
 /// Builds a runtime from `config` (read from `file`); everything is checked before anything is used.
@@ -220,26 +223,27 @@ pub fn build(
 ) -> Result<Runtime, ConfigError> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut watched = vec![file.to_path_buf()];
+    let root = ConfigPath::root();
+    let in_file = |e: FieldError| ConfigError::field(file, e);
     if config.listeners.is_empty() {
-        return Err(ConfigError::new(
-            file,
-            "listeners: at least one listener is needed",
+        return Err(in_file(
+            root.key("listeners")
+                .error("at least one listener is needed"),
         ));
     }
     let mut clusters: Vec<Arc<Cluster>> = Vec::new();
     let mut health_checks = Vec::new();
     for (i, c) in config.clusters.iter().enumerate() {
-        let at = format!("clusters[{i}]");
+        let at = root.key("clusters").index(i);
         if c.endpoints.is_empty() {
-            return Err(ConfigError::new(
-                file,
-                format!("{at}.endpoints: at least one endpoint is needed"),
+            return Err(in_file(
+                at.key("endpoints").error("at least one endpoint is needed"),
             ));
         }
         if clusters.iter().any(|k| *k.name == *c.name) {
-            return Err(ConfigError::new(
-                file,
-                format!("{at}.name: `{}` is defined twice", c.name),
+            return Err(in_file(
+                at.key("name")
+                    .error(format!("`{}` is defined twice", c.name)),
             ));
         }
         let endpoints = c
@@ -247,9 +251,11 @@ pub fn build(
             .iter()
             .enumerate()
             .map(|(j, e)| match e.weight {
-                Some(0) => Err(ConfigError::new(
-                    file,
-                    format!("{at}.endpoints[{j}].weight: must be at least 1"),
+                Some(0) => Err(in_file(
+                    at.key("endpoints")
+                        .index(j)
+                        .key("weight")
+                        .error("must be at least 1"),
                 )),
                 w => Ok(Endpoint {
                     address: e.address,
@@ -277,7 +283,7 @@ pub fn build(
             .clock(Arc::clone(clock))
             .metrics(&metrics.upstream)
             .build()
-            .map_err(|e| ConfigError::new(file, format!("{at}.{}: {}", e.field(), e)))?;
+            .map_err(|e| in_file(at.key(e.field()).error(e.to_string())))?;
         if let Some(checker) = tollgate_upstream::HealthChecker::new(&balancer) {
             health_checks.push(checker.spawn());
         }
@@ -285,10 +291,10 @@ pub fn build(
             .hash_key_header
             .as_deref()
             .map(|h| {
-                http::HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()).map_err(|_| {
-                    ConfigError::new(
-                        file,
-                        format!("{at}.hash_key_header: `{h}` is not a header name"),
+                http::HeaderName::from_bytes(h.as_bytes()).map_err(|_| {
+                    in_file(
+                        at.key("hash_key_header")
+                            .error(format!("`{h}` is not a header name")),
                     )
                 })
             })
@@ -298,7 +304,7 @@ pub fn build(
             endpoints,
             balancer,
             hash_key_header,
-            c.connect_timeout.map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.0),
+            c.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             c.http2,
             c.max_idle_per_endpoint
                 .unwrap_or(DEFAULT_MAX_IDLE_PER_ENDPOINT),
@@ -310,7 +316,7 @@ pub fn build(
         config.local_ratelimit.as_ref(),
         config.local_ratelimit_file.as_ref(),
         false,
-        "local_ratelimit",
+        &root.key("local_ratelimit"),
         &mut watched,
     )?;
     let listener_limiter =
@@ -318,34 +324,32 @@ pub fn build(
     let global = config
         .global_ratelimit
         .as_ref()
-        .map(|g| GlobalRateLimit::compile(g, "global_ratelimit").map(Arc::new))
+        .map(|g| GlobalRateLimit::compile(g, &root.key("global_ratelimit")).map(Arc::new))
         .transpose()
-        .map_err(|m| ConfigError::new(file, m))?;
+        .map_err(in_file)?;
     let default_contract = contract(config.rate_limit_response.as_ref());
     let mut routes = Vec::with_capacity(config.routes.len());
     if config.routes.is_empty() {
-        return Err(ConfigError::new(
-            file,
-            "routes: at least one route is needed",
+        return Err(in_file(
+            root.key("routes").error("at least one route is needed"),
         ));
     }
     for (i, r) in config.routes.iter().enumerate() {
-        let at = format!("routes[{i}]");
+        let at = root.key("routes").index(i);
         let Some(cluster) = clusters.iter().find(|c| *c.name == *r.cluster) else {
-            return Err(ConfigError::new(
-                file,
-                format!("{at}.cluster: no cluster is named `{}`", r.cluster),
+            return Err(in_file(
+                at.key("cluster")
+                    .error(format!("no cluster is named `{}`", r.cluster)),
             ));
         };
         let prefix = r.prefix.clone().unwrap_or_else(|| "/".to_owned());
         if !prefix.starts_with('/') {
-            return Err(ConfigError::new(
-                file,
-                format!("{at}.prefix: `{prefix}` must start with /"),
+            return Err(in_file(
+                at.key("prefix")
+                    .error(format!("`{prefix}` must start with /")),
             ));
         }
-        let rules = descriptors::compile(&r.rate_limits, &format!("{at}.rate_limits"))
-            .map_err(|m| ConfigError::new(file, m))?;
+        let rules = descriptors::compile(&r.rate_limits, at.key("rate_limits")).map_err(in_file)?;
         let own = local_policy(
             file,
             base,
@@ -361,8 +365,8 @@ pub fn build(
         };
         let timeout = match r.timeout {
             None => Some(DEFAULT_ROUTE_TIMEOUT),
-            Some(d) if d.0.is_zero() => None,
-            Some(d) => Some(d.0),
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
         };
         let local_layer = limiter.map(|l| LocalRateLimitLayer::new(l, &rules, Arc::clone(clock)));
         let global_layer = global
@@ -373,35 +377,22 @@ pub fn build(
             .priority_shedding
             .as_ref()
             .map(|p| {
-                PriorityLayer::new(p).map_err(|e| {
-                    ConfigError::new(
-                        file,
-                        format!("{at}.priority_shedding.{}: {}", e.field, e.message),
-                    )
-                })
+                PriorityLayer::new(p)
+                    .map_err(|e| in_file(at.key("priority_shedding").key(e.field).error(e.message)))
             })
             .transpose()?;
         let concurrency_layer = r
             .concurrency_limit
             .as_ref()
-            .map(|c| {
-                concurrency_layer(c)
-                    .map_err(|m| ConfigError::new(file, format!("{at}.concurrency_limit.{m}")))
-            })
+            .map(|c| concurrency_layer(c, &at.key("concurrency_limit")).map_err(in_file))
             .transpose()?;
         let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
+        // Every layer errs with ProxyError: no conversion between them.
         let stack = ServiceBuilder::new()
             .option_layer(local_layer)
-            .layer(MapErrLayer::new(
-                ProxyError::from_boxed as fn(BoxError) -> ProxyError,
-            ))
             .option_layer(priority_layer)
             .option_layer(concurrency_layer)
-            .layer(MapErrLayer::new(box_error as fn(ProxyError) -> BoxError))
             .option_layer(global_layer)
-            .layer(MapErrLayer::new(
-                ProxyError::from_boxed as fn(BoxError) -> ProxyError,
-            ))
             .layer(balance)
             .service(Forward::new(Arc::clone(cluster), timeout));
         routes.push(Route {
@@ -429,24 +420,23 @@ pub fn build(
     })
 }
 
-fn box_error(error: ProxyError) -> BoxError {
-    Box::new(error)
-}
-
 /// The concurrency limit layer of a route: keyed by a header's value or the trusted client address.
 type KeyFn = Box<dyn Fn(&Request<Incoming>) -> String + Send + Sync>;
 
 fn concurrency_layer(
     config: &ConcurrencyLimitConfig,
-) -> Result<ConcurrencyLimitLayer<String, KeyFn>, String> {
+    at: &ConfigPath,
+) -> Result<ConcurrencyLimitLayer<String, KeyFn>, FieldError> {
     let settings = tollgate_shed::concurrency::ConcurrencyConfig {
         max_in_flight: config.max_in_flight,
-        retry_after: config.retry_after.map_or(Duration::from_secs(1), |d| d.0),
+        retry_after: config.retry_after.unwrap_or(Duration::from_secs(1)),
     };
     let key: KeyFn = match &config.key_header {
         Some(header) => {
-            let name = http::HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
-                .map_err(|_| format!("key_header: `{header}` is not a header name"))?;
+            let name = http::HeaderName::from_bytes(header.as_bytes()).map_err(|_| {
+                at.key("key_header")
+                    .error(format!("`{header}` is not a header name"))
+            })?;
             Box::new(move |request: &Request<Incoming>| {
                 request
                     .headers()
@@ -463,8 +453,7 @@ fn concurrency_layer(
                 .unwrap_or_default()
         }),
     };
-    ConcurrencyLimitLayer::from_config(&settings, key)
-        .map_err(|e| format!("{}: {}", e.field, e.message))
+    ConcurrencyLimitLayer::from_config(&settings, key).map_err(|e| at.key(e.field).error(e.message))
 }
 
 /// The ring-hash key of a request: the cluster's header, else the trusted client address.

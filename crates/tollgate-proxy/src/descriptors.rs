@@ -16,30 +16,17 @@ use std::net::IpAddr;
 use http::HeaderMap;
 use http::request::Parts;
 
+use http::HeaderName;
+use ipnet::IpNet;
+
 use crate::config::envoy::{
-    ActionConfig, HeaderMatcherConfig, RateLimitConfig, StringMatcherConfig,
+    self, ActionConfig, HeaderMatcherConfig, RateLimitConfig, StringMatcherConfig,
 };
+use crate::config::{ConfigPath, FieldError};
 
-/// One descriptor: ordered `(key, value)` entries.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub struct Descriptor {
-    /// The entries, in action order.
-    pub entries: Vec<(String, String)>,
-}
-
-impl Descriptor {
-    /// A descriptor of the given entries.
-    pub fn new<K: Into<String>, V: Into<String>>(
-        entries: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        Descriptor {
-            entries: entries
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
-    }
-}
+/// One descriptor: ordered `(key, value)` entries (the protocol crate's; the
+/// actions here never set its overrides).
+pub use tollgate_protocol::rls::model::Descriptor;
 
 /// What the actions read from one request.
 #[derive(Clone, Copy, Debug)]
@@ -60,7 +47,7 @@ enum Action {
     SourceCluster,
     DestinationCluster,
     RequestHeader {
-        header: String,
+        header: RequestHeader,
         key: String,
         skip_if_absent: bool,
     },
@@ -89,7 +76,7 @@ enum Action {
 /// One header matcher of `header_value_match`.
 #[derive(Clone, Debug)]
 struct HeaderMatcher {
-    name: String,
+    name: RequestHeader,
     test: HeaderTest,
     invert: bool,
 }
@@ -113,33 +100,44 @@ pub struct DescriptorRule {
     pub has_disable_key: bool,
 }
 
-/// Compiles `RateLimit` entries; the error names the entry and action.
-pub fn compile(rules: &[RateLimitConfig], at: &str) -> Result<Vec<DescriptorRule>, String> {
+/// Compiles the `RateLimit` entries found at `at`; the error names the entry and action.
+pub fn compile(
+    rules: &[RateLimitConfig],
+    at: impl Into<ConfigPath>,
+) -> Result<Vec<DescriptorRule>, FieldError> {
+    let at = at.into();
     rules
         .iter()
         .enumerate()
-        .map(|(i, rule)| compile_rule(rule, &format!("{at}[{i}]")))
+        .map(|(i, rule)| compile_rule(rule, &at.index(i)))
         .collect()
 }
 
-fn compile_rule(rule: &RateLimitConfig, at: &str) -> Result<DescriptorRule, String> {
+/// Compiles a filter's own `rate_limits` (at `at`): `None` when it has none, so the route's apply.
+pub fn compile_filter_rules(
+    rules: &[RateLimitConfig],
+    at: ConfigPath,
+) -> Result<Option<Vec<DescriptorRule>>, FieldError> {
+    if rules.is_empty() {
+        Ok(None)
+    } else {
+        compile(rules, at).map(Some)
+    }
+}
+
+fn compile_rule(rule: &RateLimitConfig, at: &ConfigPath) -> Result<DescriptorRule, FieldError> {
     if rule.limit.is_some() || rule.hits_addend.is_some() || rule.apply_on_stream_done.is_some() {
-        return Err(format!(
-            "{at}: limit, hits_addend and apply_on_stream_done are not supported"
-        ));
+        return Err(at.error("limit, hits_addend and apply_on_stream_done are not supported"));
     }
     if rule.actions.is_empty() {
-        return Err(format!("{at}.actions: at least one action is needed"));
+        return Err(at.key("actions").error("at least one action is needed"));
     }
-    let stage = rule.stage.unwrap_or(0);
-    if stage > 10 {
-        return Err(format!("{at}.stage: {stage} is above 10"));
-    }
+    let stage = envoy::stage(rule.stage, &at.key("stage"))?;
     let actions = rule
         .actions
         .iter()
         .enumerate()
-        .map(|(j, action)| compile_action(action, &format!("{at}.actions[{j}]")))
+        .map(|(j, action)| compile_action(action, &at.key("actions").index(j)))
         .collect::<Result<_, _>>()?;
     Ok(DescriptorRule {
         actions,
@@ -148,7 +146,7 @@ fn compile_rule(rule: &RateLimitConfig, at: &str) -> Result<DescriptorRule, Stri
     })
 }
 
-fn compile_action(action: &ActionConfig, at: &str) -> Result<Action, String> {
+fn compile_action(action: &ActionConfig, at: &ConfigPath) -> Result<Action, FieldError> {
     let mut found = Vec::new();
     if action.source_cluster.is_some() {
         found.push(Action::SourceCluster);
@@ -157,13 +155,12 @@ fn compile_action(action: &ActionConfig, at: &str) -> Result<Action, String> {
         found.push(Action::DestinationCluster);
     }
     if let Some(h) = &action.request_headers {
+        let at = at.key("request_headers");
         if h.header_name.is_empty() || h.descriptor_key.is_empty() {
-            return Err(format!(
-                "{at}.request_headers: header_name and descriptor_key must not be empty"
-            ));
+            return Err(at.error("header_name and descriptor_key must not be empty"));
         }
         found.push(Action::RequestHeader {
-            header: h.header_name.to_ascii_lowercase(),
+            header: RequestHeader::parse(&h.header_name, &at.key("header_name"))?,
             key: h.descriptor_key.clone(),
             skip_if_absent: h.skip_if_absent,
         });
@@ -186,7 +183,7 @@ fn compile_action(action: &ActionConfig, at: &str) -> Result<Action, String> {
             .headers
             .iter()
             .enumerate()
-            .map(|(k, h)| compile_matcher(h, &format!("{at}.header_value_match.headers[{k}]")))
+            .map(|(k, h)| compile_matcher(h, &at.key("header_value_match").key("headers").index(k)))
             .collect::<Result<_, _>>()?;
         found.push(Action::HeaderValueMatch {
             key: m
@@ -203,9 +200,9 @@ fn compile_action(action: &ActionConfig, at: &str) -> Result<Action, String> {
         let v4 = m.v4_prefix_mask_len.unwrap_or(32);
         let v6 = m.v6_prefix_mask_len.unwrap_or(128);
         if v4 > 32 || v6 > 128 {
-            return Err(format!(
-                "{at}.masked_remote_address: prefix lengths are at most 32 (IPv4) and 128 (IPv6)"
-            ));
+            return Err(at
+                .key("masked_remote_address")
+                .error("prefix lengths are at most 32 (IPv4) and 128 (IPv6)"));
         }
         found.push(Action::MaskedRemoteAddress { v4, v6 });
     }
@@ -230,26 +227,24 @@ fn compile_action(action: &ActionConfig, at: &str) -> Result<Action, String> {
         ),
     ] {
         if set {
-            return Err(format!("{at}: the {name} action is not supported"));
+            return Err(at.error(format!("the {name} action is not supported")));
         }
     }
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(format!(
-            "{at}: an action needs one of source_cluster, destination_cluster, request_headers, remote_address, generic_key, header_value_match, masked_remote_address, query_parameters"
+        0 => Err(at.error(
+            "an action needs one of source_cluster, destination_cluster, request_headers, remote_address, generic_key, header_value_match, masked_remote_address, query_parameters",
         )),
-        _ => Err(format!(
-            "{at}: an action sets exactly one kind; this one sets {}",
+        _ => Err(at.error(format!(
+            "an action sets exactly one kind; this one sets {}",
             found.len()
-        )),
+        ))),
     }
 }
 
-fn compile_matcher(h: &HeaderMatcherConfig, at: &str) -> Result<HeaderMatcher, String> {
+fn compile_matcher(h: &HeaderMatcherConfig, at: &ConfigPath) -> Result<HeaderMatcher, FieldError> {
     if h.safe_regex_match.is_some() || h.range_match.is_some() {
-        return Err(format!(
-            "{at}: safe_regex_match and range_match are not supported"
-        ));
+        return Err(at.error("safe_regex_match and range_match are not supported"));
     }
     let mut tests = Vec::new();
     if let Some(v) = &h.exact_match {
@@ -273,18 +268,19 @@ fn compile_matcher(h: &HeaderMatcherConfig, at: &str) -> Result<HeaderMatcher, S
     let test = match tests.len() {
         0 => HeaderTest::Present(true),
         1 => tests.remove(0),
-        _ => return Err(format!("{at}: a header matcher sets one kind of match")),
+        _ => return Err(at.error("a header matcher sets one kind of match")),
     };
     Ok(HeaderMatcher {
-        name: h.name.to_ascii_lowercase(),
+        name: RequestHeader::parse(&h.name, &at.key("name"))?,
         test,
         invert: h.invert_match,
     })
 }
 
-fn string_test(s: &StringMatcherConfig, at: &str) -> Result<HeaderTest, String> {
+fn string_test(s: &StringMatcherConfig, at: &ConfigPath) -> Result<HeaderTest, FieldError> {
+    let at = at.key("string_match");
     if s.safe_regex.is_some() {
-        return Err(format!("{at}.string_match: safe_regex is not supported"));
+        return Err(at.error("safe_regex is not supported"));
     }
     let ic = s.ignore_case;
     match (&s.exact, &s.prefix, &s.suffix, &s.contains) {
@@ -292,9 +288,7 @@ fn string_test(s: &StringMatcherConfig, at: &str) -> Result<HeaderTest, String> 
         (None, Some(v), None, None) => Ok(HeaderTest::Prefix(v.clone(), ic)),
         (None, None, Some(v), None) => Ok(HeaderTest::Suffix(v.clone(), ic)),
         (None, None, None, Some(v)) => Ok(HeaderTest::Contains(v.clone(), ic)),
-        _ => Err(format!(
-            "{at}.string_match: set exactly one of exact, prefix, suffix, contains"
-        )),
+        _ => Err(at.error("set exactly one of exact, prefix, suffix, contains")),
     }
 }
 
@@ -321,7 +315,7 @@ fn build_one(rule: &DescriptorRule, facts: &RequestFacts<'_>) -> Option<Descript
                 header,
                 key,
                 skip_if_absent,
-            } => match header_value(facts.parts, header) {
+            } => match header.value(facts.parts) {
                 Some(v) => entries.push((key.clone(), v)),
                 None if *skip_if_absent => {}
                 None => return None,
@@ -358,37 +352,70 @@ fn build_one(rule: &DescriptorRule, facts: &RequestFacts<'_>) -> Option<Descript
             },
         }
     }
-    (!entries.is_empty()).then_some(Descriptor { entries })
+    (!entries.is_empty()).then(|| Descriptor {
+        entries,
+        ..Descriptor::default()
+    })
 }
 
-/// A header's first value, or a pseudo-header (`:method`, `:path`, `:authority`, `:scheme`).
-pub fn header_value(parts: &Parts, name: &str) -> Option<String> {
-    match name {
-        ":method" => Some(parts.method.as_str().to_owned()),
-        ":path" => Some(
-            parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned(),
-        ),
-        ":authority" => parts
-            .headers
-            .get(http::header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())),
-        ":scheme" => Some(parts.uri.scheme_str().unwrap_or("http").to_owned()),
-        _ => parts
-            .headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+/// A header an action reads: one of the pseudo-headers, or a named header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestHeader {
+    /// `:method`.
+    Method,
+    /// `:path` (with the query).
+    Path,
+    /// `:authority`: the Host header, else the URI's authority.
+    Authority,
+    /// `:scheme` (`http` unless the URI says otherwise).
+    Scheme,
+    /// A header by name.
+    Named(HeaderName),
+}
+
+impl RequestHeader {
+    /// The header `name` (any case) names, checked as an HTTP header name; the error is at `at`.
+    pub fn parse(name: &str, at: &ConfigPath) -> Result<Self, FieldError> {
+        match name {
+            ":method" => Ok(RequestHeader::Method),
+            ":path" => Ok(RequestHeader::Path),
+            ":authority" => Ok(RequestHeader::Authority),
+            ":scheme" => Ok(RequestHeader::Scheme),
+            _ => HeaderName::from_bytes(name.as_bytes())
+                .map(RequestHeader::Named)
+                .map_err(|_| at.error(format!("`{name}` is not a header name"))),
+        }
+    }
+
+    /// The header's first value in a request.
+    pub fn value(&self, parts: &Parts) -> Option<String> {
+        match self {
+            RequestHeader::Method => Some(parts.method.as_str().to_owned()),
+            RequestHeader::Path => Some(
+                parts
+                    .uri
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .to_owned(),
+            ),
+            RequestHeader::Authority => parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())),
+            RequestHeader::Scheme => Some(parts.uri.scheme_str().unwrap_or("http").to_owned()),
+            RequestHeader::Named(name) => parts
+                .headers
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        }
     }
 }
 
 impl HeaderMatcher {
     fn matches(&self, parts: &Parts) -> bool {
-        let value = header_value(parts, &self.name);
+        let value = self.name.value(parts);
         let result = match (&self.test, value) {
             (HeaderTest::Present(want), v) => v.is_some() == *want,
             (_, None) => false,
@@ -409,60 +436,20 @@ fn fold(s: &str, ignore_case: bool) -> String {
     }
 }
 
-/// The first value of query parameter `name`, percent-decoded.
+/// The first value of query parameter `name`, decoded as a form (`+` is a space, `%XX` a byte).
 pub fn query_parameter(parts: &Parts, name: &str) -> Option<String> {
     let query = parts.uri.query()?;
-    query.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k) == name).then(|| percent_decode(v))
-    })
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// `ip/len` with the host bits cleared.
+/// `ip/len` with the host bits cleared (`len` is `v4` or `v6` by family, checked at compile time).
 pub fn masked(ip: IpAddr, v4: u8, v6: u8) -> String {
-    match ip {
-        IpAddr::V4(a) => {
-            let bits = u32::from(a);
-            let mask = if v4 == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(v4))
-            };
-            format!("{}/{v4}", std::net::Ipv4Addr::from(bits & mask))
-        }
-        IpAddr::V6(a) => {
-            let bits = u128::from(a);
-            let mask = if v6 == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(v6))
-            };
-            format!("{}/{v6}", std::net::Ipv6Addr::from(bits & mask))
-        }
+    let len = if ip.is_ipv4() { v4 } else { v6 };
+    match IpNet::new(ip, len) {
+        Ok(net) => net.trunc().to_string(),
+        Err(_) => format!("{ip}/{len}"),
     }
 }
 
@@ -591,10 +578,55 @@ mod tests {
             "- actions:\n  - {remote_address: {}, generic_key: {descriptor_value: x}}\n",
         )
         .unwrap();
-        assert!(compile(&two, "r").unwrap_err().contains("exactly one"));
+        assert!(
+            compile(&two, "r")
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
         let meta: Vec<RateLimitConfig> =
             serde_saphyr::from_str("- actions:\n  - metadata: {descriptor_key: k}\n").unwrap();
-        assert!(compile(&meta, "r").unwrap_err().contains("metadata"));
+        assert!(
+            compile(&meta, "r")
+                .unwrap_err()
+                .to_string()
+                .contains("metadata")
+        );
         let _ = ActionConfig::default();
+    }
+
+    #[test]
+    fn a_header_name_that_is_not_one_is_an_error_naming_the_field() {
+        let bad: Vec<RateLimitConfig> = serde_saphyr::from_str(
+            "- actions:\n  - request_headers: {header_name: 'x user', descriptor_key: user}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            compile(&bad, "rate_limits").unwrap_err().to_string(),
+            "rate_limits[0].actions[0].request_headers.header_name: `x user` is not a header name"
+        );
+        let matcher: Vec<RateLimitConfig> = serde_saphyr::from_str(
+            "- actions:\n  - header_value_match: {descriptor_value: v, headers: [{name: 'x:y', exact_match: a}]}\n",
+        )
+        .unwrap();
+        assert!(
+            compile(&matcher, "r")
+                .unwrap_err()
+                .to_string()
+                .contains("r[0].actions[0].header_value_match.headers[0].name")
+        );
+    }
+
+    #[test]
+    fn query_values_and_masked_addresses_decode_and_truncate() {
+        let p = parts("/?a=1&plan=x%2By+z&plan=second&tail=%41", &[]);
+        assert_eq!(query_parameter(&p, "plan").as_deref(), Some("x+y z"));
+        assert_eq!(query_parameter(&p, "tail").as_deref(), Some("A"));
+        assert_eq!(query_parameter(&p, "none"), None);
+        assert_eq!(masked("10.1.2.3".parse().unwrap(), 0, 128), "0.0.0.0/0");
+        assert_eq!(
+            masked("2001:db8::1".parse().unwrap(), 32, 64),
+            "2001:db8::/64"
+        );
     }
 }

@@ -1,10 +1,16 @@
 //! [`ProxyError`]: every way a request can end before (or instead of) an upstream response.
 //!
-//! Each policy layer has its own error type in its folder; this enum
-//! gathers them, and `crate::reply` turns each into the response the
-//! client gets, in one place.
+//! Every layer of a route's stack errs with this one type: the proxy's own
+//! filters return it, and the layers from `tollgate-shed` and
+//! `tollgate-upstream` convert their [`Shed`] and [`PickError`] into it
+//! through the `From` impls here (those crates know nothing of the proxy).
+//! `crate::reply` turns each variant into the response the client gets, in
+//! one place, and `crate::metrics` counts each under its own series.
 
 use std::fmt;
+
+use tollgate_shed::Shed;
+use tollgate_upstream::PickError;
 
 use crate::forward::error::UpstreamError;
 use crate::global_ratelimit::error::{GlobalRateLimited, RateLimitServiceFailed};
@@ -22,12 +28,7 @@ pub enum ProxyError {
     /// The upstream could not answer.
     Upstream(UpstreamError),
     /// A load-shedding layer refused the request (503 + Retry-After).
-    Shed {
-        /// Why.
-        reason: String,
-        /// When to come back.
-        retry_after: std::time::Duration,
-    },
+    Shed(Shed),
     /// No route matches the request's host and path.
     NoRoute,
     /// A bug: something the proxy should never see.
@@ -41,7 +42,7 @@ impl fmt::Display for ProxyError {
             ProxyError::GlobalRateLimited(e) => e.fmt(f),
             ProxyError::RateLimitServiceFailed(e) => e.fmt(f),
             ProxyError::Upstream(e) => e.fmt(f),
-            ProxyError::Shed { reason, .. } => write!(f, "overloaded: {reason}"),
+            ProxyError::Shed(shed) => write!(f, "overloaded: {shed}"),
             ProxyError::NoRoute => f.write_str("no route matches the request"),
             ProxyError::Internal(m) => write!(f, "internal error: {m}"),
         }
@@ -56,25 +57,14 @@ impl From<UpstreamError> for ProxyError {
     }
 }
 
-impl ProxyError {
-    /// Recovers the typed error from a boxed one (tower layers box their errors).
-    pub fn from_boxed(error: crate::BoxError) -> Self {
-        let error = match error.downcast::<ProxyError>() {
-            Ok(proxy) => return *proxy,
-            Err(other) => other,
-        };
-        if let Some(shed) = tollgate_shed::Shed::find(&*error) {
-            return ProxyError::Shed {
-                reason: shed.to_string(),
-                retry_after: shed.retry_after(),
-            };
-        }
-        if let Some(pick) = error.downcast_ref::<tollgate_upstream::PickError>() {
-            return ProxyError::Upstream(UpstreamError::Unavailable {
-                message: pick.to_string(),
-                retry_after: pick.retry_after(),
-            });
-        }
-        ProxyError::Internal(error.to_string())
+impl From<Shed> for ProxyError {
+    fn from(shed: Shed) -> Self {
+        ProxyError::Shed(shed)
+    }
+}
+
+impl From<PickError> for ProxyError {
+    fn from(pick: PickError) -> Self {
+        ProxyError::Upstream(UpstreamError::Unavailable(pick))
     }
 }

@@ -7,6 +7,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use tollgate_upstream::PickError;
+
+use crate::error::ProxyError;
+use crate::forward::error::UpstreamError;
 
 /// Labels of per-route counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -24,7 +28,9 @@ pub struct ResponseLabels {
     pub route: String,
     /// The cluster.
     pub cluster: String,
-    /// `2xx` … `5xx` for upstream answers; `timeout`, `connect_failure` for the proxy's own.
+    /// `1xx` … `5xx` for upstream answers; `timeout`, `connect_failure` for upstreams
+    /// that did not answer; `breaker_open`, `overflow`, `no_healthy_upstream` for
+    /// requests no endpoint was picked for.
     pub class: String,
 }
 
@@ -143,8 +149,8 @@ impl Metrics {
     }
 }
 
-/// Response classes counted per route.
-pub const RESPONSE_CLASSES: [&str; 7] = [
+/// Response classes counted per route, in [`ResponseClass`] order.
+pub const RESPONSE_CLASSES: [&str; 10] = [
     "1xx",
     "2xx",
     "3xx",
@@ -152,7 +158,46 @@ pub const RESPONSE_CLASSES: [&str; 7] = [
     "5xx",
     "timeout",
     "connect_failure",
+    "breaker_open",
+    "overflow",
+    "no_healthy_upstream",
 ];
+
+/// The proxy's own upstream outcomes, beside the status classes of upstream answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseClass {
+    /// The response headers did not come within the route's timeout.
+    Timeout = 5,
+    /// No connection could be made, or it failed before the response headers.
+    ConnectFailure = 6,
+    /// The cluster's circuit breaker refused the request: nothing was sent.
+    BreakerOpen = 7,
+    /// The cluster's `max_requests` were in flight: nothing was sent.
+    Overflow = 8,
+    /// No endpoint was healthy (or the cluster has none): nothing was sent.
+    NoHealthyUpstream = 9,
+}
+
+impl ResponseClass {
+    /// The class of an upstream failure.
+    pub fn of(error: &UpstreamError) -> Self {
+        match error {
+            UpstreamError::Timeout(_) => ResponseClass::Timeout,
+            UpstreamError::Connect(_) | UpstreamError::Reset(_) => ResponseClass::ConnectFailure,
+            UpstreamError::NoEndpoint => ResponseClass::NoHealthyUpstream,
+            UpstreamError::Unavailable(pick) => match pick {
+                PickError::CircuitOpen { .. } => ResponseClass::BreakerOpen,
+                PickError::Overflow { .. } => ResponseClass::Overflow,
+                PickError::NoHealthyEndpoint => ResponseClass::NoHealthyUpstream,
+            },
+        }
+    }
+
+    /// The `class` label.
+    pub fn label(self) -> &'static str {
+        RESPONSE_CLASSES[self as usize]
+    }
+}
 
 /// One route's series, resolved once so that a request only increments atomics.
 #[derive(Clone, Debug)]
@@ -210,5 +255,17 @@ impl RouteCounters {
     pub fn response(&self, status: u16) {
         let index = usize::from(status / 100).saturating_sub(1).min(4);
         self.responses[index].inc();
+    }
+
+    /// Counts a request the proxy answered itself, under the series of its cause.
+    pub fn error(&self, error: &ProxyError) {
+        match error {
+            ProxyError::LocalRateLimited(_) => self.local_rate_limited.inc(),
+            ProxyError::GlobalRateLimited(_) => self.global_rate_limited.inc(),
+            ProxyError::RateLimitServiceFailed(_) => self.rate_limit_service_denied.inc(),
+            ProxyError::Upstream(e) => self.responses[ResponseClass::of(e) as usize].inc(),
+            ProxyError::Shed(_) => self.shed.inc(),
+            ProxyError::NoRoute | ProxyError::Internal(_) => 0,
+        };
     }
 }

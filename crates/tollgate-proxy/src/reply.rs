@@ -186,14 +186,11 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             }
             reply(failure.status, HeaderMap::new(), Vec::new())
         }
-        ProxyError::Shed {
-            reason,
-            retry_after,
-        } => {
+        ProxyError::Shed(shed) => {
             let mut headers = HeaderMap::new();
             headers.insert(
                 RETRY_AFTER,
-                HeaderValue::from(contract.retry_after(retry_after)),
+                HeaderValue::from(contract.retry_after(shed.retry_after())),
             );
             if grpc {
                 return grpc_reply(14, "overloaded", headers);
@@ -202,7 +199,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 headers,
-                format!("overloaded: {reason}").into_bytes(),
+                format!("overloaded: {shed}").into_bytes(),
             )
         }
         ProxyError::Upstream(e) => {
@@ -211,12 +208,10 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
             let mut headers = HeaderMap::new();
-            if let UpstreamError::Unavailable {
-                retry_after: Some(wait),
-                ..
-            } = &e
+            if let UpstreamError::Unavailable(pick) = &e
+                && let Some(wait) = pick.retry_after()
             {
-                headers.insert(RETRY_AFTER, HeaderValue::from(contract.retry_after(*wait)));
+                headers.insert(RETRY_AFTER, HeaderValue::from(contract.retry_after(wait)));
             }
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             reply(status, headers, e.to_string().into_bytes())

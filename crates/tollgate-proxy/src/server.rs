@@ -202,19 +202,7 @@ impl Proxy {
                 response
             }
             Err(error) => {
-                match &error {
-                    ProxyError::LocalRateLimited(_) => counters.local_rate_limited.inc(),
-                    ProxyError::GlobalRateLimited(_) => counters.global_rate_limited.inc(),
-                    ProxyError::RateLimitServiceFailed(_) => {
-                        counters.rate_limit_service_denied.inc()
-                    }
-                    ProxyError::Upstream(crate::forward::error::UpstreamError::Timeout(_)) => {
-                        counters.responses[5].inc()
-                    }
-                    ProxyError::Upstream(_) => counters.responses[6].inc(),
-                    ProxyError::Shed { .. } => counters.shed.inc(),
-                    ProxyError::NoRoute | ProxyError::Internal(_) => 0,
-                };
+                counters.error(&error);
                 reply::render(error, grpc, &route.contract)
             }
         };

@@ -156,6 +156,14 @@ async fn metrics_show(metrics: &Metrics, series: &str) -> bool {
     .is_ok()
 }
 
+/// A loopback address nothing listens on (the port was bound, then let go).
+fn closed_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("addr")
+}
+
 fn manual() -> (ManualClock, Arc<dyn Clock>) {
     let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
     (clock.clone(), Arc::new(clock))
@@ -261,10 +269,7 @@ async fn a_reload_leaves_requests_in_flight_on_their_config() {
     .await;
     assert!(arrived, "the request arrives");
     // The new config sends everything to an endpoint where nothing listens.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr");
+    let dead = closed_port();
     std::fs::write(&running.file, yaml(dead, "")).expect("rewritten");
     running.proxy.reload().expect("the new config loads");
     let (status, _, _) = fetch(&http1(), addr, "/").await;
@@ -392,10 +397,7 @@ async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
         ..Gates::default()
     }))
     .await;
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr");
+    let dead = closed_port();
     let (_, clock) = manual();
     let text = format!(
         "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{live}\"}}, {{address: \"{dead}\"}}]\n    outlier_detection: {{consecutive_gateway_failure: 1, enforcing_consecutive_gateway_failure: 100, max_ejection_percent: 50}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
@@ -423,4 +425,33 @@ async fn a_dead_endpoint_is_ejected_after_a_gateway_failure() {
         metrics.contains("tollgate_proxy_upstream_endpoint_ejections_total"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_breaker_open_rejection_is_not_counted_as_a_connect_failure() {
+    let dead = closed_port();
+    let (_, clock) = manual();
+    let text = format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{dead}\"}}]\n    circuit_breaker: {{failure_threshold: 1, open_duration: 1h, max_open_duration: 1h}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
+    );
+    let running = start_proxy("breaker-class", &text, clock).await;
+    let client = http1();
+    // The first request reaches for the dead endpoint and opens the breaker;
+    // the second is refused by the open breaker without any connection.
+    assert_eq!(
+        fetch(&client, running.addr, "/").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        fetch(&client, running.addr, "/").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let metrics = running.proxy.metrics.render().expect("renders");
+    let series = |class: &str| {
+        format!(
+            "tollgate_proxy_upstream_responses_total{{route=\"api\",cluster=\"backend\",class=\"{class}\"}} 1\n"
+        )
+    };
+    assert!(metrics.contains(&series("connect_failure")), "{metrics}");
+    assert!(metrics.contains(&series("breaker_open")), "{metrics}");
 }

@@ -2,11 +2,13 @@
 //!
 //! [`RemoteStore`] wraps a [`RedisStore`] with
 //!
-//! * a [`Breaker`]: after `threshold` consecutive failed calls it opens and
-//!   the store is not called at all (each request goes straight to its
-//!   rule's `on_store_error`); after a backoff one request probes the store
+//! * a [`Breaker`] (`tollgate_core::breaker`'s state machine): after
+//!   `threshold` consecutive failed calls it opens and the store is not
+//!   called at all (each request goes straight to its rule's
+//!   `on_store_error`); after a backoff one request probes the store
 //!   (half-open); success closes the breaker, failure opens it again with
-//!   the backoff doubled (up to a cap);
+//!   the backoff doubled (up to a cap). Calls that started before it opened
+//!   and end while it is open change nothing;
 //! * the in-process counters used by `on_store_error: local` rules, each
 //!   limit divided by the expected number of instances;
 //! * counts of store errors and fallbacks by policy, for `/metrics`.
@@ -22,13 +24,14 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::collections::HashMap;
 
+use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
 use tollgate_core::{Clock, Decision, Outcome, Timestamp};
 use tollgate_redis::RedisStore;
 use tollgate_store::{
     Counter, CounterStore, MemoryCounters, StoreConfig, StoreError, counts_denied,
 };
 
-/// Where the breaker stands.
+/// Where the store's breaker stands, with its failure count or backoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     /// Calls go to the store; `failures` consecutive ones have failed.
@@ -50,13 +53,15 @@ pub enum BreakerState {
     },
 }
 
-/// A circuit breaker timed by an injected clock.
+/// The store's circuit breaker: the core's [`CircuitBreaker`] state machine with one probe at a time, under a mutex.
+///
+/// Calls record their outcome without keeping their admission: an outcome
+/// counts for the breaker's current state (a failure while closed, the
+/// probe's result while half-open) and is ignored while the breaker is
+/// open, since no call was let through then.
 #[derive(Debug)]
 pub struct Breaker {
-    state: Mutex<BreakerState>,
-    threshold: u32,
-    first_backoff: Duration,
-    max_backoff: Duration,
+    machine: Mutex<CircuitBreaker>,
 }
 
 impl Breaker {
@@ -64,57 +69,51 @@ impl Breaker {
     /// `first_backoff`, doubling per failed probe up to `max_backoff`.
     pub fn new(threshold: u32, first_backoff: Duration, max_backoff: Duration) -> Self {
         Breaker {
-            state: Mutex::new(BreakerState::Closed { failures: 0 }),
-            threshold: threshold.max(1),
-            first_backoff,
-            max_backoff: max_backoff.max(first_backoff),
+            machine: Mutex::new(CircuitBreaker::new(BreakerPolicy {
+                failure_threshold: threshold,
+                open_duration: first_backoff,
+                max_open_duration: max_backoff,
+                half_open_probes: 1,
+            })),
         }
     }
 
     /// Whether a call may go to the store at `now` (a probe when half-opening).
     pub fn admit(&self, now: Timestamp) -> bool {
-        let mut state = self.state.lock();
-        match *state {
-            BreakerState::Closed { .. } => true,
-            BreakerState::Open { until, backoff } if now >= until => {
-                *state = BreakerState::HalfOpen { backoff };
-                true
-            }
-            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => false,
-        }
+        self.machine.lock().acquire(now).is_ok()
     }
 
-    /// Records a call that succeeded: the breaker closes.
+    /// Records a call that succeeded: a closed breaker forgets its failures, a half-open one closes.
     pub fn on_success(&self) {
-        *self.state.lock() = BreakerState::Closed { failures: 0 };
+        let mut machine = self.machine.lock();
+        if let Some(admission) = machine.current_admission() {
+            machine.record_success(admission);
+        }
     }
 
     /// Records a call that failed at `now`.
     pub fn on_failure(&self, now: Timestamp) {
-        let mut state = self.state.lock();
-        *state = match *state {
-            BreakerState::Closed { failures } if failures + 1 >= self.threshold => {
-                BreakerState::Open {
-                    until: now.saturating_add(self.first_backoff),
-                    backoff: self.first_backoff,
-                }
-            }
-            BreakerState::Closed { failures } => BreakerState::Closed {
-                failures: failures + 1,
-            },
-            BreakerState::HalfOpen { backoff } | BreakerState::Open { backoff, .. } => {
-                let backoff = (backoff * 2).min(self.max_backoff);
-                BreakerState::Open {
-                    until: now.saturating_add(backoff),
-                    backoff,
-                }
-            }
-        };
+        let mut machine = self.machine.lock();
+        if let Some(admission) = machine.current_admission() {
+            machine.record_failure(admission, now);
+        }
     }
 
     /// Where the breaker stands now.
     pub fn state(&self) -> BreakerState {
-        *self.state.lock()
+        let machine = self.machine.lock();
+        match machine.state() {
+            CoreBreakerState::Closed => BreakerState::Closed {
+                failures: machine.consecutive_failures(),
+            },
+            CoreBreakerState::Open => BreakerState::Open {
+                until: machine.open_until(),
+                backoff: machine.open_for(),
+            },
+            CoreBreakerState::HalfOpen => BreakerState::HalfOpen {
+                backoff: machine.open_for(),
+            },
+        }
     }
 
     /// 0 closed, 1 open, 2 half-open (the `/metrics` gauge).
@@ -534,5 +533,24 @@ mod tests {
         b.on_success();
         assert_eq!(b.state(), BreakerState::Closed { failures: 0 });
         assert!(b.admit(at(1100)));
+    }
+
+    #[test]
+    fn calls_started_before_the_breaker_opened_do_not_move_it() {
+        let b = Breaker::new(2, 100 * MS, 400 * MS);
+        let t0 = Timestamp::from_secs(1_000);
+        b.on_failure(t0);
+        b.on_failure(t0);
+        assert_eq!(b.state_code(), 1);
+        // A slow call from before the trip answers now: still open, same backoff.
+        b.on_success();
+        b.on_failure(t0.saturating_add(50 * MS));
+        assert_eq!(
+            b.state(),
+            BreakerState::Open {
+                until: t0.saturating_add(100 * MS),
+                backoff: 100 * MS
+            }
+        );
     }
 }

@@ -3,11 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
-
 use crate::priority::Priority;
 
-/// The boxed error the layers' services return (the inner service's error, or a [`Shed`]).
+/// A boxed error: the error type of a stack that keeps tower's convention (it converts from a [`Shed`]).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a request was shed.
@@ -98,13 +96,3 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
-
-/// Reads a duration written as `1s`, `500ms` or `1m 30s`.
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "`{text}` is not a duration (write e.g. 1s or 500ms): {e}"
-        ))
-    })
-}

@@ -6,9 +6,12 @@
 //!   in a header; part of the in-flight capacity is reserved so that
 //!   critical traffic still gets through when the rest is shed.
 //!
-//! Both fail a refused request with a [`Shed`] error (boxed, as tower's
-//! layers do) that carries the reason and a retry-after hint; the proxy
-//! turns it into `503 Service Unavailable` + `Retry-After` in one place.
+//! Both fail a refused request with a [`Shed`] that carries the reason and a
+//! retry-after hint, converted into the inner service's own error type
+//! (`S::Error: From<Shed>`): a stack keeping tower's convention gets it
+//! boxed ([`BoxError`]), the proxy gets its own error enum and turns it into
+//! `503 Service Unavailable` + `Retry-After` in one place. The layers know
+//! nothing of the proxy.
 //! A slot is taken when the request is called and given back when its
 //! response future completes, fails or is dropped.
 

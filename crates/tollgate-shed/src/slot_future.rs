@@ -6,7 +6,7 @@ use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
 
-use crate::error::{BoxError, Shed};
+use crate::error::Shed;
 
 pin_project! {
     /// The response of a shedding layer: the inner call holding its slot, or the shed error.
@@ -44,9 +44,9 @@ impl<F, Slot> SlotFuture<F, Slot> {
 impl<F, T, E, Slot> Future for SlotFuture<F, Slot>
 where
     F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
+    E: From<Shed>,
 {
-    type Output = Result<T, BoxError>;
+    type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -55,12 +55,12 @@ where
                 let result = ready!(future.poll(cx));
                 // The slot is free as soon as the inner call is done.
                 this.slot.take();
-                Poll::Ready(result.map_err(Into::into))
+                Poll::Ready(result)
             }
-            KindProj::Shed { shed } => Poll::Ready(Err(shed
-                .take()
-                .map(|s| Box::new(s) as BoxError)
-                .unwrap_or_else(|| "response future polled after completion".into()))),
+            KindProj::Shed { shed } => Poll::Ready(Err(E::from(
+                shed.take()
+                    .expect("a shed response future is polled once after it completed"),
+            ))),
         }
     }
 }

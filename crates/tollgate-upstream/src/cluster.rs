@@ -12,7 +12,9 @@ use rand_chacha::ChaCha8Rng;
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 
 use crate::balancer::{Balancer, EndpointView};
-use crate::breaker::{BreakerState, CircuitBreaker, Permit};
+use tollgate_core::breaker::Admission;
+
+use crate::breaker::{BreakerState, CircuitBreaker};
 use crate::config::{ClusterConfig, ConfigError};
 use crate::metrics::{UpstreamMetrics, cluster_labels, endpoint_labels};
 use crate::outlier::{EjectionState, FailureCounts, Outcome, OutlierDetector};
@@ -282,9 +284,9 @@ impl Cluster {
     pub fn pick(&self, hash_key: Option<&[u8]>) -> Result<PickedEndpoint, PickError> {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        let permit = match &inner.breaker {
+        let admission = match &inner.breaker {
             Some(breaker) => match breaker.acquire(now) {
-                Ok(permit) => Some(permit),
+                Ok(admission) => Some(admission),
                 Err(retry_after) => {
                     inner
                         .metrics
@@ -300,7 +302,7 @@ impl Cluster {
         let mut picked = PickedEndpoint {
             inner: Arc::clone(&self.inner),
             index: None,
-            permit,
+            admission,
             counted: false,
         };
         if let Some(max) = inner.max_requests {
@@ -385,7 +387,7 @@ impl Cluster {
 pub struct PickedEndpoint {
     inner: Arc<Inner>,
     index: Option<usize>,
-    permit: Option<Permit>,
+    admission: Option<Admission>,
     counted: bool,
 }
 
@@ -418,10 +420,10 @@ impl PickedEndpoint {
             return;
         }
         let now = inner.clock.now();
-        if let Some(permit) = self.permit.take()
+        if let Some(admission) = self.admission.take()
             && let Some(breaker) = &inner.breaker
         {
-            breaker.record(permit, outcome.is_failure(), now);
+            breaker.record(admission, outcome.is_failure(), now);
         }
         if let Some(outlier) = &inner.outlier {
             let fired = inner.endpoints[index]
@@ -452,7 +454,7 @@ impl Drop for PickedEndpoint {
         if self.counted {
             inner.total_in_flight.fetch_sub(1, Ordering::AcqRel);
         }
-        if let Some(Permit::Probe(period)) = self.permit
+        if let Some(Admission::Probe(period)) = self.admission
             && let Some(breaker) = &inner.breaker
         {
             breaker.release_probe(period);

@@ -160,13 +160,22 @@ pub struct OutlierDetectionConfig {
     pub enforcing_consecutive_gateway_failure: u32,
     /// An endpoint that stays in service this long takes one off its
     /// ejection multiplier (default 10 s).
-    #[serde(default = "ten_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "ten_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub interval: Duration,
     /// An ejection lasts this × the times the endpoint was ejected (default 30 s).
-    #[serde(default = "thirty_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "thirty_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub base_ejection_time: Duration,
     /// The longest ejection (default 300 s; never shorter than `base_ejection_time`).
-    #[serde(default = "three_hundred_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "three_hundred_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub max_ejection_time: Duration,
     /// At most this percentage of the cluster is ejected at once (default 10).
     #[serde(default = "ten")]
@@ -220,10 +229,16 @@ pub struct CircuitBreakerConfig {
     pub failure_threshold: u32,
     /// How long the breaker stays open the first time (default 5 s); each
     /// failed probe doubles it.
-    #[serde(default = "five_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "five_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub open_duration: Duration,
     /// The longest the breaker stays open (default 60 s).
-    #[serde(default = "sixty_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "sixty_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub max_open_duration: Duration,
     /// Requests let through at once while half-open (default 1).
     #[serde(default = "one")]
@@ -261,10 +276,16 @@ impl Default for CircuitBreakerConfig {
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
     /// Time between two rounds of checks (default 5 s).
-    #[serde(default = "five_seconds", deserialize_with = "duration")]
+    #[serde(
+        default = "five_seconds",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub interval: Duration,
     /// A check that has not answered in this time failed (default 1 s).
-    #[serde(default = "one_second", deserialize_with = "duration")]
+    #[serde(
+        default = "one_second",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub timeout: Duration,
     /// The path requested, starting with `/`.
     pub path: String,
@@ -332,29 +353,6 @@ impl<'de> Deserialize<'de> for StatusRange {
             Raw::Range { start, end } => Ok(StatusRange { start, end }),
         }
     }
-}
-
-/// Reads a duration written as `30s`, `500ms`, `1m 30s` or Envoy's `0.5s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    if let Ok(d) = humantime::parse_duration(trimmed) {
-        return Ok(d);
-    }
-    if let Some(secs) = trimmed.strip_suffix('s')
-        && let Ok(secs) = secs.parse::<f64>()
-        && secs.is_finite()
-        && secs >= 0.0
-    {
-        return Ok(Duration::from_secs_f64(secs));
-    }
-    Err(format!(
-        "`{text}` is not a duration (write e.g. 30s, 500ms or 0.5s)"
-    ))
-}
-
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
 impl ClusterConfig {

@@ -10,7 +10,8 @@
 //!   caller-given key, virtual nodes) and weighted random;
 //! * outlier detection with Envoy's consecutive-5xx and
 //!   consecutive-gateway-failure detectors ([`OutlierDetectionConfig`]);
-//! * a circuit breaker, closed → open → half-open → closed, plus Envoy's
+//! * a circuit breaker, closed → open → half-open → closed
+//!   (`tollgate_core::breaker`'s state machine), plus Envoy's
 //!   `max_requests` ([`CircuitBreakerConfig`]);
 //! * optional active HTTP health checks ([`HealthChecker`]).
 //!
@@ -34,11 +35,8 @@ pub use breaker::BreakerState;
 pub use cluster::{Cluster, ClusterBuilder, EndpointStatus, PickError, PickedEndpoint};
 pub use config::{
     CircuitBreakerConfig, ClusterConfig, ConfigError, EndpointConfig, HealthCheckConfig, LbPolicy,
-    MAX_RING_SIZE, MAX_WEIGHT, OutlierDetectionConfig, RingHashConfig, StatusRange, parse_duration,
+    MAX_RING_SIZE, MAX_WEIGHT, OutlierDetectionConfig, RingHashConfig, StatusRange,
 };
 pub use health::{HealthCheckTask, HealthChecker};
 pub use metrics::{ClusterLabels, EndpointLabels, UpstreamMetrics};
 pub use outlier::Outcome;
-
-/// The boxed error the [`balance`] service returns (a [`PickError`] or the inner service's error).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -9,8 +9,11 @@
 
 use std::time::Duration;
 
+use http::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+
+use super::{ConfigPath, FieldError};
 
 /// The type URL of `LocalRateLimit`.
 pub const LOCAL_RATELIMIT_TYPE: &str =
@@ -23,38 +26,36 @@ pub const TYPED_STRUCT_TYPES: [&str; 2] = [
 /// The filter name Istio EnvoyFilters insert.
 pub const LOCAL_RATELIMIT_FILTER: &str = "envoy.filters.http.local_ratelimit";
 
-/// A protobuf `Duration` as YAML spells it (`1s`, `0.25s`), or a humantime span (`250ms`, `1m`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProtoDuration(pub Duration);
-
-impl<'de> Deserialize<'de> for ProtoDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        parse_duration(&text)
-            .map(ProtoDuration)
-            .map_err(serde::de::Error::custom)
+/// Reads `enable_x_ratelimit_headers` (at `at`): `OFF` (default) or `DRAFT_VERSION_03`.
+pub fn x_ratelimit_headers(value: Option<&str>, at: &ConfigPath) -> Result<bool, FieldError> {
+    match value {
+        None | Some("OFF") => Ok(false),
+        Some("DRAFT_VERSION_03") => Ok(true),
+        Some(other) => Err(at.error(format!("`{other}` is not OFF or DRAFT_VERSION_03"))),
     }
 }
 
-/// Parses `1s`, `0.05s`, `1.5s` (protobuf JSON) or `50ms`, `2m` (humantime).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    if let Some(seconds) = trimmed.strip_suffix('s')
-        && !seconds.ends_with('m')
-        && !seconds.ends_with('n')
-        && !seconds.ends_with('u')
-        && !seconds.ends_with('µ')
-        && let Ok(value) = seconds.parse::<f64>()
-    {
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(format!("`{text}` is not a non-negative duration"));
-        }
-        return Duration::try_from_secs_f64(value)
-            .map_err(|_| format!("`{text}` is too long a duration"));
+/// Reads a `stage` (at `at`): 0 (default) to 10.
+pub fn stage(value: Option<u32>, at: &ConfigPath) -> Result<u32, FieldError> {
+    match value.unwrap_or(0) {
+        stage @ 0..=10 => Ok(stage),
+        stage => Err(at.error(format!("{stage} is above 10"))),
     }
-    humantime::parse_duration(trimmed).map_err(|error| {
-        format!("`{text}` is not a duration like `1s`, `0.5s` or `250ms`: {error}")
-    })
+}
+
+/// Reads a limited reply's status (at `at`): 429 by default, and for anything below 400, as Envoy does.
+pub fn limited_status(
+    status: Option<&HttpStatusConfig>,
+    at: &ConfigPath,
+) -> Result<StatusCode, FieldError> {
+    match status.map(|s| s.code) {
+        None => Ok(StatusCode::TOO_MANY_REQUESTS),
+        Some(code) if code < 400 => Ok(StatusCode::TOO_MANY_REQUESTS),
+        Some(code) => StatusCode::from_u16(code).map_err(|_| {
+            at.key("code")
+                .error(format!("{code} is not an HTTP status"))
+        }),
+    }
 }
 
 /// `envoy.type.v3.TokenBucket`.
@@ -66,7 +67,8 @@ pub struct TokenBucketConfig {
     /// Tokens added per `fill_interval` (default 1).
     pub tokens_per_fill: Option<u32>,
     /// The refill period; at least 50 ms for the local filter.
-    pub fill_interval: ProtoDuration,
+    #[serde(deserialize_with = "tollgate_core::duration::deserialize")]
+    pub fill_interval: Duration,
 }
 
 /// `envoy.type.v3.FractionalPercent`.

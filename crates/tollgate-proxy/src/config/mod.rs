@@ -9,6 +9,7 @@
 //! file and the field.
 
 pub mod envoy;
+pub mod path;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -17,28 +18,42 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use self::envoy::{
-    EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig, ProtoDuration,
+    EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig,
     RateLimitConfig, TYPED_STRUCT_TYPES,
 };
+pub use self::path::{ConfigPath, FieldError};
 
-/// A configuration problem, with the file and (when known) the line and column it is about.
+/// A configuration problem: the file, the line and column when known, the field when known, and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     /// The file.
     pub file: PathBuf,
     /// Line and column, from 1, when the problem has a place in the file.
     pub position: Option<(u64, u64)>,
+    /// The field the problem is about (the root when it is about the file as a whole).
+    pub path: ConfigPath,
     /// What is wrong.
     pub message: String,
 }
 
 impl ConfigError {
-    /// An error about `file` as a whole (or a field named in `message`).
+    /// An error about `file` as a whole.
     pub fn new(file: &Path, message: impl Into<String>) -> Self {
         ConfigError {
             file: file.to_path_buf(),
             position: None,
+            path: ConfigPath::root(),
             message: message.into(),
+        }
+    }
+
+    /// An error about one field of `file`.
+    pub fn field(file: &Path, error: FieldError) -> Self {
+        ConfigError {
+            file: file.to_path_buf(),
+            position: None,
+            path: error.path,
+            message: error.message,
         }
     }
 
@@ -53,6 +68,7 @@ impl ConfigError {
         ConfigError {
             file: file.to_path_buf(),
             position: Some(position.unwrap_or((1, 1))),
+            path: ConfigPath::root(),
             message,
         }
     }
@@ -60,14 +76,14 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.position {
-            Some((line, column)) => write!(
-                f,
-                "{}:{line}:{column}: {}",
-                self.file.display(),
-                self.message
-            ),
-            None => write!(f, "{}: {}", self.file.display(), self.message),
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, column)) = self.position {
+            write!(f, ":{line}:{column}")?;
+        }
+        if self.path.is_root() {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": {}: {}", self.path, self.message)
         }
     }
 }
@@ -132,7 +148,11 @@ pub struct ClusterConfig {
     /// The endpoints.
     pub endpoints: Vec<EndpointConfig>,
     /// Time to establish a connection (default 5 s).
-    pub connect_timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub connect_timeout: Option<std::time::Duration>,
     /// Speak HTTP/2 (prior knowledge) to the endpoints instead of HTTP/1.1.
     #[serde(default)]
     pub http2: bool,
@@ -177,7 +197,11 @@ pub struct RouteConfig {
     /// The cluster requests go to.
     pub cluster: String,
     /// Time for the upstream's response headers (default 15 s, as Envoy); 0 disables.
-    pub timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub timeout: Option<std::time::Duration>,
     /// Descriptor actions (Envoy route `rate_limits`), for the local and global limits.
     #[serde(default)]
     pub rate_limits: Vec<RateLimitConfig>,
@@ -203,7 +227,11 @@ pub struct ConcurrencyLimitConfig {
     /// Requests in flight per key, at most.
     pub max_in_flight: usize,
     /// The `Retry-After` hint of a shed request (default 1 s).
-    pub retry_after: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub retry_after: Option<std::time::Duration>,
     /// The key: this request header's value (absent: empty key); without it, the trusted client address.
     pub key_header: Option<String>,
 }
@@ -217,7 +245,11 @@ pub struct GlobalRateLimitConfig {
     /// The RLS address (`ip:port`, plain-text gRPC).
     pub rate_limit_service: RateLimitServiceConfig,
     /// The call's deadline (default 20 ms; `0s` = none).
-    pub timeout: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub timeout: Option<std::time::Duration>,
     /// Deny when the RLS fails (default false: allow).
     #[serde(default)]
     pub failure_mode_deny: bool,
@@ -259,7 +291,11 @@ pub struct RateLimitServiceConfig {
 #[serde(deny_unknown_fields)]
 pub struct ResponseContractConfig {
     /// The most upward jitter added to `Retry-After` (default 0).
-    pub retry_after_jitter: Option<ProtoDuration>,
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub retry_after_jitter: Option<std::time::Duration>,
     /// IETF draft-10 `RateLimit` and `RateLimit-Policy` fields on every limited-or-counted response.
     #[serde(default)]
     pub ietf_headers: bool,
@@ -286,7 +322,7 @@ pub struct LocalRateLimitFile {
     /// The effective `LocalRateLimit` (unwrapped).
     pub config: LocalRateLimitConfig,
     /// Where it came from inside the file, for messages (`spec.configPatches[0]…`).
-    pub origin: String,
+    pub origin: ConfigPath,
 }
 
 /// Reads an Istio `EnvoyFilter` or a bare `LocalRateLimit` from `path`.
@@ -308,11 +344,9 @@ pub fn load_local_ratelimit_file(path: &Path) -> Result<Option<LocalRateLimitFil
     }
     let config: LocalRateLimitConfig =
         serde_saphyr::from_str(&text).map_err(|e| ConfigError::from_yaml(path, &e))?;
-    let config = unwrap_typed(path, "the file", config)?;
-    Ok(Some(LocalRateLimitFile {
-        config,
-        origin: "the file".to_owned(),
-    }))
+    let origin = ConfigPath::from("the file");
+    let config = unwrap_typed(path, &origin, config)?;
+    Ok(Some(LocalRateLimitFile { config, origin }))
 }
 
 fn local_ratelimit_from_envoy_filter(
@@ -331,19 +365,26 @@ fn local_ratelimit_from_envoy_filter(
         let Some(value) = &patch.patch.value else {
             continue;
         };
-        let at = format!("spec.configPatches[{i}].patch.value");
+        let at = ConfigPath::root()
+            .key("spec")
+            .key("configPatches")
+            .index(i)
+            .key("patch")
+            .key("value");
         match patch.apply_to.as_str() {
             "HTTP_FILTER" => {
                 if value.get("name").and_then(|n| n.as_str()) != Some(LOCAL_RATELIMIT_FILTER) {
                     continue;
                 }
                 let Some(typed) = value.get("typed_config") else {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{at}: the {LOCAL_RATELIMIT_FILTER} filter has no typed_config"),
+                        at.error(format!(
+                            "the {LOCAL_RATELIMIT_FILTER} filter has no typed_config"
+                        )),
                     ));
                 };
-                let origin = format!("{at}.typed_config");
+                let origin = at.key("typed_config");
                 listener_level = Some(LocalRateLimitFile {
                     config: from_value(path, &origin, typed)?,
                     origin,
@@ -356,12 +397,14 @@ fn local_ratelimit_from_envoy_filter(
                 else {
                     continue;
                 };
-                let origin = format!("{at}.typed_per_filter_config.{LOCAL_RATELIMIT_FILTER}");
+                let origin = at
+                    .key("typed_per_filter_config")
+                    .key(LOCAL_RATELIMIT_FILTER);
                 let config = from_value(path, &origin, typed)?;
                 if config.token_bucket.is_none() {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{origin}: a per-route local rate limit needs a token_bucket"),
+                        origin.error("a per-route local rate limit needs a token_bucket"),
                     ));
                 }
                 route_level = Some(LocalRateLimitFile { config, origin });
@@ -374,18 +417,18 @@ fn local_ratelimit_from_envoy_filter(
 
 fn from_value(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     value: &serde_json::Value,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     let config: LocalRateLimitConfig = serde_json::from_value(value.clone())
-        .map_err(|error| ConfigError::new(path, format!("{origin}: {error}")))?;
+        .map_err(|error| ConfigError::field(path, origin.error(error.to_string())))?;
     unwrap_typed(path, origin, config)
 }
 
 /// Resolves the `@type` / TypedStruct wrappers around a `LocalRateLimit`.
 pub fn unwrap_typed(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     mut config: LocalRateLimitConfig,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     match config.type_url_at.take() {
@@ -393,51 +436,47 @@ pub fn unwrap_typed(
             match config.type_url.take().as_deref() {
                 Some(LOCAL_RATELIMIT_TYPE) => {}
                 Some(other) => {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!(
-                            "{origin}: type_url is `{other}`; expected `{LOCAL_RATELIMIT_TYPE}`"
-                        ),
+                        origin.error(format!(
+                            "type_url is `{other}`; expected `{LOCAL_RATELIMIT_TYPE}`"
+                        )),
                     ));
                 }
                 None => {
-                    return Err(ConfigError::new(
+                    return Err(ConfigError::field(
                         path,
-                        format!("{origin}: a TypedStruct needs a type_url"),
+                        origin.error("a TypedStruct needs a type_url"),
                     ));
                 }
             }
             let Some(value) = config.value.take() else {
-                return Err(ConfigError::new(
+                return Err(ConfigError::field(
                     path,
-                    format!("{origin}: a TypedStruct needs a value"),
+                    origin.error("a TypedStruct needs a value"),
                 ));
             };
             if config.stat_prefix.is_some() || config.token_bucket.is_some() {
-                return Err(ConfigError::new(
+                return Err(ConfigError::field(
                     path,
-                    format!(
-                        "{origin}: LocalRateLimit fields belong inside the TypedStruct's value"
-                    ),
+                    origin.error("LocalRateLimit fields belong inside the TypedStruct's value"),
                 ));
             }
             let inner = *value;
             if inner.type_url_at.is_some() || inner.type_url.is_some() || inner.value.is_some() {
-                return Err(ConfigError::new(
-                    path,
-                    format!(
-                        "{origin}.value: @type, type_url and value are TypedStruct fields, not LocalRateLimit fields"
-                    ),
-                ));
+                return Err(ConfigError::field(
+                        path,
+                        origin.key("value").error("@type, type_url and value are TypedStruct fields, not LocalRateLimit fields"),
+                    ));
             }
             Ok(inner)
         }
         Some(t) if t == LOCAL_RATELIMIT_TYPE => no_wrapper_fields(path, origin, config),
-        Some(other) => Err(ConfigError::new(
+        Some(other) => Err(ConfigError::field(
             path,
-            format!(
-                "{origin}: @type `{other}` is neither {LOCAL_RATELIMIT_TYPE} nor a udpa.type.v1.TypedStruct"
-            ),
+            origin.error(format!(
+                "@type `{other}` is neither {LOCAL_RATELIMIT_TYPE} nor a udpa.type.v1.TypedStruct"
+            )),
         )),
         None => no_wrapper_fields(path, origin, config),
     }
@@ -445,14 +484,14 @@ pub fn unwrap_typed(
 
 fn no_wrapper_fields(
     path: &Path,
-    origin: &str,
+    origin: &ConfigPath,
     config: LocalRateLimitConfig,
 ) -> Result<LocalRateLimitConfig, ConfigError> {
     if config.type_url.is_some() || config.value.is_some() {
-        return Err(ConfigError::new(
+        return Err(ConfigError::field(
             path,
-            format!(
-                "{origin}: type_url and value need \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct"
+            origin.error(
+                "type_url and value need \"@type\": type.googleapis.com/udpa.type.v1.TypedStruct",
             ),
         ));
     }
@@ -487,7 +526,12 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(loaded.config.stat_prefix.as_deref(), Some("route"));
-        assert!(loaded.origin.contains("typed_per_filter_config"));
+        assert!(
+            loaded
+                .origin
+                .to_string()
+                .contains("typed_per_filter_config")
+        );
     }
 
     #[test]
@@ -509,5 +553,88 @@ mod tests {
             "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nspec:\n  configPatches: []\n",
         );
         assert!(load_local_ratelimit_file(&none).unwrap().is_none());
+    }
+
+    /// Every duration field of the proxy's YAML, in one order.
+    fn durations(config: &ProxyConfig) -> Vec<std::time::Duration> {
+        let local = config.local_ratelimit.as_ref().unwrap();
+        let global = config.global_ratelimit.as_ref().unwrap();
+        let cluster = &config.clusters[0];
+        let outlier = cluster.outlier_detection.as_ref().unwrap();
+        let breaker = cluster.circuit_breaker.as_ref().unwrap();
+        let health = cluster.health_check.as_ref().unwrap();
+        let route = &config.routes[0];
+        vec![
+            local.token_bucket.as_ref().unwrap().fill_interval,
+            local.descriptors[0]
+                .token_bucket
+                .as_ref()
+                .unwrap()
+                .fill_interval,
+            global.timeout.unwrap(),
+            config
+                .rate_limit_response
+                .as_ref()
+                .unwrap()
+                .retry_after_jitter
+                .unwrap(),
+            cluster.connect_timeout.unwrap(),
+            outlier.interval,
+            outlier.base_ejection_time,
+            outlier.max_ejection_time,
+            breaker.open_duration,
+            breaker.max_open_duration,
+            health.interval,
+            health.timeout,
+            route.timeout.unwrap(),
+            route
+                .concurrency_limit
+                .as_ref()
+                .unwrap()
+                .retry_after
+                .unwrap(),
+            route.priority_shedding.as_ref().unwrap().retry_after,
+        ]
+    }
+
+    fn every_duration(d: &str) -> String {
+        format!(
+            "listeners: [{{address: '127.0.0.1:0'}}]\n\
+             local_ratelimit:\n  stat_prefix: l\n  token_bucket: {{max_tokens: 1, fill_interval: {d}}}\n  descriptors: [{{entries: [{{key: k}}], token_bucket: {{max_tokens: 1, fill_interval: {d}}}}}]\n\
+             global_ratelimit: {{domain: d, rate_limit_service: {{address: '127.0.0.1:1'}}, timeout: {d}}}\n\
+             rate_limit_response: {{retry_after_jitter: {d}}}\n\
+             clusters:\n  - name: c\n    endpoints: [{{address: '127.0.0.1:2'}}]\n    connect_timeout: {d}\n\
+             \x20   outlier_detection: {{interval: {d}, base_ejection_time: {d}, max_ejection_time: {d}}}\n\
+             \x20   circuit_breaker: {{open_duration: {d}, max_open_duration: {d}}}\n\
+             \x20   health_check: {{interval: {d}, timeout: {d}, path: /healthz}}\n\
+             routes:\n  - cluster: c\n    timeout: {d}\n\
+             \x20   concurrency_limit: {{max_in_flight: 1, retry_after: {d}}}\n\
+             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}}}\n"
+        )
+    }
+
+    #[test]
+    fn every_duration_field_reads_the_same_forms_and_a_bad_one_names_its_place() {
+        for (text, expected) in [
+            ("0.5s", std::time::Duration::from_millis(500)),
+            ("500ms", std::time::Duration::from_millis(500)),
+            ("1m", std::time::Duration::from_secs(60)),
+        ] {
+            let path = file(&format!("durations-{text}.yaml"), &every_duration(text));
+            let config = load_proxy_file(&path).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let read = durations(&config);
+            assert_eq!(read.len(), 15);
+            assert!(read.iter().all(|d| *d == expected), "{text}: {read:?}");
+        }
+        let path = file(
+            "durations-bad.yaml",
+            &every_duration("1m").replace(
+                "retry_after: 1m}\n\x20   priority",
+                "retry_after: 5 parsecs}\n    priority",
+            ),
+        );
+        let error = load_proxy_file(&path).unwrap_err();
+        assert_eq!(error.position.map(|p| p.0), Some(18), "{error}");
+        assert!(error.to_string().contains("`5 parsecs`"), "{error}");
     }
 }

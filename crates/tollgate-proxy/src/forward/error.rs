@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tollgate_upstream::PickError;
+
 /// An upstream failure, answered by the proxy (503 or 504, never 500).
 #[derive(Debug)]
 pub enum UpstreamError {
@@ -15,12 +17,7 @@ pub enum UpstreamError {
     /// The cluster has no endpoint (503).
     NoEndpoint,
     /// The balancer gave no endpoint: breaker open, overflow, none healthy (503, Retry-After when known).
-    Unavailable {
-        /// Why.
-        message: String,
-        /// When the breaker may admit again.
-        retry_after: Option<Duration>,
-    },
+    Unavailable(PickError),
 }
 
 impl fmt::Display for UpstreamError {
@@ -36,7 +33,7 @@ impl fmt::Display for UpstreamError {
             ),
             UpstreamError::Timeout(_) => f.write_str("upstream request timeout"),
             UpstreamError::NoEndpoint => f.write_str("no healthy upstream"),
-            UpstreamError::Unavailable { message, .. } => f.write_str(message),
+            UpstreamError::Unavailable(pick) => pick.fmt(f),
         }
     }
 }

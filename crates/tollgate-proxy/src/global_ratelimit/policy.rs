@@ -9,7 +9,7 @@ use tollgate_protocol::rls::convert::wire_request;
 use tollgate_protocol::rls::model::{self, RateLimitRequest};
 use tollgate_protocol::rls::wire;
 
-use crate::config::GlobalRateLimitConfig;
+use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig, envoy};
 use crate::descriptors::{self, Descriptor, DescriptorRule};
 use crate::local_ratelimit::HeaderToAdd;
 
@@ -48,31 +48,27 @@ pub struct GlobalRateLimit {
 
 impl GlobalRateLimit {
     /// Compiles the filter config; the channel connects lazily (needs a Tokio runtime).
-    pub fn compile(config: &GlobalRateLimitConfig, at: &str) -> Result<Self, String> {
+    pub fn compile(config: &GlobalRateLimitConfig, at: &ConfigPath) -> Result<Self, FieldError> {
         if config.domain.is_empty() {
-            return Err(format!("{at}.domain: must not be empty"));
+            return Err(at.key("domain").error("must not be empty"));
         }
         let timeout = match config.timeout {
             None => Some(DEFAULT_TIMEOUT),
-            Some(d) if d.0.is_zero() => None,
-            Some(d) => Some(d.0),
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
         };
-        let x_ratelimit_headers = match config.enable_x_ratelimit_headers.as_deref() {
-            None | Some("OFF") => false,
-            Some("DRAFT_VERSION_03") => true,
-            Some(other) => {
-                return Err(format!(
-                    "{at}.enable_x_ratelimit_headers: `{other}` is not OFF or DRAFT_VERSION_03"
-                ));
-            }
-        };
-        let stage = config.stage.unwrap_or(0);
-        if stage > 10 {
-            return Err(format!("{at}.stage: {stage} is above 10"));
-        }
+        let x_ratelimit_headers = envoy::x_ratelimit_headers(
+            config.enable_x_ratelimit_headers.as_deref(),
+            &at.key("enable_x_ratelimit_headers"),
+        )?;
+        let stage = envoy::stage(config.stage, &at.key("stage"))?;
         let client =
             RlsClient::connect_lazy(format!("http://{}", config.rate_limit_service.address))
-                .map_err(|e| format!("{at}.rate_limit_service.address: {e}"))?
+                .map_err(|e| {
+                    at.key("rate_limit_service")
+                        .key("address")
+                        .error(e.to_string())
+                })?
                 .with_timeout(timeout);
         Ok(GlobalRateLimit {
             domain: config.domain.clone(),
@@ -85,16 +81,15 @@ impl GlobalRateLimit {
                     .ok()
                     .filter(|s| s.as_u16() >= 200)
                     .ok_or_else(|| {
-                        format!("{at}.status_on_error.code: {c} is not an HTTP status")
+                        at.key("status_on_error")
+                            .key("code")
+                            .error(format!("{c} is not an HTTP status"))
                     })?,
             },
-            rate_limited_status: match config.rate_limited_status.as_ref().map(|s| s.code) {
-                None => StatusCode::TOO_MANY_REQUESTS,
-                Some(c) if c < 400 => StatusCode::TOO_MANY_REQUESTS,
-                Some(c) => StatusCode::from_u16(c).map_err(|_| {
-                    format!("{at}.rate_limited_status.code: {c} is not an HTTP status")
-                })?,
-            },
+            rate_limited_status: envoy::limited_status(
+                config.rate_limited_status.as_ref(),
+                &at.key("rate_limited_status"),
+            )?,
             grpc_status: if config.rate_limited_as_resource_exhausted {
                 8
             } else {
@@ -104,17 +99,13 @@ impl GlobalRateLimit {
             x_envoy_ratelimited: !config.disable_x_envoy_ratelimited_header,
             response_headers_to_add: HeaderToAdd::compile(
                 &config.response_headers_to_add,
-                &format!("{at}.response_headers_to_add"),
+                at.key("response_headers_to_add"),
             )?,
             retry_after: config.enable_retry_after_header,
-            rate_limits: if config.rate_limits.is_empty() {
-                None
-            } else {
-                Some(descriptors::compile(
-                    &config.rate_limits,
-                    &format!("{at}.rate_limits"),
-                )?)
-            },
+            rate_limits: descriptors::compile_filter_rules(
+                &config.rate_limits,
+                at.key("rate_limits"),
+            )?,
             stage,
         })
     }

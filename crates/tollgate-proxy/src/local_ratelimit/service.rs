@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http::{HeaderMap, Request, Response};
 use tower::Service;
 
-use super::BucketReport;
 use super::error::LocalRateLimited;
 use super::future::ResponseFuture;
+use super::headers::x_ratelimit_headers;
 use super::layer::LocalRateLimitShared;
 use crate::context::RequestContext;
 use crate::descriptors::{self, RequestFacts};
@@ -33,24 +33,6 @@ impl<S> LocalRateLimitService<S> {
     pub fn new(inner: S, shared: Arc<LocalRateLimitShared>) -> Self {
         LocalRateLimitService { inner, shared }
     }
-}
-
-/// The X-RateLimit trio (draft 03) for a bucket report.
-pub fn x_ratelimit_headers(report: &BucketReport) -> Vec<(HeaderName, HeaderValue)> {
-    vec![
-        (
-            HeaderName::from_static("x-ratelimit-limit"),
-            HeaderValue::from(report.limit),
-        ),
-        (
-            HeaderName::from_static("x-ratelimit-remaining"),
-            HeaderValue::from(report.remaining),
-        ),
-        (
-            HeaderName::from_static("x-ratelimit-reset"),
-            HeaderValue::from(report.reset_seconds()),
-        ),
-    ]
 }
 
 impl<S, B, RB> Service<Request<B>> for LocalRateLimitService<S>

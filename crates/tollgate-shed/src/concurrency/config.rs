@@ -14,7 +14,10 @@ pub struct ConcurrencyConfig {
     /// Requests in flight per key, at most.
     pub max_in_flight: usize,
     /// The retry-after hint a shed request carries (default 1 s).
-    #[serde(default = "one_second", deserialize_with = "crate::error::duration")]
+    #[serde(
+        default = "one_second",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub retry_after: Duration,
 }
 

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tower::Service;
 
 use super::future::ResponseFuture;
-use crate::error::{BoxError, Shed, ShedReason};
+use crate::error::{Shed, ShedReason};
 
 /// The in-flight count of every key with something in flight.
 pub(crate) struct KeyedSlots<K> {
@@ -114,16 +114,16 @@ impl<S: Clone, K, F> Clone for ConcurrencyLimit<S, K, F> {
 impl<S, K, F, Request> Service<Request> for ConcurrencyLimit<S, K, F>
 where
     S: Service<Request>,
-    S::Error: Into<BoxError>,
+    S::Error: From<Shed>,
     K: Hash + Eq + Clone,
     F: Fn(&Request) -> K,
 {
     type Response = S::Response;
-    type Error = BoxError;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request) -> Self::Future {

@@ -65,7 +65,10 @@ pub struct PriorityConfig {
     #[serde(default = "twenty")]
     pub default_reserved_percent: u32,
     /// The retry-after hint a shed request carries (default 1 s).
-    #[serde(default = "one_second", deserialize_with = "crate::error::duration")]
+    #[serde(
+        default = "one_second",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
     pub retry_after: Duration,
 }
 

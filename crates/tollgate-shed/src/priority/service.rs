@@ -8,7 +8,7 @@ use tower::Service;
 
 use super::config::{ClassLimits, Priority, PriorityConfig, PriorityConfigError};
 use super::future::ResponseFuture;
-use crate::error::{BoxError, Shed, ShedReason};
+use crate::error::{Shed, ShedReason};
 
 /// The capacity all services of one layer share.
 #[derive(Debug)]
@@ -95,14 +95,14 @@ impl<S: Clone> Clone for PriorityShed<S> {
 impl<S, B> Service<Request<B>> for PriorityShed<S>
 where
     S: Service<Request<B>>,
-    S::Error: Into<BoxError>,
+    S::Error: From<Shed>,
 {
     type Response = S::Response;
-    type Error = BoxError;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {

@@ -44,9 +44,9 @@ impl<F> ResponseFuture<F> {
 impl<F, B, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    E: Into<crate::BoxError>,
+    E: From<PickError>,
 {
-    type Output = Result<Response<B>, crate::BoxError>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -59,12 +59,13 @@ where
                         Err(_) => Outcome::GatewayFailure,
                     });
                 }
-                Poll::Ready(result.map_err(Into::into))
+                Poll::Ready(result)
             }
-            KindProj::Refused { error } => Poll::Ready(Err(match error.take() {
-                Some(error) => Box::new(error),
-                None => "response future polled after completion".into(),
-            })),
+            KindProj::Refused { error } => {
+                Poll::Ready(Err(E::from(error.take().expect(
+                    "a refused response future is polled once after it completed",
+                ))))
+            }
         }
     }
 }

@@ -11,7 +11,9 @@
 //!
 //! The request counts as in flight until the inner future resolves (the
 //! response head), not until the body has streamed. A pick that fails
-//! fails the call with the [`PickError`](crate::PickError), boxed.
+//! fails the call with the [`PickError`](crate::PickError), converted into
+//! the inner service's error type (`S::Error: From<PickError>`; a boxed
+//! error, or the caller's own enum).
 
 mod future;
 mod layer;

@@ -5,7 +5,7 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::future::ResponseFuture;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, PickError};
 
 /// Extracts a request's ring-hash key.
 pub(crate) type HashKeyFn<B> = dyn Fn(&Request<B>) -> Option<Vec<u8>> + Send + Sync;
@@ -57,14 +57,14 @@ impl<S, B> std::fmt::Debug for Balance<S, B> {
 impl<S, B, ResBody> Service<Request<B>> for Balance<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
-    S::Error: Into<crate::BoxError>,
+    S::Error: From<PickError>,
 {
     type Response = Response<ResBody>;
-    type Error = crate::BoxError;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
