@@ -26,14 +26,7 @@ rounds=${1:-3}
 duration=${2:-10s}
 store_timeout=${STORE_TIMEOUT:-5ms}
 seconds=${duration%s}
-# TOLLGATE_BIN measures another build (e.g. the previous commit's, for a
-# before/after ratio in one session); by default the tree is built here.
-if [ -n "${TOLLGATE_BIN:-}" ]; then
-    bin=$TOLLGATE_BIN
-else
-    cargo build -q --release -p tollgate
-    bin=$PWD/target/release/tollgate
-fi
+source scripts/tollgate-bin.sh
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis_pid=""

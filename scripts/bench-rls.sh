@@ -12,14 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
-# TOLLGATE_BIN measures another build (e.g. the previous commit's, for a
-# before/after ratio in one session); by default the tree is built here.
-if [ -n "${TOLLGATE_BIN:-}" ]; then
-    bin=$TOLLGATE_BIN
-else
-    cargo build -q --release -p tollgate
-    bin=$PWD/target/release/tollgate
-fi
+source scripts/tollgate-bin.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -9,14 +9,7 @@ envoy=${TOLLGATE_ENVOY:-$PWD/.venv/bin/envoy}
 # function) so that $! is the process itself, for its CPU time and its kill.
 if command -v taskset >/dev/null; then cpu0=(taskset -c 0); cpu1=(taskset -c 1); else cpu0=(); cpu1=(); fi
 
-# TOLLGATE_BIN measures another build (e.g. the previous commit's, for a
-# before/after ratio in one session); by default the tree is built here.
-if [ -n "${TOLLGATE_BIN:-}" ]; then
-    bin=$TOLLGATE_BIN
-else
-    cargo build -q --release -p tollgate
-    bin=$PWD/target/release/tollgate
-fi
+source scripts/tollgate-bin.sh
 work=$(mktemp -d)
 pids=()
 cleanup() {

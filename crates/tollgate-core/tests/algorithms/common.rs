@@ -1,8 +1,4 @@
 //! Random traffic, parameter strategies and small helpers shared by the property tests.
-//!
-//! Each test crate uses only part of this module, hence the `dead_code` allowance.
-
-#![allow(dead_code)]
 
 use std::time::Duration;
 

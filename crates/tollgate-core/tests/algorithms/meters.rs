@@ -5,9 +5,7 @@
 //! theoretical-arrival-time formulas, and compute everything exactly in
 //! integer nanoseconds.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use tollgate_core::DelayMode;
 

@@ -1,8 +1,6 @@
 //! Properties every algorithm promises through its interface: exact retry-after, fresh states, dispatch.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use tollgate_core::{
     AnyAlgorithm, AnyWordAlgorithm, LogState, Outcome, RESERVED_STATE, SlidingLog, Timestamp,

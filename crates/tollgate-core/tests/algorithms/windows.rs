@@ -3,11 +3,9 @@
 //! Both models keep a map from epoch-aligned window number to a count,
 //! unbounded and exact, and answer by looking at that map directly.
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;

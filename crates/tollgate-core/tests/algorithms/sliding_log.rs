@@ -1,8 +1,6 @@
 //! Property tests of the sliding log against a plain list of every admitted request.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 
 /// The sliding log as a list of every admitted `(time, cost)`, never pruned.
