@@ -1,3 +1,5 @@
+//! The concurrency limit's settings, as the proxy's YAML writes them.
+
 use std::time::Duration;
 
 use serde::Deserialize;

@@ -1,3 +1,5 @@
+//! The concurrency limit's response future: the inner call, holding its key's slot until it completes.
+
 use super::service::KeySlot;
 use crate::slot_future::SlotFuture;
 

@@ -1,3 +1,5 @@
+//! The layer that wraps a service in a per-key concurrency limit.
+
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;

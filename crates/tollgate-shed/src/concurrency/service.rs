@@ -1,3 +1,5 @@
+//! The per-key concurrency limit as a service: a slot per request in flight, or a `Shed` error.
+
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;

@@ -1,3 +1,5 @@
+//! Priority classes and the priority shedder's settings.
+
 use std::fmt;
 use std::time::Duration;
 

@@ -1,3 +1,5 @@
+//! The priority shedder's response future: the inner call, holding its slot until it completes.
+
 use super::service::PrioritySlot;
 use crate::slot_future::SlotFuture;
 

@@ -1,3 +1,5 @@
+//! The layer that sheds requests by priority class over a shared in-flight capacity.
+
 use std::sync::Arc;
 
 use tower::Layer;

@@ -1,3 +1,5 @@
+//! The priority shedder as a service: reserved slots per class, or a `Shed` error.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};

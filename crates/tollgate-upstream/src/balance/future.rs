@@ -1,3 +1,5 @@
+//! The balancer's response future: the inner call, then the outcome reported to the picked endpoint.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};

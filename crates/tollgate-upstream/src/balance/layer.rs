@@ -1,3 +1,5 @@
+//! The layer that sends requests to the endpoints of one cluster.
+
 use std::sync::Arc;
 
 use tower::Layer;

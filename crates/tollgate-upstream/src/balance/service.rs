@@ -1,3 +1,5 @@
+//! The balancer as a service: pick an endpoint, call the inner service with it, report the outcome.
+
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
