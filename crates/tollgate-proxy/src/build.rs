@@ -29,8 +29,8 @@ use tower::util::BoxCloneSyncService;
 
 use crate::ProxyBody;
 use crate::config::{
-    self, ConcurrencyLimitConfig, ConfigError, ConfigPath, FieldError, ProxyConfig,
-    ResponseContractConfig,
+    self, ConcurrencyLimitConfig, ConfigError, ConfigPath, FieldError, LimitSettings,
+    ListenerLimits, ProxyConfig, ResponseContractConfig,
 };
 use crate::context::RequestContext;
 use crate::descriptors;
@@ -129,12 +129,23 @@ impl std::fmt::Debug for Route {
     }
 }
 
+/// One listener as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// Its name in logs and metrics (the configured name, else the address).
+    pub name: String,
+    /// What it allows a client connection.
+    pub limits: ListenerLimits,
+}
+
 /// One configuration generation: what requests are routed with.
 pub struct Runtime {
     /// The routes, in match order.
     pub routes: Vec<Route>,
-    /// The listener addresses.
-    pub listeners: Vec<SocketAddr>,
+    /// The listeners: address, name and connection limits.
+    pub listeners: Vec<ListenerSpec>,
     /// The admin address.
     pub admin: Option<SocketAddr>,
     /// Trusted `X-Forwarded-For` hops.
@@ -231,6 +242,21 @@ pub fn build(
                 .error("at least one listener is needed"),
         ));
     }
+    let listeners = config
+        .listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let at = root.key("listeners").index(i);
+            Ok(ListenerSpec {
+                address: l.address,
+                name: l.name.clone().unwrap_or_else(|| l.address.to_string()),
+                limits: ListenerLimits::default()
+                    .with(&LimitSettings::from(l), &at)
+                    .map_err(in_file)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ConfigError>>()?;
     let mut clusters: Vec<Arc<Cluster>> = Vec::new();
     let mut health_checks = Vec::new();
     for (i, c) in config.clusters.iter().enumerate() {
@@ -410,7 +436,7 @@ pub fn build(
     }
     Ok(Runtime {
         routes,
-        listeners: config.listeners.iter().map(|l| l.address).collect(),
+        listeners,
         admin: config.admin.as_ref().map(|a| a.address),
         xff_num_trusted_hops: config.xff_num_trusted_hops,
         source_cluster: Arc::from(config.service_cluster.clone().unwrap_or_default()),

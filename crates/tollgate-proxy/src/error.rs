@@ -31,6 +31,8 @@ pub enum ProxyError {
     Shed(Shed),
     /// No route matches the request's host and path.
     NoRoute,
+    /// The request itself is malformed (a broken chunked body): 400, and no complete request went upstream.
+    BadRequest(String),
     /// A bug: something the proxy should never see.
     Internal(String),
 }
@@ -44,6 +46,7 @@ impl fmt::Display for ProxyError {
             ProxyError::Upstream(e) => e.fmt(f),
             ProxyError::Shed(shed) => write!(f, "overloaded: {shed}"),
             ProxyError::NoRoute => f.write_str("no route matches the request"),
+            ProxyError::BadRequest(m) => write!(f, "bad request: {m}"),
             ProxyError::Internal(m) => write!(f, "internal error: {m}"),
         }
     }

@@ -5,8 +5,10 @@ use std::fmt;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use tollgate_runtime::ConnectionLimit;
 use tollgate_upstream::PickError;
 
 use crate::error::ProxyError;
@@ -32,6 +34,13 @@ pub struct ResponseLabels {
     /// that did not answer; `breaker_open`, `overflow`, `no_healthy_upstream` for
     /// requests no endpoint was picked for.
     pub class: String,
+}
+
+/// Labels of per-listener gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// The listener's name (its address when it has none).
+    pub listener: String,
 }
 
 /// Labels of config reloads.
@@ -65,6 +74,11 @@ pub struct Metrics {
     pub duration: Family<RouteLabels, Histogram>,
     /// Config reloads.
     pub reloads: Family<ReloadLabels, Counter>,
+    /// Client connections open, per listener (read from the limits at each render).
+    pub downstream_connections: Family<ListenerLabels, Gauge>,
+    /// The most client connections a listener keeps open.
+    pub downstream_connections_limit: Family<ListenerLabels, Gauge>,
+    listeners: parking_lot::Mutex<Vec<(ListenerLabels, std::sync::Arc<ConnectionLimit>)>>,
 }
 
 impl Default for Metrics {
@@ -126,6 +140,18 @@ impl Metrics {
             duration.clone(),
         );
         registry.register("config_reloads", "Configuration reloads", reloads.clone());
+        let downstream_connections = Family::<ListenerLabels, Gauge>::default();
+        let downstream_connections_limit = Family::<ListenerLabels, Gauge>::default();
+        registry.register(
+            "downstream_connections",
+            "Client connections open",
+            downstream_connections.clone(),
+        );
+        registry.register(
+            "downstream_connections_limit",
+            "The most client connections a listener keeps open (max_connections)",
+            downstream_connections_limit.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -138,15 +164,38 @@ impl Metrics {
             no_route,
             duration,
             reloads,
+            downstream_connections,
+            downstream_connections_limit,
+            listeners: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Reports `limit` as listener `listener`'s open connections and limit.
+    pub fn watch_connections(&self, listener: &str, limit: std::sync::Arc<ConnectionLimit>) {
+        let labels = ListenerLabels {
+            listener: listener.to_owned(),
+        };
+        self.downstream_connections_limit
+            .get_or_create(&labels)
+            .set(gauge_value(limit.max()));
+        self.listeners.lock().push((labels, limit));
     }
 
     /// The OpenMetrics text.
     pub fn render(&self) -> Result<String, fmt::Error> {
+        for (labels, limit) in self.listeners.lock().iter() {
+            self.downstream_connections
+                .get_or_create(labels)
+                .set(gauge_value(limit.open()));
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Response classes counted per route, in [`ResponseClass`] order.
@@ -265,7 +314,7 @@ impl RouteCounters {
             ProxyError::RateLimitServiceFailed(_) => self.rate_limit_service_denied.inc(),
             ProxyError::Upstream(e) => self.responses[ResponseClass::of(e) as usize].inc(),
             ProxyError::Shed(_) => self.shed.inc(),
-            ProxyError::NoRoute | ProxyError::Internal(_) => 0,
+            ProxyError::NoRoute | ProxyError::BadRequest(_) | ProxyError::Internal(_) => 0,
         };
     }
 }

@@ -221,6 +221,15 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             reply(StatusCode::NOT_FOUND, headers, Vec::new())
         }
+        ProxyError::BadRequest(m) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            reply(
+                StatusCode::BAD_REQUEST,
+                headers,
+                format!("bad request: {m}").into_bytes(),
+            )
+        }
         ProxyError::Internal(m) => {
             tracing::error!(message = %m, "internal error");
             let mut headers = HeaderMap::new();

@@ -20,21 +20,22 @@ use arc_swap::ArcSwap;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tollgate_runtime::{
-    AbortOnDrop, AcceptOptions, ConfigWatcher, DEFAULT_DEBOUNCE, EveryEntry, Shutdown,
-    serve_connections,
+    AbortOnDrop, AcceptOptions, ConfigWatcher, ConnectionLimit, DEFAULT_DEBOUNCE, EveryEntry,
+    Shutdown, serve_connections,
 };
 use tower::ServiceExt;
 
-use crate::build::{self, Runtime};
-use crate::config::{self, ConfigError, ProxyConfig};
+use crate::build::{self, ListenerSpec, Runtime};
+use crate::config::{self, ConfigError, ListenerLimits, ProxyConfig};
 use crate::context::{ConnectionScope, RequestContext, is_grpc};
 use crate::descriptors::trusted_client_address;
 use crate::error::ProxyError;
 use crate::forward::PeerAddress;
+use crate::idle::{Activity, IdleTimeout, InFlight};
 use crate::local_ratelimit::SharedClock;
 use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
 use crate::{ProxyBody, reply};
@@ -130,7 +131,7 @@ impl Proxy {
                 let old = self.live.load();
                 if runtime.listeners != old.listeners || runtime.admin != old.admin {
                     tracing::warn!(
-                        "listener addresses changed; they take effect at the next restart"
+                        "listeners changed (addresses or connection limits); they take effect at the next restart"
                     );
                 }
                 self.live.store(Arc::new(runtime));
@@ -213,12 +214,14 @@ impl Proxy {
 
 /// Serves `listeners` (and `admin`) until `shutdown` completes, then drains for at most `drain`.
 ///
-/// Each listener runs tollgate-runtime's accept loop; one [`Shutdown`]
-/// stops them all and the admin server together, after `/readyz` has
-/// turned 503.
+/// Each listener runs tollgate-runtime's accept loop with its
+/// [`ListenerLimits`]: at most `max_connections` open (the rest wait in the
+/// listen backlog), the request-header timeout and size, and the idle
+/// timeout. One [`Shutdown`] stops them all and the admin server together,
+/// after `/readyz` has turned 503.
 pub async fn serve<F>(
     proxy: Arc<Proxy>,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<(TcpListener, ListenerSpec)>,
     admin: Option<TcpListener>,
     shutdown: F,
     drain: Duration,
@@ -226,26 +229,38 @@ pub async fn serve<F>(
     F: Future<Output = ()> + Send,
 {
     let stop = Shutdown::new();
-    let options = AcceptOptions {
-        name: "proxy",
-        drain_timeout: Some(drain),
-    };
     let mut servers = Vec::new();
-    for listener in listeners {
+    for (listener, spec) in listeners {
+        let limit = ConnectionLimit::new(spec.limits.max_connections);
+        proxy
+            .metrics
+            .watch_connections(&spec.name, Arc::clone(&limit));
+        let options = AcceptOptions {
+            name: "proxy",
+            drain_timeout: Some(drain),
+            connection_limit: Some(limit),
+        };
         let proxy = Arc::clone(&proxy);
         let stopped = stop.stopped();
+        let limits = spec.limits;
         servers.push(tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let builder = connection_builder(&limits);
             serve_connections(listener, stopped, options, move |stream, peer| {
                 let scope = Arc::new(ConnectionScope::default());
+                let activity = Activity::new();
+                let io = IdleTimeout::new(stream, Arc::clone(&activity), limits.idle_timeout);
                 let proxy = Arc::clone(&proxy);
                 let service = service_fn(move |request| {
+                    let in_flight = activity.request();
                     let proxy = Arc::clone(&proxy);
                     let scope = Arc::clone(&scope);
-                    async move { Ok::<_, Infallible>(proxy.handle(request, scope, peer).await) }
+                    async move {
+                        let response = proxy.handle(request, scope, peer).await;
+                        Ok::<_, Infallible>(response.map(|body| InFlight::new(body, in_flight)))
+                    }
                 });
                 builder
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection(TokioIo::new(io), service)
                     .into_owned()
             })
             .await
@@ -269,6 +284,26 @@ pub async fn serve<F>(
     if let Some(task) = admin_task {
         let _ = task.await;
     }
+}
+
+/// HTTP/1.1 and h2c with `limits`' header timeout and size: a longer head gets 431 on either.
+///
+/// On HTTP/1, hyper's header timer runs from the moment a connection waits
+/// for a request's head, so it also bounds how long a keep-alive connection
+/// may wait for its next request. HTTP/2 decodes a header block at once, so
+/// only its size is bounded there; the idle timeout bounds the rest.
+fn connection_builder(limits: &ListenerLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_headers_timeout)
+        .max_buf_size(limits.max_request_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(limits.max_request_header_bytes).unwrap_or(u32::MAX));
+    builder
 }
 
 fn admin_router(proxy: Arc<Proxy>) -> axum::Router {

@@ -1,12 +1,15 @@
 //! The proxy in process, in front of an in-process hyper upstream on loopback:
 //! HTTP/1.1 and h2c clients, streaming without buffering, the route timeout,
 //! a drain that finishes requests in flight, a reload that leaves them on
-//! their old config, and bucket refills on a manual clock.
+//! their old config, and bucket refills on a manual clock; and the limits a
+//! listener puts on slow and greedy clients (header time and size, idle
+//! time, open connections) and on broken chunked bodies, with raw sockets.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,8 +17,9 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, channel::Channel};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tollgate_core::{Clock, ManualClock, Timestamp};
@@ -34,13 +38,24 @@ struct Gates {
     slow: Notify,
     second_chunk: Notify,
     name: &'static str,
+    /// Requests whose head reached the upstream.
+    requests: AtomicUsize,
+    /// Request bodies the upstream read to their end (on `/collect`).
+    complete_bodies: AtomicUsize,
 }
 
 async fn upstream_handler(
     gates: Arc<Gates>,
     request: Request<Incoming>,
 ) -> Result<Response<UpstreamBody>, Infallible> {
+    gates.requests.fetch_add(1, Ordering::SeqCst);
     match request.uri().path() {
+        "/collect" => {
+            if request.into_body().collect().await.is_ok() {
+                gates.complete_bodies.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed()))
+        }
         "/slow" => {
             gates.slow.notified().await;
             Ok(Response::new(
@@ -108,10 +123,11 @@ async fn start_proxy(name: &str, text: &str, clock: Arc<dyn Clock>) -> Running {
     let proxy = Proxy::load(ConfigSource::File(file.clone()), clock).expect("the config loads");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
     let addr = listener.local_addr().expect("an address");
+    let spec = proxy.runtime().listeners[0].clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(serve(
         Arc::clone(&proxy),
-        vec![listener],
+        vec![(listener, spec)],
         None,
         async move {
             let _ = stopped.await;
@@ -454,4 +470,270 @@ async fn a_breaker_open_rejection_is_not_counted_as_a_connect_failure() {
     };
     assert!(metrics.contains(&series("connect_failure")), "{metrics}");
     assert!(metrics.contains(&series("breaker_open")), "{metrics}");
+}
+
+/// [`yaml`] with `settings` on the listener (`request_headers_timeout: 1s, ...`).
+fn with_listener(upstream: SocketAddr, settings: &str) -> String {
+    yaml(upstream, "").replacen(
+        "{address: 127.0.0.1:0}",
+        &format!("{{address: 127.0.0.1:0, {settings}}}"),
+        1,
+    )
+}
+
+/// Reads until the peer closes `stream` (or resets it); what came, or `None` if it stayed open for [`BOUND`].
+async fn read_until_closed(stream: &mut (impl AsyncRead + Unpin)) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let closed = tokio::time::timeout(BOUND, async {
+        let mut buf = [0_u8; 4096];
+        while let Ok(n @ 1..) = stream.read(&mut buf).await {
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    closed.ok().map(|()| seen)
+}
+
+/// Reads one response with a `content-length` body from `stream` (within [`BOUND`]): its head and body as text.
+async fn read_response(stream: &mut (impl AsyncRead + Unpin)) -> String {
+    let mut seen = Vec::new();
+    tokio::time::timeout(BOUND, async {
+        let mut buf = [0_u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&seen).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    return;
+                }
+            }
+            match stream.read(&mut buf).await {
+                Ok(n @ 1..) => seen.extend_from_slice(&buf[..n]),
+                _ => return,
+            }
+        }
+    })
+    .await
+    .expect("a response within the bound");
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// Waits (at most [`BOUND`]) until the upstream has seen `count` request heads.
+async fn upstream_saw(gates: &Gates, count: usize) {
+    tokio::time::timeout(BOUND, async {
+        while gates.requests.load(Ordering::SeqCst) < count {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the upstream sees the request in time");
+}
+
+#[tokio::test]
+async fn a_client_dribbling_its_head_is_cut_off_after_the_header_timeout() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    // The idle timeout is off: the header timeout alone must end it.
+    let settings = "request_headers_timeout: 0.3s, idle_timeout: 0s";
+    let running = start_proxy("dribble", &with_listener(upstream, settings), clock).await;
+    let (mut reader, mut writer) = TcpStream::connect(running.addr)
+        .await
+        .expect("connected")
+        .into_split();
+    let dribbler = tokio::spawn(async move {
+        writer
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await?;
+        loop {
+            writer.write_all(b"a").await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        #[expect(unreachable_code, reason = "names the task's error type")]
+        Ok::<(), std::io::Error>(())
+    });
+    let seen = read_until_closed(&mut reader).await;
+    dribbler.abort();
+    let seen = seen.expect("a client still sending its head after the header timeout is cut off");
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(
+        seen.is_empty() || seen.starts_with("HTTP/1.1 408"),
+        "{seen}"
+    );
+    assert_eq!(gates.requests.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout_but_a_slow_request_is_not() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    // The header timeout is off: the idle timeout alone must end them.
+    let settings = "request_headers_timeout: 0s, idle_timeout: 0.3s";
+    let running = start_proxy("idle", &with_listener(upstream, settings), clock).await;
+    let connect = || TcpStream::connect(running.addr);
+    let mut silent = connect().await.expect("connected");
+    let mut slow = connect().await.expect("connected");
+    slow.write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("sent");
+    upstream_saw(&gates, 1).await;
+    let mut kept = connect().await.expect("connected");
+    kept.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("sent");
+    let answer = read_response(&mut kept).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        read_until_closed(&mut kept).await.as_deref(),
+        Some(&[][..]),
+        "an idle keep-alive connection is closed after the idle timeout"
+    );
+    // The slow request has now been in flight for longer than the idle timeout.
+    gates.slow.notify_one();
+    let answer = read_response(&mut slow).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("slow done"),
+        "a request in flight is not cut off: {answer}"
+    );
+    assert!(
+        read_until_closed(&mut silent).await.is_some(),
+        "a connection that never sends a byte is closed after the idle timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_head_over_max_request_headers_kb_gets_431_and_reaches_no_upstream() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy("big-head", &yaml(upstream, ""), clock).await;
+    let big = "a".repeat(100 * 1024);
+    // HTTP/1.1, on a raw socket: read while writing, since the proxy answers before the head ends.
+    let (mut reader, mut writer) = TcpStream::connect(running.addr)
+        .await
+        .expect("connected")
+        .into_split();
+    let head = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+    let writing = tokio::spawn(async move { writer.write_all(head.as_bytes()).await });
+    let answer = read_response(&mut reader).await;
+    writing.abort();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    // h2c: the same header in one HEADERS block.
+    let stream = TcpStream::connect(running.addr).await.expect("connected");
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("an h2c handshake");
+    tokio::spawn(connection);
+    let request = Request::get(format!("http://{}/", running.addr))
+        .header("x-big", big.as_str())
+        .body(Full::<Bytes>::default())
+        .expect("a request");
+    let answer = tokio::time::timeout(BOUND, sender.send_request(request))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    assert_eq!(answer.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(gates.requests.load(Ordering::SeqCst), 0);
+    // A head under the limit still goes through.
+    let fine = "a".repeat(50 * 1024);
+    let response = http1()
+        .get(running.addr, "/", &[("x-fine", fine.as_str())])
+        .await;
+    assert_eq!(response.status, 200);
+}
+
+#[tokio::test]
+async fn a_malformed_chunked_body_gets_400_and_no_complete_request_reaches_the_upstream() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy("chunked", &yaml(upstream, ""), clock).await;
+    // Broken from the first chunk: nothing goes upstream.
+    let mut client = TcpStream::connect(running.addr).await.expect("connected");
+    client
+        .write_all(b"POST /collect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+        .await
+        .expect("sent");
+    let answer = read_response(&mut client).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(gates.requests.load(Ordering::SeqCst), 0);
+    // Broken at the second chunk: the upstream has the head but never a complete body.
+    let mut client = TcpStream::connect(running.addr).await.expect("connected");
+    client
+        .write_all(b"POST /collect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nworld\r\n0\r\n\r\n")
+        .await
+        .expect("sent");
+    let answer = read_response(&mut client).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert_eq!(gates.complete_bodies.load(Ordering::SeqCst), 0);
+    // A well-formed chunked body still goes through whole.
+    let mut client = TcpStream::connect(running.addr).await.expect("connected");
+    client
+        .write_all(b"POST /collect HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        .await
+        .expect("sent");
+    let answer = read_response(&mut client).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(gates.complete_bodies.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn past_max_connections_a_client_waits_until_one_closes_and_the_gauges_say_so() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy(
+        "max-connections",
+        &with_listener(upstream, "max_connections: 2"),
+        clock,
+    )
+    .await;
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut client = TcpStream::connect(running.addr).await.expect("connected");
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("sent");
+        assert!(read_response(&mut client).await.starts_with("HTTP/1.1 200"));
+        open.push(client);
+    }
+    let text = running.proxy.metrics.render().expect("renders");
+    assert!(
+        text.contains("tollgate_proxy_downstream_connections{listener=\"127.0.0.1:0\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tollgate_proxy_downstream_connections_limit{listener=\"127.0.0.1:0\"} 2"),
+        "{text}"
+    );
+    // The third waits in the listen backlog: connected, but not answered.
+    let mut third = TcpStream::connect(running.addr).await.expect("connected");
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("sent");
+    let mut buf = [0_u8; 64];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), third.read(&mut buf))
+            .await
+            .is_err(),
+        "a connection past max_connections was served"
+    );
+    assert_eq!(gates.requests.load(Ordering::SeqCst), 2);
+    drop(open.pop());
+    let answer = read_response(&mut third).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "served once one closed: {answer}"
+    );
 }

@@ -8,7 +8,8 @@
 //!   one stop that several servers of a process share.
 //! * [`serve_connections`] is the accept loop: accept, spawn a hyper
 //!   connection, and on shutdown stop accepting and [`drain`] the
-//!   connections for at most a timeout.
+//!   connections for at most a timeout; a [`ConnectionLimit`] caps the
+//!   connections it keeps open.
 //!
 //! This crate must not know about limits, rules, engines, Redis, HTTP routes
 //! or the proxy's config format: a caller says which paths hold its
@@ -17,13 +18,15 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod connection_limit;
 mod entries;
 mod shutdown;
 mod signal;
 mod task;
 mod watcher;
 
-pub use accept::{AcceptOptions, serve_connections};
+pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};
+pub use connection_limit::ConnectionLimit;
 pub use entries::{ConfigEntries, EveryEntry};
 pub use shutdown::{Drained, Shutdown, drain};
 pub use signal::shutdown_signal;

@@ -67,6 +67,7 @@ async fn the_accept_loop_stops_accepting_and_waits_for_the_request_in_flight() {
     let options = AcceptOptions {
         name: "test",
         drain_timeout: None,
+        connection_limit: None,
     };
     let serving = tokio::spawn(serve_connections(
         listener,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::net::TcpListener;
 use tollgate_core::{Clock, MonotonicClock};
+use tollgate_proxy::config::{ConfigPath, LimitSettings};
 use tollgate_proxy::{ConfigSource, Proxy};
 
 use crate::CommandError;
@@ -57,9 +58,35 @@ pub struct ProxyArgs {
     /// How long a shutdown waits for requests in flight.
     #[arg(long, env = "TOLLGATE_PROXY_DRAIN_TIMEOUT", value_name = "DUR", default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
     pub drain_timeout: Duration,
+    /// The time a client has to send a request's headers, on every listener (0 disables) [default: 10s, or the file's].
+    #[arg(long, env = "TOLLGATE_PROXY_REQUEST_HEADERS_TIMEOUT", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
+    pub request_headers_timeout: Option<Duration>,
+    /// The time a client connection with no request in flight stays open, on every listener (0 disables) [default: 60s, or the file's].
+    #[arg(long, env = "TOLLGATE_PROXY_IDLE_TIMEOUT", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// The most client connections each listener keeps open; more wait in the listen backlog [default: 10000, or the file's].
+    #[arg(long, env = "TOLLGATE_PROXY_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+    /// The largest request head in KiB (8 to 8192); a larger one gets 431 [default: 60, or the file's].
+    #[arg(long, env = "TOLLGATE_PROXY_MAX_REQUEST_HEADERS_KB", value_name = "KIB", value_parser = clap::value_parser!(u32).range(8..=8192))]
+    pub max_request_headers_kb: Option<u32>,
     /// The most verbose level logged on stderr [default: info].
     #[arg(long, env = "TOLLGATE_PROXY_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<tracing::Level>,
+}
+
+impl ProxyArgs {
+    /// The connection limits the flags set, over every listener's.
+    fn limit_settings(&self) -> LimitSettings {
+        LimitSettings {
+            request_headers_timeout: self.request_headers_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self
+                .max_connections
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_request_headers_kb: self.max_request_headers_kb,
+        }
+    }
 }
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
@@ -106,7 +133,14 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
     let runtime = proxy.runtime();
     let mut listeners = Vec::new();
     let mut lines = Vec::new();
-    for addr in &runtime.listeners {
+    let flags = args.limit_settings();
+    for spec in &runtime.listeners {
+        let mut spec = spec.clone();
+        spec.limits = spec
+            .limits
+            .with(&flags, &ConfigPath::root())
+            .map_err(|e| CommandError::Usage(e.to_string()))?;
+        let addr = spec.address;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
@@ -114,7 +148,7 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
             CommandError::Failed(format!("cannot read the bound address: {error}"))
         })?;
         lines.push(format!("listening on {bound}"));
-        listeners.push(listener);
+        listeners.push((listener, spec));
     }
     let admin_addr = args.admin_addr.or(runtime.admin);
     let admin = match admin_addr {

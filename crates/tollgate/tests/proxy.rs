@@ -470,3 +470,82 @@ fn a_route_can_answer_with_the_ietf_fields_a_jittered_retry_after_and_a_problem_
     assert_eq!(body["status"], 429);
     assert_eq!(body["violated-policies"], serde_json::json!(["default"]));
 }
+
+/// Sends `GET path` on `stream` and reads the answer's head (within the stream's read timeout).
+fn raw_get(stream: &mut std::net::TcpStream, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())?;
+    let mut buf = [0_u8; 4096];
+    let n = stream.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+#[test]
+fn past_max_connections_a_client_waits_until_one_closes_and_the_limit_is_logged() {
+    let dir = TempDir::new("proxy-max-connections");
+    let upstream = Upstream::spawn();
+    let upstream_addr = upstream.addr.to_string();
+    let mut command = tollgate_testkit::tollgate::tollgate(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream_addr,
+        "--admin-addr",
+        "127.0.0.1:0",
+        "--idle-timeout",
+        "0",
+        "--log-level",
+        "warn",
+    ]);
+    for (var, _) in std::env::vars() {
+        if var.starts_with("TOLLGATE_PROXY_") {
+            command.env_remove(var);
+        }
+    }
+    command.env("TOLLGATE_PROXY_MAX_CONNECTIONS", "2");
+    let log = dir.0.join("proxy.log");
+    let proxy = LoggedChild::spawn(command, log.clone(), true);
+    let connect = || {
+        let stream = std::net::TcpStream::connect(proxy.addr).expect("connected");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("a read timeout");
+        stream
+    };
+    let mut first = connect();
+    let mut second = connect();
+    for stream in [&mut first, &mut second] {
+        let head = raw_get(stream, "/").expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    let mut third = connect();
+    third
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("a read timeout");
+    assert!(
+        raw_get(&mut third, "/").is_err(),
+        "a connection past --max-connections was served"
+    );
+    tollgate_testkit::budget::eventually("the limit is logged", Duration::from_secs(10), || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("connection limit reached"))
+    });
+    let admin = proxy.admin.expect("an admin listener");
+    let metrics = get(admin, "/metrics", &[]).body;
+    assert!(
+        metrics.contains("tollgate_proxy_downstream_connections{listener=\"127.0.0.1:0\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_proxy_downstream_connections_limit{listener=\"127.0.0.1:0\"} 2"),
+        "{metrics}"
+    );
+    drop(first);
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    let mut buf = [0_u8; 4096];
+    let n = std::io::Read::read(&mut third, &mut buf).expect("served once one closed");
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}

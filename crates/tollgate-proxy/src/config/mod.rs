@@ -9,6 +9,7 @@
 //! file and the field.
 
 pub mod envoy;
+pub mod listener;
 pub mod path;
 
 use std::fmt;
@@ -21,6 +22,7 @@ use self::envoy::{
     EnvoyFilter, LOCAL_RATELIMIT_FILTER, LOCAL_RATELIMIT_TYPE, LocalRateLimitConfig,
     RateLimitConfig, TYPED_STRUCT_TYPES,
 };
+pub use self::listener::{LimitSettings, ListenerLimits};
 pub use self::path::{ConfigPath, FieldError};
 
 /// A configuration problem: the file, the line and column when known, the field when known, and what is wrong.
@@ -129,6 +131,22 @@ pub struct ListenerConfig {
     pub name: Option<String>,
     /// `ip:port`; port 0 picks a free port (printed at start).
     pub address: SocketAddr,
+    /// The time a client has to send a request's headers (default 10 s; 0 disables).
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub request_headers_timeout: Option<std::time::Duration>,
+    /// The time a connection with no request in flight stays open (default 60 s; 0 disables).
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// The most connections open at once (default 10 000); more wait in the listen backlog.
+    pub max_connections: Option<usize>,
+    /// The largest request head in KiB (default 60, Envoy's); a larger one gets 431.
+    pub max_request_headers_kb: Option<u32>,
 }
 
 /// The admin listener.

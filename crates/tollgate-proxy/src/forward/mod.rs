@@ -2,12 +2,16 @@
 //!
 //! Connections are pooled per endpoint by hyper-util's client (HTTP/1.1
 //! keep-alive, or HTTP/2 with prior knowledge); bodies stream both ways
-//! without buffering. The route's timeout bounds the wait for the response
-//! headers. The endpoint is the one `tollgate-upstream`'s balancer picked
-//! (a [`SelectedEndpoint`] in the request's extensions, set by the
+//! without buffering, except that the request body's first frame is read
+//! before anything is sent, so a body broken from its start (a malformed
+//! chunk) reaches no upstream and gets 400 ([`request_body`]). The route's
+//! timeout bounds the wait for that frame and the response headers. The
+//! endpoint is the one `tollgate-upstream`'s balancer picked (a
+//! [`SelectedEndpoint`] in the request's extensions, set by the
 //! `BalanceLayer` just outside this service).
 
 pub mod error;
+pub mod request_body;
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +32,7 @@ use tollgate_upstream::balance::SelectedEndpoint;
 use tower::Service;
 
 use self::error::UpstreamError;
+use self::request_body::{BodyFault, RequestBody};
 use crate::ProxyBody;
 use crate::context::RequestContext;
 use crate::error::ProxyError;
@@ -52,7 +57,7 @@ pub struct Cluster {
     pub balancer: tollgate_upstream::Cluster,
     /// The ring-hash key header, if any (else the client address).
     pub hash_key_header: Option<http::HeaderName>,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, RequestBody>,
     http2: bool,
 }
 
@@ -193,21 +198,36 @@ impl Service<Request<Incoming>> for Forward {
                 Version::HTTP_11
             };
             parts.extensions = http::Extensions::new();
-            let sent = cluster.client.request(Request::from_parts(parts, body));
+            let fault = BodyFault::default();
+            let client = cluster.client.clone();
+            let sent = async {
+                // A body broken from its first frame sends nothing upstream.
+                let body = RequestBody::read_first(body, fault.clone())
+                    .await
+                    .map_err(|e| ProxyError::BadRequest(e.to_string()))?;
+                client
+                    .request(Request::from_parts(parts, body))
+                    .await
+                    .map_err(|e| {
+                        ProxyError::from(if e.is_connect() {
+                            UpstreamError::Connect(e.to_string())
+                        } else {
+                            UpstreamError::Reset(e.to_string())
+                        })
+                    })
+            };
             let result = match timeout {
                 Some(limit) => match tokio::time::timeout(limit, sent).await {
                     Ok(result) => result,
-                    Err(_) => return Err(UpstreamError::Timeout(limit).into()),
+                    Err(_) => Err(UpstreamError::Timeout(limit).into()),
                 },
                 None => sent.await,
             };
-            let response = result.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamError::Connect(e.to_string())
-                } else {
-                    UpstreamError::Reset(e.to_string())
-                }
-            })?;
+            // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
+            if let Some(reason) = fault.reason() {
+                return Err(ProxyError::BadRequest(reason.to_owned()));
+            }
+            let response = result?;
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             let body: ProxyBody = body.map_err(Into::into).boxed_unsync();

@@ -100,6 +100,7 @@ where
     let options = AcceptOptions {
         name: "gRPC",
         drain_timeout: None,
+        connection_limit: None,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(

@@ -1,0 +1,217 @@
+//! [`IdleTimeout`]: ends a client connection once it has had no request in flight for a while (Envoy's `idle_timeout`).
+//!
+//! A connection counts as busy from the moment a request reaches the
+//! proxy until its response body has been sent ([`InFlight`] holds a
+//! [`RequestGuard`] until then). Bytes the client sends while nothing is in
+//! flight (a head dribbled one byte at a time, HTTP/2 pings, the start of an
+//! HTTP/2 preface) do not make it busy, so a client that never completes a
+//! request is cut off after the idle timeout whatever it sends. The cut is
+//! an end of input on the read side: hyper closes the connection as a
+//! client would have.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use parking_lot::Mutex;
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// What one connection has in flight, shared by its IO and its requests.
+#[derive(Debug, Default)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    started: AtomicUsize,
+    reader: Mutex<Option<Waker>>,
+}
+
+impl Activity {
+    /// A connection with nothing in flight.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity::default())
+    }
+
+    /// Marks a request in flight until the guard is dropped.
+    pub fn request(self: &Arc<Self>) -> RequestGuard {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.started.fetch_add(1, Ordering::AcqRel);
+        RequestGuard(Arc::clone(self))
+    }
+
+    /// Remembers the reader's waker, for the end of the last request in flight.
+    fn park(&self, waker: &Waker) {
+        let mut reader = self.reader.lock();
+        if !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *reader = Some(waker.clone());
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+}
+
+/// One request in flight on a connection; dropping it may start the connection's idle time.
+#[derive(Debug)]
+pub struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+            && let Some(waker) = self.0.reader.lock().take()
+        {
+            // The reader may be parked with no timer running: let it start one.
+            waker.wake();
+        }
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request in flight until it has been sent (or dropped).
+    pub struct InFlight<B> {
+        #[pin]
+        body: B,
+        guard: RequestGuard,
+    }
+}
+
+impl<B> InFlight<B> {
+    /// `body`, keeping `guard` alive as long as it.
+    pub fn new(body: B, guard: RequestGuard) -> Self {
+        InFlight { body, guard }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for InFlight<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+pin_project! {
+    /// A client connection's IO whose input ends once it has been idle for `timeout`.
+    pub struct IdleTimeout<T> {
+        #[pin]
+        io: T,
+        activity: Arc<Activity>,
+        timeout: Option<Duration>,
+        idle: Option<Pin<Box<Sleep>>>,
+        seen: usize,
+        expired: bool,
+    }
+}
+
+impl<T> IdleTimeout<T> {
+    /// `io`, whose input ends after `timeout` (`None`: never) with nothing in flight in `activity`.
+    pub fn new(io: T, activity: Arc<Activity>, timeout: Option<Duration>) -> Self {
+        IdleTimeout {
+            io,
+            activity,
+            timeout,
+            idle: None,
+            seen: 0,
+            expired: false,
+        }
+    }
+}
+
+impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        if *this.expired {
+            return Poll::Ready(Ok(()));
+        }
+        let Some(timeout) = *this.timeout else {
+            return this.io.poll_read(cx, buf);
+        };
+        let started = this.activity.started.load(Ordering::Acquire);
+        if started != *this.seen {
+            // A request came (and maybe went) since the timer started: idle time starts again.
+            *this.seen = started;
+            *this.idle = None;
+        }
+        if this.activity.busy() {
+            *this.idle = None;
+            let read = this.io.poll_read(cx, buf);
+            if read.is_pending() {
+                // The last request's end wakes this read, to start the idle time.
+                this.activity.park(cx.waker());
+                if !this.activity.busy() {
+                    // It ended before the waker was parked: look again at once.
+                    cx.waker().wake_by_ref();
+                }
+            }
+            return read;
+        }
+        let idle = this
+            .idle
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match this.io.poll_read(cx, buf) {
+            Poll::Ready(read) => Poll::Ready(read),
+            Poll::Pending => {
+                // A request may have begun since the check above; it keeps the connection.
+                if idle.as_mut().poll(cx).is_ready() && !this.activity.busy() {
+                    tracing::debug!(?timeout, "closing an idle client connection");
+                    *this.expired = true;
+                    return Poll::Ready(Ok(()));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
