@@ -31,6 +31,13 @@ pub enum ProxyError {
     Shed(Shed),
     /// No route matches the request's host and path.
     NoRoute,
+    /// The request's head (request line and headers) is longer than its listener's `max_request_headers_kb`: 431.
+    HeadersTooLarge {
+        /// The head's size in bytes.
+        size: usize,
+        /// The listener's limit in bytes.
+        limit: usize,
+    },
     /// The request itself is malformed (a broken chunked body): 400, and no complete request went upstream.
     BadRequest(String),
     /// A bug: something the proxy should never see.
@@ -46,6 +53,10 @@ impl fmt::Display for ProxyError {
             ProxyError::Upstream(e) => e.fmt(f),
             ProxyError::Shed(shed) => write!(f, "overloaded: {shed}"),
             ProxyError::NoRoute => f.write_str("no route matches the request"),
+            ProxyError::HeadersTooLarge { size, limit } => write!(
+                f,
+                "request header fields too large: {size} bytes, over the limit of {limit}"
+            ),
             ProxyError::BadRequest(m) => write!(f, "bad request: {m}"),
             ProxyError::Internal(m) => write!(f, "internal error: {m}"),
         }

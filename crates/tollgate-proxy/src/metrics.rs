@@ -314,7 +314,10 @@ impl RouteCounters {
             ProxyError::RateLimitServiceFailed(_) => self.rate_limit_service_denied.inc(),
             ProxyError::Upstream(e) => self.responses[ResponseClass::of(e) as usize].inc(),
             ProxyError::Shed(_) => self.shed.inc(),
-            ProxyError::NoRoute | ProxyError::BadRequest(_) | ProxyError::Internal(_) => 0,
+            ProxyError::NoRoute
+            | ProxyError::BadRequest(_)
+            | ProxyError::HeadersTooLarge { .. }
+            | ProxyError::Internal(_) => 0,
         };
     }
 }

@@ -221,14 +221,14 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             reply(StatusCode::NOT_FOUND, headers, Vec::new())
         }
-        ProxyError::BadRequest(m) => {
+        error @ (ProxyError::BadRequest(_) | ProxyError::HeadersTooLarge { .. }) => {
+            let status = match error {
+                ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                _ => StatusCode::BAD_REQUEST,
+            };
             let mut headers = HeaderMap::new();
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-            reply(
-                StatusCode::BAD_REQUEST,
-                headers,
-                format!("bad request: {m}").into_bytes(),
-            )
+            reply(status, headers, error.to_string().into_bytes())
         }
         ProxyError::Internal(m) => {
             tracing::error!(message = %m, "internal error");

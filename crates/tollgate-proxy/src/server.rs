@@ -157,12 +157,13 @@ impl Proxy {
         }
     }
 
-    /// Routes and answers one request.
+    /// Routes and answers one request, whose head may be `max_head` bytes long at most (431 beyond).
     pub async fn handle(
         self: Arc<Self>,
         mut request: Request<Incoming>,
         connection: Arc<ConnectionScope>,
         peer: SocketAddr,
+        max_head: usize,
     ) -> Response<ProxyBody> {
         #[expect(
             clippy::disallowed_methods,
@@ -171,6 +172,14 @@ impl Proxy {
         let started = tokio::time::Instant::now();
         let runtime = self.live.load_full();
         let grpc = is_grpc(request.headers());
+        let size = head_size(&request);
+        if size > max_head {
+            let error = ProxyError::HeadersTooLarge {
+                size,
+                limit: max_head,
+            };
+            return reply::render(error, grpc, &runtime.default_contract);
+        }
         let host = request
             .headers()
             .get(http::header::HOST)
@@ -255,7 +264,8 @@ pub async fn serve<F>(
                     let proxy = Arc::clone(&proxy);
                     let scope = Arc::clone(&scope);
                     async move {
-                        let response = proxy.handle(request, scope, peer).await;
+                        let max_head = limits.max_request_header_bytes;
+                        let response = proxy.handle(request, scope, peer, max_head).await;
                         Ok::<_, Infallible>(response.map(|body| InFlight::new(body, in_flight)))
                     }
                 });
@@ -284,6 +294,25 @@ pub async fn serve<F>(
     if let Some(task) = admin_task {
         let _ = task.await;
     }
+}
+
+/// A request head's size as HTTP/1.1 spells it: request line and `name: value` lines.
+///
+/// hyper's HTTP/1 read buffer refuses a head that does not fit in it, but
+/// one that arrives whole in a single read may be parsed past that bound;
+/// this check makes the limit exact on both protocols.
+fn head_size<B>(request: &Request<B>) -> usize {
+    let uri = request.uri();
+    let target = uri.scheme_str().map_or(0, |s| s.len() + 3)
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = request.method().as_str().len() + target + 12;
+    request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + line
 }
 
 /// HTTP/1.1 and h2c with `limits`' header timeout and size: a longer head gets 431 on either.

@@ -615,17 +615,20 @@ async fn a_head_over_max_request_headers_kb_gets_431_and_reaches_no_upstream() {
     let upstream = start_upstream(Arc::clone(&gates)).await;
     let (_, clock) = manual();
     let running = start_proxy("big-head", &yaml(upstream, ""), clock).await;
+    // HTTP/1.1, on a raw socket: read while writing, since the proxy may answer before the head ends.
+    for kib in [61, 100, 500] {
+        let (mut reader, mut writer) = TcpStream::connect(running.addr)
+            .await
+            .expect("connected")
+            .into_split();
+        let big = "a".repeat(kib * 1024);
+        let head = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
+        let writing = tokio::spawn(async move { writer.write_all(head.as_bytes()).await });
+        let answer = read_response(&mut reader).await;
+        writing.abort();
+        assert!(answer.starts_with("HTTP/1.1 431"), "{kib} KiB: {answer}");
+    }
     let big = "a".repeat(100 * 1024);
-    // HTTP/1.1, on a raw socket: read while writing, since the proxy answers before the head ends.
-    let (mut reader, mut writer) = TcpStream::connect(running.addr)
-        .await
-        .expect("connected")
-        .into_split();
-    let head = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n");
-    let writing = tokio::spawn(async move { writer.write_all(head.as_bytes()).await });
-    let answer = read_response(&mut reader).await;
-    writing.abort();
-    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     // h2c: the same header in one HEADERS block.
     let stream = TcpStream::connect(running.addr).await.expect("connected");
     let (mut sender, connection) =

@@ -493,8 +493,6 @@ fn past_max_connections_a_client_waits_until_one_closes_and_the_limit_is_logged(
         &upstream_addr,
         "--admin-addr",
         "127.0.0.1:0",
-        "--idle-timeout",
-        "0",
         "--log-level",
         "warn",
     ]);
