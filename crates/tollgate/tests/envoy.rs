@@ -159,17 +159,14 @@ static_resources:
     )
 }
 
-/// Starts Envoy on `bootstrap` and waits (bounded) until its admin `/ready` says LIVE.
-fn start_envoy(
-    binary: &Path,
-    dir: &Path,
-    bootstrap: &str,
-    admin_port: u16,
-    allow_port: u16,
-    deny_port: u16,
-) -> Envoy {
+/// Starts Envoy with [`bootstrap_yaml`]'s two listeners on free ports, in
+/// front of `upstream` and asking `tollgate`, and waits (bounded) until its
+/// admin `/ready` says LIVE.
+fn start_envoy(binary: &Path, dir: &Path, upstream: SocketAddr, tollgate: SocketAddr) -> Envoy {
+    let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
+    let bootstrap = bootstrap_yaml(admin_port, allow_port, deny_port, upstream, tollgate);
     Envoy {
-        process: EnvoyProcess::start(binary, dir, bootstrap, admin_port),
+        process: EnvoyProcess::start(binary, dir, &bootstrap, admin_port),
         allow_port,
         deny_port,
     }
@@ -216,22 +213,7 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
 
     let upstream = Upstream::spawn();
     let mut tollgate = LoggedChild::serve(&limits, dir.0.join("tollgate.log"));
-    let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
-    let bootstrap = bootstrap_yaml(
-        admin_port,
-        allow_port,
-        deny_port,
-        upstream.addr,
-        tollgate.addr,
-    );
-    let envoy = start_envoy(
-        &envoy_binary,
-        &dir.0,
-        &bootstrap,
-        admin_port,
-        allow_port,
-        deny_port,
-    );
+    let envoy = start_envoy(&envoy_binary, &dir.0, upstream.addr, tollgate.addr);
 
     // Requests 1-3 reach the upstream, request 4 is Envoy's 429. A minute
     // boundary inside the four requests restarts the count: then once more
@@ -381,22 +363,7 @@ fn envoy_and_the_proxy_pass_on_the_services_ietf_fields_and_one_retry_after() {
         .args(tollgate_testkit::tollgate::EPHEMERAL_ADDRS)
         .args(["--log-level", "warn", "--ietf-headers", "--retry-after"]);
     let tollgate = LoggedChild::spawn(serve, dir.0.join("tollgate.log"), false);
-    let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
-    let bootstrap = bootstrap_yaml(
-        admin_port,
-        allow_port,
-        deny_port,
-        upstream.addr,
-        tollgate.addr,
-    );
-    let envoy = start_envoy(
-        &envoy_binary,
-        &dir.0,
-        &bootstrap,
-        admin_port,
-        allow_port,
-        deny_port,
-    );
+    let envoy = start_envoy(&envoy_binary, &dir.0, upstream.addr, tollgate.addr);
     let proxy_file = dir.write("proxy.yaml", &proxy_yaml(upstream.addr, tollgate.addr));
     let proxy = LoggedChild::proxy(
         &[
