@@ -1,20 +1,18 @@
 //! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
 
-use tollgate_testkit::tollgate::{Server, tollgate};
+use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server, tollgate};
 
 /// `tollgate serve` on the example limits with free loopback ports.
 fn spawn_server() -> Server {
-    Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--log-level",
-        "warn",
-    ])
+    spawn_server_with_env(&[])
+}
+
+/// [`spawn_server`] with the variables `env` set.
+fn spawn_server_with_env(env: &[(&str, &str)]) -> Server {
+    let mut args = vec!["serve", "--config", "../../examples/limits"];
+    args.extend_from_slice(&EPHEMERAL_ADDRS);
+    args.extend_from_slice(&["--log-level", "warn"]);
+    Server::spawn_with_env(&args, env)
 }
 
 /// Sends one JSON request; the status code and body.
@@ -117,24 +115,11 @@ fn check_with_zero_hits_asks_without_consuming() {
 
 #[test]
 fn request_caps_come_from_the_environment_and_a_page_cannot_post_plain_text() {
-    let server = Server::spawn_with_env(
-        &[
-            "serve",
-            "--config",
-            "../../examples/limits",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--log-level",
-            "warn",
-        ],
-        &[
-            ("TOLLGATE_MAX_DESCRIPTORS", "2"),
-            ("TOLLGATE_MAX_DESCRIPTOR_ENTRIES", "5"),
-            ("TOLLGATE_MAX_REQUEST_BYTES", "512"),
-        ],
-    );
+    let server = spawn_server_with_env(&[
+        ("TOLLGATE_MAX_DESCRIPTORS", "2"),
+        ("TOLLGATE_MAX_DESCRIPTOR_ENTRIES", "5"),
+        ("TOLLGATE_MAX_REQUEST_BYTES", "512"),
+    ]);
     let http = server.line_after("http listening on ");
     let login = r#"{"domain":"edge","descriptors":[{"path":"/login"}]}"#;
     // A cross-origin form or fetch without a preflight can only send these.

@@ -323,14 +323,18 @@ async fn should_rate_limit(client: &H2Client, addr: &str, framed: Bytes) -> (Str
     (field("grpc-status"), field("grpc-message"))
 }
 
-/// 16 concurrent requests of `framed` on one connection while another caller
-/// keeps asking on its own: the statuses of the 16, the other caller's
-/// answers, and the server's growth in peak RSS (VmHWM), in KiB.
-async fn flood(
+/// Sends 16 concurrent requests of `framed` on one connection while another
+/// caller keeps asking on its own; checks that each of the 16 is refused with
+/// `grpc-status` `status` and a message containing `naming`, that the other
+/// caller is answered every time, and that the server's peak RSS (VmHWM)
+/// grew by less than `budget_kib`.
+async fn flood_is_refused(
     addr: &str,
     pid: u32,
     framed: &Bytes,
-) -> (Vec<(String, String)>, Vec<(String, String)>, u64) {
+    (status, naming): (&str, &str),
+    budget_kib: u64,
+) {
     let before = memory_kib(pid, "VmHWM");
     let flooder = h2_client();
     let calls: Vec<_> = (0..16)
@@ -350,7 +354,16 @@ async fn flood(
         answers.push(call.await.expect("the call task"));
     }
     let grown = memory_kib(pid, "VmHWM").saturating_sub(before);
-    (answers, others, grown)
+    eprintln!(
+        "16 × {} bytes, refused for {naming}: peak RSS +{grown} KiB",
+        framed.len()
+    );
+    for (answer, message) in &answers {
+        assert_eq!(answer, status, "{message}");
+        assert!(message.contains(naming), "{message}");
+    }
+    assert!(others.iter().all(|(status, _)| status == "0"), "{others:?}");
+    assert!(grown < budget_kib, "peak RSS grew by {grown} KiB");
 }
 
 /// The most 16 requests refused by their length prefix may add to the server's peak RSS.
@@ -379,37 +392,25 @@ async fn large_requests_are_refused_before_they_are_decoded_and_others_are_still
     // refused by the length prefix, over --max-request-bytes (1 MiB).
     let oversize = grpc_request(195_000);
     assert!(oversize.len() > 3_900_000 && oversize.len() < 4 << 20);
-    let (answers, others, grown) = flood(&addr, pid, &oversize).await;
-    eprintln!(
-        "16 × {} bytes over the size cap: peak RSS +{grown} KiB",
-        oversize.len()
-    );
-    for (status, message) in &answers {
-        assert_eq!(status, "11", "OUT_OF_RANGE: {message}");
-        assert!(message.contains("1048576"), "{message}");
-    }
-    assert!(others.iter().all(|(status, _)| status == "0"), "{others:?}");
-    assert!(
-        grown < OVERSIZE_RSS_BUDGET_KIB,
-        "peak RSS grew by {grown} KiB"
-    );
+    flood_is_refused(
+        &addr,
+        pid,
+        &oversize,
+        ("11", "1048576"),
+        OVERSIZE_RSS_BUDGET_KIB,
+    )
+    .await;
 
     // Just under 1 MiB, 50k descriptors: refused by the descriptor cap
     // before the decoded request (~8× its size) is built.
     let at_cap = grpc_request(50_000);
     assert!(at_cap.len() < 1 << 20);
-    let (answers, others, grown) = flood(&addr, pid, &at_cap).await;
-    eprintln!(
-        "16 × {} bytes over the descriptor cap: peak RSS +{grown} KiB",
-        at_cap.len()
-    );
-    for (status, message) in &answers {
-        assert_eq!(status, "3", "INVALID_ARGUMENT: {message}");
-        assert!(message.contains("max-descriptors"), "{message}");
-    }
-    assert!(others.iter().all(|(status, _)| status == "0"), "{others:?}");
-    assert!(
-        grown < AT_CAP_RSS_BUDGET_KIB,
-        "peak RSS grew by {grown} KiB"
-    );
+    flood_is_refused(
+        &addr,
+        pid,
+        &at_cap,
+        ("3", "max-descriptors"),
+        AT_CAP_RSS_BUDGET_KIB,
+    )
+    .await;
 }
