@@ -18,6 +18,14 @@
 //! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness) and
 //!   `GET /readyz` (200 while the readiness flag is set, 503 once shutdown
 //!   starts).
+//! * Both POST endpoints take only `Content-Type: application/json`
+//!   (parameters such as `charset` allowed), and answer 415 naming the
+//!   expected type otherwise: a web page can send a cross-origin `text/plain`
+//!   POST without asking, but not an `application/json` one, so no page a
+//!   browser visits can spend or refund quota. A body over
+//!   [`RequestCaps::max_message_bytes`] is 413, and a request over the
+//!   descriptor or entry caps is 400 naming the cap (counted in the JSON
+//!   text before the request is built).
 //! * `GET /rlconfig` lists the loaded rules, one line per rule.
 //! * `GET /metrics` serves [`Metrics`] in the Prometheus text format, when
 //!   the state has them ([`HttpState::with_metrics`]).
@@ -31,8 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -40,6 +48,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_core::duration::ceil_seconds;
+use tollgate_protocol::rls::caps::{JsonEntries, RequestCaps};
 use tollgate_protocol::rls::convert::{engine_request, wire_response};
 use tollgate_protocol::rls::headers::ResponseHeaders;
 use tollgate_protocol::rls::model::{
@@ -58,6 +67,7 @@ pub struct HttpState<C: Clock> {
     headers: Arc<ResponseHeaders>,
     ready: Arc<AtomicBool>,
     metrics: Option<Arc<Metrics>>,
+    caps: RequestCaps,
 }
 
 impl<C: Clock> Clone for HttpState<C> {
@@ -67,6 +77,7 @@ impl<C: Clock> Clone for HttpState<C> {
             headers: Arc::clone(&self.headers),
             ready: Arc::clone(&self.ready),
             metrics: self.metrics.clone(),
+            caps: self.caps,
         }
     }
 }
@@ -83,7 +94,15 @@ impl<C: Clock> HttpState<C> {
             headers,
             ready,
             metrics: None,
+            caps: RequestCaps::default(),
         }
+    }
+
+    /// This state, refusing bodies and requests over `caps` (the defaults otherwise).
+    #[must_use]
+    pub fn with_caps(mut self, caps: RequestCaps) -> Self {
+        self.caps = caps;
+        self
     }
 
     /// This state, counting answers in `metrics` (api `http`) and serving them on `/metrics`.
@@ -96,6 +115,7 @@ impl<C: Clock> HttpState<C> {
 
 /// The HTTP API's routes over `state`.
 pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
+    let body_limit = DefaultBodyLimit::max(state.caps.max_message_bytes);
     Router::new()
         .route("/json", post(json_endpoint::<C>))
         .route("/v1/check", post(check_endpoint::<C>))
@@ -104,6 +124,7 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .route("/readyz", get(readyz::<C>))
         .route("/rlconfig", get(rlconfig::<C>))
         .route("/metrics", get(metrics_endpoint::<C>))
+        .layer(body_limit)
         .with_state(state)
 }
 
@@ -120,6 +141,57 @@ where
 /// A 400 response with a plain-text message.
 fn bad_request(message: impl Into<String>) -> Response {
     (StatusCode::BAD_REQUEST, message.into()).into_response()
+}
+
+/// The media type both POST endpoints take.
+const JSON_TYPE: &str = "application/json";
+
+/// The body of a POST endpoint's request: 415 unless it is [`JSON_TYPE`]
+/// (with any parameters), 413 when it is over `caps.max_message_bytes`, 400
+/// when its descriptors or their `entries` are over a cap (counted in the
+/// JSON text, before the request is built).
+async fn json_body(
+    request: Request,
+    caps: &RequestCaps,
+    entries: JsonEntries,
+) -> Result<Bytes, Response> {
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let essence = content_type
+        .as_deref()
+        .and_then(|value| value.split(';').next())
+        .map(str::trim);
+    if !essence.is_some_and(|essence| essence.eq_ignore_ascii_case(JSON_TYPE)) {
+        let found = content_type.map_or_else(|| "none".to_owned(), |value| format!("{value:?}"));
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type must be {JSON_TYPE} (parameters such as charset allowed), not {found}"
+            ),
+        )
+            .into_response());
+    }
+    let body = Bytes::from_request(request, &())
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "request body over the cap of {} bytes (max-request-bytes)",
+                        caps.max_message_bytes
+                    ),
+                )
+                    .into_response()
+            } else {
+                rejection.into_response()
+            }
+        })?;
+    caps.check_json(&body, entries)
+        .map_err(|error| bad_request(error.to_string()))?;
+    Ok(body)
 }
 
 /// 200 for OK, 429 for OVER_LIMIT.
@@ -157,7 +229,7 @@ fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
         Ok(bytes) => (
             status,
             [(
-                axum::http::header::CONTENT_TYPE,
+                header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             )],
             bytes,
@@ -176,8 +248,12 @@ fn json_response<T: Serialize>(status: StatusCode, body: &T) -> Response {
 /// Upstream's `/json`: the wire messages in their proto3 JSON form.
 async fn json_endpoint<C: Clock + 'static>(
     State(state): State<HttpState<C>>,
-    body: Bytes,
+    request: Request,
 ) -> Response {
+    let body = match json_body(request, &state.caps, JsonEntries::Array).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let request: wire::RateLimitRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(format!("invalid RateLimitRequest JSON: {error}")),
@@ -273,8 +349,12 @@ fn check_status(status: &DescriptorStatus) -> CheckStatus {
 
 async fn check_endpoint<C: Clock + 'static>(
     State(state): State<HttpState<C>>,
-    body: Bytes,
+    request: Request,
 ) -> Response {
+    let body = match json_body(request, &state.caps, JsonEntries::Members).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let request: CheckRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(format!("invalid check request JSON: {error}")),
@@ -351,7 +431,7 @@ async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>)
         Ok(text) => (
             StatusCode::OK,
             [(
-                axum::http::header::CONTENT_TYPE,
+                header::CONTENT_TYPE,
                 HeaderValue::from_static(
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 ),

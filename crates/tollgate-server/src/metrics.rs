@@ -16,6 +16,11 @@
 //! over the limit that a `shadow_mode` rule let through; they count in
 //! `over_limit` too, as upstream counts them). Requests answered OK only
 //! because of global shadow mode count in `ratelimit_global_shadow_mode_total`.
+//!
+//! The request caps are gauges of their setting
+//! ([`Metrics::with_request_caps`]): `ratelimit_request_max_descriptors`,
+//! `ratelimit_request_max_descriptor_entries` and
+//! `ratelimit_request_max_bytes`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,13 +28,14 @@ use std::sync::Arc;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
 use crate::reload::LiveEngine;
+use tollgate_protocol::rls::RequestCaps;
 use tollgate_protocol::rls::model::{Code, RateLimitRequest, RateLimitResponse};
 
 /// The near-limit ratio used when none is configured (upstream's `NEAR_LIMIT_RATIO`).
@@ -272,6 +278,33 @@ impl Metrics {
     pub fn with_store(mut self, store: Arc<crate::store::RemoteStore>) -> Self {
         self.registry
             .register_collector(Box::new(crate::store::StoreCollector(store)));
+        self
+    }
+
+    /// These metrics with a gauge of each of `caps`' settings.
+    #[must_use]
+    pub fn with_request_caps(mut self, caps: &RequestCaps) -> Self {
+        for (name, help, value) in [
+            (
+                "ratelimit_request_max_descriptors",
+                "The most descriptors one request may have (setting)",
+                caps.max_descriptors,
+            ),
+            (
+                "ratelimit_request_max_descriptor_entries",
+                "The most entries one descriptor may have (setting)",
+                caps.max_descriptor_entries,
+            ),
+            (
+                "ratelimit_request_max_bytes",
+                "The largest gRPC message or HTTP body of one request, in bytes (setting)",
+                caps.max_message_bytes,
+            ),
+        ] {
+            let gauge = Gauge::<i64>::default();
+            gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+            self.registry.register(name, help, gauge);
+        }
         self
     }
 

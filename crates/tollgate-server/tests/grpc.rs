@@ -18,8 +18,10 @@ use rls::rate_limit_service_client::RateLimitServiceClient;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_core::ManualClock;
-use tollgate_protocol::rls::{HeaderOptions, Jitter, ResponseHeaders, RlsClient, convert, wire};
-use tollgate_server::grpc;
+use tollgate_protocol::rls::{
+    HeaderOptions, Jitter, RequestCaps, ResponseHeaders, RlsClient, convert, wire,
+};
+use tollgate_server::{Engine, grpc};
 use tollgate_testkit::ports::bind_loopback;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
@@ -66,6 +68,18 @@ impl TestServer {
 
     /// [`TestServer::start`] with response headers rendered by `headers` (none when `None`).
     async fn start_with(millis_into_minute: u64, headers: Option<ResponseHeaders>) -> TestServer {
+        TestServer::start_service(millis_into_minute, |engine| match headers {
+            None => grpc::RateLimitGrpc::new(engine),
+            Some(headers) => grpc::RateLimitGrpc::with_headers(engine, Arc::new(headers)),
+        })
+        .await
+    }
+
+    /// [`TestServer::start`] serving the service `build` makes of the engine.
+    async fn start_service(
+        millis_into_minute: u64,
+        build: impl FnOnce(Arc<Engine<ManualClock>>) -> grpc::RateLimitGrpc<ManualClock>,
+    ) -> TestServer {
         let (engine, clock) = fixed_engine::engine(LIMITS, millis_into_minute);
         let listener = bind_loopback().await;
         let addr = format!("http://{}", listener.local_addr().expect("local address"));
@@ -73,14 +87,7 @@ impl TestServer {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = match headers {
-            None => tokio::spawn(grpc::serve(listener, engine, shutdown)),
-            Some(headers) => tokio::spawn(grpc::serve_with(
-                listener,
-                grpc::RateLimitGrpc::with_headers(engine, Arc::new(headers)),
-                shutdown,
-            )),
-        };
+        let task = tokio::spawn(grpc::serve_with(listener, build(engine), shutdown));
         TestServer {
             addr,
             clock,
@@ -667,5 +674,139 @@ async fn retry_after_jitter_only_adds_and_stays_within_its_bound() {
     seen.sort_unstable();
     seen.dedup();
     assert!(seen.len() > 1, "the jitter spreads the answers: {seen:?}");
+    server.shutdown().await;
+}
+
+/// A codec that sends its message as raw bytes and reads the answer with prost.
+#[derive(Default)]
+struct RawBytesCodec;
+
+/// The encoder of [`RawBytesCodec`]: the bytes as they are.
+struct RawBytesEncoder;
+
+impl tonic::codec::Encoder for RawBytesEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use tonic_prost::prost::bytes::BufMut;
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for RawBytesCodec {
+    type Encode = Vec<u8>;
+    type Decode = wire::RateLimitResponse;
+    type Encoder = RawBytesEncoder;
+    type Decoder = tonic_prost::ProstDecoder<wire::RateLimitResponse>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawBytesEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::default()
+    }
+}
+
+/// One `ShouldRateLimit` call whose message is `bytes`.
+async fn call_raw(
+    channel: Channel,
+    bytes: Vec<u8>,
+) -> Result<wire::RateLimitResponse, tonic::Status> {
+    let mut client = tonic::client::Grpc::new(channel);
+    client.ready().await.expect("the channel is ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(wire::SHOULD_RATE_LIMIT_PATH);
+    client
+        .unary(tonic::Request::new(bytes), path, RawBytesCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_that_are_not_a_request_are_invalid_argument_with_the_reason() {
+    let server = TestServer::start(0).await;
+    let channel = server.channel().await;
+    for bytes in [
+        // domain (field 1) of length 5 with one byte.
+        vec![0x0a, 0x05, b'e'],
+        // A descriptor (field 2) whose entry (field 1) claims 100 bytes.
+        vec![0x12, 0x03, 0x0a, 0x64, 0x00],
+        // A varint that never ends.
+        vec![0x18, 0xff, 0xff, 0xff],
+        // Field number 0.
+        vec![0x00, 0x01],
+        // An end-group with no start.
+        vec![0x0c],
+    ] {
+        let status = call_raw(channel.clone(), bytes.clone())
+            .await
+            .expect_err("malformed bytes are refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{bytes:02x?}: {status:?}"
+        );
+        assert!(
+            status
+                .message()
+                .starts_with("malformed RateLimitRequest protobuf: "),
+            "{bytes:02x?}: {}",
+            status.message()
+        );
+    }
+    // The raw path answers a well-formed request as usual.
+    let login = prost_bytes(&request("edge", vec![descriptor(&[("path", "/login")])]));
+    let answer = call_raw(channel, login).await.expect("a valid request");
+    assert_eq!(answer.overall_code, wire::CODE_OK);
+    server.shutdown().await;
+}
+
+/// The protobuf bytes of a message.
+fn prost_bytes(message: &impl tonic_prost::prost::Message) -> Vec<u8> {
+    message.encode_to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_a_cap_are_refused_naming_the_cap_and_spend_nothing() {
+    let caps = RequestCaps {
+        max_descriptors: 4,
+        max_descriptor_entries: 3,
+        max_message_bytes: 4096,
+    };
+    let server =
+        TestServer::start_service(0, |engine| grpc::RateLimitGrpc::new(engine).with_caps(caps))
+            .await;
+    let mut client = server.client().await;
+    let login = || descriptor(&[("path", "/login")]);
+    let wide = descriptor(&[("path", "/login"), ("a", "1"), ("b", "2"), ("c", "3")]);
+    for (req, cap) in [
+        (request("edge", vec![login(); 5]), "max-descriptors"),
+        (
+            request("edge", vec![login(), wide]),
+            "max-descriptor-entries",
+        ),
+    ] {
+        let status = client.should_rate_limit(req).await.expect_err("over a cap");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(cap), "{}", status.message());
+    }
+    let status = client
+        .should_rate_limit(request(&"e".repeat(5000), vec![login()]))
+        .await
+        .expect_err("over the message size");
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().contains("4096"), "{}", status.message());
+    // At the caps it is answered, and nothing was spent before: each of the
+    // four descriptors takes one of the three.
+    let answer = call(&mut client, request("edge", vec![login(); 4])).await;
+    assert_eq!(answer.overall_code, PbCode::OverLimit as i32);
+    let remaining: Vec<u32> = answer.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, [2, 1, 0, 0]);
     server.shutdown().await;
 }

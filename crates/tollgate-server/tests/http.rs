@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
+use tollgate_protocol::rls::{
+    HeaderOptions, Jitter, LimitHeaderNames, RequestCaps, ResponseHeaders,
+};
 use tollgate_server::LiveEngine;
 use tollgate_server::http::{self, HttpState};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
@@ -51,6 +53,11 @@ struct TestServer {
 impl TestServer {
     /// Starts a server 45 s into a minute, adding the limit headers when `limit_headers`.
     async fn start(limit_headers: bool) -> TestServer {
+        TestServer::start_with_caps(limit_headers, RequestCaps::default()).await
+    }
+
+    /// [`TestServer::start`] refusing requests over `caps`.
+    async fn start_with_caps(limit_headers: bool, caps: RequestCaps) -> TestServer {
         let (engine, _clock) = fixed_engine::engine(LIMITS, 45_000);
         let headers = ResponseHeaders::new(
             HeaderOptions {
@@ -62,12 +69,16 @@ impl TestServer {
         );
         let ready = Arc::new(AtomicBool::new(true));
         let live = Arc::new(LiveEngine::fixed(engine));
-        let metrics = Arc::new(Metrics::new(
-            Arc::clone(&live) as Arc<dyn ConfigStats>,
-            DEFAULT_NEAR_LIMIT_RATIO,
-        ));
-        let state =
-            HttpState::new(live, Arc::new(headers), Arc::clone(&ready)).with_metrics(metrics);
+        let metrics = Arc::new(
+            Metrics::new(
+                Arc::clone(&live) as Arc<dyn ConfigStats>,
+                DEFAULT_NEAR_LIMIT_RATIO,
+            )
+            .with_request_caps(&caps),
+        );
+        let state = HttpState::new(live, Arc::new(headers), Arc::clone(&ready))
+            .with_metrics(metrics)
+            .with_caps(caps);
         let listener = bind_loopback().await;
         let addr = listener.local_addr().expect("local address").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -84,17 +95,22 @@ impl TestServer {
 
     /// Sends one request and reads the whole reply: status, headers and body.
     async fn send(&self, method: &str, path: &str, body: &str) -> Reply {
+        self.send_as(method, path, Some("application/json"), body)
+            .await
+    }
+
+    /// [`TestServer::send`] with another `Content-Type` (none when `None`).
+    async fn send_as(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Reply {
+        let mut headers = vec![("connection", "close")];
+        headers.extend(content_type.map(|value| ("content-type", value)));
         AsyncClient::http1()
-            .send(
-                method,
-                &self.addr,
-                path,
-                &[
-                    ("connection", "close"),
-                    ("content-type", "application/json"),
-                ],
-                body,
-            )
+            .send(method, &self.addr, path, &headers, body)
             .await
     }
 
@@ -420,5 +436,98 @@ async fn metrics_count_per_rule_with_bounded_labels() {
             .any(|l| l.starts_with("ratelimit_config_load_error_total 0")),
         "{text}"
     );
+    server.stop().await;
+}
+
+/// A `/v1/check` body of `descriptors` descriptors of `entries` entries each.
+fn check_body(descriptors: usize, entries: usize) -> String {
+    let descriptor: Vec<String> = (0..entries).map(|i| format!("\"k{i}\":\"v\"")).collect();
+    let descriptor = format!("{{{}}}", descriptor.join(","));
+    let all = vec![descriptor; descriptors].join(",");
+    format!(r#"{{"domain":"edge","descriptors":[{all}]}}"#)
+}
+
+/// A `/json` body of `descriptors` descriptors of `entries` entries each.
+fn json_body(descriptors: usize, entries: usize) -> String {
+    let entry = r#"{"key":"k","value":"v"}"#;
+    let descriptor = format!(r#"{{"entries":[{}]}}"#, vec![entry; entries].join(","));
+    let all = vec![descriptor; descriptors].join(",");
+    format!(r#"{{"domain":"edge","descriptors":[{all}]}}"#)
+}
+
+#[tokio::test]
+async fn only_application_json_is_read_and_anything_else_is_415_spending_nothing() {
+    let server = TestServer::start(false).await;
+    let check = r#"{"domain":"edge","descriptors":[{"path":"/login"}],"hits":1}"#;
+    // What a web page may send cross-origin without a preflight, and no type at all.
+    for content_type in [
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        Some("application/jsonp"),
+        None,
+    ] {
+        for (path, body) in [("/v1/check", check), ("/json", LOGIN_JSON)] {
+            let reply = server.send_as("POST", path, content_type, body).await;
+            assert_eq!(reply.status, 415, "{path} {content_type:?}: {}", reply.body);
+            assert!(
+                reply.body.contains("application/json"),
+                "{path} {content_type:?}: {}",
+                reply.body
+            );
+        }
+    }
+    // Nothing was spent: the limit of 3 is whole, read with parameters and any case.
+    for (content_type, remaining) in [
+        ("application/json; charset=utf-8", 2),
+        ("Application/JSON", 1),
+        ("application/json;charset=\"UTF-8\"", 0),
+    ] {
+        let reply = server
+            .send_as("POST", "/v1/check", Some(content_type), check)
+            .await;
+        assert_eq!(reply.status, 200, "{content_type}: {}", reply.body);
+        assert_eq!(reply.json()["statuses"][0]["remaining"], json!(remaining));
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn requests_over_a_cap_are_400_or_413_naming_the_cap_and_spend_nothing() {
+    let caps = RequestCaps {
+        max_descriptors: 4,
+        max_descriptor_entries: 3,
+        max_message_bytes: 2048,
+    };
+    let server = TestServer::start_with_caps(false, caps).await;
+    for (path, body, status, cap) in [
+        ("/v1/check", check_body(5, 1), 400, "max-descriptors"),
+        ("/json", json_body(5, 1), 400, "max-descriptors"),
+        ("/v1/check", check_body(1, 4), 400, "max-descriptor-entries"),
+        ("/json", json_body(1, 4), 400, "max-descriptor-entries"),
+        ("/v1/check", check_body(4, 100), 413, "max-request-bytes"),
+        ("/json", json_body(4, 100), 413, "max-request-bytes"),
+    ] {
+        let reply = server.send("POST", path, &body).await;
+        assert_eq!(reply.status, status, "{path} {cap}: {}", reply.body);
+        assert!(reply.body.contains(cap), "{path}: {}", reply.body);
+    }
+    let reply = server.send("POST", "/v1/check", &check_body(4, 3)).await;
+    assert_eq!(reply.status, 200, "at the caps: {}", reply.body);
+    let reply = server.send("POST", "/json", &json_body(4, 3)).await;
+    assert_eq!(reply.status, 200, "at the caps: {}", reply.body);
+    let login = r#"{"domain":"edge","descriptors":[{"path":"/login"}],"hits":1}"#;
+    let reply = server.send("POST", "/v1/check", login).await;
+    assert_eq!(reply.json()["statuses"][0]["remaining"], json!(2));
+    // Each cap is a gauge of its setting.
+    let metrics = server.send("GET", "/metrics", "").await.body;
+    for line in [
+        "ratelimit_request_max_descriptors 4",
+        "ratelimit_request_max_descriptor_entries 3",
+        "ratelimit_request_max_bytes 2048",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
     server.stop().await;
 }

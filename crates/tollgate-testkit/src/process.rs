@@ -47,3 +47,16 @@ pub fn log_tail(path: &Path) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A memory figure of process `pid` from `/proc/PID/status`, in KiB: `VmRSS`
+/// (resident now) or `VmHWM` (the most it was resident), for instance.
+#[must_use]
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|error| panic!("cannot read /proc/{pid}/status: {error}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
+}

@@ -15,22 +15,19 @@ use std::thread;
 use crate::budget::BUDGET;
 use crate::process::{ChildGuard, forward_lines, log_tail};
 
-/// The environment variables that would change what the commands do.
-pub const TOLLGATE_VARS: [&str; 14] = [
+/// Upstream's (envoyproxy/ratelimit's) variables that `tollgate` reads too; with every `TOLLGATE_*` variable, they would change what a command does.
+pub const UPSTREAM_VARS: [&str; 11] = [
     "GRPC_HOST",
     "GRPC_PORT",
     "HOST",
     "PORT",
     "SHADOW_MODE",
     "LOG_LEVEL",
-    "TOLLGATE_CONFIG",
-    "TOLLGATE_GRPC_ADDR",
-    "TOLLGATE_HTTP_ADDR",
-    "TOLLGATE_SHADOW_MODE",
-    "TOLLGATE_MERGE_DOMAINS",
-    "TOLLGATE_LOG_LEVEL",
-    "TOLLGATE_NEAR_LIMIT_RATIO",
-    "TOLLGATE_CHECK_ADDR",
+    "LOG_FORMAT",
+    "NEAR_LIMIT_RATIO",
+    "REDIS_URL",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_AUTH",
 ];
 
 /// `serve`'s flags for ephemeral gRPC and HTTP ports on 127.0.0.1.
@@ -45,12 +42,17 @@ pub fn tollgate_binary() -> PathBuf {
     )
 }
 
-/// The `tollgate` binary with `args`, run in the test's directory without [`TOLLGATE_VARS`].
+/// The `tollgate` binary with `args`, run in the test's directory without any `TOLLGATE_*` variable or [`UPSTREAM_VARS`].
 #[must_use]
 pub fn tollgate(args: &[&str]) -> Command {
     let mut command = Command::new(tollgate_binary());
     command.args(args);
-    for var in TOLLGATE_VARS {
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("TOLLGATE_")) {
+            command.env_remove(name);
+        }
+    }
+    for var in UPSTREAM_VARS {
         command.env_remove(var);
     }
     command

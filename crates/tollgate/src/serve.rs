@@ -11,7 +11,12 @@ use clap::Args;
 use clap::builder::BoolishValueParser;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
-use tollgate_protocol::rls::{HeaderOptions, Jitter, LimitHeaderNames, ResponseHeaders};
+use tollgate_protocol::rls::caps::{
+    DEFAULT_MAX_DESCRIPTOR_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_MESSAGE_BYTES,
+};
+use tollgate_protocol::rls::{
+    HeaderOptions, Jitter, LimitHeaderNames, RequestCaps, ResponseHeaders,
+};
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
 use tollgate_runtime::{Shutdown, shutdown_signal};
@@ -125,6 +130,36 @@ pub struct ServeArgs {
         default_value_t = 1
     )]
     pub expected_instances: u64,
+    /// The most descriptors one request (gRPC, `/json`, `/v1/check`) may
+    /// have; more is INVALID_ARGUMENT / 400, refused before it is decoded.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTORS, value_parser = parse_cap)]
+    pub max_descriptors: usize,
+    /// The most entries one descriptor may have; more is INVALID_ARGUMENT / 400.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTOR_ENTRIES", value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTOR_ENTRIES, value_parser = parse_cap)]
+    pub max_descriptor_entries: usize,
+    /// The largest gRPC request message or HTTP request body, in bytes;
+    /// larger is refused before it is buffered (gRPC OUT_OF_RANGE, HTTP 413).
+    #[arg(long, env = "TOLLGATE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_cap)]
+    pub max_request_bytes: usize,
+}
+
+/// A cap: a whole number of at least 1.
+fn parse_cap(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
+impl ServeArgs {
+    /// The bounds on one request.
+    fn request_caps(&self) -> RequestCaps {
+        RequestCaps {
+            max_descriptors: self.max_descriptors,
+            max_descriptor_entries: self.max_descriptor_entries,
+            max_message_bytes: self.max_request_bytes,
+        }
+    }
 }
 
 /// A signed duration (`-3s`, `250ms`) in nanoseconds.
@@ -404,10 +439,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     ));
 
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
+    let caps = args.request_caps();
     let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
         settings.near_limit_ratio,
-    );
+    )
+    .with_request_caps(&caps);
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
@@ -418,6 +455,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         live,
         headers,
         metrics,
+        caps,
     ))
 }
 
@@ -428,6 +466,7 @@ async fn serve(
     live: Arc<LiveEngine<CoarseClock>>,
     headers: Arc<ResponseHeaders>,
     metrics: Arc<Metrics>,
+    caps: RequestCaps,
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
@@ -446,6 +485,9 @@ async fn serve(
         retry_after = options.retry_after,
         retry_after_jitter = ?options.retry_after_jitter,
         raw_body = options.raw_body,
+        max_descriptors = caps.max_descriptors,
+        max_descriptor_entries = caps.max_descriptor_entries,
+        max_request_bytes = caps.max_message_bytes,
         "gRPC rate limit service listening"
     );
     let http_listener = TcpListener::bind(http_addr)
@@ -474,9 +516,12 @@ async fn serve(
 
     let router = http::router(
         http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
-            .with_metrics(Arc::clone(&metrics)),
+            .with_metrics(Arc::clone(&metrics))
+            .with_caps(caps),
     );
-    let service = grpc::RateLimitGrpc::live(live, headers).with_metrics(metrics);
+    let service = grpc::RateLimitGrpc::live(live, headers)
+        .with_metrics(metrics)
+        .with_caps(caps);
     let grpc_server = async {
         grpc::serve_with(listener, service, shutdown.stopped())
             .await
@@ -635,6 +680,35 @@ mod tests {
         assert_eq!((s.log_format, s.near_limit_ratio), (LogFormat::Text, 0.9));
         let bad_ratio = ["serve", "--config", "limits", "--near-limit-ratio", "2"];
         assert!(Cli::try_parse_from(bad_ratio).is_err());
+    }
+
+    #[test]
+    fn request_caps_have_defaults_flags_and_refuse_zero() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--config", "limits"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|cli| cli.serve.request_caps())
+        };
+        assert_eq!(parse(&[]).expect("valid"), RequestCaps::default());
+        let caps = parse(&[
+            "--max-descriptors",
+            "8",
+            "--max-descriptor-entries",
+            "4",
+            "--max-request-bytes",
+            "65536",
+        ])
+        .expect("valid");
+        assert_eq!(
+            caps,
+            RequestCaps {
+                max_descriptors: 8,
+                max_descriptor_entries: 4,
+                max_message_bytes: 65536,
+            }
+        );
+        assert!(parse(&["--max-descriptors", "0"]).is_err());
+        assert!(parse(&["--max-request-bytes", "1MiB"]).is_err());
     }
 
     #[test]

@@ -159,17 +159,14 @@ static_resources:
     )
 }
 
-/// Starts Envoy on `bootstrap` and waits (bounded) until its admin `/ready` says LIVE.
-fn start_envoy(
-    binary: &Path,
-    dir: &Path,
-    bootstrap: &str,
-    admin_port: u16,
-    allow_port: u16,
-    deny_port: u16,
-) -> Envoy {
+/// Starts Envoy with [`bootstrap_yaml`]'s two listeners on free ports, in
+/// front of `upstream` and asking `tollgate`, and waits (bounded) until its
+/// admin `/ready` says LIVE.
+fn start_envoy(binary: &Path, dir: &Path, upstream: SocketAddr, tollgate: SocketAddr) -> Envoy {
+    let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
+    let bootstrap = bootstrap_yaml(admin_port, allow_port, deny_port, upstream, tollgate);
     Envoy {
-        process: EnvoyProcess::start(binary, dir, bootstrap, admin_port),
+        process: EnvoyProcess::start(binary, dir, &bootstrap, admin_port),
         allow_port,
         deny_port,
     }
@@ -216,22 +213,7 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
 
     let upstream = Upstream::spawn();
     let mut tollgate = LoggedChild::serve(&limits, dir.0.join("tollgate.log"));
-    let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
-    let bootstrap = bootstrap_yaml(
-        admin_port,
-        allow_port,
-        deny_port,
-        upstream.addr,
-        tollgate.addr,
-    );
-    let envoy = start_envoy(
-        &envoy_binary,
-        &dir.0,
-        &bootstrap,
-        admin_port,
-        allow_port,
-        deny_port,
-    );
+    let envoy = start_envoy(&envoy_binary, &dir.0, upstream.addr, tollgate.addr);
 
     // Requests 1-3 reach the upstream, request 4 is Envoy's 429. A minute
     // boundary inside the four requests restarts the count: then once more
@@ -312,4 +294,133 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
     assert_eq!(closed.status, 500, "{closed:#?}");
     assert_ne!(closed.body, "upstream ok", "{closed:#?}");
     assert_eq!(closed.header("x-envoy-ratelimited"), None, "{closed:#?}");
+}
+
+/// `tollgate proxy`'s global rate limit with the route actions and filter
+/// fields of [`listener_yaml`]'s allow listener, asking `rls`.
+fn proxy_yaml(upstream: SocketAddr, rls: SocketAddr) -> String {
+    format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nglobal_ratelimit:\n  domain: {DOMAIN}\n  rate_limit_service: {{address: \"{rls}\"}}\n  timeout: 2s\n  failure_mode_deny: false\n  enable_x_ratelimit_headers: DRAFT_VERSION_03\n  enable_retry_after_header: true\nclusters:\n  - name: upstream\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: all\n    cluster: upstream\n    rate_limits:\n      - actions:\n          - generic_key: {{descriptor_value: e2e}}\n          - request_headers: {{header_name: x-user, descriptor_key: user}}\n      - actions:\n          - remote_address: {{}}\n"
+    )
+}
+
+/// The rate-limit fields of a reply that both front ends must give alike.
+const COMPARED: [&str; 7] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "retry-after",
+    "x-envoy-ratelimited",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
+/// A reply's status and its [`COMPARED`] fields (every value, in order).
+fn rate_limit_fields(response: &Response) -> (u16, Vec<(&'static str, Vec<String>)>) {
+    let fields = COMPARED
+        .iter()
+        .map(|name| {
+            let values = response
+                .headers
+                .get_all(*name)
+                .iter()
+                .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
+                .collect();
+            (*name, values)
+        })
+        .collect();
+    (response.status, fields)
+}
+
+/// The `t` parameter of a `RateLimit` field's (single) item.
+fn ratelimit_t(field: &str) -> u64 {
+    field
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("t="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no t= in RateLimit: {field:?}"))
+}
+
+/// Envoy's `envoy.filters.http.ratelimit` and `tollgate proxy`'s global rate
+/// limit, both asking one `tollgate serve --ietf-headers --retry-after`, get
+/// the same request sequence (four requests of one user, interleaved: Envoy's
+/// user `e-N`, then the proxy's `p-N`, so both are in the same second of the
+/// same minute window). Compared, per request: the status and every value
+/// of `ratelimit`, `ratelimit-policy`, `retry-after`, `x-envoy-ratelimited`
+/// and Envoy's `x-ratelimit-*` trio. On the 429s, `ratelimit` and
+/// `ratelimit-policy` are the service's own fields, forwarded; `retry-after`
+/// is one value, equal to the `t` of `ratelimit` (no jitter), never a
+/// second `Retry-After` computed by the front end.
+#[test]
+fn envoy_and_the_proxy_pass_on_the_services_ietf_fields_and_one_retry_after() {
+    let envoy_binary = envoy_binary();
+    let dir = TempDir::new("envoy-proxy-ietf");
+    let limits = dir.write("limits.yaml", LIMITS);
+    let upstream = Upstream::spawn();
+    let mut serve = tollgate_testkit::tollgate::tollgate(&["serve", "--config"]);
+    serve
+        .arg(&limits)
+        .args(tollgate_testkit::tollgate::EPHEMERAL_ADDRS)
+        .args(["--log-level", "warn", "--ietf-headers", "--retry-after"]);
+    let tollgate = LoggedChild::spawn(serve, dir.0.join("tollgate.log"), false);
+    let envoy = start_envoy(&envoy_binary, &dir.0, upstream.addr, tollgate.addr);
+    let proxy_file = dir.write("proxy.yaml", &proxy_yaml(upstream.addr, tollgate.addr));
+    let proxy = LoggedChild::proxy(
+        &[
+            "--config",
+            proxy_file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        true,
+    );
+
+    // A second boundary between Envoy's and the proxy's request changes `t`
+    // (and a minute boundary the statuses): then again with fresh users.
+    let mut last = None;
+    for attempt in 0..3 {
+        let mut via_envoy = Vec::new();
+        let mut via_proxy = Vec::new();
+        for _ in 0..4 {
+            via_envoy.push(envoy.get(envoy.allow_port, &format!("e-{attempt}")));
+            let user = format!("p-{attempt}");
+            via_proxy.push(tollgate_testkit::http::get(
+                proxy.addr,
+                "/",
+                &[("x-user", user.as_str())],
+            ));
+        }
+        let envoy_fields: Vec<_> = via_envoy.iter().map(rate_limit_fields).collect();
+        let proxy_fields: Vec<_> = via_proxy.iter().map(rate_limit_fields).collect();
+        let statuses: Vec<u16> = via_envoy.iter().map(|r| r.status).collect();
+        if envoy_fields == proxy_fields && statuses == [200, 200, 200, 429] {
+            let limited = &via_envoy[3];
+            let ratelimit = limited
+                .header("ratelimit")
+                .expect("the service's RateLimit");
+            assert!(ratelimit.starts_with("\"per-user\";r=0;t="), "{limited:#?}");
+            assert_eq!(
+                limited.header("ratelimit-policy"),
+                Some("\"per-user\";q=3;w=60, \"remote_address=127.0.0.1\";q=1000;w=60"),
+                "{limited:#?}"
+            );
+            let t = ratelimit_t(ratelimit);
+            assert!((1..=60).contains(&t), "{limited:#?}");
+            assert_eq!(limited.number("retry-after"), t, "{limited:#?}");
+            assert_eq!(limited.header("x-envoy-ratelimited"), Some("true"));
+            // Allowed replies carry the service's fields too, never a Retry-After.
+            for allowed in &via_envoy[..3] {
+                assert!(allowed.header("ratelimit").is_some(), "{allowed:#?}");
+                assert_eq!(allowed.header("retry-after"), None, "{allowed:#?}");
+            }
+            return;
+        }
+        last = Some((envoy_fields, proxy_fields));
+    }
+    let (envoy_fields, proxy_fields) = last.expect("three attempts ran");
+    panic!(
+        "Envoy and the proxy answered differently in three attempts\nenvoy: {envoy_fields:#?}\nproxy: {proxy_fields:#?}\nproxy log:\n{}",
+        log_tail(&proxy.log)
+    );
 }

@@ -1,20 +1,18 @@
 //! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
 
-use tollgate_testkit::tollgate::{Server, tollgate};
+use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server, tollgate};
 
 /// `tollgate serve` on the example limits with free loopback ports.
 fn spawn_server() -> Server {
-    Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--log-level",
-        "warn",
-    ])
+    spawn_server_with_env(&[])
+}
+
+/// [`spawn_server`] with the variables `env` set.
+fn spawn_server_with_env(env: &[(&str, &str)]) -> Server {
+    let mut args = vec!["serve", "--config", "../../examples/limits"];
+    args.extend_from_slice(&EPHEMERAL_ADDRS);
+    args.extend_from_slice(&["--log-level", "warn"]);
+    Server::spawn_with_env(&args, env)
 }
 
 /// Sends one JSON request; the status code and body.
@@ -113,4 +111,56 @@ fn check_with_zero_hits_asks_without_consuming() {
     assert!(out.contains(" remaining=2 "), "{out}");
     let out = check("0");
     assert!(out.contains(" remaining=2 "), "{out}");
+}
+
+#[test]
+fn request_caps_come_from_the_environment_and_a_page_cannot_post_plain_text() {
+    let server = spawn_server_with_env(&[
+        ("TOLLGATE_MAX_DESCRIPTORS", "2"),
+        ("TOLLGATE_MAX_DESCRIPTOR_ENTRIES", "5"),
+        ("TOLLGATE_MAX_REQUEST_BYTES", "512"),
+    ]);
+    let http = server.line_after("http listening on ");
+    let login = r#"{"domain":"edge","descriptors":[{"path":"/login"}]}"#;
+    // A cross-origin form or fetch without a preflight can only send these.
+    for content_type in ["text/plain", "application/x-www-form-urlencoded"] {
+        let response = tollgate_testkit::http::exchange(
+            &http,
+            "POST",
+            "/v1/check",
+            &[("content-type", content_type)],
+            login,
+        );
+        assert_eq!(response.status, 415, "{content_type}: {}", response.body);
+        assert!(
+            response.body.contains("application/json"),
+            "{}",
+            response.body
+        );
+    }
+    let (status, reply) = exchange(&http, "POST", "/v1/check", login);
+    assert_eq!(status, 200, "{reply}");
+    assert!(
+        reply.contains(r#""remaining":2"#),
+        "nothing spent before: {reply}"
+    );
+    let three = r#"{"domain":"edge","descriptors":[{"a":"1"},{"b":"2"},{"c":"3"}]}"#;
+    let (status, reply) = exchange(&http, "POST", "/v1/check", three);
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply.contains("max-descriptors"), "{reply}");
+    let big = format!(
+        r#"{{"domain":"{}","descriptors":[{{"a":"1"}}]}}"#,
+        "e".repeat(600)
+    );
+    let (status, reply) = exchange(&http, "POST", "/v1/check", &big);
+    assert_eq!(status, 413, "{reply}");
+    let (status, metrics) = exchange(&http, "GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for line in [
+        "ratelimit_request_max_descriptors 2",
+        "ratelimit_request_max_descriptor_entries 5",
+        "ratelimit_request_max_bytes 512",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
 }

@@ -1,7 +1,15 @@
 //! `tollgate serve` answers `tollgate check` until the first OVER_LIMIT, stops on SIGTERM, and never starts on a bad config.
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tollgate_testkit::process::memory_kib;
+use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{Server, tollgate};
 
 fn check(addr: &str, descriptors: &[&str]) -> Output {
@@ -245,4 +253,164 @@ fn check_against_nothing_listening_fails_with_exit_1() {
         "{}",
         text(&output.stderr)
     );
+}
+
+/// A length-delimited protobuf field: key, length, bytes.
+fn pb_field(out: &mut Vec<u8>, field: u8, bytes: &[u8]) {
+    out.push(field << 3 | 2);
+    let mut len = bytes.len();
+    while len >= 0x80 {
+        out.push(u8::try_from(len & 0x7f).expect("seven bits") | 0x80);
+        len >>= 7;
+    }
+    out.push(u8::try_from(len).expect("seven bits"));
+    out.extend_from_slice(bytes);
+}
+
+/// A `RateLimitRequest` of domain `edge` with `descriptors` descriptors of one
+/// `user` entry each (20 bytes a descriptor), framed as one gRPC message.
+fn grpc_request(descriptors: usize) -> Bytes {
+    let mut message = Vec::with_capacity(descriptors * 20 + 8);
+    pb_field(&mut message, 1, b"edge");
+    for i in 0..descriptors {
+        let mut entry = Vec::new();
+        pb_field(&mut entry, 1, b"user");
+        pb_field(&mut entry, 2, format!("{i:08}").as_bytes());
+        let mut descriptor = Vec::new();
+        pb_field(&mut descriptor, 1, &entry);
+        pb_field(&mut message, 2, &descriptor);
+    }
+    let mut framed = BytesMut::with_capacity(message.len() + 5);
+    framed.put_u8(0);
+    framed.put_u32(u32::try_from(message.len()).expect("under 4 GiB"));
+    framed.extend_from_slice(&message);
+    framed.freeze()
+}
+
+type H2Client = Client<HttpConnector, Full<Bytes>>;
+
+/// An HTTP/2 (prior knowledge) client: every call on one connection.
+fn h2_client() -> H2Client {
+    Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http()
+}
+
+/// One raw `ShouldRateLimit` call: its `grpc-status` and `grpc-message`.
+async fn should_rate_limit(client: &H2Client, addr: &str, framed: Bytes) -> (String, String) {
+    let request = hyper::Request::post(format!(
+        "http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Full::new(framed))
+    .expect("a request");
+    let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+        .await
+        .expect("answered within 60 s")
+        .expect("an HTTP/2 response");
+    let mut fields = response.headers().clone();
+    if !fields.contains_key("grpc-status") {
+        let body = response.into_body().collect().await.expect("the body");
+        fields.extend(body.trailers().cloned().unwrap_or_default());
+    }
+    let field = |name: &str| {
+        fields
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default()
+    };
+    (field("grpc-status"), field("grpc-message"))
+}
+
+/// Sends 16 concurrent requests of `framed` on one connection while another
+/// caller keeps asking on its own; checks that each of the 16 is refused with
+/// `grpc-status` `status` and a message containing `naming`, that the other
+/// caller is answered every time, and that the server's peak RSS (VmHWM)
+/// grew by less than `budget_kib`.
+async fn flood_is_refused(
+    addr: &str,
+    pid: u32,
+    framed: &Bytes,
+    (status, naming): (&str, &str),
+    budget_kib: u64,
+) {
+    let before = memory_kib(pid, "VmHWM");
+    let flooder = h2_client();
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, addr, framed) = (flooder.clone(), addr.to_owned(), framed.clone());
+            tokio::spawn(async move { should_rate_limit(&client, &addr, framed).await })
+        })
+        .collect();
+    let other = h2_client();
+    let small = grpc_request(1);
+    let mut others = Vec::new();
+    for _ in 0..20 {
+        others.push(should_rate_limit(&other, addr, small.clone()).await);
+    }
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.expect("the call task"));
+    }
+    let grown = memory_kib(pid, "VmHWM").saturating_sub(before);
+    eprintln!(
+        "16 × {} bytes, refused for {naming}: peak RSS +{grown} KiB",
+        framed.len()
+    );
+    for (answer, message) in &answers {
+        assert_eq!(answer, status, "{message}");
+        assert!(message.contains(naming), "{message}");
+    }
+    assert!(others.iter().all(|(status, _)| status == "0"), "{others:?}");
+    assert!(grown < budget_kib, "peak RSS grew by {grown} KiB");
+}
+
+/// The most 16 requests refused by their length prefix may add to the server's peak RSS.
+const OVERSIZE_RSS_BUDGET_KIB: u64 = 4 * 1024;
+/// The most 16 requests of just under 1 MiB, refused by the descriptor cap,
+/// may add: their bytes, which are buffered whole (16 MiB at most), plus 8 MiB.
+const AT_CAP_RSS_BUDGET_KIB: u64 = 24 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_requests_are_refused_before_they_are_decoded_and_others_are_still_answered() {
+    let dir = TempDir::new("serve-caps");
+    let limits = dir.write(
+        "limits.yaml",
+        "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1000}\n",
+    );
+    let server = Server::serve(&limits, "memory", &["--log-level", "error"]);
+    let addr = server.address();
+    let pid = server.child.id();
+    let warm = h2_client();
+    for _ in 0..50 {
+        let (status, message) = should_rate_limit(&warm, &addr, grpc_request(1)).await;
+        assert_eq!(status, "0", "{message}");
+    }
+
+    // 3.9 MB and 200k descriptors (what fitted under tonic's 4 MiB default):
+    // refused by the length prefix, over --max-request-bytes (1 MiB).
+    let oversize = grpc_request(195_000);
+    assert!(oversize.len() > 3_900_000 && oversize.len() < 4 << 20);
+    flood_is_refused(
+        &addr,
+        pid,
+        &oversize,
+        ("11", "1048576"),
+        OVERSIZE_RSS_BUDGET_KIB,
+    )
+    .await;
+
+    // Just under 1 MiB, 50k descriptors: refused by the descriptor cap
+    // before the decoded request (~8× its size) is built.
+    let at_cap = grpc_request(50_000);
+    assert!(at_cap.len() < 1 << 20);
+    flood_is_refused(
+        &addr,
+        pid,
+        &at_cap,
+        ("3", "max-descriptors"),
+        AT_CAP_RSS_BUDGET_KIB,
+    )
+    .await;
 }

@@ -6,7 +6,12 @@
 //! * `overall_code` is OK or OVER_LIMIT, never UNKNOWN (Envoy reads UNKNOWN as OK).
 //! * One status per descriptor, in request order, with `current_limit` only
 //!   when a limit applied; `duration_until_reset` rounded up to whole seconds.
-//! * A malformed request is `INVALID_ARGUMENT` with the engine's message.
+//! * A malformed request is `INVALID_ARGUMENT` with the engine's message;
+//!   so are bytes that are not a `RateLimitRequest` (the decoder's reason)
+//!   and a request over one of the [`RequestCaps`] (naming the cap), which
+//!   is refused before its decoded form is built. A message larger than
+//!   `max_message_bytes` is refused by its length prefix, before it is
+//!   buffered (`OUT_OF_RANGE`, tonic's status for it).
 //! * With [`HeaderOptions`](tollgate_protocol::rls::HeaderOptions) switched
 //!   on, the headers go in `response_headers_to_add` and the 429 body in
 //!   `raw_body` (only on OVER_LIMIT); Envoy adds both to its reply. Off by default.
@@ -19,11 +24,11 @@ use std::task::{Context, Poll};
 
 use futures_util::future::Either;
 use tollgate_core::{Clock, Timestamp};
-use tollgate_protocol::rls::RlsCodec;
 use tollgate_protocol::rls::convert::{engine_request, wire_response};
 use tollgate_protocol::rls::headers::ResponseHeaders;
 use tollgate_protocol::rls::model::{RateLimitRequest, RateLimitResponse};
 use tollgate_protocol::rls::wire::{self, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
+use tollgate_protocol::rls::{RequestCaps, RlsCodec};
 use tonic::codegen::http;
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
@@ -40,6 +45,7 @@ pub struct RateLimitGrpc<C: Clock> {
     engine: Arc<LiveEngine<C>>,
     headers: Arc<ResponseHeaders>,
     metrics: Option<Arc<Metrics>>,
+    caps: RequestCaps,
 }
 
 impl<C: Clock> RateLimitGrpc<C> {
@@ -59,7 +65,20 @@ impl<C: Clock> RateLimitGrpc<C> {
             engine,
             headers,
             metrics: None,
+            caps: RequestCaps::default(),
         }
+    }
+
+    /// This service, refusing requests over `caps` (the defaults otherwise).
+    #[must_use]
+    pub fn with_caps(mut self, caps: RequestCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// The bounds each request is checked against.
+    pub fn caps(&self) -> &RequestCaps {
+        &self.caps
     }
 
     /// This service, counting its answers in `metrics` (api `grpc`).
@@ -148,6 +167,7 @@ impl<C: Clock> Clone for RateLimitGrpc<C> {
             engine: Arc::clone(&self.engine),
             headers: Arc::clone(&self.headers),
             metrics: self.metrics.clone(),
+            caps: self.caps,
         }
     }
 }
@@ -212,10 +232,12 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
         }
         let service = self.clone();
         Box::pin(async move {
+            let caps = service.caps;
             let mut grpc = tonic::server::Grpc::new(RlsCodec::<
                 wire::RateLimitResponse,
                 wire::RateLimitRequest,
-            >::default());
+            >::with_caps(caps))
+            .max_decoding_message_size(caps.max_message_bytes);
             Ok(grpc.unary(service, request).await)
         })
     }
