@@ -5,7 +5,10 @@
 //! [`RequestGuard`] until then). Bytes the client sends while nothing is in
 //! flight (a head dribbled one byte at a time, HTTP/2 pings, the start of an
 //! HTTP/2 preface) do not make it busy, so a client that never completes a
-//! request is cut off after the idle timeout whatever it sends. The cut is
+//! request is cut off after the idle timeout whatever it sends. Before its
+//! first request a connection gets the (usually shorter) first-request
+//! timeout instead: the request-header timeout, on HTTP/2 as on HTTP/1,
+//! so a client that connects and sends nothing is gone soon. The cut is
 //! an end of input on the read side: hyper closes the connection as a
 //! client would have.
 
@@ -110,12 +113,13 @@ impl<B: Body<Data = Bytes>> Body for InFlight<B> {
 }
 
 pin_project! {
-    /// A client connection's IO whose input ends once it has been idle for `timeout`.
+    /// A client connection's IO whose input ends once it has been idle for `timeout` (`first` before its first request).
     pub struct IdleTimeout<T> {
         #[pin]
         io: T,
         activity: Arc<Activity>,
         timeout: Option<Duration>,
+        first: Option<Duration>,
         idle: Option<Pin<Box<Sleep>>>,
         seen: usize,
         expired: bool,
@@ -123,12 +127,18 @@ pin_project! {
 }
 
 impl<T> IdleTimeout<T> {
-    /// `io`, whose input ends after `timeout` (`None`: never) with nothing in flight in `activity`.
-    pub fn new(io: T, activity: Arc<Activity>, timeout: Option<Duration>) -> Self {
+    /// `io`, whose input ends after `timeout` (`None`: never) with nothing in flight in `activity`, or after `first` (`None`: `timeout`) if no request has come yet.
+    pub fn new(
+        io: T,
+        activity: Arc<Activity>,
+        timeout: Option<Duration>,
+        first: Option<Duration>,
+    ) -> Self {
         IdleTimeout {
             io,
             activity,
             timeout,
+            first,
             idle: None,
             seen: 0,
             expired: false,
@@ -146,10 +156,15 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
         if *this.expired {
             return Poll::Ready(Ok(()));
         }
-        let Some(timeout) = *this.timeout else {
+        let started = this.activity.started.load(Ordering::Acquire);
+        let limit = if started == 0 {
+            this.first.or(*this.timeout)
+        } else {
+            *this.timeout
+        };
+        let Some(timeout) = limit else {
             return this.io.poll_read(cx, buf);
         };
-        let started = this.activity.started.load(Ordering::Acquire);
         if started != *this.seen {
             // A request came (and maybe went) since the timer started: idle time starts again.
             *this.seen = started;

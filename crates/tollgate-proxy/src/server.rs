@@ -257,7 +257,12 @@ pub async fn serve<F>(
             serve_connections(listener, stopped, options, move |stream, peer| {
                 let scope = Arc::new(ConnectionScope::default());
                 let activity = Activity::new();
-                let io = IdleTimeout::new(stream, Arc::clone(&activity), limits.idle_timeout);
+                let io = IdleTimeout::new(
+                    stream,
+                    Arc::clone(&activity),
+                    limits.idle_timeout,
+                    limits.request_headers_timeout,
+                );
                 let proxy = Arc::clone(&proxy);
                 let service = service_fn(move |request| {
                     let in_flight = activity.request();
