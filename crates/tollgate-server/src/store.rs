@@ -10,7 +10,9 @@
 //!   the backoff doubled (up to a cap). Calls that started before it opened
 //!   and end while it is open change nothing;
 //! * the in-process counters used by `on_store_error: local` rules, each
-//!   limit divided by the expected number of instances;
+//!   limit divided by the expected number of instances, decided at the
+//!   engine's clock (in `serve`, the coarse clock that follows the wall
+//!   clock and never goes back, as in-memory counters do);
 //! * counts of store errors and fallbacks by policy, for `/metrics`.
 
 use std::sync::Arc;

@@ -118,8 +118,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = tollgate_core::duration::parse_duration)]
     pub store_timeout: Duration,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
-    /// of the system's. Decisions on Redis do not move (they use Redis `TIME`);
-    /// in-memory decisions and fallbacks do.
+    /// of the system's wall clock (added to every reading of it). Decisions on
+    /// Redis do not move (they use Redis `TIME`); in-memory decisions and
+    /// fallbacks do.
     #[arg(long, env = "TOLLGATE_CLOCK_OFFSET", value_name = "[-]DURATION", default_value = "0s", value_parser = parse_offset, allow_hyphen_values = true)]
     pub clock_offset: i64,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
@@ -412,6 +413,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         .thread_name("tollgate-worker")
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    // Follows the system wall clock (re-read every millisecond, never going
+    // back): the in-memory counters and the Redis store's `local` fallback
+    // both decide on it. See tollgate_core::clock for steps of the wall.
     let clock = CoarseClock::shifted(args.clock_offset);
     let engine = match store_url(args, |name| std::env::var(name).ok()) {
         None => Engine::new(Arc::new(rules), engine_options, clock.clone()),
