@@ -140,8 +140,13 @@ impl Drop for Server {
 
 impl Server {
     fn spawn(config: &Path) -> Server {
+        Server::spawn_with(config, &[])
+    }
+
+    /// [`Server::spawn`] with `extra` flags.
+    fn spawn_with(config: &Path, extra: &[&str]) -> Server {
         let config = config.to_str().expect("a UTF-8 path");
-        let mut command = tollgate(&[
+        let mut args = vec![
             "serve",
             "--config",
             config,
@@ -151,7 +156,9 @@ impl Server {
             "127.0.0.1:0",
             "--log-level",
             "info",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let mut command = tollgate(&args);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -506,4 +513,32 @@ fn a_large_file_written_slowly_is_never_served_half_written_and_no_counter_resta
             "a write paused {longest_gap:?}, past the quiet period: a half-written load was allowed"
         );
     }
+}
+
+#[test]
+fn on_redis_a_rule_that_drops_out_and_comes_back_keeps_its_count() {
+    let redis = tollgate_testkit::redis::RedisServer::start();
+    let scratch = Scratch::new("redis-comeback");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, large_limits(true, 0)).expect("written");
+    let server = Server::spawn_with(
+        &scratch.0,
+        &["--store", &redis.url(), "--store-timeout", "1s"],
+    );
+    let client = Client::connect(&server.addr);
+    let admitted = |client: &Client| {
+        (0..4)
+            .filter(|_| client.hit("/login").code == wire::CODE_OK)
+            .count()
+    };
+    assert_eq!(admitted(&client), 3);
+    std::fs::write(&file, large_limits(false, 1)).expect("written");
+    server.wait_for("config reloaded");
+    std::fs::write(&file, large_limits(true, 2)).expect("written");
+    server.wait_for("config reloaded");
+    assert_eq!(
+        admitted(&client),
+        0,
+        "the counters are in Redis and survive"
+    );
 }
