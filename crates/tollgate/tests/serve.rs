@@ -419,16 +419,7 @@ async fn large_requests_are_refused_before_they_are_decoded_and_others_are_still
 fn an_empty_config_directory_never_starts_unless_allowed() {
     let dir = TempDir::new("serve-empty");
     let config = dir.path().to_str().expect("a UTF-8 path");
-    let args = [
-        "serve",
-        "--config",
-        config,
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
-    let mut server = Server::spawn(&args);
+    let mut server = Server::serve(dir.path(), "memory", &[]);
     let (code, stdout, stderr) = server.finish();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
@@ -443,7 +434,7 @@ fn an_empty_config_directory_never_starts_unless_allowed() {
     // A dangling link is no better than no file.
     std::os::unix::fs::symlink("..data/limits.yaml", dir.path().join("limits.yaml"))
         .expect("linked");
-    let mut server = Server::spawn(&args);
+    let mut server = Server::serve(dir.path(), "memory", &[]);
     let (code, _, stderr) = server.finish();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
@@ -453,7 +444,7 @@ fn an_empty_config_directory_never_starts_unless_allowed() {
 
     // Asked for, it serves with no limits.
     std::fs::remove_file(dir.path().join("limits.yaml")).expect("removed");
-    let server = Server::spawn_with_env(&args, &[("TOLLGATE_ALLOW_EMPTY_CONFIG", "1")]);
+    let server = Server::serve(dir.path(), "memory", &["--allow-empty-config"]);
     let addr = server.address();
     let output = check(&addr, &["path=/login"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
