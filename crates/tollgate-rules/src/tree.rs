@@ -61,7 +61,7 @@ impl NodeValue {
     }
 }
 
-/// Why a document could not be read as YAML, with where the reader stopped.
+/// Why a document could not be read (invalid YAML, or over the [`YamlLimits`]), with where the reader stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SyntaxError {
     pub(crate) position: Position,
@@ -77,11 +77,75 @@ pub(crate) struct Document {
     pub(crate) ignored_documents: Vec<Position>,
 }
 
-/// Reads a file's YAML into a located tree.
-pub(crate) fn parse_document(text: &str) -> Result<Document, SyntaxError> {
+/// The most YAML nodes one limits file may hold unless configured otherwise.
+///
+/// A rule costs about 8 nodes (a descriptor with `key`, `value` and a
+/// `rate_limit` of `unit` and `requests_per_unit`), so this is about 120 000
+/// rules in one file. Loading costs roughly 300 bytes per node while the
+/// file is read (about 300 MB at this bound), released once it is loaded.
+pub const DEFAULT_MAX_YAML_NODES: usize = 1_000_000;
+
+/// The deepest YAML nesting (lists and mappings) a limits file may use unless configured otherwise.
+///
+/// Each level of nested `descriptors` costs two YAML levels (the list and
+/// the descriptor's mapping), so 128 allows about 63 levels of descriptors.
+pub const DEFAULT_MAX_YAML_DEPTH: usize = 128;
+
+/// How much YAML one limits file may hold: bounds on what reading it costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YamlLimits {
+    /// The most nodes (scalars, lists and mappings) in one file.
+    pub max_nodes: usize,
+    /// The deepest nesting of lists and mappings in one file.
+    pub max_depth: usize,
+}
+
+impl Default for YamlLimits {
+    /// [`DEFAULT_MAX_YAML_NODES`] and [`DEFAULT_MAX_YAML_DEPTH`].
+    fn default() -> Self {
+        YamlLimits {
+            max_nodes: DEFAULT_MAX_YAML_NODES,
+            max_depth: DEFAULT_MAX_YAML_DEPTH,
+        }
+    }
+}
+
+impl YamlLimits {
+    /// serde-saphyr's budget for these limits; every other budget keeps its default
+    /// except the event count, raised to follow the nodes (each collection is two events).
+    fn budget(self) -> serde_saphyr::budget::Budget {
+        let mut budget = serde_saphyr::budget::Budget::default();
+        budget.max_events = budget
+            .max_events
+            .max(self.max_nodes.saturating_mul(2).saturating_add(64));
+        budget.max_nodes = self.max_nodes;
+        budget.max_depth = self.max_depth;
+        budget
+    }
+
+    /// The message for a file that breaks `breach`, naming the setting to raise.
+    fn breach_message(self, breach: &serde_saphyr::budget::BudgetBreach) -> String {
+        use serde_saphyr::budget::BudgetBreach;
+        match breach {
+            BudgetBreach::Nodes { .. } | BudgetBreach::Events { .. } => format!(
+                "limits file too large: more than {} YAML nodes (raise --config-max-nodes / TOLLGATE_CONFIG_MAX_NODES, or split the file)",
+                self.max_nodes
+            ),
+            BudgetBreach::Depth { .. } => format!(
+                "limits file nested too deeply: more than {} levels of YAML lists and mappings (raise --config-max-depth / TOLLGATE_CONFIG_MAX_DEPTH)",
+                self.max_depth
+            ),
+            other => format!("limits file too large for the YAML reader's bounds ({other:?})"),
+        }
+    }
+}
+
+/// Reads a file's YAML into a located tree, within `limits`.
+pub(crate) fn parse_document(text: &str, limits: YamlLimits) -> Result<Document, SyntaxError> {
     let mut options = serde_saphyr::options::Options::default();
     // `n`, `no`, `on`, `y` are keys and values in limits files, not booleans.
     options.strict_booleans = true;
+    options.budget = Some(limits.budget());
     match serde_saphyr::from_multiple_with_options::<Spanned<LocatedValue>>(text, options) {
         Ok(documents) => {
             let mut nodes = documents.into_iter().map(|d| into_node(d, text));
@@ -103,10 +167,16 @@ pub(crate) fn parse_document(text: &str) -> Result<Document, SyntaxError> {
                     column: location.column().max(1),
                 })
                 .unwrap_or(Position { line: 1, column: 1 });
-            let mut message = error.without_snippet().to_string();
-            if let Some(at) = message.rfind(" at line ") {
-                message.truncate(at);
-            }
+            let message = match error.without_snippet() {
+                serde_saphyr::Error::Budget { breach, .. } => limits.breach_message(breach),
+                other => {
+                    let mut message = format!("invalid YAML: {other}");
+                    if let Some(at) = message.rfind(" at line ") {
+                        message.truncate(at);
+                    }
+                    message
+                }
+            };
             Err(SyntaxError { position, message })
         }
     }
@@ -255,9 +325,12 @@ mod tests {
 
     #[test]
     fn nodes_carry_the_line_and_column_of_keys_and_values() {
-        let doc = parse_document("domain: x\ndescriptors:\n  - key: n\n    value: 404\n")
-            .unwrap()
-            .root;
+        let doc = parse_document(
+            "domain: x\ndescriptors:\n  - key: n\n    value: 404\n",
+            YamlLimits::default(),
+        )
+        .unwrap()
+        .root;
         let NodeValue::Map(entries) = &doc.value else {
             panic!("expected a map, got {doc:?}")
         };
@@ -283,7 +356,9 @@ mod tests {
 
     #[test]
     fn numbers_keep_their_written_form() {
-        let doc = parse_document("a: 0x1F\nb: 010\nc: 1_000\n").unwrap().root;
+        let doc = parse_document("a: 0x1F\nb: 010\nc: 1_000\n", YamlLimits::default())
+            .unwrap()
+            .root;
         let NodeValue::Map(entries) = &doc.value else {
             panic!("expected a map")
         };
@@ -294,15 +369,21 @@ mod tests {
 
     #[test]
     fn later_documents_are_located_but_not_read() {
-        let doc = parse_document("domain: a\n---\ndomain: b\n").unwrap();
+        let doc = parse_document("domain: a\n---\ndomain: b\n", YamlLimits::default()).unwrap();
         assert_eq!(doc.ignored_documents.len(), 1);
         assert_eq!(doc.ignored_documents[0].line, 3);
-        assert_eq!(parse_document("").unwrap().root.value, NodeValue::Null);
+        assert_eq!(
+            parse_document("", YamlLimits::default())
+                .unwrap()
+                .root
+                .value,
+            NodeValue::Null
+        );
     }
 
     #[test]
     fn syntax_errors_have_a_position_and_a_bare_message() {
-        let error = parse_document("a: [\n").unwrap_err();
+        let error = parse_document("a: [\n", YamlLimits::default()).unwrap_err();
         assert_eq!(error.position.line, 1);
         assert!(!error.message.contains(" at line "), "{}", error.message);
     }

@@ -426,6 +426,7 @@ fn merge_domains_joins_files_of_one_domain() {
         [(Path::new("a.yaml"), a), (Path::new("b.yaml"), b)],
         LoadOptions {
             merge_domains: true,
+            ..LoadOptions::default()
         },
     );
     assert!(!merged.diagnostics.has_errors(), "{}", merged.diagnostics);

@@ -300,6 +300,27 @@ fn yaml_syntax_errors_have_a_location() {
 }
 
 #[test]
+fn an_empty_rate_limit_is_an_error_at_its_key() {
+    // Upstream loads `rate_limit:` with nothing under it as no limit at all.
+    assert_reports(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n  - key: j\n    rate_limits:\n",
+        &[
+            "a.yaml:4:15: error: `rate_limit` is empty, so this descriptor would have no limit; \
+             give it `unit` and `requests_per_unit` (or `unlimited: true`), or remove the key",
+            "a.yaml:6:16: error: `rate_limits` is empty, so this descriptor would have no limit; \
+             give it `unit` and `requests_per_unit` (or `unlimited: true`), or remove the key",
+        ],
+    );
+    assert_reports(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: ~\n",
+        &[
+            "a.yaml:4:17: error: `rate_limit` is empty, so this descriptor would have no limit; \
+             give it `unit` and `requests_per_unit` (or `unlimited: true`), or remove the key",
+        ],
+    );
+}
+
+#[test]
 fn all_errors_are_reported_not_just_the_first() {
     let text = diagnose(
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: parsec}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: -2}\n  - value: x\n",

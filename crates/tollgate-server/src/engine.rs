@@ -40,7 +40,9 @@
 //! * In memory ([`Engine::new`]), the batch is [`MemoryCounters`]: one
 //!   `MemoryStore` per distinct algorithm, built when the engine is, so the
 //!   hot path takes no lock; [`Engine::with_rules`] keeps the stores of
-//!   algorithms that still exist, so counters survive a reload. A changed
+//!   algorithms that still exist, so counters survive a reload, and keeps
+//!   the stores of algorithms that went away for a while in case they come
+//!   back (a rule missing from a half-written file). A changed
 //!   limit (another rate, window or algorithm) is another algorithm and
 //!   starts from a fresh counter (upstream would carry the count over, since
 //!   its keys ignore the limit). Overrides create their stores on first use,
@@ -61,7 +63,7 @@ use tollgate_protocol::rls::model::{
     Code, CurrentLimit, DescriptorStatus, LimitOverride, RateLimitRequest, RateLimitResponse,
 };
 use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
-use tollgate_store::{AsCounter, Counter, MemoryCounters, StoreConfig};
+use tollgate_store::{AsCounter, Counter, DEFAULT_MAX_RETIRED_STORES, MemoryCounters, StoreConfig};
 
 use crate::store::RemoteStore;
 
@@ -96,16 +98,23 @@ pub struct EngineOptions {
     /// its counters start again. This bounds memory against callers sending
     /// many distinct limits while overrides in steady use keep counting.
     pub max_override_stores: usize,
+    /// The most stores kept after a reload left their algorithm without a
+    /// rule, so a rule that drops out (a half-written file) and comes back
+    /// keeps its counts; each is dropped once all its keys are fresh. Each
+    /// holds at most `store_config.max_keys` keys.
+    pub max_retired_stores: usize,
 }
 
 impl Default for EngineOptions {
-    /// No shadow mode, default-sized rule stores, 100 000-key override stores, at most 1024 of them.
+    /// No shadow mode, default-sized rule stores, 100 000-key override stores, at most 1024 of them,
+    /// and up to [`DEFAULT_MAX_RETIRED_STORES`] retired stores.
     fn default() -> Self {
         EngineOptions {
             global_shadow_mode: false,
             store_config: StoreConfig::default(),
             override_store_config: StoreConfig::with_max_keys(100_000),
             max_override_stores: 1024,
+            max_retired_stores: DEFAULT_MAX_RETIRED_STORES,
         }
     }
 }
@@ -186,7 +195,8 @@ impl<C: Clock> Engine<C> {
             options.store_config,
             options.override_store_config,
             options.max_override_stores,
-        );
+        )
+        .with_max_retired_stores(options.max_retired_stores);
         Engine::build(rules, options, clock, memory, None)
     }
 
@@ -222,6 +232,11 @@ impl<C: Clock> Engine<C> {
     /// An engine for `rules` that keeps this one's stores for every algorithm
     /// both use (and its override stores, and its shared store), so unchanged
     /// limits keep counting.
+    ///
+    /// The stores of algorithms `rules` no longer use are retired (up to
+    /// [`EngineOptions::max_retired_stores`], each until its keys are all
+    /// fresh) and taken back when a later reload brings the algorithm back,
+    /// so a rule missing from one load does not start again from zero.
     pub fn with_rules(&self, rules: Arc<RuleSet>) -> Self
     where
         C: Clone,
@@ -229,8 +244,11 @@ impl<C: Clock> Engine<C> {
         let memory = if self.remote.is_some() {
             MemoryCounters::new([], self.options.store_config, self.options.store_config, 1)
         } else {
-            self.memory
-                .with_algorithms(rule_algorithms(&rules), self.options.store_config)
+            self.memory.with_algorithms(
+                rule_algorithms(&rules),
+                self.options.store_config,
+                self.clock.now(),
+            )
         };
         Engine::build(
             rules,

@@ -154,3 +154,146 @@ fn an_unreadable_path_or_no_path_keeps_the_running_config() {
     assert!(matches!(fixed.reload(true), Err(ReloadError::NoSource)));
     assert_eq!(fixed.path(), None);
 }
+
+/// The limits with only `/keep`: what a half-written file holds before `/login` is written.
+fn only_keep() -> String {
+    "domain: edge
+descriptors:
+  - key: path
+    value: /keep
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"
+    .to_owned()
+}
+
+/// Reloads `live` after the files changed, panicking unless new rules went into service.
+fn reloaded(live: &LiveEngine<ManualClock>) {
+    match live.reload(false) {
+        Ok(ReloadOutcome::Reloaded(_)) => {}
+        other => panic!("expected a reload, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_rule_that_drops_out_of_a_reload_and_comes_back_keeps_its_count() {
+    let scratch = Scratch::new("comeback");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, limits(3)).expect("written");
+    let live = live(&scratch.0);
+    for remaining in [2, 1, 0] {
+        assert_eq!(hit(&live, "/login"), (3, remaining));
+    }
+
+    // Half-written: `/login` is missing, so it has no limit meanwhile.
+    std::fs::write(&file, only_keep()).expect("written");
+    reloaded(&live);
+    assert_eq!(hit(&live, "/login"), (0, 0), "no rule, no limit");
+
+    // Whole again: the login store comes back with its three hits.
+    std::fs::write(&file, limits(3)).expect("written");
+    reloaded(&live);
+    let request = RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![Descriptor::new([("path", "/login")])],
+        hits_addend: 1,
+    };
+    let response = live.load().should_rate_limit(&request).expect("valid");
+    assert_eq!(
+        response.statuses[0].code,
+        tollgate_protocol::rls::Code::OverLimit,
+        "the 4th login in the minute: {response:?}"
+    );
+}
+
+#[test]
+fn retired_stores_are_bounded_by_the_setting() {
+    let scratch = Scratch::new("retired-bound");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, limits(3)).expect("written");
+    let read = read_config(&scratch.0, LoadOptions::default()).expect("readable");
+    let (rules, _) = read.loaded.into_result().expect("valid");
+    let engine = Engine::new(
+        Arc::new(rules),
+        EngineOptions {
+            max_retired_stores: 0,
+            ..EngineOptions::default()
+        },
+        ManualClock::new(Timestamp::from_secs(60 * 1000)),
+    );
+    let live = LiveEngine::new(
+        Arc::new(engine),
+        scratch.0.clone(),
+        LoadOptions::default(),
+        read.hash,
+    );
+    assert_eq!(hit(&live, "/login"), (3, 2));
+    std::fs::write(&file, only_keep()).expect("written");
+    reloaded(&live);
+    std::fs::write(&file, limits(3)).expect("written");
+    reloaded(&live);
+    // None kept: the login counter started again, as it did before retiring.
+    assert_eq!(hit(&live, "/login"), (3, 2));
+}
+
+/// The error lines of a failed reload.
+fn reload_errors(live: &LiveEngine<ManualClock>) -> String {
+    match live.reload(true) {
+        Err(ReloadError::Invalid(diagnostics)) => diagnostics
+            .errors()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => panic!("expected diagnostics, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_reload_that_reads_no_file_or_no_rule_keeps_the_running_config() {
+    let scratch = Scratch::new("empty");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, limits(3)).expect("written");
+    let live = live(&scratch.0);
+    assert_eq!(hit(&live, "/login"), (3, 2));
+
+    // A dangling link where the file was (a ConfigMap's `..data` swapped to an empty version).
+    std::fs::remove_file(&file).expect("removed");
+    std::os::unix::fs::symlink("..data/limits.yaml", &file).expect("linked");
+    let text = reload_errors(&live);
+    assert!(
+        text.contains("limits.yaml:1:1: error: a dangling symbolic link"),
+        "{text}"
+    );
+
+    // No file at all.
+    std::fs::remove_file(&file).expect("removed");
+    let text = reload_errors(&live);
+    assert!(text.contains("error: no limits file"), "{text}");
+
+    // A file that defines no rate limit.
+    std::fs::write(&file, "domain: edge\ndescriptors: []\n").expect("written");
+    let text = reload_errors(&live);
+    assert!(text.contains("defines no rate limit"), "{text}");
+
+    assert_eq!(live.failures(), 3);
+    assert_eq!(
+        hit(&live, "/login"),
+        (3, 1),
+        "the running rules still serve"
+    );
+
+    // Explicitly allowed, the empty configuration goes into service.
+    let allowing = LiveEngine::new(
+        live.engine(),
+        scratch.0.clone(),
+        LoadOptions {
+            allow_empty: true,
+            ..LoadOptions::default()
+        },
+        0,
+    );
+    match allowing.reload(false) {
+        Ok(ReloadOutcome::Reloaded(summary)) => assert_eq!(summary.rules, 0),
+        other => panic!("expected a reload, got {other:?}"),
+    }
+    assert_eq!(hit(&allowing, "/login"), (0, 0));
+}

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
 
 use crate::config::StoreConfig;
 use crate::memory_store::MemoryStore;
+use crate::retired_stores::RetiredStores;
 
 /// One counter of a batch: which key, under which algorithm, and what to do to it.
 #[derive(Clone, Copy, Debug)]
@@ -127,12 +128,18 @@ struct LazyStore {
 /// and read without a lock; any other algorithm (a descriptor's own `limit`)
 /// gets a store on first use, under a read-mostly lock, bounded in number:
 /// when one more is needed, the store used longest ago is dropped.
+///
+/// Across reloads ([`with_algorithms`](Self::with_algorithms)) the store
+/// of an algorithm no rule uses any more is *retired*, not dropped (see
+/// [`RetiredStores`]), and taken back if the algorithm returns, so a rule
+/// that drops out of a half-written file and comes back keeps its counts.
 #[derive(Debug)]
 pub struct MemoryCounters {
     stores: HashMap<AnyAlgorithm, Arc<MemoryStore>>,
     lazy_stores: Arc<LazyStores>,
     lazy_config: StoreConfig,
     max_lazy_stores: usize,
+    retired: Arc<Mutex<RetiredStores>>,
 }
 
 impl MemoryCounters {
@@ -154,33 +161,65 @@ impl MemoryCounters {
             lazy_stores: Arc::new(RwLock::new(HashMap::new())),
             lazy_config,
             max_lazy_stores,
+            retired: Arc::new(Mutex::new(RetiredStores::new(0))),
+        }
+    }
+
+    /// These counters, keeping up to `max_retired_stores` stores that a
+    /// reload left without a rule (0, the default of [`new`](Self::new),
+    /// keeps none).
+    pub fn with_max_retired_stores(self, max_retired_stores: usize) -> Self {
+        MemoryCounters {
+            retired: Arc::new(Mutex::new(RetiredStores::new(max_retired_stores))),
+            ..self
         }
     }
 
     /// Counters for `algorithms` that keep this one's stores for every
     /// algorithm both name (and its lazy stores), so unchanged limits keep counting.
+    ///
+    /// A store of this one that `algorithms` does not name is retired; an
+    /// algorithm without a store here takes its retired store back if one
+    /// is kept, else gets an empty one. Retired stores whose keys are all
+    /// fresh at `now` are dropped, and the oldest beyond the bound.
     pub fn with_algorithms(
         &self,
         algorithms: impl IntoIterator<Item = AnyAlgorithm>,
         config: StoreConfig,
+        now: Timestamp,
     ) -> Self {
-        let stores = algorithms
+        let mut retired = self.retired.lock();
+        let stores: HashMap<AnyAlgorithm, Arc<MemoryStore>> = algorithms
             .into_iter()
             .map(|a| {
                 let store = self
                     .stores
                     .get(&a)
                     .cloned()
+                    .or_else(|| retired.take(&a))
                     .unwrap_or_else(|| Arc::new(MemoryStore::new(a, config)));
                 (a, store)
             })
             .collect();
+        for (algorithm, store) in &self.stores {
+            if !stores.contains_key(algorithm) {
+                retired.retire(*algorithm, Arc::clone(store));
+            }
+        }
+        retired.tidy(now);
+        drop(retired);
         MemoryCounters {
             stores,
             lazy_stores: Arc::clone(&self.lazy_stores),
             lazy_config: self.lazy_config,
             max_lazy_stores: self.max_lazy_stores,
+            retired: Arc::clone(&self.retired),
         }
+    }
+
+    /// How many stores a reload left without a rule are kept in case it comes back.
+    pub fn retired_store_count(&self) -> usize {
+        self.retired.lock().len()
     }
 
     /// How many stores were built up front (one per distinct algorithm).

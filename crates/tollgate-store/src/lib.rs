@@ -51,6 +51,7 @@ mod key;
 mod limiter;
 mod log_store;
 mod memory_store;
+mod retired_stores;
 pub mod state_word;
 mod sweep_schedule;
 pub mod word_store;
@@ -62,6 +63,7 @@ pub use key::{Key, KeyId};
 pub use limiter::Limiter;
 pub use log_store::LogStore;
 pub use memory_store::MemoryStore;
+pub use retired_stores::{DEFAULT_MAX_RETIRED_STORES, RetiredStores};
 pub use word_store::WordStore;
 
 /// Every store can be shared between threads.

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod lab;
+mod limits_args;
 mod proxy;
 mod serve;
 mod simulate;

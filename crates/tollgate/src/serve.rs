@@ -18,7 +18,6 @@ use tollgate_protocol::rls::{
     HeaderOptions, Jitter, LimitHeaderNames, RequestCaps, ResponseHeaders,
 };
 use tollgate_redis::RedisStore;
-use tollgate_rules::LoadOptions;
 use tollgate_runtime::{Shutdown, shutdown_signal};
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::{self, read_config};
@@ -26,6 +25,7 @@ use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 
 use crate::CommandError;
+use crate::limits_args::LimitsArgs;
 
 /// The address served when neither a flag nor an environment variable names one.
 const DEFAULT_GRPC_ADDR: SocketAddr =
@@ -71,10 +71,9 @@ pub struct ServeArgs {
     /// reporting every descriptor (upstream's SHADOW_MODE).
     #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
     pub shadow_mode: bool,
-    /// Merge files that name the same domain instead of rejecting the second
-    /// (upstream's MERGE_DOMAIN_CONFIG).
-    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS", value_parser = BoolishValueParser::new())]
-    pub merge_domains: bool,
+    /// How the limits files are read.
+    #[command(flatten)]
+    pub limits: LimitsArgs,
     /// The most verbose level logged on stderr: error, warn, info, debug or
     /// trace [default: info].
     #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]
@@ -123,6 +122,13 @@ pub struct ServeArgs {
     /// fallbacks do.
     #[arg(long, env = "TOLLGATE_CLOCK_OFFSET", value_name = "[-]DURATION", default_value = "0s", value_parser = parse_offset, allow_hyphen_values = true)]
     pub clock_offset: i64,
+    /// How many in-memory stores to keep after a reload left their limit
+    /// without a rule (a rule missing from a half-written file), so that
+    /// when it comes back its counters carry on instead of starting from
+    /// zero. Each is dropped once all its counters are fresh; each holds at
+    /// most as many keys as a rule's store (30 bytes each), usually far fewer.
+    #[arg(long, env = "TOLLGATE_MAX_RETIRED_STORES", value_name = "N", default_value_t = tollgate_store::DEFAULT_MAX_RETIRED_STORES)]
+    pub max_retired_stores: usize,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
     #[arg(
         long,
@@ -371,9 +377,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         LogFormat::Json => logs.json().with_ansi(false).try_init(),
     };
 
-    let options = LoadOptions {
-        merge_domains: args.merge_domains,
-    };
+    let options = args.limits.load_options();
     let read = read_config(&args.config, options).map_err(|error| {
         CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
     })?;
@@ -406,6 +410,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 
     let engine_options = EngineOptions {
         global_shadow_mode: settings.shadow_mode,
+        max_retired_stores: args.max_retired_stores,
         ..EngineOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,29 +3,28 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tollgate_rules::{LoadOptions, load_path};
+use tollgate_rules::load_path;
 
 use crate::CommandError;
+use crate::limits_args::LimitsArgs;
 
 /// The arguments of `tollgate validate`.
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
     /// A limits file, or a directory of `*.yaml` / `*.yml` limits files.
     pub path: PathBuf,
-    /// Merge files that name the same domain instead of rejecting the second
-    /// (upstream's MERGE_DOMAIN_CONFIG).
-    #[arg(long)]
-    pub merge_domains: bool,
+    /// How the files are read.
+    #[command(flatten)]
+    pub limits: LimitsArgs,
 }
 
 /// Loads the limits at `args.path`, prints each diagnostic on stderr and a summary on stdout.
 ///
 /// Succeeds when there are no errors (warnings are allowed); a path that
-/// cannot be read is a usage error.
+/// cannot be read is a usage error, and a configuration that reads no file
+/// or defines no rate limit is an error unless `--allow-empty-config`.
 pub fn run(args: &ValidateArgs) -> Result<(), CommandError> {
-    let options = LoadOptions {
-        merge_domains: args.merge_domains,
-    };
+    let options = args.limits.load_options();
     let loaded = load_path(&args.path, options).map_err(|error| {
         CommandError::Usage(format!("cannot read {}: {error}", args.path.display()))
     })?;

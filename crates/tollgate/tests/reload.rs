@@ -140,8 +140,13 @@ impl Drop for Server {
 
 impl Server {
     fn spawn(config: &Path) -> Server {
+        Server::spawn_with(config, &[])
+    }
+
+    /// [`Server::spawn`] with `extra` flags.
+    fn spawn_with(config: &Path, extra: &[&str]) -> Server {
         let config = config.to_str().expect("a UTF-8 path");
-        let mut command = tollgate(&[
+        let mut args = vec![
             "serve",
             "--config",
             config,
@@ -151,7 +156,9 @@ impl Server {
             "127.0.0.1:0",
             "--log-level",
             "info",
-        ]);
+        ];
+        args.extend_from_slice(extra);
+        let mut command = tollgate(&args);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -358,4 +365,180 @@ fn sighup_forces_a_reload_and_counters_survive() {
         "{seen:#?}"
     );
     assert_eq!(client.hit("/keep").limit_remaining, 98);
+}
+
+/// How many filler rules the large file holds before `/login` and `/last`.
+const FILLER_RULES: usize = 400;
+
+/// How many bytes one small write of the large file puts down.
+const CHUNK: usize = 512;
+
+/// The pause between two small writes: well inside the watcher's 100 ms quiet period.
+const PAUSE: Duration = Duration::from_millis(2);
+
+/// A gap between two writes this long could let the watcher load the file half-written.
+const QUIET_PERIOD: Duration = tollgate_runtime::DEFAULT_DEBOUNCE;
+
+/// A large limits file: the fillers, `/login` (3 a day) unless `with_login` is false,
+/// and `/last` (1000 a day) at the very end; `round` marks the content apart.
+fn large_limits(with_login: bool, round: u32) -> String {
+    let mut text = String::from("domain: edge\ndescriptors:\n");
+    for i in 0..FILLER_RULES {
+        text.push_str(&format!(
+            "  - key: path\n    value: /filler/{i}\n    rate_limit: {{unit: day, requests_per_unit: 100}}\n"
+        ));
+    }
+    if with_login {
+        text.push_str(
+            "  - key: path\n    value: /login\n    rate_limit: {unit: day, requests_per_unit: 3}\n",
+        );
+    }
+    text.push_str(&format!(
+        "  - key: path\n    value: /last\n    rate_limit: {{unit: day, requests_per_unit: 1000}}\n# round {round}\n"
+    ));
+    text
+}
+
+/// Rewrites `file` in place with `text` in [`CHUNK`]-byte writes [`PAUSE`] apart; the longest gap between two writes.
+fn write_slowly(file: &Path, text: &str) -> Duration {
+    use std::io::Write;
+    let mut out = std::fs::File::create(file).expect("truncated");
+    let mut longest = Duration::ZERO;
+    let mut since = tollgate_testkit::budget::Stopwatch::start();
+    for chunk in text.as_bytes().chunks(CHUNK) {
+        longest = longest.max(since.elapsed());
+        out.write_all(chunk).expect("written");
+        since = tollgate_testkit::budget::Stopwatch::start();
+        std::thread::sleep(PAUSE);
+    }
+    longest
+}
+
+/// The `rules=N` of a `config reloaded` log line.
+fn reloaded_rules(line: &str) -> Option<usize> {
+    let rest = &line[line.find(" rules=")? + " rules=".len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Writes `text` slowly and waits for its reload; the rule counts of every reload logged meanwhile and the longest gap.
+fn rewrite_and_wait(server: &Server, file: &Path, text: &str) -> (Vec<usize>, Duration) {
+    let gap = write_slowly(file, text);
+    let seen = server.wait_for("config reloaded");
+    let rules = seen.iter().filter_map(|l| reloaded_rules(l)).collect();
+    (rules, gap)
+}
+
+#[test]
+fn a_large_file_written_slowly_is_never_served_half_written_and_no_counter_restarts() {
+    let scratch = Scratch::new("slow-writer");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, large_limits(true, 0)).expect("written");
+    let server = Server::spawn(&scratch.0);
+    let client = Client::connect(&server.addr);
+    let full = FILLER_RULES + 2;
+
+    // Requests go on all along: `/last`, the file's last rule, must always
+    // be limited; a half-written file would leave it out.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let stop = std::sync::Arc::clone(&stop);
+        let addr = server.addr.clone();
+        std::thread::spawn(move || {
+            let client = Client::connect(&addr);
+            let (mut answers, mut unlimited) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                answers += 1;
+                if limit_of(&client.hit("/last")) != 1000 {
+                    unlimited += 1;
+                }
+            }
+            (answers, unlimited)
+        })
+    };
+
+    // Every `/login` attempt of the test: exactly 3 may pass in the day.
+    let mut admitted = 0;
+    let mut login = |client: &Client| {
+        let status = client.hit("/login");
+        assert_eq!(
+            limit_of(&status),
+            3,
+            "the login rule is in service: {status:?}"
+        );
+        if status.code == wire::CODE_OK {
+            admitted += 1;
+        }
+    };
+    for _ in 0..4 {
+        login(&client);
+    }
+
+    let mut logged = Vec::new();
+    let mut longest_gap = Duration::ZERO;
+    // Several rewrites of the same rules, each in many small writes.
+    for round in 1..=3 {
+        let (rules, gap) = rewrite_and_wait(&server, &file, &large_limits(true, round));
+        logged.extend(rules);
+        longest_gap = longest_gap.max(gap);
+        login(&client);
+    }
+    // A rewrite that drops `/login`, then one that restores it.
+    let (rules, gap) = rewrite_and_wait(&server, &file, &large_limits(false, 4));
+    assert_eq!(rules.last(), Some(&(full - 1)), "{rules:?}");
+    longest_gap = longest_gap.max(gap);
+    let (rules, gap) = rewrite_and_wait(&server, &file, &large_limits(true, 5));
+    assert_eq!(rules.last(), Some(&full), "{rules:?}");
+    longest_gap = longest_gap.max(gap);
+    for _ in 0..3 {
+        login(&client);
+    }
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (answers, unlimited) = probe.join().expect("the probe thread");
+    assert_eq!(admitted, 3, "a 3-a-day rule admitted {admitted}");
+    assert!(answers > 0);
+    if longest_gap < QUIET_PERIOD {
+        // Only whole files were loaded: every reload had all the rules,
+        // and no answer came from a half-written file.
+        assert!(logged.iter().all(|&rules| rules == full), "{logged:?}");
+        assert_eq!(
+            unlimited, 0,
+            "{unlimited} of {answers} answers had no `/last` rule"
+        );
+    } else {
+        eprintln!(
+            "a write paused {longest_gap:?}, past the quiet period: a half-written load was allowed"
+        );
+    }
+}
+
+#[test]
+fn on_redis_a_rule_that_drops_out_and_comes_back_keeps_its_count() {
+    let redis = tollgate_testkit::redis::RedisServer::start();
+    let scratch = Scratch::new("redis-comeback");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, large_limits(true, 0)).expect("written");
+    let server = Server::spawn_with(
+        &scratch.0,
+        &["--store", &redis.url(), "--store-timeout", "1s"],
+    );
+    let client = Client::connect(&server.addr);
+    let admitted = |client: &Client| {
+        (0..4)
+            .filter(|_| client.hit("/login").code == wire::CODE_OK)
+            .count()
+    };
+    assert_eq!(admitted(&client), 3);
+    std::fs::write(&file, large_limits(false, 1)).expect("written");
+    server.wait_for("config reloaded");
+    std::fs::write(&file, large_limits(true, 2)).expect("written");
+    server.wait_for("config reloaded");
+    assert_eq!(
+        admitted(&client),
+        0,
+        "the counters are in Redis and survive"
+    );
 }

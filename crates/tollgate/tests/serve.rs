@@ -414,3 +414,38 @@ async fn large_requests_are_refused_before_they_are_decoded_and_others_are_still
     )
     .await;
 }
+
+#[test]
+fn an_empty_config_directory_never_starts_unless_allowed() {
+    let dir = TempDir::new("serve-empty");
+    let config = dir.path().to_str().expect("a UTF-8 path");
+    let mut server = Server::serve(dir.path(), "memory", &[]);
+    let (code, stdout, stderr) = server.finish();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{config}:1:1: error: no limits file")),
+        "{stderr}"
+    );
+    assert!(
+        stdout.iter().all(|l| !l.starts_with("listening on")),
+        "{stdout:?}"
+    );
+
+    // A dangling link is no better than no file.
+    std::os::unix::fs::symlink("..data/limits.yaml", dir.path().join("limits.yaml"))
+        .expect("linked");
+    let mut server = Server::serve(dir.path(), "memory", &[]);
+    let (code, _, stderr) = server.finish();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("limits.yaml:1:1: error: a dangling symbolic link"),
+        "{stderr}"
+    );
+
+    // Asked for, it serves with no limits.
+    std::fs::remove_file(dir.path().join("limits.yaml")).expect("removed");
+    let server = Server::serve(dir.path(), "memory", &["--allow-empty-config"]);
+    let addr = server.address();
+    let output = check(&addr, &["path=/login"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+}

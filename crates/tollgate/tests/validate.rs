@@ -263,3 +263,134 @@ fn a_kubernetes_style_configmap_directory_loads_through_its_symlinks() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output).trim_end(), "1 file, 1 domain, 1 rule: OK");
 }
+
+/// Runs `tollgate validate` on an absolute path with `args` and the variables `env`: exit code, stdout, stderr.
+fn validate_with(
+    path: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command.arg("validate").arg(path).args(args);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("the tollgate binary runs");
+    (output.status.code(), stdout(&output), stderr(&output))
+}
+
+#[test]
+fn an_empty_directory_fails_unless_empty_configs_are_allowed() {
+    let dir = tollgate_testkit::scratch::TempDir::new("validate-empty");
+    let (code, out, err) = validate_with(dir.path(), &[], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "{}:1:1: error: no limits file: {} holds no `*.yaml` or `*.yml` file; every request would be unlimited",
+            dir.path().display(),
+            dir.path().display()
+        )),
+        "{err}"
+    );
+    assert_eq!(out.trim_end(), "0 files, 0 domains, 0 rules: 1 error");
+
+    let (code, out, err) = validate_with(dir.path(), &["--allow-empty-config"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim_end(), "0 files, 0 domains, 0 rules: OK");
+    let (code, _, err) = validate_with(dir.path(), &[], &[("TOLLGATE_ALLOW_EMPTY_CONFIG", "true")]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_dangling_link_or_a_link_to_a_directory_is_an_error_naming_the_link() {
+    let dir = tollgate_testkit::scratch::TempDir::new("validate-links");
+    dir.write(
+        "a.yaml",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
+    );
+    std::os::unix::fs::symlink("..data/b.yaml", dir.path().join("b.yaml")).expect("linked");
+    std::fs::create_dir(dir.path().join("sub")).expect("created");
+    std::os::unix::fs::symlink("sub", dir.path().join("c.yml")).expect("linked");
+    let (code, out, err) = validate_with(dir.path(), &[], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let b = dir.path().join("b.yaml");
+    let c = dir.path().join("c.yml");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{}:1:1: error: a dangling symbolic link: its target ..data/b.yaml cannot be read",
+            b.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{}:1:1: error: a directory (or a link to one), not a limits file",
+            c.display()
+        )
+    );
+    assert_eq!(out.trim_end(), "3 files, 1 domain, 1 rule: 2 errors");
+}
+
+#[test]
+fn a_file_that_defines_no_rate_limit_fails() {
+    let dir = tollgate_testkit::scratch::TempDir::new("validate-no-rule");
+    let file = dir.write("limits.yaml", "domain: edge\ndescriptors:\n  - key: path\n");
+    let (code, out, err) = validate_with(&file, &[], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "{}:1:1: error: the configuration defines no rate limit (1 file(s) read)",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(out.trim_end(), "1 file, 1 domain, 0 rules: 1 error");
+}
+
+#[test]
+fn an_empty_rate_limit_fails_at_its_line() {
+    let dir = tollgate_testkit::scratch::TempDir::new("validate-empty-rate-limit");
+    let file = dir.write(
+        "limits.yaml",
+        "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit:\n  - key: path\n    value: /keep\n    rate_limit: {unit: day, requests_per_unit: 100}\n",
+    );
+    let (code, _, err) = validate_with(&file, &[], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "{}:5:15: error: `rate_limit` is empty, so this descriptor would have no limit",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_over_the_node_bound_fails_with_a_worded_error_and_the_bound_is_a_setting() {
+    let dir = tollgate_testkit::scratch::TempDir::new("validate-nodes");
+    let mut text = String::from("domain: edge\ndescriptors:\n");
+    for i in 0..200 {
+        text.push_str(&format!(
+            "  - key: k\n    value: v{i}\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n"
+        ));
+    }
+    let file = dir.write("limits.yaml", &text);
+    let (code, out, err) = validate_with(&file, &[], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim_end(), "1 file, 1 domain, 200 rules: OK");
+    let (code, _, err) = validate_with(&file, &["--config-max-nodes", "1000"], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(": error: limits file too large: more than 1000 YAML nodes"),
+        "{err}"
+    );
+    assert!(!err.contains("budget"), "{err}");
+    let (code, _, err) = validate_with(&file, &[], &[("TOLLGATE_CONFIG_MAX_DEPTH", "3")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(": error: limits file nested too deeply: more than 3 levels"),
+        "{err}"
+    );
+}

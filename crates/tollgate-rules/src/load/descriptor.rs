@@ -145,7 +145,18 @@ impl Loader {
                         .text_value(file, node, "value")
                         .filter(|v| !v.is_empty())
                 }
-                "rate_limit" if !matches!(node.value, NodeValue::Null) => fields.limits.push(node),
+                "rate_limit" | "rate_limits" if matches!(node.value, NodeValue::Null) => {
+                    // Upstream reads an empty block as no limit at all: a
+                    // descriptor someone meant to limit would pass everything.
+                    self.diagnostics.error(
+                        file,
+                        node.position,
+                        format!(
+                            "`{name}` is empty, so this descriptor would have no limit; give it `unit` and `requests_per_unit` (or `unlimited: true`), or remove the key"
+                        ),
+                    );
+                }
+                "rate_limit" => fields.limits.push(node),
                 "rate_limits" => self.rate_limit_list(file, node, &mut fields.limits),
                 "descriptors" => fields.children = Some(node),
                 "shadow_mode" => fields.shadow_mode = self.bool_value(file, node, "shadow_mode"),
@@ -177,7 +188,6 @@ impl Loader {
     fn rate_limit_list<'n>(&mut self, file: &Path, node: &'n Node, blocks: &mut Vec<&'n Node>) {
         match &node.value {
             NodeValue::List(items) => blocks.extend(items.iter()),
-            NodeValue::Null => {}
             other => self.diagnostics.error(
                 file,
                 node.position,

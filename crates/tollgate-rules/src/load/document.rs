@@ -48,7 +48,7 @@ impl Loader {
 
     /// The file's first YAML document (warning about any others), or `None` after reporting invalid YAML.
     fn parse_root(&mut self, file: &Path, text: &str) -> Option<Node> {
-        match parse_document(text) {
+        match parse_document(text, self.options.yaml) {
             Ok(document) => {
                 for position in &document.ignored_documents {
                     self.diagnostics.warning(
@@ -60,11 +60,7 @@ impl Loader {
                 Some(document.root)
             }
             Err(error) => {
-                self.diagnostics.error(
-                    file,
-                    error.position,
-                    format!("invalid YAML: {}", error.message),
-                );
+                self.diagnostics.error(file, error.position, error.message);
                 None
             }
         }

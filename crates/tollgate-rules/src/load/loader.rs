@@ -5,14 +5,19 @@ use std::path::{Path, PathBuf};
 
 use crate::diagnostics::Diagnostics;
 use crate::model::{DomainRules, RuleSet};
-use crate::tree::Position;
+use crate::tree::{Position, YamlLimits};
 
-/// Switches that change how files are combined.
+/// Switches that change how files are read and combined.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Merge files that name the same domain (upstream's `MERGE_DOMAIN_CONFIG`)
     /// instead of rejecting the second one; duplicate descriptors are still errors.
     pub merge_domains: bool,
+    /// Accept a configuration that reads no limits file or defines no rate
+    /// limit (so every request is unlimited) instead of rejecting it.
+    pub allow_empty: bool,
+    /// How much YAML one file may hold.
+    pub yaml: YamlLimits,
 }
 
 /// The result of loading: the rules that loaded, and everything found wrong.
@@ -40,20 +45,52 @@ impl Loaded {
     }
 }
 
+/// Stack for the loading thread per level of YAML nesting allowed, with room to spare in a debug build.
+const STACK_PER_YAML_LEVEL: usize = 64 << 10;
+
+/// Stack for the loading thread besides the nesting.
+const BASE_STACK: usize = 1 << 20;
+
 /// Loads limits files given as `(file name, text)` pairs, in order.
+///
+/// The YAML reader and the loader recurse once per level of nesting, so
+/// the work runs on a thread of its own whose stack fits
+/// [`YamlLimits::max_depth`](crate::YamlLimits::max_depth) levels, whatever
+/// thread calls (a reload runs on a 2 MiB blocking thread).
 pub fn load_sources<'a>(
     sources: impl IntoIterator<Item = (&'a Path, &'a str)>,
     options: LoadOptions,
 ) -> Loaded {
+    let sources: Vec<(&Path, &str)> = sources.into_iter().collect();
+    let stack = options
+        .yaml
+        .max_depth
+        .saturating_mul(STACK_PER_YAML_LEVEL)
+        .saturating_add(BASE_STACK);
+    std::thread::scope(|scope| {
+        let loading = std::thread::Builder::new()
+            .name("tollgate-load".to_owned())
+            .stack_size(stack)
+            .spawn_scoped(scope, || load_on_this_thread(&sources, options));
+        match loading {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had: load here, as deep as this stack goes.
+            Err(_) => load_on_this_thread(&sources, options),
+        }
+    })
+}
+
+/// [`load_sources`] on the calling thread.
+fn load_on_this_thread(sources: &[(&Path, &str)], options: LoadOptions) -> Loaded {
     let mut loader = Loader {
         options,
         diagnostics: Diagnostics::new(),
         domains: HashMap::new(),
         replaces: Vec::new(),
     };
-    let mut file_count = 0;
     for (file, text) in sources {
-        file_count += 1;
         loader.load_file(file, text);
     }
     loader.check_replaces();
@@ -68,7 +105,7 @@ pub fn load_sources<'a>(
                 .collect(),
         },
         diagnostics,
-        file_count,
+        file_count: sources.len(),
     }
 }
 
