@@ -19,8 +19,12 @@ use crate::key::{Key, KeyId};
 /// empty are removed at once; when a new key would take a shard past its
 /// share of `max_keys`, the shard first drops the logs that are fresh (all
 /// entries expired, so dropping them changes no decision) and, if still
-/// full, evicts the logs that become fresh soonest, down to 7/8 of its
-/// share. The store never holds more than `max_keys` keys.
+/// full, evicts the logs that have used the least of their limit (the
+/// fewest units still in the window, which is what an eviction hands
+/// back), the soonest fresh among equals, down to 7/8 of its share. So a
+/// log at its limit outlives a flood of one-request keys, as in the
+/// [`WordStore`](crate::WordStore) (whose docs give the guarantee). The
+/// store never holds more than `max_keys` keys.
 ///
 /// Memory per key: a map entry (about 64 bytes with the map's overhead)
 /// plus the log, which holds at most `limit` entries of 16 bytes (its buffer
@@ -215,7 +219,8 @@ impl LogStore {
         &self.shards[(hash as usize) & self.shard_mask]
     }
 
-    /// Makes room for one more key in a full shard: fresh logs first, then the soonest fresh.
+    /// Makes room for one more key in a full shard: fresh logs first, then
+    /// the least used (the fewest units logged in the window), soonest fresh among equals.
     fn make_room(&self, shard: &mut LogShard, now: Timestamp) {
         if shard.logs.len() < self.layout.share {
             return;
@@ -225,14 +230,20 @@ impl LogStore {
             return;
         }
         let keep = self.layout.keep_after_eviction();
-        let mut by_fresh_at: Vec<(Timestamp, KeyId)> = shard
+        // Ties go in an order set by the secret hash seed, not by their
+        // place in the map (as in the word store's rebuilds).
+        let mut by_use: Vec<((u64, Timestamp, u64), KeyId)> = shard
             .logs
             .iter()
-            .map(|(id, log)| (self.algorithm.fresh_at(log), *id))
+            .map(|(id, log)| {
+                let used = self.algorithm.logged_at(log, now);
+                let tie = self.hashing.probe_hash(*id).reverse_bits();
+                ((used, self.algorithm.fresh_at(log), tie), *id)
+            })
             .collect();
-        let evict = by_fresh_at.len() - keep;
-        by_fresh_at.select_nth_unstable(evict - 1);
-        for (_, id) in &by_fresh_at[..evict] {
+        let evict = by_use.len() - keep;
+        by_use.select_nth_unstable_by_key(evict - 1, |&(order, _)| order);
+        for (_, id) in &by_use[..evict] {
             if let Some(log) = shard.logs.remove(id) {
                 shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(log.heap_bytes());
             }
