@@ -47,6 +47,7 @@
 mod config;
 mod counters;
 mod direct_limiter;
+pub mod eviction;
 mod hashing;
 mod key;
 mod limiter;

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tollgate_core::{Decision, LogState, SlidingLog, Timestamp};
 
 use crate::config::{ShardLayout, StoreConfig};
+use crate::eviction::{EvictionRank, evict_least_used};
 use crate::hashing::{KeyHashing, KeyIdHashing};
 use crate::key::{Key, KeyId};
 
@@ -22,8 +23,8 @@ use crate::key::{Key, KeyId};
 /// full, evicts the logs that have used the least of their limit (the
 /// fewest units still in the window, which is what an eviction hands
 /// back), the soonest fresh among equals, down to 7/8 of its share. So a
-/// log at its limit outlives a flood of one-request keys, as in the
-/// [`WordStore`](crate::WordStore) (whose docs give the guarantee). The
+/// log at its limit outlives a flood of one-request keys (the order and
+/// what it guarantees are in [`eviction`](crate::eviction)). The
 /// store never holds more than `max_keys` keys.
 ///
 /// Memory per key: a map entry (about 64 bytes with the map's overhead)
@@ -230,21 +231,20 @@ impl LogStore {
             return;
         }
         let keep = self.layout.keep_after_eviction();
-        // Ties go in an order set by the secret hash seed, not by their
-        // place in the map (as in the word store's rebuilds).
-        let mut by_use: Vec<((u64, Timestamp, u64), KeyId)> = shard
+        let mut ranked: Vec<(EvictionRank, KeyId)> = shard
             .logs
             .iter()
             .map(|(id, log)| {
                 let used = self.algorithm.logged_at(log, now);
-                let tie = self.hashing.probe_hash(*id).reverse_bits();
-                ((used, self.algorithm.fresh_at(log), tie), *id)
+                let hash = self.hashing.probe_hash(*id);
+                (
+                    EvictionRank::new(used, self.algorithm.fresh_at(log), hash),
+                    *id,
+                )
             })
             .collect();
-        let evict = by_use.len() - keep;
-        by_use.select_nth_unstable_by_key(evict - 1, |&(order, _)| order);
-        for (_, id) in &by_use[..evict] {
-            if let Some(log) = shard.logs.remove(id) {
+        for (_, id) in evict_least_used(&mut ranked, keep, |&(rank, _)| rank) {
+            if let Some(log) = shard.logs.remove(&id) {
                 shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(log.heap_bytes());
             }
         }

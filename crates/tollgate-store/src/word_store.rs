@@ -56,55 +56,12 @@
 //!    dropping a fresh key changes no decision;
 //! 3. if more keys remain than the shard's share, *evicts* the ones that
 //!    have used the least of their budget, down to 7/8 of the share (so
-//!    eviction is paid once per many inserts); see [Eviction](#eviction);
+//!    eviction is paid once per many inserts); see [`eviction`](crate::eviction)
+//!    for the order and what it guarantees;
 //! 4. sizes a new table to hold the survivors at 60% occupancy (capped at
 //!    the shard's maximum, which holds the whole share at 80%), fills it,
 //!    publishes it, and hands the old one to the epoch collector, which frees
 //!    it once no reader can still hold it.
-//!
-//! # Eviction
-//!
-//! A full shard must let go of live keys to take a new one. Refusing the
-//! new key is no option: not storing it would stop counting it (a client
-//! with a new key would be limited by nothing), and denying it would lock
-//! out innocent clients. The bound must hold too, since it is the memory
-//! bound. So the shard evicts, and chooses the keys whose eviction changes
-//! the fewest decisions.
-//!
-//! An evicted key starts fresh the next time it is seen. That hands back
-//! what its state held against it: [`WordAlgorithm::used`]`(state, now)`
-//! units, `C − remaining` of a check-only request (`C` the capacity), which
-//! is a fixed window's count (`limit + 1` once a denial closed it), a
-//! bucket's `⌈(TAT − now)/T⌉` missing units, the sliding window counter's
-//! estimate rounded up. For the rate meters and the fixed window that is
-//! all an eviction can ever hand back, and for every algorithm the
-//! difference is gone at the state's `fresh_at`. A rebuild therefore evicts
-//! in the order of `used`, least first, and among keys that used the same,
-//! the soonest fresh (whose difference lasts least). A key at count 1 goes
-//! before one at its limit.
-//!
-//! Since a rebuild keeps the `7/8 × share` keys that come last in that
-//! order, **a key that has used `u` units is evicted only if at least 7/8
-//! of its shard's share of keys have used at least `u` units too** (ties in
-//! `used` and `fresh_at` go in an order set by the store's secret hash
-//! seed). So:
-//!
-//! * a flood of new keys that have each used less than a key has (one
-//!   request each, against a key at a limit of 2 or more, or at any limit
-//!   once a fixed window's denial closed it) never evicts that key, however
-//!   many keys it brings: every rebuild evicts flood keys first. (If 7/8 of
-//!   the shard already were keys at least as used, the first new key of
-//!   any kind evicts it: that is a store too small for its traffic.)
-//! * to evict a key that has used `u`, an attacker must hold `7/8 × share`
-//!   keys of the same store (the same limit) and the same shard, each at
-//!   `u` or more, all at once. Shards are picked by a hash seeded per store,
-//!   so that means about `7/8 × max_keys` keys across the store, and
-//!   spending about `7/8 × max_keys × u` units of cost on them while they
-//!   are all live (one request per key where a client picks its own cost);
-//!   the gain is what the one key had used, at most its limit;
-//! * when every key of a full shard has used its whole budget, a new key
-//!   still gets in and 1/8 of the share is evicted, least used first. The
-//!   key bound, and with it the memory bound, holds whatever the traffic.
 //!
 //! # Window wrap-around
 //!
@@ -151,6 +108,7 @@ use parking_lot::Mutex;
 use tollgate_core::{Decision, RESERVED_STATE, Timestamp, WordAlgorithm};
 
 use crate::config::{ShardLayout, StoreConfig};
+use crate::eviction::{EvictionRank, evict_least_used};
 use crate::hashing::KeyHashing;
 use crate::key::{Key, KeyId};
 use crate::state_word::{self, AtomicU64};
@@ -277,23 +235,8 @@ struct LiveKey {
     /// The key's probe hash.
     hash: u64,
     state: u64,
-    /// How much of its budget the key has used ([`WordAlgorithm::used`]).
-    used: u64,
-    fresh_at: Timestamp,
-}
-
-impl LiveKey {
-    /// The order of eviction, first evicted first: least used, then soonest
-    /// fresh, then in an order set by the store's secret hash seed.
-    ///
-    /// The last part keeps ties (a flood of keys alike) from being evicted
-    /// by their place in the table: that would evict one end of the table
-    /// every time, pack the survivors into the other, and lengthen every
-    /// probe there (a flood far past the bound then ran over 10× slower). The
-    /// bits a key's place comes from (the hash's highest) end up lowest here.
-    fn eviction_order(&self) -> (u64, Timestamp, u64) {
-        (self.used, self.fresh_at, self.hash.reverse_bits())
-    }
+    /// Where the key stands in the order of eviction.
+    rank: EvictionRank,
 }
 
 /// Keys to one-word states, for every [`WordAlgorithm`].
@@ -616,18 +559,20 @@ impl<A: WordAlgorithm> WordStore<A> {
                     continue;
                 }
                 if let Some(id) = KeyId::new(hi, slot.lo.load(Ordering::Relaxed)) {
+                    let hash = self.hashing.probe_hash(id);
+                    let used = self.algorithm.used(state, now);
                     live.push(LiveKey {
                         id,
-                        hash: self.hashing.probe_hash(id),
+                        hash,
                         state,
-                        used: self.algorithm.used(state, now),
-                        fresh_at,
+                        rank: EvictionRank::new(used, fresh_at, hash),
                     });
                 }
             }
         }
         if live.len() + incoming > self.layout.share {
-            self.evict_least_used(&mut live);
+            let keep = self.layout.keep_after_eviction();
+            drop(evict_least_used(&mut live, keep, |k| k.rank));
         }
         let needed = live.len() + incoming;
         let new = if needed == 0 {
@@ -656,19 +601,6 @@ impl<A: WordAlgorithm> WordStore<A> {
             .store(swept_at.max(now.as_nanos()), Ordering::Relaxed);
         // SAFETY: just published under this guard.
         unsafe { new.as_ref() }
-    }
-
-    /// Keeps the keys that have used the most of their budget, down to 7/8 of the shard's share.
-    ///
-    /// Evicted first: the least used, then, among equals, the soonest fresh.
-    fn evict_least_used(&self, live: &mut Vec<LiveKey>) {
-        let keep = self.layout.keep_after_eviction();
-        if live.len() <= keep {
-            return;
-        }
-        let evict = live.len() - keep;
-        live.select_nth_unstable_by_key(evict - 1, LiveKey::eviction_order);
-        live.drain(..evict);
     }
 
     /// The table capacity for `keys` keys: 60% occupancy, within the shard's bounds.
