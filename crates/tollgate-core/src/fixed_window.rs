@@ -25,6 +25,10 @@ use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 /// The state packs the window number's low bits with the count. The count is
 /// kept up to `limit + 1` (nothing beyond changes a decision), so the deny
 /// path of an already-closed window writes nothing.
+///
+/// The budget a state has used ([`WordAlgorithm::used`]) is its count in
+/// the window containing `now` (0 once that window has ended): `limit −
+/// remaining` while the window is open, `limit + 1` once a denial closed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
     limit: u64,
@@ -166,6 +170,10 @@ impl WordAlgorithm for FixedWindow {
             index.wrapping_sub(index.wrapping_sub(tag) & self.tag_mask())
         };
         Timestamp::from_nanos((stored_index + 1).saturating_mul(self.window))
+    }
+
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        self.count(state, now)
     }
 
     fn max_unexamined(&self) -> Option<Duration> {

@@ -18,6 +18,10 @@
 //!   request passes);
 //! * `n > C` can never pass.
 //!
+//! The budget a state has used ([`WordAlgorithm::used`]) is the units still
+//! to refill, `C − remaining = ⌈(TAT − now) / T⌉` (0 once `TAT ≤ now`):
+//! forgetting the state would hand back exactly that many whole units.
+//!
 //! `T` is a whole number of nanoseconds, rounded up when the configured rate
 //! does not divide evenly, so a meter never admits faster than configured.
 
@@ -165,6 +169,11 @@ impl Schedule {
 
     fn fresh_at(&self, tat: u64) -> Timestamp {
         Timestamp::from_nanos(tat)
+    }
+
+    /// `C − available = ⌈(TAT − now) / T⌉`: the units still to refill (or drain).
+    fn used(&self, tat: u64, now: Timestamp) -> u64 {
+        self.capacity - self.available(tat, now.clamped_nanos())
     }
 }
 
@@ -368,6 +377,10 @@ impl WordAlgorithm for TokenBucket {
         self.schedule.fresh_at(state)
     }
 
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        self.schedule.used(state, now)
+    }
+
     fn max_unexamined(&self) -> Option<Duration> {
         None
     }
@@ -385,6 +398,10 @@ impl WordAlgorithm for Gcra {
 
     fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
         self.schedule.fresh_at(state)
+    }
+
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        self.schedule.used(state, now)
     }
 
     fn max_unexamined(&self) -> Option<Duration> {
@@ -410,6 +427,10 @@ impl WordAlgorithm for LeakyBucket {
 
     fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
         self.schedule.fresh_at(state)
+    }
+
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        self.schedule.used(state, now)
     }
 
     fn max_unexamined(&self) -> Option<Duration> {

@@ -243,6 +243,11 @@ impl WordAlgorithm for SlidingWindow {
         )
     }
 
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        let c = self.counts_at(state, now.clamped_nanos());
+        self.limit - self.remaining(&c)
+    }
+
     fn max_unexamined(&self) -> Option<Duration> {
         let windows = self.tag_mask().saturating_sub(1);
         Some(Duration::from_nanos(windows.saturating_mul(self.window)))

@@ -32,6 +32,23 @@ pub trait WordAlgorithm: Send + Sync {
     /// decision. `now` lets window algorithms place their stored window.
     fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp;
 
+    /// How much of its budget `state` has used at `now`, in units: how far it is from fresh.
+    ///
+    /// It is what dropping the state would hand back at once: with `C` the
+    /// algorithm's capacity (a bucket's tokens, a window's limit) and `r`
+    /// the `remaining` of a check-only request (`decide(state, now, 0)`),
+    /// `used = C − r`. For the rate meters and the fixed window it is also
+    /// all that dropping the state can ever hand back; for the sliding window
+    /// counter the gap shrinks as its windows age. Either way it is gone by
+    /// [`fresh_at`](WordAlgorithm::fresh_at). A fixed window closed by a
+    /// denial (which a refund cannot reopen) reports `limit + 1`, one
+    /// further from fresh than a window at exactly its limit.
+    ///
+    /// 0 for the fresh state and for every state whose
+    /// [`fresh_at`](WordAlgorithm::fresh_at) has passed. A store that must
+    /// drop live keys drops those with the least used first.
+    fn used(&self, state: u64, now: Timestamp) -> u64;
+
     /// How long a stored state may sit unexamined before its encoding could be misread.
     ///
     /// Window algorithms keep only the low bits of the window number; a store
@@ -87,6 +104,10 @@ impl WordAlgorithm for AnyWordAlgorithm {
         dispatch!(self, a => a.fresh_at(state, now))
     }
 
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        dispatch!(self, a => a.used(state, now))
+    }
+
     fn max_unexamined(&self) -> Option<Duration> {
         dispatch!(self, a => a.max_unexamined())
     }
@@ -104,6 +125,10 @@ impl<A: WordAlgorithm + ?Sized> WordAlgorithm for &A {
 
     fn fresh_at(&self, state: u64, now: Timestamp) -> Timestamp {
         (**self).fresh_at(state, now)
+    }
+
+    fn used(&self, state: u64, now: Timestamp) -> u64 {
+        (**self).used(state, now)
     }
 
     fn max_unexamined(&self) -> Option<Duration> {

@@ -23,7 +23,8 @@
 //!
 //! Every store is bounded by [`StoreConfig::max_keys`]. Keys whose state has
 //! become fresh are dropped without changing any decision; when a store is
-//! full, it evicts the keys that would become fresh soonest. Stores never
+//! full, it evicts the keys that have used the least of their budget, so
+//! that an eviction changes the fewest decisions. Stores never
 //! read a clock: time comes in as a [`Timestamp`](tollgate_core::Timestamp).
 //!
 //! Keys are anything that implements [`Key`]: integers map exactly to a
@@ -46,6 +47,7 @@
 mod config;
 mod counters;
 mod direct_limiter;
+pub mod eviction;
 mod hashing;
 mod key;
 mod limiter;

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tollgate_core::{Decision, LogState, SlidingLog, Timestamp};
 
 use crate::config::{ShardLayout, StoreConfig};
+use crate::eviction::{EvictionRank, evict_least_used};
 use crate::hashing::{KeyHashing, KeyIdHashing};
 use crate::key::{Key, KeyId};
 
@@ -19,8 +20,12 @@ use crate::key::{Key, KeyId};
 /// empty are removed at once; when a new key would take a shard past its
 /// share of `max_keys`, the shard first drops the logs that are fresh (all
 /// entries expired, so dropping them changes no decision) and, if still
-/// full, evicts the logs that become fresh soonest, down to 7/8 of its
-/// share. The store never holds more than `max_keys` keys.
+/// full, evicts the logs that have used the least of their limit (the
+/// fewest units still in the window, which is what an eviction hands
+/// back), the soonest fresh among equals, down to 7/8 of its share. So a
+/// log at its limit outlives a flood of one-request keys (the order and
+/// what it guarantees are in [`eviction`](crate::eviction)). The
+/// store never holds more than `max_keys` keys.
 ///
 /// Memory per key: a map entry (about 64 bytes with the map's overhead)
 /// plus the log, which holds at most `limit` entries of 16 bytes (its buffer
@@ -215,7 +220,8 @@ impl LogStore {
         &self.shards[(hash as usize) & self.shard_mask]
     }
 
-    /// Makes room for one more key in a full shard: fresh logs first, then the soonest fresh.
+    /// Makes room for one more key in a full shard: fresh logs first, then
+    /// the least used (the fewest units logged in the window), soonest fresh among equals.
     fn make_room(&self, shard: &mut LogShard, now: Timestamp) {
         if shard.logs.len() < self.layout.share {
             return;
@@ -225,15 +231,20 @@ impl LogStore {
             return;
         }
         let keep = self.layout.keep_after_eviction();
-        let mut by_fresh_at: Vec<(Timestamp, KeyId)> = shard
+        let mut ranked: Vec<(EvictionRank, KeyId)> = shard
             .logs
             .iter()
-            .map(|(id, log)| (self.algorithm.fresh_at(log), *id))
+            .map(|(id, log)| {
+                let used = self.algorithm.logged_at(log, now);
+                let hash = self.hashing.probe_hash(*id);
+                (
+                    EvictionRank::new(used, self.algorithm.fresh_at(log), hash),
+                    *id,
+                )
+            })
             .collect();
-        let evict = by_fresh_at.len() - keep;
-        by_fresh_at.select_nth_unstable(evict - 1);
-        for (_, id) in &by_fresh_at[..evict] {
-            if let Some(log) = shard.logs.remove(id) {
+        for (_, id) in evict_least_used(&mut ranked, keep, |&(rank, _)| rank) {
+            if let Some(log) = shard.logs.remove(&id) {
                 shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(log.heap_bytes());
             }
         }

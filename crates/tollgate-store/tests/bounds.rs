@@ -1,5 +1,5 @@
 //! The stores stay within their bounds, drop fresh keys first, evict the
-//! soonest-fresh keys next, sweep without changing decisions, and never
+//! least used keys next, sweep without changing decisions, and never
 //! misread a window number that wrapped.
 
 use std::time::Duration;
@@ -109,7 +109,7 @@ fn fresh_keys_are_dropped_before_any_live_key_is_evicted() {
         assert_eq!(store.peek(key), long_state, "{key} kept its state");
         assert_eq!(store.check(key, at(2 * S), 0).remaining(), 7, "{key}");
     }
-    // Now fill with live keys: when eviction is needed, the soonest-fresh go first.
+    // Now fill with live keys: when eviction is needed, the least used go first.
     for n in 0..11u64 {
         store.check(&(100 + n), at(2 * S), 1);
     }
@@ -163,9 +163,8 @@ fn a_key_with_long_history_survives_a_flood_of_one_request_keys() {
 }
 
 #[test]
-fn the_log_store_evicts_the_logs_that_expire_soonest() {
-    // A log is fresh one window after its newest entry, so the keys active
-    // most recently are the ones kept.
+fn the_log_store_evicts_the_least_used_logs() {
+    // The veteran's 50 logged units outweigh every flood key's one.
     let log = SlidingLog::new(100, Duration::from_secs(100)).unwrap();
     let store = LogStore::new(log, StoreConfig::with_max_keys(1024));
     for n in 0..100_000u64 {

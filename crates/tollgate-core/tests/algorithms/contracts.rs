@@ -100,13 +100,12 @@ fn probe_costs(capacity: u64) -> [u64; 5] {
 }
 
 /// Checks that `state` decides like the fresh state at every probe time past its `fresh_at`, and differs just before.
-fn check_fresh_at(
-    alg: &impl WordAlgorithm,
-    state: u64,
-    now: u64,
-    scales: Scales,
-    capacity: u64,
-) -> Result<(), TestCaseError> {
+fn check_fresh_at(case: &Case, state: u64, now: u64) -> Result<(), TestCaseError> {
+    let Case {
+        alg,
+        scales,
+        capacity,
+    } = *case;
     let fresh = alg.fresh_at(state, at(now)).as_nanos();
     for t in probe_times(now, fresh, scales) {
         if t < alg.fresh_at(state, at(t)).as_nanos() {
@@ -136,6 +135,45 @@ fn check_fresh_at(
     Ok(())
 }
 
+/// Runs `ops` on one key of `case`'s algorithm and `check`s its state after every one.
+fn after_every_operation(
+    case: &Case,
+    start: u64,
+    ops: &[Op],
+    check: fn(&Case, u64, u64) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut key = Keyed::new(case.alg);
+    drive(start, case.scales, case.capacity, ops, |_, event| {
+        let seen = apply(&mut key, event);
+        check(case, key.state, event.now())?;
+        Ok(seen)
+    })
+}
+
+/// Checks that `used` is the budget a fresh state would hand back: `capacity − remaining`
+/// of a check-only request (`capacity + 1` for a window a denial closed), and 0 once fresh.
+fn check_used(case: &Case, state: u64, now: u64) -> Result<(), TestCaseError> {
+    let (alg, capacity) = (case.alg, case.capacity);
+    let fresh = alg.fresh_at(state, at(now)).as_nanos();
+    let mut times = probe_times(now, fresh, case.scales);
+    times.extend([now, now + 1, fresh.saturating_sub(1).max(now)]);
+    for t in times {
+        let used = alg.used(state, at(t));
+        let check = alg.decide(state, at(t), 0).0;
+        let expected = if check.is_allowed() {
+            capacity - check.remaining()
+        } else {
+            capacity + 1
+        };
+        prop_assert_eq!(used, expected, "state {:#x} at {}: {:?}", state, t, check);
+        if t >= alg.fresh_at(state, at(t)).as_nanos() {
+            prop_assert_eq!(used, 0, "state {:#x} is fresh at {}", state, t);
+        }
+        prop_assert_eq!(alg.used(0, at(t)), 0);
+    }
+    Ok(())
+}
+
 /// Runs `ops` through `alg` and `any` side by side, asserting identical answers from every method.
 fn check_dispatch<A: WordAlgorithm>(
     alg: &A,
@@ -161,6 +199,10 @@ fn check_dispatch<A: WordAlgorithm>(
         prop_assert_eq!(
             any.fresh_at(state, at(event.now())),
             alg.fresh_at(state, at(event.now()))
+        );
+        prop_assert_eq!(
+            any.used(state, at(event.now())),
+            alg.used(state, at(event.now()))
         );
         if let Some(s) = want.1 {
             state = s;
@@ -256,12 +298,13 @@ proptest! {
     /// After every operation, the state decides exactly like the fresh state 0 from its `fresh_at` on, and not before.
     #[test]
     fn word_fresh_at_means_fresh(case in case(), start in start(), ops in ops(true)) {
-        let mut key = Keyed::new(case.alg);
-        drive(start, case.scales, case.capacity, &ops, |_, event| {
-            let seen = apply(&mut key, event);
-            check_fresh_at(&case.alg, key.state, event.now(), case.scales, case.capacity)?;
-            Ok(seen)
-        })?;
+        after_every_operation(&case, start, &ops, check_fresh_at)?;
+    }
+
+    /// After every operation, `used` is what dropping the state would hand back, and 0 once it is fresh.
+    #[test]
+    fn word_used_is_the_budget_a_fresh_state_would_hand_back(case in case(), start in start(), ops in ops(true)) {
+        after_every_operation(&case, start, &ops, check_used)?;
     }
 
     /// After every operation, the log decides exactly like an empty log from its `fresh_at` on, and not before.
