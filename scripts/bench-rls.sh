@@ -16,20 +16,8 @@ source scripts/tollgate-bin.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# One rule, and the same rule among 999 others (matching is an index, so the
-# cost per check should not move).
-mkdir -p "$work/one" "$work/many"
-generous='    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000'
-printf 'domain: bench\ndescriptors:\n  - key: user\n%s\n' "$generous" > "$work/one/limits.yaml"
-{
-    printf 'domain: bench\ndescriptors:\n'
-    for i in $(seq 0 998); do
-        printf '  - key: k%d\n    rate_limit:\n      unit: minute\n      requests_per_unit: %d\n' "$i" $((i + 1))
-    done
-    printf '  - key: user\n%s\n' "$generous"
-} > "$work/many/limits.yaml"
+source scripts/rls-bench-limits.sh
+write_rls_bench_limits "$work"
 
 run() { # CONFIG_DIR KEYS
     taskset -c 0 "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
