@@ -4,16 +4,16 @@ use std::path::Path;
 
 use tollgate_rules::{LoadOptions, Loaded, load_sources};
 
+/// One request descriptor's entries.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
 fn load(yaml: &str) -> Loaded {
     load_sources([(Path::new("a.yaml"), yaml)], LoadOptions::default())
 }
 
 fn errors(loaded: &Loaded) -> Vec<String> {
-    loaded
-        .diagnostics
-        .errors()
-        .map(ToString::to_string)
-        .collect()
+    let errors = loaded.diagnostics.errors();
+    errors.map(|error| error.to_string()).collect()
 }
 
 #[test]
@@ -48,7 +48,7 @@ fn share_threshold_values_share_one_counter_named_by_the_pattern() {
         rule.counter_key("d", entries, 0)
     };
     // (request A, request B, share one counter?)
-    let table: [(&[(&str, &str)], &[(&str, &str)], bool); 5] = [
+    let table: [(Entries<'_>, Entries<'_>, bool); 5] = [
         (&[("path", "files/a")], &[("path", "files/b")], true),
         (&[("path", "files/a")], &[("path", "files*")], true),
         (&[("path", "docs/a")], &[("path", "docs/b")], false),
@@ -164,7 +164,7 @@ fn metric_keys_follow_detailed_metric_and_value_to_metric() {
         "    rate_limit: {unit: minute, requests_per_unit: 5}\n",
     ));
     assert!(loaded.diagnostics.is_empty(), "{}", loaded.diagnostics);
-    let table: [(&[(&str, &str)], &str, bool); 7] = [
+    let table: [(Entries<'_>, &str, bool); 7] = [
         (
             &[
                 ("route", "draw"),

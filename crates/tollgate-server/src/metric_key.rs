@@ -88,3 +88,41 @@ fn without_domain(domain: &str, key: String) -> String {
         None => key,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use tollgate_rules::{LoadOptions, load_sources};
+
+    use super::*;
+
+    #[test]
+    fn request_valued_labels_stop_at_the_bound_and_fixed_ones_never_count() {
+        let loaded = load_sources(
+            [(
+                Path::new("a.yaml"),
+                "domain: d\ndescriptors:\n  - key: user\n    value_to_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: path\n    value: /x\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+            )],
+            LoadOptions::default(),
+        );
+        let rules = loaded.rule_set;
+        let keys = MetricKeys::new(2);
+        let label = |k: &str, v: &str| {
+            let rule = rules.find("d", &[(k, v)]).expect("matched");
+            keys.label(rule, "d", &[(k, v)])
+        };
+        // (entry, label): two users get their own label, the third the rule's path.
+        let table = [
+            (("user", "alice"), "user_alice"),
+            (("user", "bob"), "user_bob"),
+            (("user", "alice"), "user_alice"),
+            (("user", "carol"), "user"),
+            (("path", "/x"), "path_/x"),
+        ];
+        for ((k, v), expected) in table {
+            assert_eq!(label(k, v), expected, "{k}={v}");
+        }
+        assert_eq!(keys.len(), 2, "the fixed label takes no room");
+    }
+}

@@ -86,6 +86,9 @@ async fn codes(engine: &Engine<ManualClock>, descriptors: &[&[(&str, &str)]]) ->
 
 use Code::{Ok as OK, OverLimit as OVER};
 
+/// One request descriptor's entries.
+type Entries<'a> = &'a [(&'a str, &'a str)];
+
 const QUOTAS: &str = "domain: d\ndescriptors:\n  - key: q1\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: q2\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: r\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: u\n    rate_limit: {unlimited: true, unit: unknown}\n";
 
 /// Upstream's quota example: over-limit quota descriptors reject only when
@@ -98,7 +101,7 @@ async fn quota_mode_rejects_only_when_every_quota_descriptor_is_over() {
     let u: &[(&str, &str)] = &[("u", "a")];
     for backend in backends() {
         let engine = engine(&backend, QUOTAS, EngineOptions::default()).await;
-        let table: [(&[&[(&str, &str)]], Code, Vec<Code>); 5] = [
+        let table: [(&[Entries<'_>], Code, Vec<Code>); 5] = [
             (&[q1, q2], OK, vec![OK, OK]),
             (&[q1, q2], OK, vec![OVER, OK]),
             (&[q1, q2, u], OVER, vec![OVER, OVER, OK]),
@@ -129,7 +132,7 @@ async fn global_quota_mode_treats_every_descriptor_as_quota() {
     };
     for backend in backends() {
         let engine = engine(&backend, QUOTAS, options).await;
-        let table: [(&[&[(&str, &str)]], Code); 4] =
+        let table: [(&[Entries<'_>], Code); 4] =
             [(&[r], OK), (&[r, none], OK), (&[r, u], OVER), (&[r], OVER)];
         for (i, (descriptors, overall)) in table.into_iter().enumerate() {
             assert_eq!(

@@ -17,13 +17,6 @@ pub struct LimitsArgs {
     /// `validate` and on reload (which keeps the running rules).
     #[arg(long, env = "TOLLGATE_ALLOW_EMPTY_CONFIG", value_parser = BoolishValueParser::new())]
     pub allow_empty_config: bool,
-    /// Start even when the configuration reads no limits file or defines no
-    /// rate limit (upstream's FORCE_START_WITHOUT_INITIAL_CONFIG); requests
-    /// are unlimited until a reload brings rules. Unlike
-    /// `--allow-empty-config` this holds only at start: once rules are in
-    /// service, a reload to an empty configuration is still refused.
-    #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
-    pub force_start_without_initial_config: bool,
     /// The most YAML nodes (scalars, lists, mappings) one limits file may
     /// hold, about 8 per rule; loading costs roughly 300 bytes per node
     /// while the file is read.
@@ -36,15 +29,6 @@ pub struct LimitsArgs {
 }
 
 impl LimitsArgs {
-    /// The loader's options for the load at start: [`load_options`](Self::load_options),
-    /// also accepting an empty configuration when forced to start without one.
-    pub fn start_options(&self) -> LoadOptions {
-        LoadOptions {
-            allow_empty: self.allow_empty_config || self.force_start_without_initial_config,
-            ..self.load_options()
-        }
-    }
-
     /// The loader's options these flags ask for.
     pub fn load_options(&self) -> LoadOptions {
         LoadOptions {

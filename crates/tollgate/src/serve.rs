@@ -18,6 +18,7 @@ use tollgate_protocol::rls::{
     HeaderOptions, Jitter, LimitHeaderNames, RequestCaps, ResponseHeaders,
 };
 use tollgate_redis::RedisStore;
+use tollgate_rules::LoadOptions;
 use tollgate_runtime::{Shutdown, shutdown_signal};
 use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
@@ -82,6 +83,13 @@ pub struct ServeArgs {
     /// other quota (upstream's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
     #[arg(long, env = "TOLLGATE_STOP_INCREMENT_WHEN_OVER_LIMIT", value_parser = BoolishValueParser::new())]
     pub stop_increment_when_over_limit: bool,
+    /// Start even when the configuration reads no limits file or defines no
+    /// rate limit (upstream's FORCE_START_WITHOUT_INITIAL_CONFIG); requests
+    /// are unlimited until a reload brings rules. Unlike
+    /// `--allow-empty-config` this holds only at start: once rules are in
+    /// service, a reload to an empty configuration is still refused.
+    #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
+    pub force_start_without_initial_config: bool,
     /// How the limits files are read.
     #[command(flatten)]
     pub limits: LimitsArgs,
@@ -396,7 +404,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     // Reloads keep refusing an empty configuration unless it is allowed,
     // whatever the start accepted.
     let options = args.limits.load_options();
-    let read = read_config(&args.config, args.limits.start_options()).map_err(|error| {
+    let start_options = LoadOptions {
+        allow_empty: options.allow_empty || args.force_start_without_initial_config,
+        ..options
+    };
+    let read = read_config(&args.config, start_options).map_err(|error| {
         CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
     })?;
     let config_hash = read.hash;

@@ -202,9 +202,9 @@ impl Loader {
                 }
                 "quota_mode" => fields.quota_mode = self.bool_value(file, node, "quota_mode"),
                 "share_threshold" => {
-                    if self.bool_value(file, node, "share_threshold") {
-                        fields.share_threshold = Some(node.position);
-                    }
+                    fields.share_threshold = self
+                        .bool_value(file, node, "share_threshold")
+                        .then_some(node.position)
                 }
                 _ => {}
             }
