@@ -77,6 +77,19 @@ impl FixedWindow {
         Duration::from_nanos(self.window)
     }
 
+    /// `state`, kept by `from` (a fixed window with another limit), as this
+    /// window's state at `now`, so a count carries on when only the limit
+    /// changes: the same window and count, the count capped at `limit + 1`
+    /// (a closed window). `None` when the window lengths differ or nothing
+    /// is counted in the window containing `now`.
+    pub fn carry_state(&self, from: &FixedWindow, state: u64, now: Timestamp) -> Option<u64> {
+        if from.window != self.window {
+            return None;
+        }
+        let (index, count) = from.place(state, now.clamped_nanos());
+        (count > 0).then(|| self.pack(self.tag(index), count.min(self.limit + 1)))
+    }
+
     /// Units counted in the window containing `now`, for `state`.
     pub fn count(&self, state: u64, now: Timestamp) -> u64 {
         self.place(state, now.clamped_nanos()).1

@@ -117,7 +117,7 @@ impl SlidingLog {
         if cost > self.limit {
             return Decision::exceeds(
                 self.limit,
-                self.limit - state.total,
+                self.limit.saturating_sub(state.total),
                 self.reset_after(state, now),
             );
         }
@@ -133,7 +133,7 @@ impl SlidingLog {
             }
             return Decision::allowed(
                 self.limit,
-                self.limit - state.total,
+                self.limit.saturating_sub(state.total),
                 self.reset_after(state, now),
             );
         }
@@ -148,7 +148,7 @@ impl SlidingLog {
         }
         Decision::denied(
             self.limit,
-            self.limit - state.total,
+            self.limit.saturating_sub(state.total),
             self.reset_after(state, now),
             pass_at - now,
         )
@@ -173,7 +173,7 @@ impl SlidingLog {
         }
         Decision::allowed(
             self.limit,
-            self.limit - state.total,
+            self.limit.saturating_sub(state.total),
             self.reset_after(state, now),
         )
     }

@@ -100,6 +100,24 @@ impl SlidingWindow {
         ((index & self.tag_mask()) << (2 * self.count_bits)) | (prev << self.count_bits) | cur
     }
 
+    /// `state`, kept by `from` (a sliding window with another limit), as this
+    /// counter's state at `now`, so the counts carry on when only the limit
+    /// changes: the same windows, each count capped at this `limit`. `None`
+    /// when the window lengths differ or both counts are 0.
+    pub fn carry_state(&self, from: &SlidingWindow, state: u64, now: Timestamp) -> Option<u64> {
+        if from.window != self.window {
+            return None;
+        }
+        let counts = from.counts_at(state, now.clamped_nanos());
+        (counts.prev | counts.cur != 0).then(|| {
+            self.pack(
+                counts.index,
+                counts.prev.min(self.limit),
+                counts.cur.min(self.limit),
+            )
+        })
+    }
+
     /// The counts a request at `now` sees.
     ///
     /// If the state already holds counts for the *next* window (a request

@@ -78,6 +78,30 @@ pub enum AnyWordAlgorithm {
     SlidingWindow(SlidingWindow),
 }
 
+impl AnyWordAlgorithm {
+    /// `state`, kept under `from`, re-encoded for this algorithm at `now`, so
+    /// a counter carries on when a reload changes only its limit; `None`
+    /// when the two are different algorithms (or windows of different
+    /// lengths) or nothing is left to carry.
+    ///
+    /// A window keeps its counts (capped, see
+    /// [`FixedWindow::carry_state`] and [`SlidingWindow::carry_state`]). A
+    /// rate meter (token bucket, GCRA, leaky bucket) keeps its state, the
+    /// instant it would be full (or empty) again: the time to recover
+    /// carries over, and what it holds is read at the new rate and capacity.
+    pub fn carry_state(&self, from: &AnyWordAlgorithm, state: u64, now: Timestamp) -> Option<u64> {
+        use AnyWordAlgorithm as A;
+        match (self, from) {
+            (A::TokenBucket(_), A::TokenBucket(_))
+            | (A::Gcra(_), A::Gcra(_))
+            | (A::LeakyBucket(_), A::LeakyBucket(_)) => (state != 0).then_some(state),
+            (A::FixedWindow(to), A::FixedWindow(from)) => to.carry_state(from, state, now),
+            (A::SlidingWindow(to), A::SlidingWindow(from)) => to.carry_state(from, state, now),
+            _ => None,
+        }
+    }
+}
+
 macro_rules! dispatch {
     ($self:ident, $alg:ident => $body:expr) => {
         match $self {

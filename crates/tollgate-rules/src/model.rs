@@ -115,6 +115,16 @@ impl Limit {
     }
 }
 
+/// What one level of a rule's path says about its request value, besides matching it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LevelOptions {
+    /// `value_to_metric`: the request's value at this level names the rule's statistics.
+    pub value_to_metric: bool,
+    /// `share_threshold` (only on a wildcard value): every value the wildcard
+    /// matches shares one counter, keyed by the pattern.
+    pub share_threshold: bool,
+}
+
 /// A descriptor in the file that carries at least one limit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Rule {
@@ -128,6 +138,11 @@ pub struct Rule {
     pub on_store_error: StoreErrorPolicy,
     /// `detailed_metric`: statistics name the request's values.
     pub detailed_metric: bool,
+    /// `quota_mode`: an over-limit status of this rule makes the request
+    /// over the limit only when every quota descriptor of the request is over.
+    pub quota_mode: bool,
+    /// The options of each level of `path`, in the same order.
+    pub levels: Vec<LevelOptions>,
     /// The file the rule is in.
     pub file: PathBuf,
     /// Where its descriptor starts.
@@ -146,7 +161,11 @@ impl Rule {
     /// Every part is length-prefixed, so `("a_b", "c")` and `("a", "b_c")` differ,
     /// and the algorithm and window length (in nanoseconds) are part of the key, so a
     /// per-minute and a per-hour limit never share a counter. The window start
-    /// is not in the key: the algorithm keeps it in its state.
+    /// is not in the key: the algorithm keeps it in its state. Neither is
+    /// the rate (`requests_per_unit`, `burst`), so a counter carries on when
+    /// only the rate changes, as upstream's does. At a level with
+    /// `share_threshold`, the wildcard pattern stands for the request's
+    /// value, so every value it matches shares the counter (as upstream).
     pub fn counter_key<K: AsRef<str>, V: AsRef<str>>(
         &self,
         domain: &str,
@@ -157,9 +176,9 @@ impl Rule {
         key.extend_from_slice(b"tg1");
         push_part(&mut key, domain.as_bytes());
         key.extend_from_slice(&(entries.len() as u64).to_be_bytes());
-        for (k, v) in entries {
+        for (level, (k, v)) in entries.iter().enumerate() {
             push_part(&mut key, k.as_ref().as_bytes());
-            push_part(&mut key, v.as_ref().as_bytes());
+            push_part(&mut key, self.counter_value(level, v.as_ref()).as_bytes());
         }
         let limit = self.limits.get(limit_index);
         let algorithm = limit.map_or("none", |l| l.algorithm_kind.name());
@@ -170,6 +189,94 @@ impl Rule {
         key.extend_from_slice(&window.to_be_bytes());
         key.extend_from_slice(&(limit_index as u64).to_be_bytes());
         key
+    }
+}
+
+impl Rule {
+    /// The value that names the counter at `level` for a request value
+    /// `value`: the wildcard pattern at a `share_threshold` level, else `value`.
+    pub fn counter_value<'a>(&'a self, level: usize, value: &'a str) -> &'a str {
+        self.shared_value(level).unwrap_or(value)
+    }
+
+    /// The wildcard pattern that stands for the request's value at `level`
+    /// when that level has `share_threshold`.
+    fn shared_value(&self, level: usize) -> Option<&str> {
+        if !self.levels.get(level)?.share_threshold {
+            return None;
+        }
+        self.path.get(level)?.1.as_deref()
+    }
+
+    /// Upstream's statistics key for one request matched to this rule:
+    /// `domain.key_value.key2` with the values upstream puts in it.
+    ///
+    /// Without `detailed_metric`, each level shows the value written in the
+    /// file (a wildcard pattern stays a pattern, a key-only level shows only
+    /// its key), except that a level with `value_to_metric` shows the
+    /// request's value (a `share_threshold` level keeps its pattern). With
+    /// `detailed_metric`, every level shows `key_value` with the request's
+    /// value, patterns again kept at `share_threshold` levels. Only
+    /// `value_to_metric` and `detailed_metric` make the key depend on
+    /// request values ([`Rule::metric_key_varies`]).
+    pub fn metric_key<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> String {
+        let mut text = domain.to_owned();
+        let any_shared = (0..entries.len()).any(|i| self.shared_value(i).is_some());
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            text.push('.');
+            text.push_str(key);
+            let written = self.path.get(i).and_then(|(_, v)| v.as_deref());
+            let options = self.levels.get(i).copied().unwrap_or_default();
+            let shown = if let Some(pattern) = self.shared_value(i) {
+                Some(pattern)
+            } else if self.detailed_metric {
+                // Upstream writes `key_` + value even for an empty value, unless
+                // a share_threshold level made it build the key entry by entry.
+                (any_shared && value.is_empty())
+                    .then_some("")
+                    .or(Some(value))
+            } else if written.is_none_or(|w| !w.contains('*')) {
+                // An exact value is the request's; key-only shows it only with value_to_metric.
+                if written.is_some() || options.value_to_metric {
+                    Some(value)
+                } else {
+                    None
+                }
+            } else if options.value_to_metric {
+                Some(value)
+            } else {
+                written
+            };
+            match shown {
+                Some(v) if !v.is_empty() || (self.detailed_metric && !any_shared) => {
+                    text.push('_');
+                    text.push_str(v);
+                }
+                _ => {}
+            }
+        }
+        text
+    }
+
+    /// Whether [`Rule::metric_key`] can differ between requests matched to
+    /// this rule (so a metrics label built from it needs a bound).
+    pub fn metric_key_varies(&self) -> bool {
+        (self.detailed_metric && (0..self.path.len()).any(|i| self.shared_value(i).is_none()))
+            || self
+                .path
+                .iter()
+                .zip(&self.levels)
+                .enumerate()
+                .any(|(i, (step, options))| {
+                    options.value_to_metric
+                        && self.shared_value(i).is_none()
+                        && step.1.as_deref().is_none_or(|v| v.contains('*'))
+                })
     }
 }
 

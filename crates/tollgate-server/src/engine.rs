@@ -42,11 +42,12 @@
 //!   hot path takes no lock; [`Engine::with_rules`] keeps the stores of
 //!   algorithms that still exist, so counters survive a reload, and keeps
 //!   the stores of algorithms that went away for a while in case they come
-//!   back (a rule missing from a half-written file). A changed
-//!   limit (another rate, window or algorithm) is another algorithm and
-//!   starts from a fresh counter (upstream would carry the count over, since
-//!   its keys ignore the limit). Overrides create their stores on first use,
-//!   under a read-mostly lock.
+//!   back (a rule missing from a half-written file). A limit whose rate
+//!   alone changed (same algorithm and window) is another algorithm with
+//!   its own store, and its counters are copied into it, re-encoded, so the
+//!   count carries on as upstream's does (its keys ignore the limit); another
+//!   window or algorithm starts from a fresh counter. Overrides create their
+//!   stores on first use, under a read-mostly lock.
 //! * In Redis ([`Engine::with_remote`], answered by [`Engine::decide`]), the
 //!   batch is one script call; when it fails, each rule's `on_store_error`
 //!   answers (see [`crate::store`]).
@@ -89,6 +90,12 @@ impl Error for EngineError {}
 pub struct EngineOptions {
     /// Answer OK overall whatever the statuses say (upstream's `SHADOW_MODE`).
     pub global_shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode` (upstream's `QUOTA_MODE`).
+    pub global_quota_mode: bool,
+    /// When a descriptor of a request is over its limit, give back what the
+    /// request's other descriptors consumed, so a rejected request spends no
+    /// other quota (upstream's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub stop_increment_when_over_limit: bool,
     /// The size of each rule store (one per distinct algorithm).
     pub store_config: StoreConfig,
     /// The size of each store created for descriptor `limit` overrides.
@@ -106,11 +113,13 @@ pub struct EngineOptions {
 }
 
 impl Default for EngineOptions {
-    /// No shadow mode, default-sized rule stores, 100 000-key override stores, at most 1024 of them,
+    /// No shadow or quota mode, every descriptor counted, default-sized rule stores, 100 000-key override stores, at most 1024 of them,
     /// and up to [`DEFAULT_MAX_RETIRED_STORES`] retired stores.
     fn default() -> Self {
         EngineOptions {
             global_shadow_mode: false,
+            global_quota_mode: false,
+            stop_increment_when_over_limit: false,
             store_config: StoreConfig::default(),
             override_store_config: StoreConfig::with_max_keys(100_000),
             max_override_stores: 1024,
@@ -244,8 +253,9 @@ impl<C: Clock> Engine<C> {
         let memory = if self.remote.is_some() {
             MemoryCounters::new([], self.options.store_config, self.options.store_config, 1)
         } else {
-            self.memory.with_algorithms(
+            self.memory.with_algorithms_carrying(
                 rule_algorithms(&rules),
+                &changed_limits(&self.rules, &rules),
                 self.options.store_config,
                 self.clock.now(),
             )
@@ -300,7 +310,47 @@ impl<C: Clock> Engine<C> {
         }
         let mut decisions = Vec::with_capacity(plan.counters.len());
         self.memory.check_now(&plan.counters, now, &mut decisions);
+        let refunds = self.stopped_increments(&plan, &decisions);
+        if !refunds.is_empty() {
+            let mut refunded = Vec::with_capacity(refunds.len());
+            self.memory.check_now(&refunds, now, &mut refunded);
+            apply_refunds(&plan, &mut decisions, &refunds, &refunded);
+        }
         Ok(self.finish(plan, &decisions))
+    }
+
+    /// With [`EngineOptions::stop_increment_when_over_limit`], the give-backs
+    /// of what the descriptors that passed consumed, when another descriptor
+    /// of the request is over its limit (their group index says which
+    /// counter each undoes); empty otherwise.
+    fn stopped_increments(&self, plan: &Plan<'_>, decisions: &[Decision]) -> Vec<PlannedCounter> {
+        if !self.options.stop_increment_when_over_limit {
+            return Vec::new();
+        }
+        let denied_groups: Vec<u32> = plan
+            .counters
+            .iter()
+            .zip(decisions)
+            .filter(|(c, d)| !c.give_back && !d.is_allowed())
+            .map(|(c, _)| c.group)
+            .collect();
+        if denied_groups.is_empty() {
+            return Vec::new();
+        }
+        plan.counters
+            .iter()
+            .zip(decisions)
+            .enumerate()
+            .filter(|(_, (c, d))| {
+                d.is_allowed() && !c.give_back && c.hits > 0 && !denied_groups.contains(&c.group)
+            })
+            .map(|(i, (c, _))| PlannedCounter {
+                group: u32::try_from(i).unwrap_or(u32::MAX),
+                give_back: true,
+                key: c.key.clone(),
+                ..*c
+            })
+            .collect()
     }
 
     /// Decides one request through whichever store holds the counters.
@@ -329,7 +379,23 @@ impl<C: Clock> Engine<C> {
             .check_batch(&self.clock, &counters, &mut decisions)
             .await
         {
-            Ok(()) => Ok(self.finish(plan, &decisions)),
+            Ok(()) => {
+                let refunds = self.stopped_increments(&plan, &decisions);
+                if !refunds.is_empty() {
+                    let refund_counters: Vec<Counter<'_>> =
+                        refunds.iter().map(PlannedCounter::as_counter).collect();
+                    let mut refunded = Vec::with_capacity(refunds.len());
+                    // A failed give-back leaves the hits spent: the strict side.
+                    if remote
+                        .check_batch(&self.clock, &refund_counters, &mut refunded)
+                        .await
+                        .is_ok()
+                    {
+                        apply_refunds(&plan, &mut decisions, &refunds, &refunded);
+                    }
+                }
+                Ok(self.finish(plan, &decisions))
+            }
             Err(_) => Ok(self.fall_back(plan, self.clock.now())),
         }
     }
@@ -375,7 +441,13 @@ impl<C: Clock> Engine<C> {
                 Work::Done(DescriptorStatus::no_limit())
             } else if let Some(Some((algorithm, limit))) = overrides.get(i) {
                 let key = override_key(domain, &descriptor.entries, limit);
-                let tag = descriptor_tag(domain, &descriptor.entries);
+                let tag = descriptor_tag(
+                    domain,
+                    descriptor
+                        .entries
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                );
                 plan.counters.push(PlannedCounter {
                     group,
                     limit_index: 0,
@@ -396,7 +468,14 @@ impl<C: Clock> Engine<C> {
                         limit_indices,
                     }) => {
                         let first = plan.counters.len();
-                        let tag = descriptor_tag(domain, &descriptor.entries);
+                        let tag = descriptor_tag(
+                            domain,
+                            descriptor
+                                .entries
+                                .iter()
+                                .enumerate()
+                                .map(|(level, (k, v))| (k.as_str(), rule.counter_value(level, v))),
+                        );
                         for &limit_index in limit_indices.iter() {
                             let Some(algorithm) =
                                 rule.limits.get(limit_index).and_then(|l| l.algorithm)
@@ -430,6 +509,7 @@ impl<C: Clock> Engine<C> {
 
     /// The response from the decisions of every planned counter.
     fn finish(&self, plan: Plan<'_>, decisions: &[Decision]) -> RateLimitResponse {
+        let quota = self.quota_classes(&plan);
         let statuses: Vec<DescriptorStatus> = plan
             .work
             .into_iter()
@@ -446,11 +526,28 @@ impl<C: Clock> Engine<C> {
                 }
             })
             .collect();
-        self.respond(statuses)
+        self.respond(statuses, &quota)
+    }
+
+    /// How each descriptor counts towards the overall code (upstream's quota mode).
+    fn quota_classes(&self, plan: &Plan<'_>) -> Vec<QuotaClass> {
+        let global = self.options.global_quota_mode;
+        plan.work
+            .iter()
+            .map(|work| match work {
+                Work::Done(status) if *status == DescriptorStatus::unlimited() => {
+                    QuotaClass::Uncounted
+                }
+                Work::Rule { rule, .. } if rule.quota_mode => QuotaClass::Quota,
+                _ if global => QuotaClass::Quota,
+                _ => QuotaClass::Limit,
+            })
+            .collect()
     }
 
     /// The response when the shared store failed: each rule's `on_store_error`.
     fn fall_back(&self, plan: Plan<'_>, now: Timestamp) -> RateLimitResponse {
+        let quota = self.quota_classes(&plan);
         let remote = self.remote.as_ref();
         let mut statuses = Vec::with_capacity(plan.work.len());
         for work in plan.work {
@@ -477,7 +574,7 @@ impl<C: Clock> Engine<C> {
             };
             statuses.push(status);
         }
-        self.respond(statuses)
+        self.respond(statuses, &quota)
     }
 
     /// Decides a rule's counters in this process with this instance's share of each limit.
@@ -507,9 +604,20 @@ impl<C: Clock> Engine<C> {
         rule_status(rule, &shares, &decisions)
     }
 
-    /// The overall code from the statuses.
-    fn respond(&self, statuses: Vec<DescriptorStatus>) -> RateLimitResponse {
-        let over = statuses.iter().any(|s| s.code == Code::OverLimit);
+    /// The overall code from the statuses: OVER_LIMIT when an ordinary
+    /// descriptor is, or when there are quota descriptors and all of them are.
+    fn respond(&self, statuses: Vec<DescriptorStatus>, quota: &[QuotaClass]) -> RateLimitResponse {
+        let class = |i: usize| quota.get(i).copied().unwrap_or(QuotaClass::Limit);
+        let over_of = |wanted: QuotaClass| {
+            statuses
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| class(*i) == wanted)
+                .map(|(_, s)| s.code == Code::OverLimit)
+        };
+        let quotas = over_of(QuotaClass::Quota).count();
+        let over = over_of(QuotaClass::Limit).any(|over| over)
+            || (quotas > 0 && over_of(QuotaClass::Quota).all(|over| over));
         let overall = if over && !self.options.global_shadow_mode {
             Code::OverLimit
         } else {
@@ -524,6 +632,35 @@ impl Clone for PlannedCounter {
         PlannedCounter {
             key: self.key.clone(),
             ..*self
+        }
+    }
+}
+
+/// How a descriptor's status counts towards the overall code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuotaClass {
+    /// Over the limit makes the request over the limit.
+    Limit,
+    /// Over the limit counts only when every quota descriptor is over.
+    Quota,
+    /// `unlimited`: never over, and not a quota descriptor either.
+    Uncounted,
+}
+
+/// Replaces the decision of each counter a give-back undid with the
+/// give-back's own (the count as it stands without this request).
+fn apply_refunds(
+    plan: &Plan<'_>,
+    decisions: &mut [Decision],
+    refunds: &[PlannedCounter],
+    refunded: &[Decision],
+) {
+    for (refund, decision) in refunds.iter().zip(refunded) {
+        let index = refund.group as usize;
+        if index < plan.counters.len()
+            && let Some(slot) = decisions.get_mut(index)
+        {
+            *slot = *decision;
         }
     }
 }
@@ -620,8 +757,38 @@ fn rule_algorithms(rules: &RuleSet) -> Vec<AnyAlgorithm> {
     algorithms
 }
 
-/// The hash a descriptor's counters share (their cluster hash tag).
-fn descriptor_tag(domain: &str, entries: &[(String, String)]) -> u64 {
+/// The limits whose rate alone changed between `old` and `new`: the old
+/// and new algorithm of each limit of a rule at the same path, with the same
+/// algorithm and window (so the same counter key), but other figures.
+fn changed_limits(old: &RuleSet, new: &RuleSet) -> Vec<(AnyAlgorithm, AnyAlgorithm)> {
+    let mut changed = Vec::new();
+    for domain in new.domains() {
+        let before: std::collections::HashMap<&[(String, Option<String>)], &Rule> = old
+            .rules(domain)
+            .map(|rule| (rule.path.as_slice(), rule))
+            .collect();
+        for rule in new.rules(domain) {
+            let Some(previous) = before.get(rule.path.as_slice()) else {
+                continue;
+            };
+            for (was, now) in previous.limits.iter().zip(&rule.limits) {
+                let same_counter = was.algorithm_kind == now.algorithm_kind
+                    && was.window.map(|w| w.duration()) == now.window.map(|w| w.duration());
+                if let (true, Some(from), Some(to)) = (same_counter, was.algorithm, now.algorithm)
+                    && from != to
+                    && !changed.contains(&(from, to))
+                {
+                    changed.push((from, to));
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// The hash a descriptor's counters share (their cluster hash tag), from
+/// the entries that name its counters.
+fn descriptor_tag<'a>(domain: &str, entries: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
     hasher.update(&(domain.len() as u64).to_be_bytes());
     hasher.update(domain.as_bytes());

@@ -5,7 +5,8 @@
 //! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's
 //! `RateLimitService` plus the gRPC health service; [`http`] serves it as
 //! upstream's `/json` endpoint, a native `/v1/check`, health checks and
-//! `/metrics`; [`metrics`] counts what both front ends answer. The response
+//! `/metrics`; [`metrics`] counts what both front ends answer, naming each rule's
+//! series by [`metric_key`]. The response
 //! headers and 429 body come from the protocol crate's renderers
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
@@ -16,6 +17,7 @@
 pub mod engine;
 pub mod grpc;
 pub mod http;
+pub mod metric_key;
 pub mod metrics;
 pub mod reload;
 pub mod store;

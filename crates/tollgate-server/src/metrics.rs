@@ -6,7 +6,9 @@
 //! `domain` and `descriptor`, the rule's dotted config path without the
 //! domain (`path_/login`), so their number is bounded by the config; a rule
 //! with `detailed_metric: true` is labelled with the request's entries
-//! instead (`path_/login.user_alice`), as upstream's detailed stats are.
+//! instead (`path_/login.user_alice`), and a `value_to_metric` level with
+//! the request's value, as upstream's stats keys are
+//! ([`crate::metric_key`]; at most `--max-metric-keys` such labels).
 //! Descriptors that match no rule, or that nothing limits, are not counted.
 //!
 //! prometheus-client writes counters with the OpenMetrics `_total` suffix,
@@ -34,6 +36,7 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
+use crate::metric_key::MetricKeys;
 use crate::reload::LiveEngine;
 use tollgate_protocol::rls::RequestCaps;
 use tollgate_protocol::rls::model::{Code, RateLimitRequest, RateLimitResponse};
@@ -137,6 +140,7 @@ pub struct Metrics {
     global_shadow_mode: Counter,
     duration: Family<ApiLabels, Histogram>,
     near_limit_ratio: f64,
+    metric_keys: MetricKeys,
     clock: MonotonicClock,
 }
 
@@ -203,7 +207,18 @@ impl Metrics {
             } else {
                 DEFAULT_NEAR_LIMIT_RATIO
             },
+            metric_keys: MetricKeys::default(),
             clock: MonotonicClock::new(),
+        }
+    }
+
+    /// These metrics, keeping at most `max` distinct statistics keys taken
+    /// from request values (`detailed_metric`, `value_to_metric`); past it,
+    /// hits count under the rule's configured path.
+    pub fn with_max_metric_keys(self, max: usize) -> Self {
+        Metrics {
+            metric_keys: MetricKeys::new(max),
+            ..self
         }
     }
 
@@ -231,19 +246,9 @@ impl Metrics {
                 continue;
             };
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            let descriptor_label = if rule.detailed_metric {
-                descriptor
-                    .entries
-                    .iter()
-                    .map(|(k, v)| format!("{k}_{v}"))
-                    .collect::<Vec<_>>()
-                    .join(".")
-            } else {
-                let full = rule.dotted_path(&request.domain);
-                full.strip_prefix(&format!("{}.", request.domain))
-                    .map(str::to_owned)
-                    .unwrap_or(full)
-            };
+            let descriptor_label =
+                self.metric_keys
+                    .label(rule, &request.domain, &descriptor.entries);
             let labels = RuleLabels {
                 domain: request.domain.clone(),
                 descriptor: descriptor_label,

@@ -27,7 +27,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use std::collections::HashMap;
 
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
-use tollgate_core::{Clock, Decision, Outcome, Timestamp};
+use tollgate_core::{AnyAlgorithm, Clock, Decision, Outcome, Timestamp};
 use tollgate_redis::RedisStore;
 use tollgate_store::{
     Counter, CounterStore, MemoryCounters, StoreConfig, StoreError, counts_denied,
@@ -146,11 +146,14 @@ pub struct QuickDeny {
     per_shard: usize,
 }
 
-/// A closed window: until when, and the limit to report.
+/// A closed window: until when, the limit to report, and the algorithm
+/// that closed it (a reload that changes the limit must not be answered
+/// from a denial under the old one).
 #[derive(Clone, Copy, Debug)]
 struct Closed {
     until: Timestamp,
     limit: u64,
+    algorithm: AnyAlgorithm,
 }
 
 impl QuickDeny {
@@ -170,14 +173,14 @@ impl QuickDeny {
         &self.shards[(hash >> 60) as usize % Self::SHARDS]
     }
 
-    /// The denial for `key` at `now`, if its window is known to be closed.
-    pub fn lookup(&self, key: &[u8], now: Timestamp) -> Option<Decision> {
+    /// The denial for `key` under `algorithm` at `now`, if its window is known to be closed.
+    pub fn lookup(&self, key: &[u8], algorithm: &AnyAlgorithm, now: Timestamp) -> Option<Decision> {
         if self.per_shard == 0 {
             return None;
         }
         let hash = xxhash_rust::xxh3::xxh3_64(key);
         let closed = *self.shard(hash).lock().get(&hash)?;
-        if closed.until <= now {
+        if closed.until <= now || closed.algorithm != *algorithm {
             return None;
         }
         let wait = closed.until.saturating_since(now).as_nanos();
@@ -216,6 +219,7 @@ impl QuickDeny {
                 Closed {
                     until: sent.saturating_add(retry),
                     limit: d.limit(),
+                    algorithm: c.algorithm,
                 },
             );
         }
@@ -356,7 +360,7 @@ impl RemoteStore {
             if c.give_back || !counts_denied(&c.algorithm) {
                 return false;
             }
-            match self.quick_deny.lookup(c.key, now) {
+            match self.quick_deny.lookup(c.key, &c.algorithm, now) {
                 Some(d) => decisions.push(d),
                 None => return false,
             }
@@ -489,21 +493,30 @@ mod tests {
             sent,
         );
         let later = sent.saturating_add(Duration::from_secs(5));
-        let d = cache.lookup(b"fw", later).expect("the window is closed");
+        let d = cache
+            .lookup(b"fw", &fw, later)
+            .expect("the window is closed");
         assert_eq!(d.retry_after(), Some(Duration::from_secs(15)));
         assert_eq!((d.limit(), d.remaining()), (5, 0));
         assert!(
-            cache.lookup(b"tb", later).is_none(),
+            cache.lookup(b"tb", &tb, later).is_none(),
             "a token bucket is not cached"
         );
         let end = sent.saturating_add(Duration::from_secs(20));
         assert!(
-            cache.lookup(b"fw", end).is_none(),
+            cache.lookup(b"fw", &fw, end).is_none(),
             "open again at the window's end"
+        );
+        let raised: AnyAlgorithm = FixedWindow::new(10, Duration::from_secs(60))
+            .unwrap()
+            .into();
+        assert!(
+            cache.lookup(b"fw", &raised, later).is_none(),
+            "a reload that raised the limit is asked of the store"
         );
         let off = QuickDeny::new(0);
         off.remember(&[counter(b"fw", fw)], &[denied], sent);
-        assert!(off.lookup(b"fw", later).is_none());
+        assert!(off.lookup(b"fw", &fw, later).is_none());
     }
 
     #[test]

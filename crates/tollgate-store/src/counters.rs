@@ -25,6 +25,7 @@ use parking_lot::{Mutex, RwLock};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
 
 use crate::config::StoreConfig;
+use crate::hashing::KeyHashing;
 use crate::memory_store::MemoryStore;
 use crate::retired_stores::RetiredStores;
 
@@ -140,6 +141,8 @@ pub struct MemoryCounters {
     lazy_config: StoreConfig,
     max_lazy_stores: usize,
     retired: Arc<Mutex<RetiredStores>>,
+    /// The seeds of every rule store, so a counter can move between them.
+    hashing: KeyHashing,
 }
 
 impl MemoryCounters {
@@ -152,9 +155,10 @@ impl MemoryCounters {
         lazy_config: StoreConfig,
         max_lazy_stores: usize,
     ) -> Self {
+        let hashing = KeyHashing::random();
         let stores = algorithms
             .into_iter()
-            .map(|a| (a, Arc::new(MemoryStore::new(a, config))))
+            .map(|a| (a, Arc::new(MemoryStore::with_hashing(a, config, hashing))))
             .collect();
         MemoryCounters {
             stores,
@@ -162,6 +166,7 @@ impl MemoryCounters {
             lazy_config,
             max_lazy_stores,
             retired: Arc::new(Mutex::new(RetiredStores::new(0))),
+            hashing,
         }
     }
 
@@ -188,6 +193,26 @@ impl MemoryCounters {
         config: StoreConfig,
         now: Timestamp,
     ) -> Self {
+        self.with_algorithms_carrying(algorithms, &[], config, now)
+    }
+
+    /// [`with_algorithms`](Self::with_algorithms), also carrying counts
+    /// across limit changes: for each `(from, to)` in `carries` (a limit that
+    /// was `from` and is now `to`, same algorithm and window), every counter
+    /// of this one's store for `from` is copied into the store for `to`,
+    /// re-encoded for `to` ([`MemoryStore::carry_from`]), so a client that
+    /// used 300 of a limit lowered to 100 is over it at once.
+    ///
+    /// Counters of other rules that share the `from` store are copied too;
+    /// they are never read under `to` and are dropped once fresh. A request
+    /// decided by the running counters while they are copied may be missed.
+    pub fn with_algorithms_carrying(
+        &self,
+        algorithms: impl IntoIterator<Item = AnyAlgorithm>,
+        carries: &[(AnyAlgorithm, AnyAlgorithm)],
+        config: StoreConfig,
+        now: Timestamp,
+    ) -> Self {
         let mut retired = self.retired.lock();
         let stores: HashMap<AnyAlgorithm, Arc<MemoryStore>> = algorithms
             .into_iter()
@@ -197,10 +222,19 @@ impl MemoryCounters {
                     .get(&a)
                     .cloned()
                     .or_else(|| retired.take(&a))
-                    .unwrap_or_else(|| Arc::new(MemoryStore::new(a, config)));
+                    .unwrap_or_else(|| {
+                        Arc::new(MemoryStore::with_hashing(a, config, self.hashing))
+                    });
                 (a, store)
             })
             .collect();
+        for (from, to) in carries {
+            if let (Some(source), Some(target)) = (self.stores.get(from), stores.get(to))
+                && from != to
+            {
+                target.carry_from(source, now);
+            }
+        }
         for (algorithm, store) in &self.stores {
             if !stores.contains_key(algorithm) {
                 retired.retire(*algorithm, Arc::clone(store));
@@ -214,6 +248,7 @@ impl MemoryCounters {
             lazy_config: self.lazy_config,
             max_lazy_stores: self.max_lazy_stores,
             retired: Arc::clone(&self.retired),
+            hashing: self.hashing,
         }
     }
 

@@ -23,7 +23,7 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 /// Each store draws its own seeds (from the standard library's per-process
 /// random keys, so no extra dependency), so an attacker who chooses keys
 /// cannot aim them at one shard or one probe chain.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct KeyHashing {
     key_seed: u64,
     mix_hi: u64,

@@ -105,8 +105,16 @@ impl LogShard {
 impl LogStore {
     /// An empty store deciding with `algorithm`, sized by `config`.
     pub fn new(algorithm: SlidingLog, config: StoreConfig) -> Self {
+        Self::with_hashing(algorithm, config, KeyHashing::random())
+    }
+
+    /// An empty store whose key identities are those of every store built with `hashing`.
+    pub(crate) fn with_hashing(
+        algorithm: SlidingLog,
+        config: StoreConfig,
+        hashing: KeyHashing,
+    ) -> Self {
         let layout = config.layout();
-        let hashing = KeyHashing::random();
         let shards = (0..layout.count)
             .map(|_| {
                 CachePadded::new(Mutex::new(LogShard {
@@ -212,6 +220,39 @@ impl LogStore {
     /// The algorithm the store decides with.
     pub fn algorithm(&self) -> &SlidingLog {
         &self.algorithm
+    }
+
+    /// The seeds that name its keys.
+    pub(crate) fn hashing(&self) -> KeyHashing {
+        self.hashing
+    }
+
+    /// Every key it holds and its log.
+    pub(crate) fn live_logs(&self) -> Vec<(KeyId, LogState)> {
+        self.shards
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard.lock();
+                shard
+                    .logs
+                    .iter()
+                    .map(|(id, log)| (*id, log.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Sets the log of the key with identity `id` (under this store's seeds).
+    pub(crate) fn put_log(&self, id: KeyId, now: Timestamp, log: LogState) {
+        let mut shard = self.shard(id).lock();
+        shard.apply(
+            id,
+            |shard| self.make_room(shard, now),
+            |current| {
+                *current = log;
+                self.algorithm.decide(current, now, 0)
+            },
+        );
     }
 
     fn shard(&self, id: KeyId) -> &Mutex<LogShard> {

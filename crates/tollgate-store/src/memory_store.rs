@@ -3,6 +3,7 @@
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
 
 use crate::config::StoreConfig;
+use crate::hashing::KeyHashing;
 use crate::key::Key;
 use crate::log_store::LogStore;
 use crate::word_store::WordStore;
@@ -25,6 +26,55 @@ impl MemoryStore {
         match algorithm.into() {
             AnyAlgorithm::Word(a) => MemoryStore::Word(WordStore::new(a, config)),
             AnyAlgorithm::SlidingLog(a) => MemoryStore::Log(LogStore::new(a, config)),
+        }
+    }
+
+    /// An empty store for `algorithm` whose key identities are those of every store built with `hashing`.
+    pub(crate) fn with_hashing(
+        algorithm: impl Into<AnyAlgorithm>,
+        config: StoreConfig,
+        hashing: KeyHashing,
+    ) -> Self {
+        match algorithm.into() {
+            AnyAlgorithm::Word(a) => MemoryStore::Word(WordStore::with_hashing(a, config, hashing)),
+            AnyAlgorithm::SlidingLog(a) => {
+                MemoryStore::Log(LogStore::with_hashing(a, config, hashing))
+            }
+        }
+    }
+
+    /// Copies into this store every counter of `from` (a store of another
+    /// limit of the same algorithm, built with the same seeds), re-encoded
+    /// for this store's algorithm at `now` ([`AnyWordAlgorithm::carry_state`];
+    /// a sliding log is copied as it is when the windows match). Returns
+    /// how many counters were carried; none when the algorithms differ.
+    pub fn carry_from(&self, from: &MemoryStore, now: Timestamp) -> usize {
+        match (self, from) {
+            (MemoryStore::Word(to), MemoryStore::Word(source))
+                if to.hashing() == source.hashing() =>
+            {
+                let (to_algorithm, from_algorithm) = (*to.algorithm(), *source.algorithm());
+                let mut carried = 0;
+                for (id, state) in source.live_states() {
+                    if let Some(next) = to_algorithm.carry_state(&from_algorithm, state, now) {
+                        to.put_state(id, now, next);
+                        carried += 1;
+                    }
+                }
+                carried
+            }
+            (MemoryStore::Log(to), MemoryStore::Log(source))
+                if to.hashing() == source.hashing()
+                    && to.algorithm().window() == source.algorithm().window() =>
+            {
+                let logs = source.live_logs();
+                let carried = logs.len();
+                for (id, log) in logs {
+                    to.put_log(id, now, log);
+                }
+                carried
+            }
+            _ => 0,
         }
     }
 

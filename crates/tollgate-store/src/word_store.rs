@@ -270,6 +270,8 @@ pub(crate) enum Request {
     Take(u64),
     /// Give back this many units.
     GiveBack(u64),
+    /// Replace the state with this one (a count carried over from another store).
+    Put(u64),
 }
 
 impl Request {
@@ -284,6 +286,7 @@ impl Request {
         match self {
             Request::Take(cost) => algorithm.decide(state, now, cost),
             Request::GiveBack(amount) => algorithm.refund(state, now, amount),
+            Request::Put(next) => (algorithm.decide(next, now, 0).0, Some(next)),
         }
     }
 }
@@ -297,6 +300,11 @@ fn state_to_store(next: Option<u64>) -> Option<u64> {
 impl<A: WordAlgorithm> WordStore<A> {
     /// An empty store deciding with `algorithm`, sized by `config`.
     pub fn new(algorithm: A, config: StoreConfig) -> Self {
+        Self::with_hashing(algorithm, config, KeyHashing::random())
+    }
+
+    /// An empty store whose key identities are those of every store built with `hashing`.
+    pub(crate) fn with_hashing(algorithm: A, config: StoreConfig, hashing: KeyHashing) -> Self {
         let layout = config.layout();
         let sweeps = SweepSchedule::for_algorithm(&algorithm);
         let shards = (0..layout.count)
@@ -316,8 +324,44 @@ impl<A: WordAlgorithm> WordStore<A> {
             layout,
             max_capacity: layout.share.saturating_mul(5).div_ceil(4).max(2),
             sweeps,
-            hashing: KeyHashing::random(),
+            hashing,
         }
+    }
+
+    /// The seeds that name its keys.
+    pub(crate) fn hashing(&self) -> KeyHashing {
+        self.hashing
+    }
+
+    /// Every key it holds with a state other than the fresh one, and that state.
+    ///
+    /// Each shard is read under its writer lock, so no rebuild moves keys
+    /// while it is read; a lock-free update racing with the read is seen or not.
+    pub(crate) fn live_states(&self) -> Vec<(KeyId, u64)> {
+        let mut live = Vec::new();
+        for shard in self.shards.iter() {
+            let _writer = shard.writer.lock();
+            let guard = epoch::pin();
+            let Some(table) = self.current_table(shard, &guard) else {
+                continue;
+            };
+            for slot in table.slots.iter() {
+                let state = slot.state.load(Ordering::Acquire);
+                let id = KeyId::new(
+                    slot.hi.load(Ordering::Acquire),
+                    slot.lo.load(Ordering::Relaxed),
+                );
+                if let Some(id) = id.filter(|_| state != 0 && state != RESERVED_STATE) {
+                    live.push((id, state));
+                }
+            }
+        }
+        live
+    }
+
+    /// Sets the state of the key with identity `id` (under this store's seeds) at `now`.
+    pub(crate) fn put_state(&self, id: KeyId, now: Timestamp, state: u64) {
+        self.apply(id, now, Request::Put(state));
     }
 
     /// Decides a request costing `cost` for `key` at `now`, consuming if it passes.

@@ -18,7 +18,9 @@ use tollgate_protocol::rls::{
     HeaderOptions, Jitter, LimitHeaderNames, RequestCaps, ResponseHeaders,
 };
 use tollgate_redis::RedisStore;
+use tollgate_rules::LoadOptions;
 use tollgate_runtime::{Shutdown, shutdown_signal};
+use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::{self, read_config};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
@@ -71,6 +73,23 @@ pub struct ServeArgs {
     /// reporting every descriptor (upstream's SHADOW_MODE).
     #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
     pub shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode`: over-limit descriptors make
+    /// the request over the limit only when all of them are over
+    /// (upstream's QUOTA_MODE).
+    #[arg(long, env = "TOLLGATE_QUOTA_MODE", value_parser = BoolishValueParser::new())]
+    pub quota_mode: bool,
+    /// When one descriptor of a request is over its limit, give back what
+    /// the other descriptors consumed, so a rejected request spends no
+    /// other quota (upstream's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+    #[arg(long, env = "TOLLGATE_STOP_INCREMENT_WHEN_OVER_LIMIT", value_parser = BoolishValueParser::new())]
+    pub stop_increment_when_over_limit: bool,
+    /// Start even when the configuration reads no limits file or defines no
+    /// rate limit (upstream's FORCE_START_WITHOUT_INITIAL_CONFIG); requests
+    /// are unlimited until a reload brings rules. Unlike
+    /// `--allow-empty-config` this holds only at start: once rules are in
+    /// service, a reload to an empty configuration is still refused.
+    #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
+    pub force_start_without_initial_config: bool,
     /// How the limits files are read.
     #[command(flatten)]
     pub limits: LimitsArgs,
@@ -129,6 +148,11 @@ pub struct ServeArgs {
     /// most as many keys as a rule's store (30 bytes each), usually far fewer.
     #[arg(long, env = "TOLLGATE_MAX_RETIRED_STORES", value_name = "N", default_value_t = tollgate_store::DEFAULT_MAX_RETIRED_STORES)]
     pub max_retired_stores: usize,
+    /// The most distinct per-rule statistics labels taken from request
+    /// values (`detailed_metric`, `value_to_metric`); past it, hits count
+    /// under the rule's configured path. About 200 bytes each, per series.
+    #[arg(long, env = "TOLLGATE_MAX_METRIC_KEYS", value_name = "N", default_value_t = DEFAULT_MAX_METRIC_KEYS)]
+    pub max_metric_keys: usize,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
     #[arg(
         long,
@@ -377,8 +401,14 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         LogFormat::Json => logs.json().with_ansi(false).try_init(),
     };
 
+    // Reloads keep refusing an empty configuration unless it is allowed,
+    // whatever the start accepted.
     let options = args.limits.load_options();
-    let read = read_config(&args.config, options).map_err(|error| {
+    let start_options = LoadOptions {
+        allow_empty: options.allow_empty || args.force_start_without_initial_config,
+        ..options
+    };
+    let read = read_config(&args.config, start_options).map_err(|error| {
         CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
     })?;
     let config_hash = read.hash;
@@ -399,6 +429,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     for diagnostic in warnings.all() {
         eprintln!("{diagnostic}");
     }
+    if rules.rule_count() == 0 && !args.limits.allow_empty_config {
+        tracing::warn!(
+            config = %args.config.display(),
+            "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
+        );
+    }
     tracing::info!(
         config = %args.config.display(),
         files = file_count,
@@ -410,6 +446,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 
     let engine_options = EngineOptions {
         global_shadow_mode: settings.shadow_mode,
+        global_quota_mode: args.quota_mode,
+        stop_increment_when_over_limit: args.stop_increment_when_over_limit,
         max_retired_stores: args.max_retired_stores,
         ..EngineOptions::default()
     };
@@ -453,7 +491,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         Arc::clone(&live) as Arc<dyn ConfigStats>,
         settings.near_limit_ratio,
     )
-    .with_request_caps(&caps);
+    .with_request_caps(&caps)
+    .with_max_metric_keys(args.max_metric_keys);
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }

@@ -267,7 +267,7 @@ fn limit_of(status: &wire::DescriptorStatus) -> u32 {
         .map_or(0, |limit| limit.requests_per_unit)
 }
 
-/// Raises `/login` from 3 to 5 a minute, checks the unchanged counter survived, then breaks the file and checks the old config keeps serving.
+/// Raises `/login` from 3 to 5 a minute, checks both counters carried on, then breaks the file and checks the old config keeps serving.
 ///
 /// With `single_file`, `--config` names `limits.yaml` rather than its directory.
 fn reload_with(style: Style, name: &str, single_file: bool) {
@@ -302,11 +302,12 @@ fn reload_with(style: Style, name: &str, single_file: bool) {
     );
 
     // The fourth login in the minute passes now: the limit is 5, and its
-    // counter started over because the limit changed.
+    // counter kept the 3 already counted (issue 13: a change of the rate
+    // alone keeps the count, as upstream's does).
     let login = client.hit("/login");
     assert_eq!(login.code, wire::CODE_OK, "{login:?}");
     assert_eq!(limit_of(&login), 5);
-    assert_eq!(login.limit_remaining, 4, "{login:?}");
+    assert_eq!(login.limit_remaining, 1, "{login:?}");
     // The unchanged rule kept its count through the reload.
     let keep = client.hit("/keep");
     assert_eq!(keep.limit_remaining, 97, "{keep:?}");
@@ -541,4 +542,26 @@ fn on_redis_a_rule_that_drops_out_and_comes_back_keeps_its_count() {
         0,
         "the counters are in Redis and survive"
     );
+}
+
+/// Upstream's FORCE_START_WITHOUT_INITIAL_CONFIG: the service starts with
+/// no limits file, takes the rules a reload brings, and a later reload to
+/// no file is refused like any empty configuration (limits stay on).
+#[test]
+fn force_start_without_initial_config_starts_empty_and_never_empties_later() {
+    let scratch = Scratch::new("force-start");
+    let server = Server::spawn_with(&scratch.0, &["--force-start-without-initial-config"]);
+    let client = Client::connect(&server.addr);
+    let unlimited = client.hit("/login");
+    assert!(unlimited.current_limit.is_none(), "{unlimited:?}");
+
+    Style::InPlace.install(&scratch.0, &limits(3));
+    server.hup();
+    server.wait_for("config reloaded");
+    assert_eq!(client.hit("/login").limit_remaining, 2);
+
+    std::fs::remove_file(scratch.0.join("limits.yaml")).expect("the file is removed");
+    server.hup();
+    server.wait_for("keeping the running config");
+    assert_eq!(client.hit("/login").limit_remaining, 1);
 }

@@ -5,9 +5,10 @@ use std::path::Path;
 use super::sections::DESCRIPTOR_SECTION;
 use super::{Context, Loader};
 use crate::model::{
-    DescriptorNode, DomainRules, Level, Limit, Rule, StoreErrorPolicy, WildcardPattern, dotted_path,
+    DescriptorNode, DomainRules, Level, LevelOptions, Limit, Rule, StoreErrorPolicy,
+    WildcardPattern, dotted_path,
 };
-use crate::tree::{Node, NodeValue};
+use crate::tree::{Node, NodeValue, Position};
 
 /// What a descriptor's mapping says, before its limits are built.
 #[derive(Default)]
@@ -22,6 +23,10 @@ struct DescriptorFields<'n> {
     shadow_mode: bool,
     on_store_error: StoreErrorPolicy,
     detailed_metric: bool,
+    quota_mode: bool,
+    /// `value_to_metric` and `share_threshold` (with where it was written).
+    value_to_metric: bool,
+    share_threshold: Option<Position>,
 }
 
 impl Loader {
@@ -32,6 +37,7 @@ impl Loader {
         rules: &mut DomainRules,
         level: &mut Level,
         path: &[(String, Option<String>)],
+        options: &[LevelOptions],
         list: &Node,
     ) {
         let items = match &list.value {
@@ -47,7 +53,7 @@ impl Loader {
             }
         };
         for item in items {
-            self.load_descriptor(context, rules, level, path, item);
+            self.load_descriptor(context, rules, level, (path, options), item);
         }
     }
 
@@ -57,7 +63,7 @@ impl Loader {
         context: &Context<'_>,
         rules: &mut DomainRules,
         level: &mut Level,
-        path: &[(String, Option<String>)],
+        (path, options): (&[(String, Option<String>)], &[LevelOptions]),
         item: &Node,
     ) {
         let file = context.file;
@@ -85,6 +91,27 @@ impl Loader {
         };
         let mut own_path = path.to_vec();
         own_path.push((key.clone(), fields.value.clone()));
+        let mut own_options = options.to_vec();
+        own_options.push(LevelOptions {
+            value_to_metric: fields.value_to_metric,
+            share_threshold: fields.share_threshold.is_some(),
+        });
+        if let Some(position) = fields.share_threshold
+            && !fields.value.as_deref().is_some_and(|v| v.contains('*'))
+        {
+            // Upstream's message, with the composite key it names.
+            let composite = match &fields.value {
+                Some(value) => format!("{key}_{value}"),
+                None => key.clone(),
+            };
+            self.diagnostics.error(
+                file,
+                position,
+                format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but found key '{composite}'"
+                ),
+            );
+        }
         if let Some(first) = defined_before(rules, level, &key, fields.value.as_deref()) {
             let dotted = dotted_path(context.domain, &own_path);
             self.diagnostics.error(
@@ -101,7 +128,7 @@ impl Loader {
             .collect();
         let mut children = Level::default();
         if let Some(list) = fields.children {
-            self.load_level(context, rules, &mut children, &own_path, list);
+            self.load_level(context, rules, &mut children, &own_path, &own_options, list);
         }
         let rule = (!limits.is_empty()).then(|| Rule {
             path: own_path,
@@ -109,6 +136,8 @@ impl Loader {
             shadow_mode: fields.shadow_mode,
             on_store_error: fields.on_store_error,
             detailed_metric: fields.detailed_metric,
+            quota_mode: fields.quota_mode,
+            levels: own_options,
             file: file.to_path_buf(),
             position: item.position,
         });
@@ -169,14 +198,13 @@ impl Loader {
                     fields.detailed_metric = self.bool_value(file, node, "detailed_metric")
                 }
                 "value_to_metric" => {
-                    self.bool_value(file, node, "value_to_metric");
+                    fields.value_to_metric = self.bool_value(file, node, "value_to_metric")
                 }
-                "quota_mode" | "share_threshold" => {
-                    self.diagnostics.warning(
-                        file,
-                        node.position,
-                        format!("`{name}` is not supported by Tollgate yet and is ignored"),
-                    );
+                "quota_mode" => fields.quota_mode = self.bool_value(file, node, "quota_mode"),
+                "share_threshold" => {
+                    fields.share_threshold = self
+                        .bool_value(file, node, "share_threshold")
+                        .then_some(node.position)
                 }
                 _ => {}
             }

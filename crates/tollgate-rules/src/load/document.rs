@@ -40,7 +40,7 @@ impl Loader {
                 domain: &name,
             };
             let mut root = std::mem::take(&mut target.rules.root);
-            self.load_level(&context, &mut target.rules, &mut root, &[], list);
+            self.load_level(&context, &mut target.rules, &mut root, &[], &[], list);
             target.rules.root = root;
         }
         self.domains.insert(name, target);
@@ -150,7 +150,7 @@ impl Loader {
         let context = Context { file, domain };
         let mut scratch = DomainRules::default();
         let mut root = Level::default();
-        self.load_level(&context, &mut scratch, &mut root, &[], list);
+        self.load_level(&context, &mut scratch, &mut root, &[], &[], list);
         // Names in `replaces` cannot be checked against a domain that is not loaded.
         self.replaces.truncate(pending);
     }

@@ -29,6 +29,8 @@ struct RateLimitFields {
     burst: Option<(u64, Position)>,
     multiplier: Option<(u32, Position)>,
     window: Option<(Duration, Position)>,
+    /// Where `unit: unknown` was written: no unit, valid only beside `unlimited: true`.
+    unknown_unit: Option<Position>,
 }
 
 impl RateLimitFields {
@@ -73,6 +75,14 @@ impl Loader {
         if fields.unlimited {
             return self.unlimited_limit(file, block, fields);
         }
+        if let Some(position) = fields.unknown_unit {
+            self.diagnostics.error(
+                file,
+                position,
+                "invalid rate limit unit 'unknown': `unit: unknown` is only valid beside `unlimited: true`",
+            );
+            return None;
+        }
         let length = self.window_length(file, block, &fields)?;
         if !fields.ok {
             return None;
@@ -94,11 +104,17 @@ impl Loader {
             burst: None,
             multiplier: None,
             window: None,
+            unknown_unit: None,
         };
         for (field, node) in self.checked_entries(file, entries, RATE_LIMIT_SECTION) {
             let read = match field {
                 // An empty `unit:` (as beside `unlimited`) is no unit.
                 "unit" if matches!(node.value, NodeValue::Null) => true,
+                // The RLS enum's `UNKNOWN` is no unit too (upstream writes it beside `unlimited`).
+                "unit" if is_unknown_unit(&node.value) => {
+                    fields.unknown_unit = Some(node.position);
+                    true
+                }
                 "unit" => {
                     let unit_named = |text: &str| {
                         text.parse::<Unit>()
@@ -373,6 +389,11 @@ impl Loader {
             }
         }
     }
+}
+
+/// Whether a `unit` value is the RLS enum's `UNKNOWN` (any case), which means no unit.
+fn is_unknown_unit(value: &NodeValue) -> bool {
+    matches!(value, NodeValue::Text(text) if text.trim().eq_ignore_ascii_case("unknown"))
 }
 
 /// Parses `window:`: a duration in Tollgate's one grammar (`90s`, `5m`,

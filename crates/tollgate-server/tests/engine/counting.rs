@@ -276,7 +276,7 @@ descriptors:
 }
 
 #[test]
-fn counters_survive_a_reload_unless_their_limit_changed() {
+fn counters_survive_a_reload_and_a_change_of_their_rate() {
     let v1 = "
 domain: d
 descriptors:
@@ -298,7 +298,15 @@ descriptors:
     drop(reloaded);
     drop(engine);
     assert_eq!(one(&changed, "d", &[("same", "x")]).code, Code::OverLimit);
-    assert_eq!(one(&changed, "d", &[("changed", "x")]).limit_remaining, 5);
+    // Issue 13: the count carries over a change of the rate, as upstream's.
+    // 3 of 4/minute taken is 45 s to full; at 6/minute (10 s a token) one
+    // more makes 55 s of the 60 s capacity, so none is left.
+    let after = one(&changed, "d", &[("changed", "x")]);
+    assert_eq!((after.code, after.limit_remaining), (Code::Ok, 0));
+    assert_eq!(
+        one(&changed, "d", &[("changed", "x")]).code,
+        Code::OverLimit
+    );
     assert_eq!(changed.store_count(), 2);
 }
 
