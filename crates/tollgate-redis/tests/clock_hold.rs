@@ -75,8 +75,8 @@ async fn a_backward_step_of_redis_time_never_reopens_a_used_up_limit() {
     let redis = RedisStore::connect(&server.url(), Duration::from_secs(2))
         .await
         .expect("connects");
-    // Mid-window, so that steps of whole windows land mid-window too.
-    let t = Timestamp::from_secs(1_800_000_000 - 1_800_000_000 % 60 + 30);
+    // Mid-window (1 800 000 000 is a whole minute), so steps of whole windows land mid-window too.
+    let t = Timestamp::from_secs(1_800_000_030);
     let back = |d: Duration| Timestamp::from_nanos(t.as_nanos() - d.as_nanos() as u64);
     let steps = [
         Duration::from_secs(1),
