@@ -53,6 +53,33 @@ impl LogState {
     pub fn total(&self) -> u64 {
         self.total
     }
+
+    /// Halves the entries by merging each pair, oldest first, into one at
+    /// the later pair's time; returns how many entries went.
+    ///
+    /// A merged entry leaves the window when the later of the pair does,
+    /// so the log never holds less than before at any time: every decision
+    /// after a merge is as strict or stricter (never admits more), only
+    /// less exact. The total is unchanged. Stores use it to bound memory.
+    pub fn coalesce(&mut self) -> usize {
+        let before = self.entries.len();
+        if before < 2 {
+            return 0;
+        }
+        let mut merged = VecDeque::with_capacity(before.div_ceil(2));
+        let mut pending: Option<u64> = None;
+        for &(t, c) in &self.entries {
+            match pending.take() {
+                None => pending = Some(c),
+                Some(earlier) => merged.push_back((t, earlier + c)),
+            }
+        }
+        if let (Some(c), Some(&(t, _))) = (pending, self.entries.back()) {
+            merged.push_back((t, c));
+        }
+        self.entries = merged;
+        before - self.entries.len()
+    }
 }
 
 impl SlidingLog {
@@ -202,6 +229,30 @@ impl SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coalescing_halves_the_log_and_never_admits_more() {
+        let log = SlidingLog::new(100, Duration::from_secs(10)).unwrap();
+        let mut exact = LogState::default();
+        for second in 0..7 {
+            log.decide(&mut exact, Timestamp::from_secs(second), 1 + second);
+        }
+        let mut merged = exact.clone();
+        assert_eq!(
+            (merged.coalesce(), merged.len(), merged.total()),
+            (3, 4, exact.total())
+        );
+        for ms in (0..20_000).step_by(250) {
+            let now = Timestamp::from_millis(ms);
+            assert!(
+                log.logged_at(&merged, now) >= log.logged_at(&exact, now),
+                "{ms} ms"
+            );
+        }
+        let mut one = LogState::default();
+        log.decide(&mut one, Timestamp::from_secs(1), 1);
+        assert_eq!(one.coalesce(), 0);
+    }
     use crate::Outcome;
 
     const S: u64 = 1_000_000_000;

@@ -16,7 +16,12 @@
 --   secs, nanos  the time to decide at, instead of Redis TIME
 --   ttl_ms       the TTL every key written gets, instead of its freshness
 --
--- Time is Redis TIME (one clock for every instance). Schedules keep their
+-- Time is Redis TIME (one clock for every instance). It never goes back for
+-- a key: if TIME steps back (the Redis host's clock is set back), a window
+-- key stays at the window its state was written in until TIME catches up,
+-- so a used-up window cannot reopen; a schedule's state (its TAT) and a
+-- log's entries are absolute times, which an earlier TIME only makes
+-- stricter. A forward step moves windows and refills at once. Schedules keep their
 -- theoretical arrival time as whole seconds + nanoseconds and are exact to
 -- the nanosecond; windows work in microseconds (TIME's resolution). Within a
 -- group nothing is written unless every counter allows, except fixed
@@ -113,8 +118,9 @@ local function fixed(key, op, hits, window, limit)
     local stored = tonumber(st[1])
     if stored == index then
       count = tonumber(st[2])
-    elseif stored == index + 1 and tonumber(st[2]) > 0 then
-      index = index + 1
+    elseif stored > index and tonumber(st[2]) > 0 then
+      -- TIME stepped back: hold at the window the key has seen.
+      index = stored
       count = tonumber(st[2])
     end
   end
@@ -158,8 +164,9 @@ local function sliding(key, op, hits, window, limit)
     local si, sp, sc = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
     if si == index then
       prev, cur = sp, sc
-    elseif si == index + 1 and sp + sc > 0 then
-      index, elapsed, prev, cur = index + 1, 0, sp, sc
+    elseif si > index and sp + sc > 0 then
+      -- TIME stepped back: hold at the start of the window the key has seen.
+      index, elapsed, prev, cur = si, 0, sp, sc
     elseif si == index - 1 then
       prev = sc
     end

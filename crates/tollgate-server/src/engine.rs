@@ -64,7 +64,9 @@ use tollgate_protocol::rls::model::{
     Code, CurrentLimit, DescriptorStatus, LimitOverride, RateLimitRequest, RateLimitResponse,
 };
 use tollgate_rules::{Applied, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
-use tollgate_store::{AsCounter, Counter, DEFAULT_MAX_RETIRED_STORES, MemoryCounters, StoreConfig};
+use tollgate_store::{
+    AsCounter, Counter, CountersUsage, DEFAULT_MAX_RETIRED_STORES, MemoryCounters, StoreConfig,
+};
 
 use crate::store::RemoteStore;
 
@@ -100,10 +102,11 @@ pub struct EngineOptions {
     pub store_config: StoreConfig,
     /// The size of each store created for descriptor `limit` overrides.
     pub override_store_config: StoreConfig,
-    /// The most override stores kept (one per distinct override limit);
-    /// when one more is needed, the store used longest ago is dropped and
-    /// its counters start again. This bounds memory against callers sending
-    /// many distinct limits while overrides in steady use keep counting.
+    /// The most override stores kept (one per distinct override limit).
+    /// When one more is needed, the store used longest ago is dropped only
+    /// if every key in it is fresh; otherwise the new limit's requests are
+    /// denied until one is. This bounds memory against callers sending many
+    /// distinct limits, and no counter in use ever starts again.
     pub max_override_stores: usize,
     /// The most stores kept after a reload left their algorithm without a
     /// rule, so a rule that drops out (a half-written file) and comes back
@@ -287,6 +290,11 @@ impl<C: Clock> Engine<C> {
     /// How many override stores it holds.
     pub fn override_store_count(&self) -> usize {
         self.memory.lazy_store_count()
+    }
+
+    /// What the in-memory stores hold now (rule, override and retired stores), for gauges.
+    pub fn memory_usage(&self) -> CountersUsage {
+        self.memory.usage()
     }
 
     /// The shared store, when counters live in Redis.

@@ -30,12 +30,15 @@
 //! * `GET /metrics` serves [`Metrics`] in the Prometheus text format, when
 //!   the state has them ([`HttpState::with_metrics`]).
 //!
-//! [`serve`] runs the router on a listener until a shutdown future completes.
+//! [`serve`] runs the router on a listener until a shutdown future completes;
+//! [`serve_capped`] also caps its connections and the time a client may take
+//! to send a request head ([`HttpLimits`]).
 
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -43,6 +46,8 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -56,6 +61,7 @@ use tollgate_protocol::rls::model::{
 };
 use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
+use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
 
 use crate::engine::EngineError;
 use crate::metrics::Metrics;
@@ -128,14 +134,68 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then waits for the requests in flight.
+/// How long a client may take to send a whole request head unless configured otherwise (the proxy's default).
+pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the HTTP listener allows a client: how many connections, and how long to send a request head.
+#[derive(Clone, Debug)]
+pub struct HttpLimits {
+    /// The most connections open at once (`None`: no limit); past it new
+    /// clients wait in the listen backlog.
+    pub connection_limit: Option<Arc<ConnectionLimit>>,
+    /// A connection that has not sent a whole request head this long after
+    /// it opened, or after its previous response, is closed.
+    pub request_headers_timeout: Duration,
+}
+
+impl Default for HttpLimits {
+    /// No connection limit; [`DEFAULT_REQUEST_HEADERS_TIMEOUT`].
+    fn default() -> Self {
+        HttpLimits {
+            connection_limit: None,
+            request_headers_timeout: DEFAULT_REQUEST_HEADERS_TIMEOUT,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then waits for
+/// the requests in flight, with the default [`HttpLimits`].
 pub async fn serve<F>(listener: TcpListener, router: Router, shutdown: F) -> std::io::Result<()>
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_capped(listener, router, HttpLimits::default(), shutdown).await
+}
+
+/// [`serve`] within `limits`: HTTP/1.1 through hyper and tollgate-runtime's
+/// accept loop, which holds new clients in the listen backlog while the
+/// connection limit is reached (logging `connection limit reached`).
+pub async fn serve_capped<F>(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    shutdown: F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_headers_timeout);
+    let options = AcceptOptions {
+        name: "HTTP",
+        drain_timeout: None,
+        connection_limit: limits.connection_limit,
+    };
+    serve_connections(listener, shutdown, options, |stream, _peer| {
+        http1.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        )
+    })
+    .await;
+    Ok(())
 }
 
 /// A 400 response with a plain-text message.

@@ -10,10 +10,12 @@
 //! headers and 429 body come from the protocol crate's renderers
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
-//! [`store`] keeps counters in Redis. This crate knows nothing of the proxy.
+//! [`store`] keeps counters in Redis; [`bounds`] exports every memory and
+//! connection bound as gauges. This crate knows nothing of the proxy.
 
 #![forbid(unsafe_code)]
 
+pub mod bounds;
 pub mod engine;
 pub mod grpc;
 pub mod http;

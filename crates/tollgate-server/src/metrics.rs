@@ -286,6 +286,13 @@ impl Metrics {
         self
     }
 
+    /// These metrics with the gauges of every memory and connection bound (see [`crate::bounds`]).
+    #[must_use]
+    pub fn with_bounds(mut self, bounds: crate::bounds::BoundsCollector) -> Self {
+        self.registry.register_collector(Box::new(bounds));
+        self
+    }
+
     /// These metrics with a gauge of each of `caps`' settings.
     #[must_use]
     pub fn with_request_caps(mut self, caps: &RequestCaps) -> Self {

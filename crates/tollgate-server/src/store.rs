@@ -159,18 +159,27 @@ struct Closed {
 impl QuickDeny {
     const SHARDS: usize = 16;
 
-    /// A cache of at most `capacity` keys (0 turns it off).
+    /// A cache of at most `capacity` keys (0 turns it off), in up to 16 shards of an equal share.
     pub fn new(capacity: usize) -> Self {
+        let shards = capacity.clamp(1, Self::SHARDS);
         QuickDeny {
-            shards: (0..Self::SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
-                .collect(),
-            per_shard: capacity.div_ceil(Self::SHARDS),
+            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard: capacity / shards,
         }
     }
 
+    /// The keys cached now (expired ones included until a full shard drops them).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|shard| shard.lock().len()).sum()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn shard(&self, hash: u64) -> &Mutex<HashMap<u64, Closed>> {
-        &self.shards[(hash >> 60) as usize % Self::SHARDS]
+        &self.shards[(hash >> 60) as usize % self.shards.len()]
     }
 
     /// The denial for `key` under `algorithm` at `now`, if its window is known to be closed.
@@ -366,6 +375,11 @@ impl RemoteStore {
             }
         }
         !decisions.is_empty()
+    }
+
+    /// The quick-deny cache: keys cached now, and the most it may hold (`quick_deny_keys`).
+    pub fn quick_deny_usage(&self) -> (usize, usize) {
+        (self.quick_deny.len(), self.options.quick_deny_keys)
     }
 
     /// The in-process counters for `on_store_error: local`.

@@ -13,6 +13,9 @@ pub const MAX_SHARDS: usize = 1 << 16;
 /// key. [`StoreConfig::with_max_bytes`] divides by this.
 pub const BYTES_PER_KEY_AT_FULL_LOAD: usize = 30;
 
+/// The most sliding-log entries one [`LogStore`](crate::LogStore) holds unless configured otherwise (4 Mi, 64 MiB at 16 bytes each).
+pub const DEFAULT_MAX_LOG_ENTRIES: usize = 4 << 20;
+
 /// The fewest keys per shard a store aims for; small stores use fewer shards.
 const MIN_KEYS_PER_SHARD: usize = 16;
 
@@ -34,6 +37,10 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// How many independent shards the keys are split over (a power of two).
     pub shards: usize,
+    /// The most sliding-log entries a [`LogStore`](crate::LogStore) holds
+    /// (each shard its share); past it a shard merges entries of its logs
+    /// in pairs, which only makes decisions stricter. Other stores ignore it.
+    pub max_log_entries: usize,
 }
 
 impl StoreConfig {
@@ -42,6 +49,7 @@ impl StoreConfig {
         StoreConfig {
             max_keys,
             shards: DEFAULT_SHARDS,
+            max_log_entries: DEFAULT_MAX_LOG_ENTRIES,
         }
     }
 
@@ -71,10 +79,19 @@ impl StoreConfig {
             share: max_keys / count,
         }
     }
+
+    /// This configuration with at most `max_log_entries` sliding-log entries.
+    #[must_use]
+    pub fn with_max_log_entries(self, max_log_entries: usize) -> Self {
+        StoreConfig {
+            max_log_entries,
+            ..self
+        }
+    }
 }
 
 impl Default for StoreConfig {
-    /// One million keys over 64 shards.
+    /// One million keys over 64 shards, [`DEFAULT_MAX_LOG_ENTRIES`] log entries.
     fn default() -> Self {
         StoreConfig::with_max_keys(1_000_000)
     }
@@ -114,18 +131,21 @@ mod tests {
         let l = StoreConfig {
             max_keys: 1 << 20,
             shards: 48,
+            ..StoreConfig::default()
         }
         .layout();
         assert_eq!((l.count, l.share), (64, 1 << 14));
         let l = StoreConfig {
             max_keys: 0,
             shards: 0,
+            ..StoreConfig::default()
         }
         .layout();
         assert_eq!((l.count, l.share), (1, 1));
         let l = StoreConfig {
             max_keys: usize::MAX,
             shards: usize::MAX,
+            ..StoreConfig::default()
         }
         .layout();
         assert_eq!(l.count, MAX_SHARDS);
@@ -135,7 +155,12 @@ mod tests {
     fn the_store_never_holds_more_than_max_keys() {
         for max_keys in [1, 2, 15, 16, 17, 100, 1000, 1023, 1024, 99_999] {
             for shards in [1, 3, 64, 1000] {
-                let l = StoreConfig { max_keys, shards }.layout();
+                let l = StoreConfig {
+                    max_keys,
+                    shards,
+                    ..StoreConfig::default()
+                }
+                .layout();
                 assert!(l.count * l.share <= max_keys, "{max_keys} {shards}");
                 assert!(l.share >= 1);
                 assert!(l.keep_after_eviction() < l.share);

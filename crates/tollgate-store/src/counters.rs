@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Outcome, Timestamp};
 
 use crate::config::StoreConfig;
 use crate::hashing::KeyHashing;
@@ -127,8 +127,13 @@ struct LazyStore {
 ///
 /// The stores of the algorithms named at construction are built up front
 /// and read without a lock; any other algorithm (a descriptor's own `limit`)
-/// gets a store on first use, under a read-mostly lock, bounded in number:
-/// when one more is needed, the store used longest ago is dropped.
+/// gets a store on first use, under a read-mostly lock, bounded in number.
+/// When one more is needed and the bound is reached, the store used
+/// longest ago is dropped if every key in it is fresh (idle for two of its
+/// windows, then swept empty), so dropping it changes no decision;
+/// otherwise the new algorithm's requests are *refused*: denied, counted in
+/// [`CountersUsage::lazy_refused`], until a store frees up. A flood of
+/// distinct limits can thus never reset a counter in use.
 ///
 /// Across reloads ([`with_algorithms`](Self::with_algorithms)) the store
 /// of an algorithm no rule uses any more is *retired*, not dropped (see
@@ -140,9 +145,48 @@ pub struct MemoryCounters {
     lazy_stores: Arc<LazyStores>,
     lazy_config: StoreConfig,
     max_lazy_stores: usize,
+    lazy_refused: Arc<AtomicU64>,
     retired: Arc<Mutex<RetiredStores>>,
     /// The seeds of every rule store, so a counter can move between them.
     hashing: KeyHashing,
+}
+
+/// What a group of stores holds now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoresUsage {
+    /// How many stores.
+    pub stores: usize,
+    /// The keys they hold.
+    pub keys: usize,
+    /// The bytes they hold ([`MemoryStore::memory_bytes`]).
+    pub bytes: usize,
+    /// How many of them are sliding-log stores.
+    pub log_stores: usize,
+    /// The sliding-log entries they hold.
+    pub log_entries: usize,
+}
+
+impl StoresUsage {
+    fn add(&mut self, store: &MemoryStore) {
+        self.stores += 1;
+        self.keys += store.len();
+        self.bytes += store.memory_bytes();
+        self.log_stores += usize::from(matches!(store, MemoryStore::Log(_)));
+        self.log_entries += store.log_entries();
+    }
+}
+
+/// What [`MemoryCounters`] holds now, for gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CountersUsage {
+    /// The stores built up front (one per algorithm of the rules).
+    pub stores: StoresUsage,
+    /// The stores created on demand (descriptor `limit` overrides).
+    pub lazy: StoresUsage,
+    /// The stores kept after a reload dropped their algorithm.
+    pub retired: StoresUsage,
+    /// Requests denied because the bound on stores created on demand was reached.
+    pub lazy_refused: u64,
 }
 
 impl MemoryCounters {
@@ -165,6 +209,7 @@ impl MemoryCounters {
             lazy_stores: Arc::new(RwLock::new(HashMap::new())),
             lazy_config,
             max_lazy_stores,
+            lazy_refused: Arc::new(AtomicU64::new(0)),
             retired: Arc::new(Mutex::new(RetiredStores::new(0))),
             hashing,
         }
@@ -247,9 +292,30 @@ impl MemoryCounters {
             lazy_stores: Arc::clone(&self.lazy_stores),
             lazy_config: self.lazy_config,
             max_lazy_stores: self.max_lazy_stores,
+            lazy_refused: Arc::clone(&self.lazy_refused),
             retired: Arc::clone(&self.retired),
             hashing: self.hashing,
         }
+    }
+
+    /// What the stores hold now: stores, keys, bytes and log entries of
+    /// each kind, and the requests refused for want of a store. Reads every
+    /// store's counts (a scrape's work, not a request's).
+    pub fn usage(&self) -> CountersUsage {
+        let mut usage = CountersUsage {
+            lazy_refused: self.lazy_refused.load(Ordering::Relaxed),
+            ..CountersUsage::default()
+        };
+        for store in self.stores.values() {
+            usage.stores.add(store);
+        }
+        for lazy in self.lazy_stores.read().values() {
+            usage.lazy.add(&lazy.store);
+        }
+        for store in self.retired.lock().stores() {
+            usage.retired.add(store);
+        }
+        usage
     }
 
     /// How many stores a reload left without a rule are kept in case it comes back.
@@ -283,13 +349,15 @@ impl MemoryCounters {
         let mut any_denied = false;
         for c in counters {
             let c = c.as_counter();
-            let decision = self.with_store(c.algorithm, now, |store| {
-                if c.give_back {
-                    store.refund(c.key, now, c.hits)
-                } else {
-                    store.check(c.key, now, c.hits)
-                }
-            });
+            let decision = self
+                .with_store(c.algorithm, now, |store| {
+                    if c.give_back {
+                        store.refund(c.key, now, c.hits)
+                    } else {
+                        store.check(c.key, now, c.hits)
+                    }
+                })
+                .unwrap_or_else(|| refused(&c));
             any_denied |= !decision.is_allowed();
             decisions.push(decision);
         }
@@ -308,43 +376,64 @@ impl MemoryCounters {
                 && c.hits > 0
                 && !counts_denied(&c.algorithm)
             {
-                self.with_store(c.algorithm, now, |store| store.refund(c.key, now, c.hits));
+                let _ = self.with_store(c.algorithm, now, |store| store.refund(c.key, now, c.hits));
             }
         }
     }
 
-    /// Runs `f` on the store for `algorithm`, creating one if there is none.
+    /// Runs `f` on the store for `algorithm`, creating one if there is
+    /// none; `None` when none can be created (the bound on stores created on
+    /// demand is reached and none of them is all fresh).
     #[inline]
     fn with_store<R>(
         &self,
         algorithm: AnyAlgorithm,
         now: Timestamp,
         f: impl FnOnce(&MemoryStore) -> R,
-    ) -> R {
+    ) -> Option<R> {
         match self.stores.get(&algorithm) {
-            Some(store) => f(store),
-            None => f(&self.lazy_store(algorithm, now)),
+            Some(store) => Some(f(store)),
+            None => self.lazy_store(algorithm, now).map(|store| f(&store)),
         }
     }
 
-    /// The store created on demand for `algorithm`, marked used at `now`.
-    fn lazy_store(&self, algorithm: AnyAlgorithm, now: Timestamp) -> Arc<MemoryStore> {
+    /// The store created on demand for `algorithm`, marked used at `now`;
+    /// `None` (counted as refused) when the bound is reached and the store
+    /// used longest ago still holds a key that is not fresh.
+    fn lazy_store(&self, algorithm: AnyAlgorithm, now: Timestamp) -> Option<Arc<MemoryStore>> {
         if let Some(lazy) = self.lazy_stores.read().get(&algorithm) {
             lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
-            return Arc::clone(&lazy.store);
+            return Some(Arc::clone(&lazy.store));
         }
         let mut stores = self.lazy_stores.write();
         if let Some(lazy) = stores.get(&algorithm) {
             lazy.last_used.fetch_max(now.as_nanos(), Ordering::Relaxed);
-            return Arc::clone(&lazy.store);
+            return Some(Arc::clone(&lazy.store));
         }
         if stores.len() >= self.max_lazy_stores.max(1) {
             let least_recent = stores
                 .iter()
                 .min_by_key(|(_, lazy)| lazy.last_used.load(Ordering::Relaxed))
-                .map(|(algorithm, _)| *algorithm);
-            if let Some(algorithm) = least_recent {
-                stores.remove(&algorithm);
+                .map(|(algorithm, lazy)| (*algorithm, lazy));
+            // Idle for two of its windows, every key of any algorithm is fresh;
+            // the sweep confirms it before the store goes.
+            let all_fresh = least_recent.is_some_and(|(algorithm, lazy)| {
+                let idle = now.saturating_since(Timestamp::from_nanos(
+                    lazy.last_used.load(Ordering::Relaxed),
+                ));
+                idle >= algorithm.window().saturating_mul(2) && {
+                    lazy.store.sweep(now);
+                    lazy.store.is_empty()
+                }
+            });
+            match least_recent {
+                Some((algorithm, _)) if all_fresh => {
+                    stores.remove(&algorithm);
+                }
+                _ => {
+                    self.lazy_refused.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
             }
         }
         let store = Arc::new(MemoryStore::new(algorithm, self.lazy_config));
@@ -355,8 +444,21 @@ impl MemoryCounters {
                 last_used: AtomicU64::new(now.as_nanos()),
             },
         );
-        store
+        Some(store)
     }
+}
+
+/// The decision for a counter that no store can keep now: a give-back
+/// changes nothing, anything else is denied, since admitting it would count
+/// it nowhere. The retry-after is one of the algorithm's windows: a hint,
+/// since a store frees up only once one in use has gone idle.
+fn refused(c: &Counter<'_>) -> Decision {
+    let capacity = c.algorithm.capacity();
+    if c.give_back {
+        return Decision::from_parts(Outcome::Allowed, capacity, capacity, 0, 0);
+    }
+    let wait = u64::try_from(c.algorithm.window().as_nanos()).unwrap_or(u64::MAX);
+    Decision::from_parts(Outcome::Denied, capacity, 0, wait, wait)
 }
 
 impl CounterStore for MemoryCounters {

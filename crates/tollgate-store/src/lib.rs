@@ -58,8 +58,13 @@ pub mod state_word;
 mod sweep_schedule;
 pub mod word_store;
 
-pub use config::{BYTES_PER_KEY_AT_FULL_LOAD, DEFAULT_SHARDS, MAX_SHARDS, StoreConfig};
-pub use counters::{AsCounter, Counter, CounterStore, MemoryCounters, StoreError, counts_denied};
+pub use config::{
+    BYTES_PER_KEY_AT_FULL_LOAD, DEFAULT_MAX_LOG_ENTRIES, DEFAULT_SHARDS, MAX_SHARDS, StoreConfig,
+};
+pub use counters::{
+    AsCounter, Counter, CounterStore, CountersUsage, MemoryCounters, StoreError, StoresUsage,
+    counts_denied,
+};
 pub use direct_limiter::DirectLimiter;
 pub use key::{Key, KeyId};
 pub use limiter::Limiter;

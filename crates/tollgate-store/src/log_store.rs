@@ -29,22 +29,30 @@ use crate::key::{Key, KeyId};
 ///
 /// Memory per key: a map entry (about 64 bytes with the map's overhead)
 /// plus the log, which holds at most `limit` entries of 16 bytes (its buffer
-/// may reach twice that before it is trimmed). Choose the sliding log for
+/// may reach twice that before it is trimmed). Entries are bounded for the
+/// whole store too, by [`StoreConfig::max_log_entries`] (each shard its
+/// share): a shard over its share merges the entries of its logs in pairs
+/// ([`LogState::coalesce`]) down to 7/8 of the share, which keeps every
+/// decision as strict or stricter, so a flood of logs at their limit costs
+/// bounded memory and admits nothing more. Choose the sliding log for
 /// strict, low-volume limits; [`memory_bytes`](Self::memory_bytes) reports
-/// the total.
+/// the total and [`entries`](Self::entries) the entries.
 pub struct LogStore {
     algorithm: SlidingLog,
     shards: Box<[CachePadded<Mutex<LogShard>>]>,
     /// `shards.len() - 1`.
     shard_mask: usize,
     layout: ShardLayout,
+    /// The most entries one shard holds before it merges them.
+    entry_share: usize,
     hashing: KeyHashing,
 }
 
-/// One shard: its logs and the heap bytes they hold.
+/// One shard: its logs, the heap bytes they hold and their entries.
 struct LogShard {
     logs: HashMap<KeyId, LogState, KeyIdHashing>,
     log_heap_bytes: usize,
+    entries: usize,
 }
 
 impl LogShard {
@@ -57,10 +65,12 @@ impl LogShard {
     ) -> Decision {
         if let Some(log) = self.logs.get_mut(&id) {
             let before = log.heap_bytes();
+            let entries_before = log.len();
             let decision = operation(log);
             let after = log.heap_bytes();
             let emptied = log.is_empty();
             self.log_heap_bytes = (self.log_heap_bytes + after).saturating_sub(before);
+            self.entries = (self.entries + log.len()).saturating_sub(entries_before);
             if emptied {
                 self.log_heap_bytes = self.log_heap_bytes.saturating_sub(after);
                 self.logs.remove(&id);
@@ -72,6 +82,7 @@ impl LogShard {
         if !log.is_empty() {
             make_room(self);
             self.log_heap_bytes += log.heap_bytes();
+            self.entries += log.len();
             self.logs.insert(id, log);
         }
         decision
@@ -80,14 +91,39 @@ impl LogShard {
     /// Removes the logs `drop` picks, keeping the heap count right.
     fn remove_where(&mut self, mut drop: impl FnMut(&KeyId, &LogState) -> bool) {
         let mut freed = 0;
+        let mut entries = 0;
         self.logs.retain(|id, log| {
             let dropped = drop(id, log);
             if dropped {
                 freed += log.heap_bytes();
+                entries += log.len();
             }
             !dropped
         });
         self.log_heap_bytes = self.log_heap_bytes.saturating_sub(freed);
+        self.entries = self.entries.saturating_sub(entries);
+    }
+
+    /// Merges entries of its logs in pairs until at most `keep` remain (or
+    /// every log has one entry); each merge only makes decisions stricter.
+    fn coalesce_to(&mut self, keep: usize) {
+        while self.entries > keep {
+            let mut merged_any = false;
+            for log in self.logs.values_mut() {
+                if self.entries <= keep {
+                    break;
+                }
+                let heap_before = log.heap_bytes();
+                let gone = log.coalesce();
+                merged_any |= gone > 0;
+                self.entries -= gone;
+                self.log_heap_bytes =
+                    (self.log_heap_bytes + log.heap_bytes()).saturating_sub(heap_before);
+            }
+            if !merged_any {
+                return;
+            }
+        }
     }
 
     /// Approximate bytes of the map's own table (entries and control bytes).
@@ -120,6 +156,7 @@ impl LogStore {
                 CachePadded::new(Mutex::new(LogShard {
                     logs: HashMap::with_hasher(hashing.map_hashing()),
                     log_heap_bytes: 0,
+                    entries: 0,
                 }))
             })
             .collect();
@@ -128,6 +165,7 @@ impl LogStore {
             shards,
             shard_mask: layout.count - 1,
             layout,
+            entry_share: (config.max_log_entries / layout.count).max(1),
             hashing,
         }
     }
@@ -136,11 +174,15 @@ impl LogStore {
     pub fn check<K: Key + ?Sized>(&self, key: &K, now: Timestamp, cost: u64) -> Decision {
         let id = self.hashing.key_id(key);
         let mut shard = self.shard(id).lock();
-        shard.apply(
+        let decision = shard.apply(
             id,
             |shard| self.make_room(shard, now),
             |log| self.algorithm.decide(log, now, cost),
-        )
+        );
+        if shard.entries > self.entry_share {
+            shard.coalesce_to(self.entry_share - self.entry_share / 8);
+        }
+        decision
     }
 
     /// Gives back `amount` units that `key` logged earlier, newest first.
@@ -192,6 +234,18 @@ impl LogStore {
     /// The number of keys held.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().logs.len()).sum()
+    }
+
+    /// The entries the logs hold (one per distinct admission instant still logged).
+    pub fn entries(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().entries).sum()
+    }
+
+    /// The most entries the store holds before it merges them: the
+    /// configured `max_log_entries` (at least one per shard), or the key
+    /// count when that is larger, since every log keeps one entry.
+    pub fn max_entries(&self) -> usize {
+        self.entry_share * self.layout.count
     }
 
     /// Whether the store holds no key.
@@ -346,5 +400,41 @@ mod tests {
         assert_eq!(store.len(), 1);
         // The next decision agrees: 1 logged, room for 2.
         assert_eq!(store.check("a", later, 2).remaining(), 0);
+    }
+
+    #[test]
+    fn entries_past_the_bound_are_merged_and_never_admit_more() {
+        let log = SlidingLog::new(1000, Duration::from_secs(60)).unwrap();
+        let config = StoreConfig {
+            max_keys: 16,
+            shards: 1,
+            max_log_entries: 64,
+        };
+        let store = LogStore::new(log, config);
+        assert_eq!(store.max_entries(), 64);
+        let mut admitted = 0;
+        for ms in 0..1000 {
+            if store
+                .check("k", Timestamp::from_millis(10_000 + ms), 1)
+                .is_allowed()
+            {
+                admitted += 1;
+            }
+            assert!(store.entries() <= 64, "{} entries", store.entries());
+        }
+        assert_eq!(admitted, 1000, "within the limit every request passes");
+        assert_eq!(store.peek("k"), 1000, "merging keeps the total");
+        assert!(
+            !store
+                .check("k", Timestamp::from_millis(11_000), 1)
+                .is_allowed(),
+            "at the limit: still denied"
+        );
+        // The exact log frees the first request's unit at 70.000 s; merged, no earlier.
+        assert!(
+            !store
+                .check("k", Timestamp::from_millis(69_999), 1)
+                .is_allowed()
+        );
     }
 }

@@ -141,6 +141,14 @@ impl MemoryStore {
         }
     }
 
+    /// The sliding-log entries the store holds (0 for a word store).
+    pub fn log_entries(&self) -> usize {
+        match self {
+            MemoryStore::Word(_) => 0,
+            MemoryStore::Log(s) => s.entries(),
+        }
+    }
+
     /// The most keys the store holds at once.
     pub fn max_keys(&self) -> usize {
         match self {

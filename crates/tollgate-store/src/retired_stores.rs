@@ -49,6 +49,11 @@ impl RetiredStores {
         self.stores.is_empty()
     }
 
+    /// The stores kept, oldest retired first.
+    pub fn stores(&self) -> impl Iterator<Item = &Arc<MemoryStore>> {
+        self.stores.iter().map(|(_, store)| store)
+    }
+
     /// Takes back the store retired for `algorithm`, if it is still kept.
     pub fn take(&mut self, algorithm: &AnyAlgorithm) -> Option<Arc<MemoryStore>> {
         let at = self.stores.iter().position(|(a, _)| a == algorithm)?;

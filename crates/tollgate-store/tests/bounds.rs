@@ -85,6 +85,7 @@ fn one_shard_of_16() -> StoreConfig {
     StoreConfig {
         max_keys: 16,
         shards: 1,
+        ..StoreConfig::default()
     }
 }
 
@@ -305,6 +306,7 @@ fn a_key_idle_past_the_tag_period_is_not_misread_while_others_are_busy() {
     let config = StoreConfig {
         max_keys: 1000,
         shards: 1,
+        ..StoreConfig::default()
     };
     let fw = fast_fixed_window();
     let store = WordStore::new(fw, config);

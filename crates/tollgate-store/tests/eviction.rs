@@ -70,7 +70,7 @@ proptest! {
         histories in histories(),
         newcomers in proptest::collection::vec(0u64..=1000, 1..=4),
     ) {
-        let store = MemoryStore::new(alg, StoreConfig { max_keys: SHARE as usize, shards: 1 });
+        let store = MemoryStore::new(alg, StoreConfig { max_keys: SHARE as usize, shards: 1, ..StoreConfig::default() });
         let capacity = alg.capacity();
         let quarter = alg.window().as_nanos() as u64 / 4;
         let at = |thousandths: u64| Timestamp::from_nanos(T0 + quarter / 1000 * thousandths);

@@ -119,6 +119,7 @@ fn growth_under_contention_loses_nothing() {
     let config = StoreConfig {
         max_keys: 100_000,
         shards: 2,
+        ..StoreConfig::default()
     };
     let store = MemoryStore::new(alg, config);
     let admitted = hammer(&store, 5000, 10_000, false);

@@ -19,12 +19,15 @@ use tollgate_protocol::rls::{
 };
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
-use tollgate_runtime::{Shutdown, shutdown_signal};
+use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal};
+use tollgate_server::bounds::{BoundsCollector, BoundsSource};
+use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::{self, read_config};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
+use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
 
 use crate::CommandError;
 use crate::limits_args::LimitsArgs;
@@ -172,6 +175,61 @@ pub struct ServeArgs {
     /// larger is refused before it is buffered (gRPC OUT_OF_RANGE, HTTP 413).
     #[arg(long, env = "TOLLGATE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_cap)]
     pub max_request_bytes: usize,
+    /// The most keys each in-memory store holds (one store per distinct
+    /// limit of the rules); past it the least used keys are evicted. About
+    /// 30 bytes per key.
+    #[arg(long, env = "TOLLGATE_MAX_KEYS", value_name = "N", default_value_t = StoreConfig::default().max_keys, value_parser = parse_cap)]
+    pub max_keys: usize,
+    /// The most keys each store of a descriptor `limit` override holds.
+    #[arg(long, env = "TOLLGATE_MAX_OVERRIDE_KEYS", value_name = "N", default_value_t = EngineOptions::default().override_store_config.max_keys, value_parser = parse_cap)]
+    pub max_override_keys: usize,
+    /// The most stores of descriptor `limit` overrides (one per distinct
+    /// override rate and window); past it a new override is denied until
+    /// the store used longest ago is all fresh.
+    #[arg(long, env = "TOLLGATE_MAX_OVERRIDE_STORES", value_name = "N", default_value_t = EngineOptions::default().max_override_stores, value_parser = parse_cap)]
+    pub max_override_stores: usize,
+    /// The most sliding-log entries each sliding-log store holds (16 to 32
+    /// bytes each); past it entries are merged in pairs, which only makes
+    /// decisions stricter.
+    #[arg(long, env = "TOLLGATE_MAX_LOG_ENTRIES", value_name = "N", default_value_t = DEFAULT_MAX_LOG_ENTRIES, value_parser = parse_cap)]
+    pub max_log_entries: usize,
+    /// With Redis: the most keys the quick-deny cache of closed fixed
+    /// windows holds (0 turns it off).
+    #[arg(long, env = "TOLLGATE_QUICK_DENY_KEYS", value_name = "N", default_value_t = RemoteOptions::default().quick_deny_keys, value_parser = parse_count)]
+    pub quick_deny_keys: usize,
+    /// The most connections each listener (gRPC, HTTP) keeps open; past it
+    /// new clients wait in the listen backlog until one closes.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = parse_cap)]
+    pub max_connections: usize,
+    /// How long an HTTP client may take to send a whole request head (after
+    /// connecting, or after its previous response) before it is disconnected.
+    #[arg(
+        long,
+        env = "TOLLGATE_REQUEST_HEADERS_TIMEOUT",
+        value_name = "DUR",
+        default_value = "10s",
+        value_parser = parse_timeout
+    )]
+    pub request_headers_timeout: Duration,
+}
+
+/// The connections each listener keeps open unless configured otherwise (the proxy's default).
+const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// A count that may be 0 (0 turns the thing it counts off).
+fn parse_count(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("{text:?} is not a whole number"))
+}
+
+/// A timeout: a duration above zero.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match tollgate_core::duration::parse_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{text:?} is not above zero")),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 /// A cap: a whole number of at least 1.
@@ -183,6 +241,21 @@ fn parse_cap(text: &str) -> Result<usize, String> {
 }
 
 impl ServeArgs {
+    /// The engine's options from the store bounds.
+    fn engine_options(&self, global_shadow_mode: bool) -> EngineOptions {
+        EngineOptions {
+            global_shadow_mode,
+            store_config: StoreConfig::with_max_keys(self.max_keys)
+                .with_max_log_entries(self.max_log_entries),
+            override_store_config: StoreConfig::with_max_keys(self.max_override_keys)
+                .with_max_log_entries(self.max_log_entries),
+            max_override_stores: self.max_override_stores,
+            max_retired_stores: self.max_retired_stores,
+            global_quota_mode: self.quota_mode,
+            stop_increment_when_over_limit: self.stop_increment_when_over_limit,
+        }
+    }
+
     /// The bounds on one request.
     fn request_caps(&self) -> RequestCaps {
         RequestCaps {
@@ -444,13 +517,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         "limits loaded"
     );
 
-    let engine_options = EngineOptions {
-        global_shadow_mode: settings.shadow_mode,
-        global_quota_mode: args.quota_mode,
-        stop_increment_when_over_limit: args.stop_increment_when_over_limit,
-        max_retired_stores: args.max_retired_stores,
-        ..EngineOptions::default()
-    };
+    let engine_options = args.engine_options(settings.shadow_mode);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tollgate-worker")
@@ -471,6 +538,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                 redis,
                 RemoteOptions {
                     expected_instances: args.expected_instances.max(1),
+                    quick_deny_keys: args.quick_deny_keys,
                     ..RemoteOptions::default()
                 },
             );
@@ -487,12 +555,23 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let caps = args.request_caps();
+    let limits = Listeners {
+        grpc: ConnectionLimit::new(args.max_connections),
+        http: HttpLimits {
+            connection_limit: Some(ConnectionLimit::new(args.max_connections)),
+            request_headers_timeout: args.request_headers_timeout,
+        },
+    };
     let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
         settings.near_limit_ratio,
     )
     .with_request_caps(&caps)
-    .with_max_metric_keys(args.max_metric_keys);
+    .with_max_metric_keys(args.max_metric_keys)
+    .with_bounds(BoundsCollector::new(
+        Arc::clone(&live) as Arc<dyn BoundsSource>,
+        limits.gauged(),
+    ));
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
@@ -504,7 +583,27 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         headers,
         metrics,
         caps,
+        limits,
     ))
+}
+
+/// What each listener allows its clients.
+struct Listeners {
+    /// The gRPC listener's connection limit.
+    grpc: Arc<ConnectionLimit>,
+    /// The HTTP listener's connection limit and request-head timeout.
+    http: HttpLimits,
+}
+
+impl Listeners {
+    /// The connection limits by listener name, for the gauges.
+    fn gauged(&self) -> Vec<(&'static str, Arc<ConnectionLimit>)> {
+        let mut gauged = vec![("grpc", Arc::clone(&self.grpc))];
+        if let Some(http) = &self.http.connection_limit {
+            gauged.push(("http", Arc::clone(http)));
+        }
+        gauged
+    }
 }
 
 /// Binds both addresses, announces them and serves gRPC and HTTP until a shutdown signal.
@@ -515,6 +614,7 @@ async fn serve(
     headers: Arc<ResponseHeaders>,
     metrics: Arc<Metrics>,
     caps: RequestCaps,
+    limits: Listeners,
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
@@ -536,6 +636,7 @@ async fn serve(
         max_descriptors = caps.max_descriptors,
         max_descriptor_entries = caps.max_descriptor_entries,
         max_request_bytes = caps.max_message_bytes,
+        max_connections = limits.grpc.max(),
         "gRPC rate limit service listening"
     );
     let http_listener = TcpListener::bind(http_addr)
@@ -544,7 +645,11 @@ async fn serve(
     let http_bound = http_listener
         .local_addr()
         .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
-    tracing::info!(addr = %http_bound, "HTTP API listening");
+    tracing::info!(
+        addr = %http_bound,
+        request_headers_timeout = ?limits.http.request_headers_timeout,
+        "HTTP API listening"
+    );
     let mut stdout = std::io::stdout().lock();
     // A closed stdout must not stop the server; the log lines above say the same.
     let _ = writeln!(stdout, "listening on {bound}")
@@ -571,12 +676,12 @@ async fn serve(
         .with_metrics(metrics)
         .with_caps(caps);
     let grpc_server = async {
-        grpc::serve_with(listener, service, shutdown.stopped())
+        grpc::serve_capped(listener, service, Some(limits.grpc), shutdown.stopped())
             .await
             .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let http_server = async {
-        http::serve(http_listener, router, shutdown.stopped())
+        http::serve_capped(http_listener, router, limits.http, shutdown.stopped())
             .await
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
@@ -757,6 +862,76 @@ mod tests {
         );
         assert!(parse(&["--max-descriptors", "0"]).is_err());
         assert!(parse(&["--max-request-bytes", "1MiB"]).is_err());
+    }
+
+    #[test]
+    fn store_and_connection_bounds_have_defaults_flags_and_refuse_bad_values() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--config", "limits"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|cli| cli.serve)
+        };
+        let defaults = parse(&[]).expect("valid");
+        let options = defaults.engine_options(false);
+        assert_eq!(options.store_config.max_keys, 1_000_000);
+        assert_eq!(
+            options.store_config.max_log_entries,
+            DEFAULT_MAX_LOG_ENTRIES
+        );
+        assert_eq!(options.override_store_config.max_keys, 100_000);
+        assert_eq!(options.max_override_stores, 1024);
+        assert_eq!(defaults.quick_deny_keys, 65_536);
+        assert_eq!(defaults.max_connections, 10_000);
+        assert_eq!(defaults.request_headers_timeout, Duration::from_secs(10));
+        let set = parse(&[
+            "--max-keys",
+            "5000",
+            "--max-override-keys",
+            "700",
+            "--max-override-stores",
+            "3",
+            "--max-log-entries",
+            "900",
+            "--quick-deny-keys",
+            "0",
+            "--max-connections",
+            "2",
+            "--request-headers-timeout",
+            "250ms",
+        ])
+        .expect("valid");
+        let options = set.engine_options(true);
+        assert!(options.global_shadow_mode);
+        assert_eq!(
+            (
+                options.store_config.max_keys,
+                options.store_config.max_log_entries,
+                options.override_store_config.max_keys,
+                options.max_override_stores,
+            ),
+            (5000, 900, 700, 3)
+        );
+        assert_eq!(
+            (
+                set.quick_deny_keys,
+                set.max_connections,
+                set.request_headers_timeout
+            ),
+            (0, 2, Duration::from_millis(250))
+        );
+        for bad in [
+            ["--max-keys", "0"],
+            ["--max-override-keys", "many"],
+            ["--max-override-stores", "1.5"],
+            ["--max-log-entries", "0"],
+            ["--quick-deny-keys", "lots"],
+            ["--max-connections", "0"],
+            ["--request-headers-timeout", "0s"],
+            ["--request-headers-timeout", "soon"],
+        ] {
+            let error = parse(&bad).expect_err("refused").to_string();
+            assert!(error.contains(bad[0]), "{bad:?}: {error}");
+        }
     }
 
     #[test]

@@ -8,5 +8,5 @@
 mod serve;
 mod service;
 
-pub use serve::{serve, serve_with};
+pub use serve::{serve, serve_capped, serve_with};
 pub use service::RateLimitGrpc;

@@ -13,7 +13,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
-use tollgate_runtime::{AcceptOptions, serve_connections};
+use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
 use tonic::codegen::http;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
@@ -51,6 +51,23 @@ where
 pub async fn serve_with<C, F>(
     listener: TcpListener,
     service: RateLimitGrpc<C>,
+    shutdown: F,
+) -> io::Result<()>
+where
+    C: Clock + 'static,
+    F: Future<Output = ()> + Send,
+{
+    serve_capped(listener, service, None, shutdown).await
+}
+
+/// [`serve_with`] keeping at most `connection_limit` connections open: while
+/// it is reached nothing is accepted, new clients wait in the listen backlog
+/// and the accept loop logs `connection limit reached` (see
+/// [`serve_connections`]).
+pub async fn serve_capped<C, F>(
+    listener: TcpListener,
+    service: RateLimitGrpc<C>,
+    connection_limit: Option<Arc<ConnectionLimit>>,
     shutdown: F,
 ) -> io::Result<()>
 where
@@ -100,7 +117,7 @@ where
     let options = AcceptOptions {
         name: "gRPC",
         drain_timeout: None,
-        connection_limit: None,
+        connection_limit,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(

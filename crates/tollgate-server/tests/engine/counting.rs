@@ -458,7 +458,7 @@ descriptors:
 }
 
 #[test]
-fn override_stores_beyond_the_bound_drop_the_one_used_longest_ago() {
+fn override_stores_beyond_the_bound_are_refused_until_one_is_all_fresh() {
     let options = EngineOptions {
         max_override_stores: 2,
         ..EngineOptions::default()
@@ -473,20 +473,34 @@ fn override_stores_beyond_the_bound_drop_the_one_used_longest_ago() {
             unit_multiplier: None,
         });
         let response = call(&engine, &request("h", vec![d]));
-        response.statuses[0].limit_remaining
+        (
+            response.statuses[0].code,
+            response.statuses[0].limit_remaining,
+        )
     };
-    assert_eq!(with_override(5), 4);
+    assert_eq!(with_override(5), (Code::Ok, 4));
     clock.advance(SECS(1));
-    assert_eq!(with_override(6), 5);
+    assert_eq!(with_override(6), (Code::Ok, 5));
     clock.advance(SECS(1));
-    assert_eq!(with_override(5), 3, "the 5/hour override is used again");
+    assert_eq!(
+        with_override(5),
+        (Code::Ok, 3),
+        "the 5/hour override is used again"
+    );
     clock.advance(SECS(1));
-    assert_eq!(with_override(7), 6, "a third store is created");
+    assert_eq!(
+        with_override(7),
+        (Code::OverLimit, 0),
+        "a third store would need dropping counts in use: refused"
+    );
     assert_eq!(engine.override_store_count(), 2);
-    // The 6/hour store was used longest ago: dropped, it starts again.
-    // The 5/hour store, in steady use, keeps counting.
+    // Neither store in use lost a count.
     clock.advance(SECS(1));
-    assert_eq!(with_override(5), 2);
-    clock.advance(SECS(1));
-    assert_eq!(with_override(6), 5);
+    assert_eq!(with_override(6), (Code::Ok, 4));
+    assert_eq!(with_override(5), (Code::Ok, 2));
+    // Two hours idle, every key of the store used longest ago is fresh: it makes room.
+    clock.advance(SECS(2 * 3600));
+    assert_eq!(with_override(6), (Code::Ok, 5), "a new hour");
+    assert_eq!(with_override(7), (Code::Ok, 6));
+    assert_eq!(engine.override_store_count(), 2);
 }
