@@ -27,6 +27,9 @@
 //!   descriptor or entry caps is 400 naming the cap (counted in the JSON
 //!   text before the request is built).
 //! * `GET /rlconfig` lists the loaded rules, one line per rule.
+//! * `GET /version` answers the build serving as JSON (`version`,
+//!   `git_hash`, `profile`, `features`), when the state has it
+//!   ([`HttpState::with_build_info`]).
 //! * `GET /metrics` serves [`Metrics`] in the Prometheus text format, when
 //!   the state has them ([`HttpState::with_metrics`]).
 //!
@@ -57,6 +60,7 @@ use tollgate_protocol::rls::model::{
 use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
 
+use crate::build_info::BuildInfo;
 use crate::engine::EngineError;
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
@@ -68,6 +72,7 @@ pub struct HttpState<C: Clock> {
     ready: Arc<AtomicBool>,
     metrics: Option<Arc<Metrics>>,
     caps: RequestCaps,
+    build: Option<BuildInfo>,
 }
 
 impl<C: Clock> Clone for HttpState<C> {
@@ -78,6 +83,7 @@ impl<C: Clock> Clone for HttpState<C> {
             ready: Arc::clone(&self.ready),
             metrics: self.metrics.clone(),
             caps: self.caps,
+            build: self.build.clone(),
         }
     }
 }
@@ -95,6 +101,7 @@ impl<C: Clock> HttpState<C> {
             ready,
             metrics: None,
             caps: RequestCaps::default(),
+            build: None,
         }
     }
 
@@ -102,6 +109,13 @@ impl<C: Clock> HttpState<C> {
     #[must_use]
     pub fn with_caps(mut self, caps: RequestCaps) -> Self {
         self.caps = caps;
+        self
+    }
+
+    /// This state, answering `build` on `/version`.
+    #[must_use]
+    pub fn with_build_info(mut self, build: BuildInfo) -> Self {
+        self.build = Some(build);
         self
     }
 
@@ -124,6 +138,7 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .route("/readyz", get(readyz::<C>))
         .route("/rlconfig", get(rlconfig::<C>))
         .route("/metrics", get(metrics_endpoint::<C>))
+        .route("/version", get(version::<C>))
         .layer(body_limit)
         .with_state(state)
 }
@@ -421,6 +436,13 @@ async fn readyz<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Respon
             .into_response();
     }
     (StatusCode::OK, "ready").into_response()
+}
+
+async fn version<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
+    match &state.build {
+        Some(build) => json_response(StatusCode::OK, build),
+        None => (StatusCode::NOT_FOUND, "build info is not set").into_response(),
+    }
 }
 
 async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {

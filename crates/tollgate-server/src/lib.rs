@@ -9,10 +9,11 @@
 //! headers and 429 body come from the protocol crate's renderers
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
-//! [`store`] keeps counters in Redis. This crate knows nothing of the proxy.
+//! [`store`] keeps counters in Redis; [`build_info`] says what build serves. This crate knows nothing of the proxy.
 
 #![forbid(unsafe_code)]
 
+pub mod build_info;
 pub mod engine;
 pub mod grpc;
 pub mod http;
@@ -20,5 +21,6 @@ pub mod metrics;
 pub mod reload;
 pub mod store;
 
+pub use build_info::BuildInfo;
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use reload::{LiveEngine, ReloadError, ReloadOutcome};

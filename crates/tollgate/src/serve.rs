@@ -148,6 +148,18 @@ pub struct ServeArgs {
     /// larger is refused before it is buffered (gRPC OUT_OF_RANGE, HTTP 413).
     #[arg(long, env = "TOLLGATE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_cap)]
     pub max_request_bytes: usize,
+    /// How long, after SIGTERM or Ctrl-C, `/readyz` answers 503 while both
+    /// listeners still accept and serve, before they close and the calls in
+    /// flight drain: the time a load balancer or Kubernetes takes to stop
+    /// sending new connections (0s closes at once).
+    #[arg(
+        long,
+        env = "TOLLGATE_DRAIN_DELAY",
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = tollgate_core::duration::parse_duration
+    )]
+    pub drain_delay: Duration,
 }
 
 /// A cap: a whole number of at least 1.
@@ -457,7 +469,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
-    let metrics = Arc::new(metrics);
+    let metrics = Arc::new(metrics.with_build_info(&crate::version::build_info()));
     runtime.block_on(serve(
         settings.grpc_addr,
         settings.http_addr,
@@ -465,6 +477,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         headers,
         metrics,
         caps,
+        args.drain_delay,
     ))
 }
 
@@ -476,6 +489,7 @@ async fn serve(
     headers: Arc<ResponseHeaders>,
     metrics: Arc<Metrics>,
     caps: RequestCaps,
+    drain_delay: Duration,
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
@@ -497,6 +511,7 @@ async fn serve(
         max_descriptors = caps.max_descriptors,
         max_descriptor_entries = caps.max_descriptor_entries,
         max_request_bytes = caps.max_message_bytes,
+        ?drain_delay,
         "gRPC rate limit service listening"
     );
     let http_listener = TcpListener::bind(http_addr)
@@ -513,20 +528,24 @@ async fn serve(
         .and_then(|()| stdout.flush());
     drop(stdout);
 
-    // One signal stops both servers; /readyz turns 503 as soon as it arrives.
+    // One signal stops both servers: /readyz turns 503 as soon as it
+    // arrives, and the listeners close once the drain delay has passed.
     let ready = Arc::new(AtomicBool::new(true));
     let shutdown = Shutdown::new();
     let _signal = {
         let ready = Arc::clone(&ready);
-        shutdown.trigger_on(shutdown_signal(), move || {
-            ready.store(false, Ordering::Release);
-        })
+        shutdown.trigger_after(
+            shutdown_signal(),
+            move || ready.store(false, Ordering::Release),
+            drain_delay,
+        )
     };
 
     let router = http::router(
         http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
             .with_metrics(Arc::clone(&metrics))
-            .with_caps(caps),
+            .with_caps(caps)
+            .with_build_info(crate::version::build_info()),
     );
     let service = grpc::RateLimitGrpc::live(live, headers)
         .with_metrics(metrics)
