@@ -9,7 +9,14 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let workspace = manifest.join("../..");
     let workspace = workspace.canonicalize().unwrap_or(workspace);
-    let hash = git::commit(&workspace).unwrap_or_else(|| git::UNKNOWN.to_owned());
+    // The image's build stage has no .git: it passes the commit in TOLLGATE_GIT_HASH.
+    println!("cargo:rerun-if-env-changed=TOLLGATE_GIT_HASH");
+    let given = std::env::var("TOLLGATE_GIT_HASH")
+        .ok()
+        .filter(|hash| git::is_commit(hash));
+    let hash = given
+        .or_else(|| git::commit(&workspace))
+        .unwrap_or_else(|| git::UNKNOWN.to_owned());
     println!("cargo:rustc-env=TOLLGATE_GIT_HASH={hash}");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=build/git.rs");

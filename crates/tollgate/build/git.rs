@@ -21,7 +21,12 @@ pub fn commit(workspace: &Path) -> Option<String> {
         return None;
     }
     let hash = git(workspace, &["rev-parse", "--short=12", "HEAD"])?;
-    hash.bytes().all(|b| b.is_ascii_hexdigit()).then_some(hash)
+    is_commit(&hash).then_some(hash)
+}
+
+/// Whether `text` looks like a (possibly abbreviated) commit hash: 7 to 40 hex digits.
+pub fn is_commit(text: &str) -> bool {
+    (7..=40).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The files whose change means another commit is checked out: `HEAD` and the ref it names (in the checkout's git directories).

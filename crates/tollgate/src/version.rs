@@ -36,7 +36,7 @@ mod tests {
     use tollgate_testkit::scratch::TempDir;
 
     use super::*;
-    use crate::build_git::{UNKNOWN, commit, watched_files};
+    use crate::build_git::{UNKNOWN, commit, is_commit, watched_files};
 
     #[test]
     fn a_tree_without_git_is_unknown_and_a_copy_inside_another_repository_too() {
@@ -44,6 +44,9 @@ mod tests {
         assert_eq!(commit(dir.path()), None);
         assert_eq!(watched_files(dir.path()), Vec::<std::path::PathBuf>::new());
         let fallback = commit(dir.path()).unwrap_or_else(|| UNKNOWN.to_owned());
+        // What the image's build passes in TOLLGATE_GIT_HASH is taken only when it is a commit.
+        assert!(is_commit("0123456789ab") && is_commit(&"f".repeat(40)));
+        assert!(!is_commit("unknown") && !is_commit("abc") && !is_commit("0123456789abx"));
         assert_eq!(fallback, "unknown");
 
         // A vendored copy: a plain directory inside someone else's checkout.
