@@ -43,22 +43,9 @@ fn version_names_the_commit_the_profile_and_the_features() {
 
 #[test]
 fn serve_answers_its_build_on_version_and_in_a_gauge() {
-    let server = Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--drain-delay",
-        "0s",
-    ]);
+    let server = Server::example_limits(&["--drain-delay", "0s"], &[]);
     let _ = server.address();
-    let http = server
-        .line_after("http listening on ")
-        .parse()
-        .expect("an HTTP address");
+    let http = server.http_address();
     let commit = checkout_commit();
 
     let reply = get(http, "/version", &[]);

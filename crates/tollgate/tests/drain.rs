@@ -1,7 +1,6 @@
 //! `tollgate serve`'s drain delay: at SIGTERM `/readyz` turns 503 while both listeners still accept new connections, until `--drain-delay` (default 5 s) has passed; then it stops.
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use tollgate_testkit::budget::{Stopwatch, eventually};
@@ -12,33 +11,10 @@ use tollgate_testkit::tollgate::{Server, tollgate};
 const DEFAULT_DELAY: Duration = Duration::from_secs(5);
 
 fn start(env: &[(&str, &str)]) -> (Server, String, SocketAddr) {
-    let server = Server::spawn_with_env(
-        &[
-            "serve",
-            "--config",
-            "../../examples/limits",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-        ],
-        env,
-    );
+    let server = Server::example_limits(&[], env);
     let grpc = server.address();
-    let http = server
-        .line_after("http listening on ")
-        .parse()
-        .expect("an HTTP address");
+    let http = server.http_address();
     (server, grpc, http)
-}
-
-fn terminate(server: &Server) {
-    let pid = server.child.id().to_string();
-    let kill = Command::new("kill")
-        .args(["-TERM", pid.as_str()])
-        .status()
-        .expect("kill runs");
-    assert!(kill.success());
 }
 
 fn status(http: SocketAddr, path: &str) -> Option<u16> {
@@ -63,7 +39,7 @@ fn readiness_fails_at_sigterm_and_the_listeners_serve_until_the_default_delay_en
     assert_eq!(check(&grpc), Some(0));
 
     let since_signal = Stopwatch::start();
-    terminate(&server);
+    server.terminate();
     eventually("/readyz answers 503", Duration::from_secs(3), || {
         status(http, "/readyz") == Some(503)
     });
@@ -91,7 +67,7 @@ fn a_zero_delay_from_the_environment_stops_at_once() {
     let (mut server, grpc, http) = start(&[("TOLLGATE_DRAIN_DELAY", "0s")]);
     assert_eq!(check(&grpc), Some(0));
     let since_signal = Stopwatch::start();
-    terminate(&server);
+    server.terminate();
     let (code, _, stderr) = server.finish();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(since_signal.elapsed() < DEFAULT_DELAY, "{stderr}");
