@@ -87,6 +87,14 @@ ensure_envoy() {
 
 ensure_envoy
 export TOLLGATE_ENVOY="$PWD/$VENV/bin/envoy"
+
+# The deployment files' test (tests/deploy) validates the Kubernetes manifests
+# against the Kubernetes schemas offline and reads the Dockerfile.
+DEPLOY_PACKAGES=("kubernetes-validate==1.37.0" "dockerfile-parse==2.0.1")
+if ! "$VENV/bin/python" -c 'import kubernetes_validate, dockerfile_parse' >/dev/null 2>&1; then
+    log "installing ${DEPLOY_PACKAGES[*]} into $VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "${DEPLOY_PACKAGES[@]}"
+fi
 log "envoy $ENVOY_VERSION: $TOLLGATE_ENVOY"
 
 # The lab's browser test (crates/tollgate/tests/lab_browser.rs) drives Chromium
@@ -105,6 +113,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log "cargo test"
 cargo test --workspace --locked
+
+log "deployment files: manifests, chart values, Dockerfile (tests/deploy)"
+TOLLGATE_BIN="$PWD/target/debug/tollgate" "$VENV/bin/python" -m unittest discover -s tests/deploy -v
 
 log "loom model checks of the store's atomic step"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \

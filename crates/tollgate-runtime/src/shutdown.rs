@@ -57,10 +57,34 @@ impl Shutdown {
         S: Future<Output = ()> + Send + 'static,
         F: FnOnce() + Send + 'static,
     {
+        self.trigger_after(signal, then, Duration::ZERO)
+    }
+
+    /// Like [`trigger_on`](Self::trigger_on), but the servers see the stop
+    /// `delay` after `then` ran: the drain delay of a server behind a load
+    /// balancer.
+    ///
+    /// `then` (which fails readiness) runs as soon as `signal` completes;
+    /// until `delay` has passed the listeners keep accepting, so clients that
+    /// have not yet heard of the failed readiness (Kubernetes updating its
+    /// endpoints) are still served. Then every [`stopped`](Self::stopped)
+    /// completes and the servers stop accepting and drain.
+    pub fn trigger_after<S, F>(&self, signal: S, then: F, delay: Duration) -> AbortOnDrop
+    where
+        S: Future<Output = ()> + Send + 'static,
+        F: FnOnce() + Send + 'static,
+    {
         let shutdown = self.clone();
         AbortOnDrop::new([tokio::spawn(async move {
             signal.await;
             then();
+            if !delay.is_zero() {
+                tracing::info!(
+                    ?delay,
+                    "readiness failed; closing the listeners after the drain delay"
+                );
+                tokio::time::sleep(delay).await;
+            }
             shutdown.trigger();
         })])
     }
@@ -97,5 +121,65 @@ pub async fn drain(connections: GracefulShutdown, timeout: Option<Duration>) -> 
                 Drained::TimedOut
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    /// Lets every spawned task run until it waits again (paused time does not move).
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_fails_at_the_signal_and_the_stop_comes_after_the_delay() {
+        let (send, receive) = tokio::sync::oneshot::channel::<()>();
+        let ready = Arc::new(AtomicBool::new(true));
+        let shutdown = Shutdown::new();
+        let _guard = {
+            let ready = Arc::clone(&ready);
+            shutdown.trigger_after(
+                async move {
+                    let _ = receive.await;
+                },
+                move || ready.store(false, Ordering::Release),
+                Duration::from_secs(5),
+            )
+        };
+        settle().await;
+        assert!(ready.load(Ordering::Acquire) && !shutdown.is_triggered());
+
+        send.send(()).expect("the task waits for the signal");
+        settle().await;
+        assert!(
+            !ready.load(Ordering::Acquire),
+            "readiness fails at the signal"
+        );
+        assert!(!shutdown.is_triggered(), "the listeners stay open");
+
+        tokio::time::advance(Duration::from_millis(4_999)).await;
+        settle().await;
+        assert!(!shutdown.is_triggered(), "still within the drain delay");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        assert!(
+            shutdown.is_triggered(),
+            "the stop comes once the delay has passed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_delay_the_stop_comes_with_the_signal() {
+        let shutdown = Shutdown::new();
+        let _guard = shutdown.trigger_on(std::future::ready(()), || {});
+        settle().await;
+        assert!(shutdown.is_triggered());
     }
 }

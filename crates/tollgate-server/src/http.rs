@@ -27,6 +27,9 @@
 //!   descriptor or entry caps is 400 naming the cap (counted in the JSON
 //!   text before the request is built).
 //! * `GET /rlconfig` lists the loaded rules, one line per rule.
+//! * `GET /version` answers the build serving as JSON (`version`,
+//!   `git_hash`, `profile`, `features`), when the state has it
+//!   ([`HttpState::with_build_info`]).
 //! * `GET /metrics` serves [`Metrics`] in the Prometheus text format, when
 //!   the state has them ([`HttpState::with_metrics`]).
 //!
@@ -63,6 +66,7 @@ use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
 use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
 
+use crate::build_info::BuildInfo;
 use crate::engine::EngineError;
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
@@ -74,6 +78,7 @@ pub struct HttpState<C: Clock> {
     ready: Arc<AtomicBool>,
     metrics: Option<Arc<Metrics>>,
     caps: RequestCaps,
+    build: Option<BuildInfo>,
 }
 
 impl<C: Clock> Clone for HttpState<C> {
@@ -84,6 +89,7 @@ impl<C: Clock> Clone for HttpState<C> {
             ready: Arc::clone(&self.ready),
             metrics: self.metrics.clone(),
             caps: self.caps,
+            build: self.build.clone(),
         }
     }
 }
@@ -101,6 +107,7 @@ impl<C: Clock> HttpState<C> {
             ready,
             metrics: None,
             caps: RequestCaps::default(),
+            build: None,
         }
     }
 
@@ -108,6 +115,13 @@ impl<C: Clock> HttpState<C> {
     #[must_use]
     pub fn with_caps(mut self, caps: RequestCaps) -> Self {
         self.caps = caps;
+        self
+    }
+
+    /// This state, answering `build` on `/version`.
+    #[must_use]
+    pub fn with_build_info(mut self, build: BuildInfo) -> Self {
+        self.build = Some(build);
         self
     }
 
@@ -130,6 +144,7 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .route("/readyz", get(readyz::<C>))
         .route("/rlconfig", get(rlconfig::<C>))
         .route("/metrics", get(metrics_endpoint::<C>))
+        .route("/version", get(version::<C>))
         .layer(body_limit)
         .with_state(state)
 }
@@ -481,6 +496,13 @@ async fn readyz<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Respon
             .into_response();
     }
     (StatusCode::OK, "ready").into_response()
+}
+
+async fn version<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
+    match &state.build {
+        Some(build) => json_response(StatusCode::OK, build),
+        None => (StatusCode::NOT_FOUND, "build info is not set").into_response(),
+    }
 }
 
 async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {

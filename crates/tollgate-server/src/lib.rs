@@ -11,11 +11,13 @@
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
 //! [`store`] keeps counters in Redis; [`bounds`] exports every memory and
-//! connection bound as gauges. This crate knows nothing of the proxy.
+//! connection bound as gauges; [`build_info`] says what build serves. This
+//! crate knows nothing of the proxy.
 
 #![forbid(unsafe_code)]
 
 pub mod bounds;
+pub mod build_info;
 pub mod engine;
 pub mod grpc;
 pub mod http;
@@ -24,5 +26,6 @@ pub mod metrics;
 pub mod reload;
 pub mod store;
 
+pub use build_info::BuildInfo;
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use reload::{LiveEngine, ReloadError, ReloadOutcome};

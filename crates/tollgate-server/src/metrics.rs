@@ -22,7 +22,9 @@
 //! The request caps are gauges of their setting
 //! ([`Metrics::with_request_caps`]): `ratelimit_request_max_descriptors`,
 //! `ratelimit_request_max_descriptor_entries` and
-//! `ratelimit_request_max_bytes`.
+//! `ratelimit_request_max_bytes`. `tollgate_build_info` is 1, labelled
+//! with the build's version, git hash, profile and features
+//! ([`Metrics::with_build_info`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ use prometheus_client::registry::Registry;
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
+use crate::build_info::BuildInfo;
 use crate::metric_key::MetricKeys;
 use crate::reload::LiveEngine;
 use tollgate_protocol::rls::RequestCaps;
@@ -317,6 +320,24 @@ impl Metrics {
             gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
             self.registry.register(name, help, gauge);
         }
+        self
+    }
+
+    /// These metrics with the gauge `tollgate_build_info`, 1, labelled with `build`'s version, git hash, profile and features.
+    #[must_use]
+    pub fn with_build_info(mut self, build: &BuildInfo) -> Self {
+        let family = Family::<Vec<(&'static str, String)>, Gauge<i64>>::default();
+        let labels = build
+            .labels()
+            .iter()
+            .map(|(name, value)| (*name, (*value).to_owned()))
+            .collect();
+        family.get_or_create(&labels).set(1);
+        self.registry.register(
+            "tollgate_build_info",
+            "The build serving: always 1, labelled with version, git_hash, profile and features",
+            family,
+        );
         self
     }
 

@@ -2,8 +2,9 @@
 //!
 //! The kit runs the real parts: `redis-server` nodes and clusters
 //! ([`redis`], [`redis_cluster`]), the `tollgate` binary as a child process
-//! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]), a loopback
-//! upstream ([`upstream`]). Around them it gives scratch directories
+//! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]) on the
+//! repository's example bootstraps ([`bootstrap`]), a loopback upstream
+//! ([`upstream`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
 //! clock ([`budget`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
@@ -13,6 +14,7 @@
 //! of a shipped crate.
 
 pub mod async_http;
+pub mod bootstrap;
 pub mod budget;
 pub mod envoy;
 pub mod http;

@@ -125,6 +125,35 @@ impl Server {
         Server::spawn(&args)
     }
 
+    /// `tollgate serve` on the repository's `examples/limits`, in memory, on
+    /// ephemeral loopback ports, plus `extra` flags, with the variables `env` set.
+    #[must_use]
+    pub fn example_limits(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/limits");
+        let mut args = vec!["serve", "--config", config];
+        args.extend_from_slice(&EPHEMERAL_ADDRS);
+        args.extend_from_slice(extra);
+        Server::spawn_with_env(&args, env)
+    }
+
+    /// The HTTP API's address from the `http listening on ADDR` line, waiting at most [`BUDGET`] per line.
+    #[must_use]
+    pub fn http_address(&self) -> SocketAddr {
+        let addr = self.line_after("http listening on ");
+        addr.parse()
+            .unwrap_or_else(|error| panic!("`http listening on {addr}`: {error}"))
+    }
+
+    /// Sends SIGTERM to the child (with `kill`), as Kubernetes does to stop a pod.
+    pub fn terminate(&self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", pid.as_str()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {pid}");
+    }
+
     /// The address from the `listening on ADDR` line, waiting at most [`BUDGET`].
     #[must_use]
     pub fn address(&self) -> String {

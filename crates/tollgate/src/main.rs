@@ -11,16 +11,22 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod check;
+mod generate;
 mod lab;
 mod limits_args;
 mod proxy;
 mod serve;
 mod simulate;
 mod validate;
+mod version;
+
+#[cfg(test)]
+#[path = "../build/git.rs"]
+mod build_git;
 
 /// Rate limiting for service meshes and API gateways.
 #[derive(Parser, Debug)]
-#[command(name = "tollgate", version, about, propagate_version = true)]
+#[command(name = "tollgate", version = version::VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,6 +50,10 @@ enum Command {
     Lab(lab::LabArgs),
     /// Run the HTTP sidecar / edge proxy: Envoy local_ratelimit semantics, Istio EnvoyFilters, the global RLS.
     Proxy(proxy::ProxyArgs),
+    /// Write the completion script for a shell on stdout (bash, zsh, fish, elvish, powershell).
+    Completions(generate::CompletionsArgs),
+    /// Write the man page of `tollgate` (or of one subcommand) on stdout, in roff.
+    Man(generate::ManArgs),
 }
 
 /// The exit code of `tollgate check` when the answer is OVER_LIMIT.
@@ -90,6 +100,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Proxy(args) => proxy::run(args),
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -211,6 +211,18 @@ pub struct ServeArgs {
         value_parser = parse_timeout
     )]
     pub request_headers_timeout: Duration,
+    /// How long, after SIGTERM or Ctrl-C, `/readyz` answers 503 while both
+    /// listeners still accept and serve, before they close and the calls in
+    /// flight drain: the time a load balancer or Kubernetes takes to stop
+    /// sending new connections (0s closes at once).
+    #[arg(
+        long,
+        env = "TOLLGATE_DRAIN_DELAY",
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = tollgate_core::duration::parse_duration
+    )]
+    pub drain_delay: Duration,
 }
 
 /// The connections each listener keeps open unless configured otherwise (the proxy's default).
@@ -561,6 +573,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
             connection_limit: Some(ConnectionLimit::new(args.max_connections)),
             request_headers_timeout: args.request_headers_timeout,
         },
+        drain_delay: args.drain_delay,
     };
     let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
@@ -575,7 +588,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
-    let metrics = Arc::new(metrics);
+    let metrics = Arc::new(metrics.with_build_info(&crate::version::build_info()));
     runtime.block_on(serve(
         settings.grpc_addr,
         settings.http_addr,
@@ -587,12 +600,14 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     ))
 }
 
-/// What each listener allows its clients.
+/// What each listener allows its clients, and how long both keep serving after a shutdown signal.
 struct Listeners {
     /// The gRPC listener's connection limit.
     grpc: Arc<ConnectionLimit>,
     /// The HTTP listener's connection limit and request-head timeout.
     http: HttpLimits,
+    /// How long `/readyz` fails while both listeners still serve, after a signal.
+    drain_delay: Duration,
 }
 
 impl Listeners {
@@ -637,6 +652,7 @@ async fn serve(
         max_descriptor_entries = caps.max_descriptor_entries,
         max_request_bytes = caps.max_message_bytes,
         max_connections = limits.grpc.max(),
+        drain_delay = ?limits.drain_delay,
         "gRPC rate limit service listening"
     );
     let http_listener = TcpListener::bind(http_addr)
@@ -657,20 +673,24 @@ async fn serve(
         .and_then(|()| stdout.flush());
     drop(stdout);
 
-    // One signal stops both servers; /readyz turns 503 as soon as it arrives.
+    // One signal stops both servers: /readyz turns 503 as soon as it
+    // arrives, and the listeners close once the drain delay has passed.
     let ready = Arc::new(AtomicBool::new(true));
     let shutdown = Shutdown::new();
     let _signal = {
         let ready = Arc::clone(&ready);
-        shutdown.trigger_on(shutdown_signal(), move || {
-            ready.store(false, Ordering::Release);
-        })
+        shutdown.trigger_after(
+            shutdown_signal(),
+            move || ready.store(false, Ordering::Release),
+            limits.drain_delay,
+        )
     };
 
     let router = http::router(
         http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
             .with_metrics(Arc::clone(&metrics))
-            .with_caps(caps),
+            .with_caps(caps)
+            .with_build_info(crate::version::build_info()),
     );
     let service = grpc::RateLimitGrpc::live(live, headers)
         .with_metrics(metrics)

@@ -5,11 +5,11 @@
 //!
 //! Everything listens on 127.0.0.1 and every wait is bounded.
 
-use std::fs;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
+use tollgate_testkit::bootstrap::{Bootstrap, repository_file};
 use tollgate_testkit::envoy::{ENVOY_VERSION, Envoy as EnvoyProcess, envoy_binary};
 use tollgate_testkit::http::{Response, try_get};
 use tollgate_testkit::ports::free_port;
@@ -18,27 +18,14 @@ use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::LoggedChild;
 use tollgate_testkit::upstream::Upstream;
 
-const DOMAIN: &str = "tollgate-e2e";
+/// The domain of `examples/envoy/limits`, which `examples/envoy/global.yaml` asks for.
+const DOMAIN: &str = "demo";
 
-/// The limits Envoy's descriptors meet: 3 per minute per user (the
-/// `generic_key` + `request_headers` descriptor) and a generous per-address
-/// limit (the `remote_address` descriptor) that is never the tightest.
-const LIMITS: &str = "\
-domain: tollgate-e2e
-descriptors:
-  - key: generic_key
-    value: e2e
-    descriptors:
-      - key: user
-        rate_limit:
-          name: per-user
-          unit: minute
-          requests_per_unit: 3
-  - key: remote_address
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000
-";
+/// The limits Envoy's descriptors meet (`examples/envoy/limits`): 3 per
+/// minute per user (the `generic_key` + `request_headers` descriptor) and a
+/// generous per-address limit (the `remote_address` descriptor) that is
+/// never the tightest.
+const LIMITS: &str = "examples/envoy/limits";
 
 /// A running Envoy with its two listeners' ports and its log.
 struct Envoy {
@@ -61,112 +48,24 @@ impl Envoy {
     }
 }
 
-/// One listener of the bootstrap: the HTTP connection manager with the
-/// global rate limit filter and the route's `rate_limits` actions.
-fn listener_yaml(name: &str, port: u16, failure_mode_deny: bool) -> String {
-    format!(
-        r#"
-  - name: {name}
-    address:
-      socket_address: {{ address: 127.0.0.1, port_value: {port} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {name}
-          use_remote_address: true
-          route_config:
-            name: {name}_routes
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route:
-                  cluster: upstream
-                  rate_limits:
-                  - actions:
-                    - generic_key: {{ descriptor_value: e2e }}
-                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
-                  - actions:
-                    - remote_address: {{}}
-          http_filters:
-          - name: envoy.filters.http.ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-              domain: {DOMAIN}
-              timeout: 2s
-              failure_mode_deny: {failure_mode_deny}
-              enable_x_ratelimit_headers: DRAFT_VERSION_03
-              enable_retry_after_header: true
-              rate_limit_service:
-                transport_api_version: V3
-                grpc_service:
-                  envoy_grpc: {{ cluster_name: tollgate }}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"#
-    )
-}
-
-/// The whole bootstrap: admin, the two listeners, the upstream and Tollgate clusters.
-fn bootstrap_yaml(
-    admin_port: u16,
-    allow_port: u16,
-    deny_port: u16,
-    upstream: SocketAddr,
-    tollgate: SocketAddr,
-) -> String {
-    format!(
-        r#"admin:
-  address:
-    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
-static_resources:
-  listeners:{allow}{deny}
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{ address: 127.0.0.1, port_value: {upstream_port} }}
-  - name: tollgate
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {{}}
-    load_assignment:
-      cluster_name: tollgate
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {{ address: 127.0.0.1, port_value: {tollgate_port} }}
-"#,
-        allow = listener_yaml("allow", allow_port, false),
-        deny = listener_yaml("deny", deny_port, true),
-        upstream_port = upstream.port(),
-        tollgate_port = tollgate.port(),
-    )
-}
-
-/// Starts Envoy with [`bootstrap_yaml`]'s two listeners on free ports, in
-/// front of `upstream` and asking `tollgate`, and waits (bounded) until its
-/// admin `/ready` says LIVE.
+/// Starts Envoy on `examples/envoy/global.yaml` in front of `upstream`,
+/// asking `tollgate`, with free ports put in and a second, fail-closed
+/// listener (the example's with `failure_mode_deny: true`), and waits
+/// (bounded) until its admin `/ready` says LIVE.
 fn start_envoy(binary: &Path, dir: &Path, upstream: SocketAddr, tollgate: SocketAddr) -> Envoy {
     let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
-    let bootstrap = bootstrap_yaml(admin_port, allow_port, deny_port, upstream, tollgate);
+    let mut bootstrap = Bootstrap::example("examples/envoy/global.yaml");
+    bootstrap
+        .set_admin_port(admin_port)
+        .set_cluster_port("backend", upstream.port())
+        .set_cluster_port("tollgate", tollgate.port())
+        .set_listener("ingress", allow_port);
+    bootstrap.copy_listener("ingress", "deny", deny_port);
+    let filter = bootstrap.http_filter("deny", "envoy.filters.http.ratelimit");
+    assert_eq!(filter["failure_mode_deny"], false, "the example fails open");
+    filter["failure_mode_deny"] = true.into();
     Envoy {
-        process: EnvoyProcess::start(binary, dir, &bootstrap, admin_port),
+        process: EnvoyProcess::start(binary, dir, &bootstrap.text(), admin_port),
         allow_port,
         deny_port,
     }
@@ -207,9 +106,7 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
     );
 
     let dir = TempDir::new("envoy-e2e");
-    let limits = dir.0.join("limits");
-    fs::create_dir_all(&limits).expect("the limits directory is created");
-    fs::write(limits.join("e2e.yaml"), LIMITS).expect("the limits file is written");
+    let limits = repository_file(LIMITS);
 
     let upstream = Upstream::spawn();
     let mut tollgate = LoggedChild::serve(&limits, dir.0.join("tollgate.log"));
@@ -297,10 +194,10 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
 }
 
 /// `tollgate proxy`'s global rate limit with the route actions and filter
-/// fields of [`listener_yaml`]'s allow listener, asking `rls`.
+/// fields of `examples/envoy/global.yaml`, asking `rls`.
 fn proxy_yaml(upstream: SocketAddr, rls: SocketAddr) -> String {
     format!(
-        "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nglobal_ratelimit:\n  domain: {DOMAIN}\n  rate_limit_service: {{address: \"{rls}\"}}\n  timeout: 2s\n  failure_mode_deny: false\n  enable_x_ratelimit_headers: DRAFT_VERSION_03\n  enable_retry_after_header: true\nclusters:\n  - name: upstream\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: all\n    cluster: upstream\n    rate_limits:\n      - actions:\n          - generic_key: {{descriptor_value: e2e}}\n          - request_headers: {{header_name: x-user, descriptor_key: user}}\n      - actions:\n          - remote_address: {{}}\n"
+        "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nglobal_ratelimit:\n  domain: {DOMAIN}\n  rate_limit_service: {{address: \"{rls}\"}}\n  timeout: 2s\n  failure_mode_deny: false\n  enable_x_ratelimit_headers: DRAFT_VERSION_03\n  enable_retry_after_header: true\nclusters:\n  - name: upstream\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: all\n    cluster: upstream\n    rate_limits:\n      - actions:\n          - generic_key: {{descriptor_value: demo}}\n          - request_headers: {{header_name: x-user, descriptor_key: user}}\n      - actions:\n          - remote_address: {{}}\n"
     )
 }
 
@@ -355,7 +252,7 @@ fn ratelimit_t(field: &str) -> u64 {
 fn envoy_and_the_proxy_pass_on_the_services_ietf_fields_and_one_retry_after() {
     let envoy_binary = envoy_binary();
     let dir = TempDir::new("envoy-proxy-ietf");
-    let limits = dir.write("limits.yaml", LIMITS);
+    let limits = repository_file(LIMITS);
     let upstream = Upstream::spawn();
     let mut serve = tollgate_testkit::tollgate::tollgate(&["serve", "--config"]);
     serve

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 
+use tollgate_testkit::bootstrap::{Bootstrap, yaml_value};
 use tollgate_testkit::envoy::{Envoy, envoy_binary};
 use tollgate_testkit::http::{Connection, Response};
 use tollgate_testkit::ports::free_port;
@@ -160,51 +161,22 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn indent(text: &str, spaces: usize) -> String {
-    let pad = " ".repeat(spaces);
-    text.lines().map(|l| format!("{pad}{l}\n")).collect()
-}
-
+/// `examples/envoy/local.yaml` with one listener per case in place of the
+/// example's: the example's listener, its `local_ratelimit` fields replaced
+/// by the case's.
 fn bootstrap(admin_port: u16, upstream: SocketAddr, listeners: &[(String, u16, String)]) -> String {
-    let mut out = format!(
-        "admin:\n  address:\n    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}\nstatic_resources:\n  listeners:\n"
-    );
+    let mut bootstrap = Bootstrap::example("examples/envoy/local.yaml");
+    bootstrap
+        .set_admin_port(admin_port)
+        .set_cluster_port("backend", upstream.port());
     for (name, port, config) in listeners {
-        out.push_str(&format!(
-            r#"  - name: {name}
-    address:
-      socket_address: {{ address: 127.0.0.1, port_value: {port} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {name}
-          use_remote_address: true
-          route_config:
-            name: {name}_routes
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: upstream }}
-          http_filters:
-          - name: envoy.filters.http.local_ratelimit
-            typed_config:
-              "@type": {LOCAL_RATELIMIT_TYPE}
-{config}          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"#,
-            config = indent(config, 14)
-        ));
+        bootstrap.copy_listener("ingress", name, *port);
+        let mut fields = yaml_value(config);
+        fields["@type"] = LOCAL_RATELIMIT_TYPE.into();
+        *bootstrap.http_filter(name, "envoy.filters.http.local_ratelimit") = fields;
     }
-    out.push_str(&format!(
-        "  clusters:\n  - name: upstream\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: upstream\n      endpoints:\n      - lb_endpoints:\n        - endpoint:\n            address:\n              socket_address: {{ address: 127.0.0.1, port_value: {} }}\n",
-        upstream.port()
-    ));
-    out
+    bootstrap.remove_listener("ingress");
+    bootstrap.text()
 }
 
 /// What the comparison looks at: status, body, and the rate-limit headers.

@@ -1,0 +1,291 @@
+"""The deployment files validate and agree with each other and with `tollgate serve`.
+
+* Every Kubernetes manifest of deploy/kubernetes and deploy/istio validates
+  against the Kubernetes OpenAPI schemas (kubernetes-validate, offline),
+  strictly (no unknown fields), for the oldest and newest versions it knows.
+* The Dockerfile's runtime stage holds the one binary, runs as the same
+  non-root user as the Deployment, exposes serve's default ports, and has no
+  HEALTHCHECK; its build stage runs scripts/build-release.sh, a cargo
+  release build with the locked dependencies.
+* The Helm chart's values are the plain manifests' defaults, and every
+  `.Values` path its templates use exists. The chart is not rendered here:
+  no registry this project reaches ships the `helm` binary.
+
+Run by scripts/test.sh as `.venv/bin/python -m unittest discover -s tests/deploy`;
+TOLLGATE_BIN names the `tollgate` binary (default target/debug/tollgate).
+"""
+
+import os
+import re
+import subprocess
+import unittest
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+from dockerfile_parse import DockerfileParser
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBERNETES = ROOT / "deploy" / "kubernetes"
+ISTIO = ROOT / "deploy" / "istio"
+CHART = ROOT / "deploy" / "helm" / "tollgate"
+# The oldest and newest Kubernetes versions kubernetes-validate has schemas for.
+VERSIONS = ["1.25.0", kubernetes_validate.latest_version()]
+
+
+def documents(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d is not None]
+
+
+def kubernetes_files():
+    """Every manifest of the plain set and the Istio examples, but kustomizations."""
+    for base in (KUBERNETES, ISTIO):
+        for path in sorted(base.rglob("*.yaml")):
+            if path.name != "kustomization.yaml":
+                yield path
+
+
+def by_kind(kind, base=KUBERNETES):
+    found = [
+        d
+        for path in sorted(base.rglob("*.yaml"))
+        for d in documents(path)
+        if d.get("kind") == kind
+    ]
+    assert len(found) >= 1, f"no {kind} under {base}"
+    return found
+
+
+def tollgate_deployment():
+    return next(d for d in by_kind("Deployment") if d["metadata"]["name"] == "tollgate")
+
+
+def serve_default_ports():
+    """The gRPC and HTTP ports `tollgate serve --help` gives as defaults."""
+    binary = os.environ.get("TOLLGATE_BIN", str(ROOT / "target" / "debug" / "tollgate"))
+    text = subprocess.run(
+        [binary, "serve", "--help"], check=True, capture_output=True, text=True
+    ).stdout
+    grpc = re.search(r"--grpc-addr <ADDR>.*?\[default: [\d.]+:(\d+)\]", text, re.S)
+    http = re.search(r"--http-addr <ADDR>.*?\[default: [\d.]+:(\d+)\]", text, re.S)
+    assert grpc and http, text
+    return {"grpc": int(grpc.group(1)), "http": int(http.group(1))}
+
+
+def flag(args, name):
+    """The value of `--name=VALUE` in a container's args."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+    assert len(values) == 1, (name, args)
+    return values[0]
+
+
+def seconds(duration):
+    match = re.fullmatch(r"(\d+)s", duration)
+    assert match, duration
+    return int(match.group(1))
+
+
+class Manifests(unittest.TestCase):
+    def test_every_manifest_validates_against_the_kubernetes_schemas(self):
+        checked = 0
+        for path in kubernetes_files():
+            for document in documents(path):
+                if document["apiVersion"].startswith("networking.istio.io/"):
+                    continue  # a custom resource: EnvoyFilters are checked below
+                for version in VERSIONS:
+                    with self.subTest(path=str(path.relative_to(ROOT)), kind=document["kind"], version=version):
+                        kubernetes_validate.validate(document, version, strict=True)
+                checked += 1
+        self.assertGreaterEqual(checked, 7)
+
+    def test_a_broken_manifest_is_refused(self):
+        # The check above can fail: an unknown field and a wrong type are errors.
+        deployment = tollgate_deployment()
+        broken = yaml.safe_load(yaml.safe_dump(deployment))
+        broken["spec"]["replica"] = 2
+        with self.assertRaises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, VERSIONS[-1], strict=True)
+        broken = yaml.safe_load(yaml.safe_dump(deployment))
+        broken["spec"]["replicas"] = "two"
+        with self.assertRaises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, VERSIONS[-1], strict=True)
+
+    def test_each_kustomization_lists_what_exists(self):
+        for path in sorted(ROOT.joinpath("deploy").rglob("kustomization.yaml")):
+            with self.subTest(path=str(path.relative_to(ROOT))):
+                for resource in documents(path)[0]["resources"]:
+                    self.assertTrue((path.parent / resource).exists(), resource)
+        listed = set(documents(KUBERNETES / "kustomization.yaml")[0]["resources"])
+        present = {p.name for p in kubernetes_files() if p.parent == KUBERNETES}
+        self.assertEqual(listed, present)
+
+    def test_the_deployment_probes_drains_and_serves_on_serves_default_ports(self):
+        deployment = tollgate_deployment()
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        self.assertEqual(ports, serve_default_ports())
+        args = container["args"]
+        self.assertEqual(flag(args, "grpc-addr"), f"0.0.0.0:{ports['grpc']}")
+        self.assertEqual(flag(args, "http-addr"), f"0.0.0.0:{ports['http']}")
+        self.assertEqual(container["livenessProbe"]["httpGet"], {"path": "/healthz", "port": "http"})
+        self.assertEqual(container["readinessProbe"]["httpGet"], {"path": "/readyz", "port": "http"})
+        # The kubelet sees /readyz fail within the drain delay, and the grace
+        # period covers the delay plus the drain of the calls in flight.
+        drain = seconds(flag(args, "drain-delay"))
+        readiness = container["readinessProbe"]
+        self.assertLess(readiness["periodSeconds"] * readiness["failureThreshold"], drain)
+        self.assertGreaterEqual(pod["terminationGracePeriodSeconds"], drain + 20)
+        self.assertNotIn("lifecycle", container, "the drain delay is the binary's; no preStop")
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertEqual(flag(args, "expected-instances"), str(deployment["spec"]["replicas"]))
+        self.assertTrue(flag(args, "store").startswith("redis://redis.tollgate.svc"))
+        self.assertIn("memory", container["resources"]["limits"])
+
+    def test_the_service_and_the_budget_select_the_pods(self):
+        deployment = tollgate_deployment()
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
+        self.assertLessEqual(service["spec"]["selector"].items(), labels.items())
+        names = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
+        self.assertEqual(names, {"grpc": "grpc", "http": "http", "metrics": "http"})
+        budget = by_kind("PodDisruptionBudget")[0]
+        self.assertLessEqual(budget["spec"]["selector"]["matchLabels"].items(), labels.items())
+        self.assertLess(budget["spec"]["minAvailable"], deployment["spec"]["replicas"])
+
+
+class Istio(unittest.TestCase):
+    def filters(self):
+        paths = list(ISTIO.rglob("*.yaml")) + list((ROOT / "examples" / "istio").glob("*.yaml"))
+        return [d for p in paths for d in documents(p) if d.get("kind") == "EnvoyFilter"]
+
+    def test_envoyfilters_are_well_formed(self):
+        filters = self.filters()
+        self.assertGreaterEqual(len(filters), 4)
+        for envoy_filter in filters:
+            with self.subTest(name=envoy_filter["metadata"]["name"]):
+                self.assertEqual(envoy_filter["apiVersion"], "networking.istio.io/v1alpha3")
+                for patch in envoy_filter["spec"]["configPatches"]:
+                    self.assertIn(patch["applyTo"], {"HTTP_FILTER", "VIRTUAL_HOST"})
+                    self.assertIn(patch["patch"]["operation"], {"INSERT_BEFORE", "MERGE"})
+                    self.assertEqual(patch["match"]["context"], "SIDECAR_INBOUND")
+
+    def test_the_global_filter_asks_the_tollgate_service(self):
+        service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
+        grpc = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc")
+        host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
+        ratelimit = [
+            patch["patch"]["value"]
+            for f in self.filters()
+            for patch in f["spec"]["configPatches"]
+            if patch["patch"]["value"].get("name") == "envoy.filters.http.ratelimit"
+        ]
+        self.assertEqual(len(ratelimit), 1)
+        envoy_grpc = ratelimit[0]["typed_config"]["rate_limit_service"]["grpc_service"]["envoy_grpc"]
+        self.assertEqual(envoy_grpc["cluster_name"], f"outbound|{grpc}||{host}")
+        self.assertEqual(envoy_grpc["authority"], host)
+        self.assertEqual(ratelimit[0]["typed_config"]["domain"], "edge")
+
+
+class Image(unittest.TestCase):
+    def setUp(self):
+        self.parser = DockerfileParser(path=str(ROOT / "Dockerfile"))
+        self.stages = []
+        for instruction in self.parser.structure:
+            if instruction["instruction"] == "FROM":
+                self.stages.append([])
+            if self.stages:
+                self.stages[-1].append(instruction)
+
+    def instructions(self, stage, name):
+        return [i["value"] for i in stage if i["instruction"] == name]
+
+    def test_the_runtime_stage_is_one_binary_a_non_root_user_and_serves_ports(self):
+        self.assertEqual(len(self.stages), 2)
+        runtime = self.stages[-1]
+        self.assertIn("distroless", self.instructions(runtime, "FROM")[0])
+        self.assertEqual(
+            self.instructions(runtime, "COPY"), ["--from=build /out/tollgate /usr/local/bin/tollgate"]
+        )
+        self.assertEqual(self.instructions(runtime, "ENTRYPOINT"), ['["/usr/local/bin/tollgate"]'])
+        self.assertNotIn("HEALTHCHECK", [i["instruction"] for i in self.parser.structure])
+        self.assertNotIn("RUN", [i["instruction"] for i in runtime], "no shell in the runtime image")
+        user = self.instructions(runtime, "USER")
+        self.assertEqual(len(user), 1)
+        uid, _, gid = user[0].partition(":")
+        self.assertNotIn(uid, {"0", "root"})
+        pod = tollgate_deployment()["spec"]["template"]["spec"]["securityContext"]
+        self.assertEqual((int(uid), int(gid)), (pod["runAsUser"], pod["runAsGroup"]))
+        exposed = {int(p) for v in self.instructions(runtime, "EXPOSE") for p in v.split()}
+        self.assertEqual(exposed, set(serve_default_ports().values()))
+        cmd = self.instructions(runtime, "CMD")[0]
+        for port in exposed:
+            self.assertIn(f"0.0.0.0:{port}", cmd)
+
+    def test_the_build_stage_runs_the_release_script_with_locked_dependencies(self):
+        build = self.stages[0]
+        self.assertIn("AS build", self.instructions(build, "FROM")[0])
+        self.assertEqual(self.instructions(build, "RUN"), ["scripts/build-release.sh /out/tollgate"])
+        script = ROOT / "scripts" / "build-release.sh"
+        subprocess.run(["bash", "-n", str(script)], check=True)
+        cargo = [l.strip() for l in script.read_text().splitlines() if l.strip().startswith("cargo ")]
+        self.assertEqual(cargo, ["cargo build --release --locked -p tollgate --bin tollgate"])
+        ignored = (ROOT / ".dockerignore").read_text().split()
+        for needed in ("Cargo.lock", "crates/", "scripts/"):
+            self.assertNotIn(needed, ignored)
+        self.assertIn("target/", ignored)
+
+
+class Chart(unittest.TestCase):
+    def setUp(self):
+        self.values = documents(CHART / "values.yaml")[0]
+
+    def test_the_charts_defaults_are_the_plain_manifests(self):
+        deployment = tollgate_deployment()
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        image = f"{self.values['image']['repository']}:{self.values['image']['tag']}"
+        self.assertEqual(image, container["image"])
+        self.assertEqual(self.values["replicas"], deployment["spec"]["replicas"])
+        self.assertEqual(
+            {k: v for k, v in self.values["ports"].items() if k != "metrics"},
+            {p["name"]: p["containerPort"] for p in container["ports"]},
+        )
+        service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
+        metrics = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "metrics")
+        self.assertEqual(self.values["ports"]["metrics"], metrics)
+        self.assertEqual(self.values["drainDelay"], flag(container["args"], "drain-delay"))
+        self.assertEqual(self.values["logFormat"], flag(container["args"], "log-format"))
+        self.assertEqual(
+            str(self.values["expectedInstances"]), flag(container["args"], "expected-instances")
+        )
+        self.assertEqual(self.values["terminationGracePeriodSeconds"], pod["terminationGracePeriodSeconds"])
+        self.assertEqual(self.values["resources"], container["resources"])
+        budget = by_kind("PodDisruptionBudget")[0]
+        self.assertEqual(self.values["podDisruptionBudget"]["minAvailable"], budget["spec"]["minAvailable"])
+        redis = next(d for d in by_kind("Deployment") if d["metadata"]["name"] == "redis")
+        self.assertEqual(self.values["redis"]["image"], redis["spec"]["template"]["spec"]["containers"][0]["image"])
+        configmap = by_kind("ConfigMap")[0]
+        self.assertEqual(self.values["limits"], configmap["data"])
+        shipped = (ROOT / "examples" / "limits" / "example.yaml").read_text()
+        self.assertEqual(self.values["limits"]["example.yaml"], shipped)
+
+    def test_every_value_a_template_uses_exists(self):
+        used = set()
+        for template in (CHART / "templates").iterdir():
+            used |= set(re.findall(r"\.Values((?:\.[A-Za-z]+)+)", template.read_text()))
+        self.assertGreaterEqual(len(used), 10)
+        for path in sorted(used):
+            node = self.values
+            for key in path.strip(".").split("."):
+                with self.subTest(value=path):
+                    self.assertIn(key, node)
+                node = node[key]
+        chart = documents(CHART / "Chart.yaml")[0]
+        self.assertEqual(chart["apiVersion"], "v2")
+        self.assertEqual(chart["appVersion"], self.values["image"]["tag"])
+
+
+if __name__ == "__main__":
+    unittest.main()
