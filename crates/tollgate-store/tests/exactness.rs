@@ -53,7 +53,18 @@ fn hammer(store: &MemoryStore, keys: u64, checks: u64, sweeper: bool) -> Vec<u64
         let checkers: Vec<_> = (0..THREADS as u64)
             .map(|thread| {
                 let admitted = &admitted;
+                let sweeps = &sweeps;
                 s.spawn(move || {
+                    // With a sweeper, start once it has swept: on a loaded
+                    // machine it might otherwise be scheduled only after the
+                    // checkers are done, and no rebuild would race them.
+                    // Bounded in count, like the sweeper.
+                    for _ in 0..10_000_000 {
+                        if !sweeper || sweeps.load(Ordering::Relaxed) > 0 {
+                            break;
+                        }
+                        std::thread::yield_now();
+                    }
                     for i in 0..checks {
                         // Threads walk the keys with different strides.
                         let key = (i * (2 * thread + 1) + thread * 7) % keys;
