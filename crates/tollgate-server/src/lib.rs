@@ -18,6 +18,8 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod reload;
+pub mod rule_stats;
+pub mod statsd;
 pub mod store;
 
 pub use engine::{Engine, EngineError, EngineOptions};
