@@ -16,6 +16,8 @@ mod limits_args;
 mod proxy;
 mod serve;
 mod simulate;
+mod upstream_env;
+mod upstream_redis;
 mod validate;
 
 /// Rate limiting for service meshes and API gateways.
