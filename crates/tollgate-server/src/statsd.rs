@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn lines_pack_into_bounded_datagrams() {
-        let lines: Vec<String> = (0..100).map(|i| format!("a.b.c{i}:1|c")).collect();
+        let lines: Vec<String> = (0..300).map(|i| format!("a.b.c{i}:1|c")).collect();
         let packed = datagrams(&lines);
         assert!(packed.len() > 1);
         assert!(packed.iter().all(|d| d.len() <= MAX_DATAGRAM));

@@ -922,8 +922,11 @@ mod tests {
         }
     }
 
+    /// The variables of one honoured case and the check of the setting they change.
+    type HonouredCase = (Vec<(&'static str, &'static str)>, fn(&Settings) -> bool);
+
     /// The setting each honoured variable changes, checked on `Settings`.
-    fn honoured_case(name: &str) -> (Vec<(&'static str, &'static str)>, fn(&Settings) -> bool) {
+    fn honoured_case(name: &str) -> HonouredCase {
         match name {
             "HOST" => (vec![("HOST", "::")], |s| s.http_addr == addr("[::]:8080")),
             "PORT" => (vec![("PORT", "9")], |s| s.http_addr == addr("0.0.0.0:9")),

@@ -94,6 +94,7 @@ fn is_wait(value: &str) -> bool {
 }
 
 const NO_POOL: &str = "Tollgate multiplexes every call on one connection per Redis node and pipelines concurrent calls, so there is no pool to size or window to set";
+const NO_STARTUP_RETRY: &str = "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it";
 const CONFIG_FEATURE: &str = "not supported yet (issue 13's config features)";
 
 /// Every single upstream variable and what Tollgate does with it.
@@ -221,18 +222,9 @@ pub const VARIABLES: &[Variable] = &[
     ),
     no_effect("REDIS_CLUSTER_PIPELINE_PARALLELISM", "1", NO_POOL),
     refused_when_true("REDIS_PERSECOND", "Tollgate keeps every limit in one store"),
-    refused_when_set(
-        "REDIS_STARTUP_INITIAL_INTERVAL",
-        "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it",
-    ),
-    refused_when_set(
-        "REDIS_STARTUP_MAX_INTERVAL",
-        "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it",
-    ),
-    refused_when_set(
-        "REDIS_STARTUP_MAX_ELAPSED_TIME",
-        "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it",
-    ),
+    refused_when_set("REDIS_STARTUP_INITIAL_INTERVAL", NO_STARTUP_RETRY),
+    refused_when_set("REDIS_STARTUP_MAX_INTERVAL", NO_STARTUP_RETRY),
+    refused_when_set("REDIS_STARTUP_MAX_ELAPSED_TIME", NO_STARTUP_RETRY),
     no_effect(
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "false",

@@ -47,57 +47,29 @@ fn certificates(dir: &Path) {
             "/CN=tollgate test CA",
         ],
     );
-    openssl(
+    signed(
         dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
+        "server",
+        "/CN=127.0.0.1",
+        "subjectAltName=IP:127.0.0.1",
     );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "1",
-            "-extfile",
-            "san.ext",
-        ],
+    // An extension also makes it a version 3 certificate, which rustls requires.
+    signed(dir, "client", "/CN=tollgate", "extendedKeyUsage=clientAuth");
+}
+
+/// `NAME.key` and `NAME.crt` for `subject` with `extension`, signed by the CA in `dir`.
+fn signed(dir: &Path, name: &str, subject: &str, extension: &str) {
+    let (key, csr, crt, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+        format!("{name}.ext"),
     );
-    // An extension makes it a version 3 certificate, which rustls requires.
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    std::fs::write(dir.join(&ext), format!("{extension}\n")).unwrap();
     openssl(
         dir,
         &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-            "-subj",
-            "/CN=tollgate",
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
         ],
     );
     openssl(
@@ -106,18 +78,18 @@ fn certificates(dir: &Path) {
             "x509",
             "-req",
             "-in",
-            "client.csr",
+            &csr,
             "-CA",
             "ca.crt",
             "-CAkey",
             "ca.key",
             "-CAcreateserial",
             "-out",
-            "client.crt",
+            &crt,
             "-days",
             "1",
             "-extfile",
-            "client.ext",
+            &ext,
         ],
     );
 }

@@ -96,23 +96,26 @@ async fn redis_auth_wrong_stops_start_up_and_right_counts_in_redis() {
     assert_eq!(keys.trim(), "1", "the counter is in the protected Redis");
 }
 
+/// Serves [`LIMITS`] with the store `env` describes and checks that it admits exactly 2 of 5.
+async fn admits_two_of_five(name: &str, env: &[(&str, &str)]) {
+    let scratch = TempDir::new(name);
+    let config = scratch.limits(LIMITS);
+    let server = Server::spawn_with_env(&serve_args(config.to_str().unwrap(), &[]), env);
+    let channel = channel(&server.address()).await;
+    assert_eq!(admitted(&[channel], &request("u", "k", "v"), 5).await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_type_cluster_reads_a_list_of_nodes() {
     let cluster = RedisCluster::start();
-    let nodes = cluster
-        .url()
-        .trim_start_matches("redis-cluster://")
-        .to_owned();
-    let scratch = TempDir::new("cluster-env");
-    let config = scratch.limits(LIMITS);
+    let url = cluster.url();
+    let nodes = url.trim_start_matches("redis-cluster://");
     let env = [
-        ("REDIS_URL", nodes.as_str()),
+        ("REDIS_URL", nodes),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_TYPE", "cluster"),
     ];
-    let server = Server::spawn_with_env(&serve_args(config.to_str().unwrap(), &[]), &env);
-    let channel = channel(&server.address()).await;
-    assert_eq!(admitted(&[channel], &request("u", "k", "v"), 5).await, 2);
+    admits_two_of_five("cluster-env", &env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,16 +123,12 @@ async fn redis_type_sentinel_reads_the_master_name_then_sentinels() {
     let master = RedisServer::start();
     let sentinel = Sentinel::start(&master);
     let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
-    let scratch = TempDir::new("sentinel-env");
-    let config = scratch.limits(LIMITS);
     let env = [
         ("REDIS_URL", url.as_str()),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_TYPE", "sentinel"),
     ];
-    let server = Server::spawn_with_env(&serve_args(config.to_str().unwrap(), &[]), &env);
-    let channel = channel(&server.address()).await;
-    assert_eq!(admitted(&[channel], &request("u", "k", "v"), 5).await, 2);
+    admits_two_of_five("sentinel-env", &env).await;
     assert_eq!(
         master.cli(&["DBSIZE"]).trim(),
         "1",
