@@ -36,6 +36,7 @@ use futures_util::future::try_join_all;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
+pub use redis::{ClientTlsConfig, TlsCertificates};
 use redis::{RedisError, Script};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
@@ -100,8 +101,10 @@ impl std::fmt::Debug for RedisStore {
 pub enum ConnectError {
     /// The URL is not one of the supported forms.
     Target(TargetError),
-    /// The first connection failed.
+    /// The first connection or its first `PING` failed.
     Redis(RedisError),
+    /// The first `PING` got no answer in time.
+    Timeout(Duration),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -109,6 +112,12 @@ impl std::fmt::Display for ConnectError {
         match self {
             ConnectError::Target(e) => e.fmt(f),
             ConnectError::Redis(e) => write!(f, "cannot connect to Redis: {e}"),
+            ConnectError::Timeout(wait) => {
+                write!(
+                    f,
+                    "cannot connect to Redis: no answer to PING within {wait:?}"
+                )
+            }
         }
     }
 }
@@ -128,8 +137,26 @@ impl RedisStore {
 
     /// Connects to a parsed target.
     pub async fn connect_to(target: RedisTarget, timeout: Duration) -> Result<Self, ConnectError> {
+        Self::connect_with_tls(target, timeout, None).await
+    }
+
+    /// Connects to a parsed target, presenting `tls`' client certificate
+    /// and trusting its root certificate (a single node or Sentinel's master
+    /// over `rediss://`).
+    ///
+    /// The first `PING` must succeed: a node that refuses the credentials
+    /// (`NOAUTH`, `WRONGPASS`) fails here, as an unreachable one does, instead
+    /// of failing every call afterwards.
+    pub async fn connect_with_tls(
+        target: RedisTarget,
+        timeout: Duration,
+        tls: Option<TlsCertificates>,
+    ) -> Result<Self, ConnectError> {
         install_tls_provider();
-        let connection = target.connect(timeout).await.map_err(ConnectError::Redis)?;
+        let connection = target
+            .connect(timeout, tls)
+            .await
+            .map_err(ConnectError::Redis)?;
         let store = RedisStore {
             connection,
             script: Script::new(CHECK_SCRIPT),
@@ -137,7 +164,12 @@ impl RedisStore {
             target,
             key_prefix: Arc::from(&[][..]),
         };
-        Ok(store)
+        let wait = target::connect_timeout(timeout);
+        match tokio::time::timeout(wait, store.ping_call()).await {
+            Ok(Ok(())) => Ok(store),
+            Ok(Err(e)) => Err(ConnectError::Redis(e)),
+            Err(_) => Err(ConnectError::Timeout(wait)),
+        }
     }
 
     /// The same store writing every key under `prefix` (before `tg{…}`), sharing the connection.
@@ -325,21 +357,24 @@ impl RedisStore {
 
     /// Sends `PING`; Ok when the store answers within the timeout.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("PING");
-        let call = async {
-            match &self.connection {
-                Connection::Single(c) => cmd.query_async::<String>(&mut c.clone()).await,
-                Connection::Cluster(c) => {
-                    cmd.arg("tollgate");
-                    cmd.query_async::<String>(&mut c.clone()).await
-                }
-            }
-        };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(_)) => Ok(()),
+        match tokio::time::timeout(self.timeout, self.ping_call()).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
             Err(_) => Err(StoreError::Timeout(self.timeout)),
         }
+    }
+
+    /// One `PING` on the connection, without a timeout.
+    async fn ping_call(&self) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("PING");
+        match &self.connection {
+            Connection::Single(c) => cmd.query_async::<String>(&mut c.clone()).await?,
+            Connection::Cluster(c) => {
+                cmd.arg("tollgate");
+                cmd.query_async::<String>(&mut c.clone()).await?
+            }
+        };
+        Ok(())
     }
 
     /// Runs the script on `counters` (all on one node) and appends their decisions.

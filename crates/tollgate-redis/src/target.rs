@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Client, IntoConnectionInfo, RedisResult};
+use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, TlsCertificates};
 
 use crate::Connection;
 
@@ -140,12 +140,24 @@ impl RedisTarget {
     }
 
     /// Opens the multiplexed connection for this target.
-    pub(crate) async fn connect(&self, timeout: Duration) -> RedisResult<Connection> {
-        // Connecting may take longer than one call; never less than a second.
-        let connect_timeout = timeout.max(Duration::from_secs(1));
+    pub(crate) async fn connect(
+        &self,
+        timeout: Duration,
+        tls: Option<TlsCertificates>,
+    ) -> RedisResult<Connection> {
+        let connect_timeout = connect_timeout(timeout);
+        if tls.is_some() && !matches!(self, RedisTarget::Single(_)) {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "client certificates are supported with a single node only",
+            )));
+        }
         match self {
             RedisTarget::Single(url) => {
-                let client = Client::open(url.as_str())?;
+                let client = match tls {
+                    Some(certificates) => Client::build_with_tls(url.as_str(), certificates)?,
+                    None => Client::open(url.as_str())?,
+                };
                 managed(client, connect_timeout).await
             }
             RedisTarget::Cluster { nodes } => {
@@ -177,6 +189,11 @@ impl RedisTarget {
             }
         }
     }
+}
+
+/// How long connecting (and the first `PING`) may take: never less than a second.
+pub(crate) fn connect_timeout(timeout: Duration) -> Duration {
+    timeout.max(Duration::from_secs(1))
 }
 
 /// A connection manager that reconnects by itself, with short backoff.

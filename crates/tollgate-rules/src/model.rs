@@ -225,42 +225,56 @@ impl Rule {
         entries: &[(K, V)],
     ) -> String {
         let mut text = domain.to_owned();
-        let any_shared = (0..entries.len()).any(|i| self.shared_value(i).is_some());
-        for (i, (key, value)) in entries.iter().enumerate() {
-            let (key, value) = (key.as_ref(), value.as_ref());
+        for (key, value) in self.metric_levels(entries) {
             text.push('.');
             text.push_str(key);
-            let written = self.path.get(i).and_then(|(_, v)| v.as_deref());
-            let options = self.levels.get(i).copied().unwrap_or_default();
-            let shown = if let Some(pattern) = self.shared_value(i) {
-                Some(pattern)
-            } else if self.detailed_metric {
-                // Upstream writes `key_` + value even for an empty value, unless
-                // a share_threshold level made it build the key entry by entry.
-                (any_shared && value.is_empty())
-                    .then_some("")
-                    .or(Some(value))
-            } else if written.is_none_or(|w| !w.contains('*')) {
-                // An exact value is the request's; key-only shows it only with value_to_metric.
-                if written.is_some() || options.value_to_metric {
-                    Some(value)
-                } else {
-                    None
-                }
-            } else if options.value_to_metric {
-                Some(value)
-            } else {
-                written
-            };
-            match shown {
-                Some(v) if !v.is_empty() || (self.detailed_metric && !any_shared) => {
-                    text.push('_');
-                    text.push_str(v);
-                }
-                _ => {}
+            if let Some(value) = value {
+                text.push('_');
+                text.push_str(value);
             }
         }
         text
+    }
+
+    /// The levels of [`Rule::metric_key`] after the domain: each level's key,
+    /// and the value written after it as `key_value` (`None`: the key alone).
+    pub fn metric_levels<'a, K: AsRef<str>, V: AsRef<str>>(
+        &'a self,
+        entries: &'a [(K, V)],
+    ) -> Vec<(&'a str, Option<&'a str>)> {
+        let any_shared = (0..entries.len()).any(|i| self.shared_value(i).is_some());
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| {
+                let (key, value) = (key.as_ref(), value.as_ref());
+                let written = self.path.get(i).and_then(|(_, v)| v.as_deref());
+                let options = self.levels.get(i).copied().unwrap_or_default();
+                let shown = if let Some(pattern) = self.shared_value(i) {
+                    Some(pattern)
+                } else if self.detailed_metric {
+                    // Upstream writes `key_` + value even for an empty value, unless
+                    // a share_threshold level made it build the key entry by entry.
+                    (any_shared && value.is_empty())
+                        .then_some("")
+                        .or(Some(value))
+                } else if written.is_none_or(|w| !w.contains('*')) {
+                    // An exact value is the request's; key-only shows it only with value_to_metric.
+                    if written.is_some() || options.value_to_metric {
+                        Some(value)
+                    } else {
+                        None
+                    }
+                } else if options.value_to_metric {
+                    Some(value)
+                } else {
+                    written
+                };
+                let shown =
+                    shown.filter(|v| !v.is_empty() || (self.detailed_metric && !any_shared));
+                (key, shown)
+            })
+            .collect()
     }
 
     /// Whether [`Rule::metric_key`] can differ between requests matched to

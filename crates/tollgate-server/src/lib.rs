@@ -24,6 +24,8 @@ pub mod http;
 pub mod metric_key;
 pub mod metrics;
 pub mod reload;
+pub mod rule_stats;
+pub mod statsd;
 pub mod store;
 
 pub use build_info::BuildInfo;

@@ -13,6 +13,8 @@ use std::collections::HashSet;
 use parking_lot::Mutex;
 use tollgate_rules::Rule;
 
+use crate::rule_stats::StatsKey;
+
 /// How many request-valued statistics keys are kept unless configured otherwise.
 pub const DEFAULT_MAX_METRIC_KEYS: usize = 10_000;
 
@@ -54,38 +56,27 @@ impl MetricKeys {
         self.len() == 0
     }
 
-    /// The statistics key for `entries` of `domain` matched to `rule`,
-    /// without the leading `domain.` (the `descriptor` label): upstream's
-    /// key while the bound allows, else the rule's configured path.
-    pub fn label<K: AsRef<str>, V: AsRef<str>>(
+    /// The statistics key for `entries` of `domain` matched to `rule`:
+    /// upstream's key while the bound allows, else the rule's configured path.
+    pub fn stats_key<K: AsRef<str>, V: AsRef<str>>(
         &self,
         rule: &Rule,
         domain: &str,
         entries: &[(K, V)],
-    ) -> String {
-        let key = rule.metric_key(domain, entries);
-        if !rule.metric_key_varies() {
-            return without_domain(domain, key);
+    ) -> StatsKey {
+        if rule.metric_key_varies() {
+            let key = rule.metric_key(domain, entries);
+            let mut seen = self.seen.lock();
+            if !seen.contains(&key) && seen.len() >= self.max {
+                drop(seen);
+                return StatsKey::new(
+                    domain,
+                    rule.path.iter().map(|(k, v)| (k.as_str(), v.as_deref())),
+                );
+            }
+            seen.insert(key);
         }
-        let mut seen = self.seen.lock();
-        if seen.contains(&key) || seen.len() < self.max {
-            seen.insert(key.clone());
-            drop(seen);
-            return without_domain(domain, key);
-        }
-        drop(seen);
-        without_domain(domain, rule.dotted_path(domain))
-    }
-}
-
-/// `key` without its leading `domain.`.
-fn without_domain(domain: &str, key: String) -> String {
-    match key
-        .strip_prefix(domain)
-        .and_then(|rest| rest.strip_prefix('.'))
-    {
-        Some(rest) => rest.to_owned(),
-        None => key,
+        StatsKey::new(domain, rule.metric_levels(entries))
     }
 }
 
@@ -110,7 +101,7 @@ mod tests {
         let keys = MetricKeys::new(2);
         let label = |k: &str, v: &str| {
             let rule = rules.find("d", &[(k, v)]).expect("matched");
-            keys.label(rule, "d", &[(k, v)])
+            keys.stats_key(rule, "d", &[(k, v)]).levels.join(".")
         };
         // (entry, label): two users get their own label, the third the rule's path.
         let table = [

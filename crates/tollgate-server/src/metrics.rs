@@ -1,36 +1,46 @@
-//! Prometheus metrics: per-rule hit counters, request latency and config reloads.
+//! Prometheus metrics: upstream's per-rule and service series, request latency and config reloads.
 //!
 //! [`Metrics::observe`] counts one answered request; the gRPC and HTTP front
 //! ends call it where the engine's statuses become a response, so the
-//! engine's hot loop counts nothing. Per-rule counters carry the labels
-//! `domain` and `descriptor`, the rule's dotted config path without the
-//! domain (`path_/login`), so their number is bounded by the config; a rule
-//! with `detailed_metric: true` is labelled with the request's entries
-//! instead (`path_/login.user_alice`), and a `value_to_metric` level with
-//! the request's value, as upstream's stats keys are
-//! ([`crate::metric_key`]; at most `--max-metric-keys` such labels).
-//! Descriptors that match no rule, or that nothing limits, are not counted.
+//! engine's hot loop counts nothing. Per-rule counters live in
+//! [`RuleStats`] under envoyproxy/ratelimit's stats keys and are exported
+//! with upstream's names and labels
+//! (`ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}{domain,key1,key2}`,
+//! see [`crate::rule_stats`]); their number is bounded by the config, except
+//! for rules with `detailed_metric: true` or a `value_to_metric` level, which
+//! count under the request's values as upstream's stats do, at most
+//! `--max-metric-keys` such keys ([`crate::metric_key`]). Descriptors that
+//! match no rule, or that nothing limits, are not counted. A shadowed hit
+//! counts in `over_limit` and `shadow_mode`, as upstream counts it.
 //!
-//! prometheus-client writes counters with the OpenMetrics `_total` suffix,
-//! so the rule counters are exported as `ratelimit_total_hits_total`,
-//! `ratelimit_over_limit_total`, `ratelimit_near_limit_total`,
-//! `ratelimit_within_limit_total` and `ratelimit_shadow_mode_total` (hits
-//! over the limit that a `shadow_mode` rule let through; they count in
-//! `over_limit` too, as upstream counts them). Requests answered OK only
-//! because of global shadow mode count in `ratelimit_global_shadow_mode_total`.
+//! Upstream's service series, under upstream's names (written without the
+//! `_total` suffix, as upstream's exporter writes them):
+//! `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}` (gRPC
+//! calls), `ratelimit_service_response_time_seconds{grpc_method}` (a
+//! histogram with the statsd_exporter's default buckets),
+//! `ratelimit_service_should_rate_limit_error{err_type}` (`service_error`:
+//! calls refused as invalid; `redis_error`: failed store calls) and
+//! `ratelimit_service_config_load_{success,error}`.
 //!
-//! The request caps are gauges of their setting
-//! ([`Metrics::with_request_caps`]): `ratelimit_request_max_descriptors`,
+//! Tollgate's own series keep their names: `ratelimit_global_shadow_mode_total`
+//! (requests answered OK only because of global shadow mode),
+//! `ratelimit_request_duration_seconds{api}` (microsecond buckets, gRPC and
+//! HTTP), `ratelimit_config_info{hash}`, and the request caps as gauges of
+//! their setting ([`Metrics::with_request_caps`]):
+//! `ratelimit_request_max_descriptors`,
 //! `ratelimit_request_max_descriptor_entries` and
 //! `ratelimit_request_max_bytes`. `tollgate_build_info` is 1, labelled
 //! with the build's version, git hash, profile and features
 //! ([`Metrics::with_build_info`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use parking_lot::Mutex;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -41,26 +51,35 @@ use tollgate_rules::RuleSet;
 use crate::build_info::BuildInfo;
 use crate::metric_key::MetricKeys;
 use crate::reload::LiveEngine;
+use crate::rule_stats::{RuleStat, RuleStats, RuleStatsCollector};
 use tollgate_protocol::rls::RequestCaps;
 use tollgate_protocol::rls::model::{Code, RateLimitRequest, RateLimitResponse};
 
 /// The near-limit ratio used when none is configured (upstream's `NEAR_LIMIT_RATIO`).
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 
-/// The labels of a per-rule counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RuleLabels {
-    /// The rule's domain.
-    pub domain: String,
-    /// The rule's dotted path without the domain, or the request's entries for detailed rules.
-    pub descriptor: String,
-}
+/// The gRPC method upstream's service series are labelled with.
+pub const GRPC_METHOD: &str = "ShouldRateLimit";
+
+/// The statsd_exporter's default histogram buckets (seconds), which upstream's response time uses.
+const UPSTREAM_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The most response times kept between two statsd flushes; more are not sent.
+pub const MAX_PENDING_TIMINGS: usize = 4096;
 
 /// The label of the latency histogram: which front end answered.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabels {
     /// `grpc` or `http`.
     pub api: String,
+}
+
+/// The label of upstream's service series: the gRPC method.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    grpc_method: &'static str,
 }
 
 /// The label of `ratelimit_config_info`.
@@ -94,31 +113,122 @@ impl<C: Clock + 'static> ConfigStats for LiveEngine<C> {
     }
 }
 
-/// Writes the config counters and info gauge from [`ConfigStats`] on each scrape.
-#[derive(Debug)]
-struct ConfigCollector(Arc<dyn ConfigStats>);
+/// The service-wide counters, read at scrape time and by the statsd flusher.
+#[derive(Debug, Default)]
+struct ServiceCounters {
+    total_requests: AtomicU64,
+    service_errors: AtomicU64,
+    global_shadow_mode: AtomicU64,
+}
 
-impl prometheus_client::collector::Collector for ConfigCollector {
+/// The service-wide counters at one moment (see [`Metrics::service_snapshot`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServiceSnapshot {
+    /// gRPC `ShouldRateLimit` calls.
+    pub total_requests: u64,
+    /// Calls refused as invalid.
+    pub service_errors: u64,
+    /// Store calls that failed.
+    pub redis_errors: u64,
+    /// Requests answered OK only because of global shadow mode.
+    pub global_shadow_mode: u64,
+    /// Config loads that succeeded.
+    pub config_load_success: u64,
+    /// Config reloads that failed.
+    pub config_load_error: u64,
+}
+
+/// The store whose failed calls count as `redis_error`, set once when there is one.
+type SharedStore = Arc<OnceLock<Arc<crate::store::RemoteStore>>>;
+
+/// Writes the config and service counters under upstream's names on each scrape.
+#[derive(Debug)]
+struct ServiceCollector {
+    config: Arc<dyn ConfigStats>,
+    service: Arc<ServiceCounters>,
+    store: SharedStore,
+}
+
+impl ServiceCollector {
+    fn snapshot(&self) -> ServiceSnapshot {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ServiceSnapshot {
+            total_requests: load(&self.service.total_requests),
+            service_errors: load(&self.service.service_errors),
+            redis_errors: self
+                .store
+                .get()
+                .map_or(0, |store| load(&store.stats().errors)),
+            global_shadow_mode: load(&self.service.global_shadow_mode),
+            config_load_success: self.config.successes(),
+            config_load_error: self.config.failures(),
+        }
+    }
+}
+
+/// Encodes one unlabelled series named exactly `name` (no `_total` suffix).
+fn encode_plain(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), fmt::Error> {
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Unknown)?
+        .encode_gauge(&i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+impl prometheus_client::collector::Collector for ServiceCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let success = ConstCounter::new(self.0.successes());
-        let metric = encoder.encode_descriptor(
-            "ratelimit_config_load_success",
+        let now = self.snapshot();
+        encode_plain(
+            &mut encoder,
+            "ratelimit_service_config_load_success",
             "Config loads that succeeded, the first one included",
-            None,
-            success.metric_type(),
+            now.config_load_success,
         )?;
-        success.encode(metric)?;
-        let error = ConstCounter::new(self.0.failures());
-        let metric = encoder.encode_descriptor(
-            "ratelimit_config_load_error",
+        encode_plain(
+            &mut encoder,
+            "ratelimit_service_config_load_error",
             "Config reloads that failed (the previous config stayed in service)",
-            None,
-            error.metric_type(),
+            now.config_load_error,
         )?;
-        error.encode(metric)?;
+        let mut requests = encoder.encode_descriptor(
+            "ratelimit_service_total_requests",
+            "gRPC rate limit calls",
+            None,
+            MetricType::Unknown,
+        )?;
+        requests
+            .encode_family(&MethodLabels {
+                grpc_method: GRPC_METHOD,
+            })?
+            .encode_gauge(&i64::try_from(now.total_requests).unwrap_or(i64::MAX))?;
+        let mut errors = encoder.encode_descriptor(
+            "ratelimit_service_should_rate_limit_error",
+            "Calls that failed: service_error (invalid request), redis_error (failed store call)",
+            None,
+            MetricType::Unknown,
+        )?;
+        for (err_type, value) in [
+            ("redis_error", now.redis_errors),
+            ("service_error", now.service_errors),
+        ] {
+            errors
+                .encode_family(&[("err_type", err_type)])?
+                .encode_gauge(&i64::try_from(value).unwrap_or(i64::MAX))?;
+        }
+        let shadow = ConstCounter::new(now.global_shadow_mode);
+        let metric = encoder.encode_descriptor(
+            "ratelimit_global_shadow_mode",
+            "Requests answered OK only because of global shadow mode",
+            None,
+            shadow.metric_type(),
+        )?;
+        shadow.encode(metric)?;
         let info = ConstGauge::new(1_i64);
         let labels = HashLabels {
-            hash: format!("{:016x}", self.0.config_hash()),
+            hash: format!("{:016x}", self.config.config_hash()),
         };
         let mut family = encoder.encode_descriptor(
             "ratelimit_config_info",
@@ -135,13 +245,14 @@ impl prometheus_client::collector::Collector for ConfigCollector {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    total_hits: Family<RuleLabels, Counter>,
-    over_limit: Family<RuleLabels, Counter>,
-    near_limit: Family<RuleLabels, Counter>,
-    within_limit: Family<RuleLabels, Counter>,
-    shadow_mode: Family<RuleLabels, Counter>,
-    global_shadow_mode: Counter,
+    rules: Arc<RuleStats>,
+    service: Arc<ServiceCounters>,
+    config: Arc<dyn ConfigStats>,
+    store: SharedStore,
     duration: Family<ApiLabels, Histogram>,
+    response_time: Family<MethodLabels, Histogram>,
+    /// Response times (seconds) not yet sent to statsd, when statsd is on.
+    pending_timings: Option<Mutex<Vec<f64>>>,
     near_limit_ratio: f64,
     metric_keys: MetricKeys,
     clock: MonotonicClock,
@@ -151,60 +262,34 @@ impl Metrics {
     /// Metrics reading reload statistics from `config`, counting near-limit hits above `near_limit_ratio` × limit.
     pub fn new(config: Arc<dyn ConfigStats>, near_limit_ratio: f64) -> Self {
         let mut registry = Registry::default();
-        let total_hits = Family::<RuleLabels, Counter>::default();
-        let over_limit = Family::<RuleLabels, Counter>::default();
-        let near_limit = Family::<RuleLabels, Counter>::default();
-        let within_limit = Family::<RuleLabels, Counter>::default();
-        let shadow_mode = Family::<RuleLabels, Counter>::default();
-        let global_shadow_mode = Counter::default();
+        let rules = Arc::new(RuleStats::default());
+        let service = Arc::new(ServiceCounters::default());
         let duration = Family::<ApiLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.000_01, 4.0, 10))) as fn() -> Histogram,
         );
-        registry.register(
-            "ratelimit_total_hits",
-            "Hits counted against a rule",
-            total_hits.clone(),
+        let response_time = Family::<MethodLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(UPSTREAM_BUCKETS)) as fn() -> Histogram,
         );
+        registry.register_collector(Box::new(RuleStatsCollector(Arc::clone(&rules))));
         registry.register(
-            "ratelimit_over_limit",
-            "Hits of OVER_LIMIT answers",
-            over_limit.clone(),
-        );
-        registry.register(
-            "ratelimit_near_limit",
-            "Allowed hits above near_limit_ratio times the limit",
-            near_limit.clone(),
-        );
-        registry.register(
-            "ratelimit_within_limit",
-            "Hits of OK answers",
-            within_limit.clone(),
-        );
-        registry.register(
-            "ratelimit_shadow_mode",
-            "Hits over the limit that a shadow_mode rule let through",
-            shadow_mode.clone(),
-        );
-        registry.register(
-            "ratelimit_global_shadow_mode",
-            "Requests answered OK only because of global shadow mode",
-            global_shadow_mode.clone(),
+            "ratelimit_service_response_time_seconds",
+            "Time to answer one gRPC rate limit call",
+            response_time.clone(),
         );
         registry.register(
             "ratelimit_request_duration_seconds",
             "Time to answer one rate limit request, by front end",
             duration.clone(),
         );
-        registry.register_collector(Box::new(ConfigCollector(config)));
-        Metrics {
+        let mut metrics = Metrics {
             registry,
-            total_hits,
-            over_limit,
-            near_limit,
-            within_limit,
-            shadow_mode,
-            global_shadow_mode,
+            rules,
+            service,
+            config,
+            store: SharedStore::default(),
             duration,
+            response_time,
+            pending_timings: None,
             near_limit_ratio: if near_limit_ratio.is_finite() {
                 near_limit_ratio.clamp(0.0, 1.0)
             } else {
@@ -212,7 +297,25 @@ impl Metrics {
             },
             metric_keys: MetricKeys::default(),
             clock: MonotonicClock::new(),
-        }
+        };
+        metrics.register_service();
+        metrics
+    }
+
+    /// Registers the service collector over the current store.
+    fn register_service(&mut self) {
+        self.registry.register_collector(Box::new(ServiceCollector {
+            config: Arc::clone(&self.config),
+            service: Arc::clone(&self.service),
+            store: Arc::clone(&self.store),
+        }));
+    }
+
+    /// These metrics, also keeping response times for a statsd flusher ([`Metrics::take_timings`]).
+    #[must_use]
+    pub fn with_statsd_timings(mut self) -> Self {
+        self.pending_timings = Some(Mutex::new(Vec::new()));
+        self
     }
 
     /// These metrics, keeping at most `max` distinct statistics keys taken
@@ -236,7 +339,9 @@ impl Metrics {
         if response.overall == Code::Ok
             && response.statuses.iter().any(|s| s.code == Code::OverLimit)
         {
-            self.global_shadow_mode.inc();
+            self.service
+                .global_shadow_mode
+                .fetch_add(1, Ordering::Relaxed);
         }
         for (descriptor, status) in request.descriptors.iter().zip(&response.statuses) {
             if descriptor.is_negative_hits {
@@ -249,25 +354,19 @@ impl Metrics {
                 continue;
             };
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            let descriptor_label =
-                self.metric_keys
-                    .label(rule, &request.domain, &descriptor.entries);
-            let labels = RuleLabels {
-                domain: request.domain.clone(),
-                descriptor: descriptor_label,
-            };
-            self.total_hits.get_or_create(&labels).inc_by(hits);
+            let key = self
+                .metric_keys
+                .stats_key(rule, &request.domain, &descriptor.entries);
+            self.rules.add(&key, RuleStat::TotalHits, hits);
             match status.code {
-                Code::OverLimit => {
-                    self.over_limit.get_or_create(&labels).inc_by(hits);
-                }
+                Code::OverLimit => self.rules.add(&key, RuleStat::OverLimit, hits),
                 // Over the limit, let through: upstream counts both.
                 Code::Ok if status.shadowed => {
-                    self.over_limit.get_or_create(&labels).inc_by(hits);
-                    self.shadow_mode.get_or_create(&labels).inc_by(hits);
+                    self.rules.add(&key, RuleStat::OverLimit, hits);
+                    self.rules.add(&key, RuleStat::ShadowMode, hits);
                 }
                 Code::Ok => {
-                    self.within_limit.get_or_create(&labels).inc_by(hits);
+                    self.rules.add(&key, RuleStat::WithinLimit, hits);
                     let near = near_hits(
                         u64::from(limit.requests_per_unit),
                         u64::from(status.limit_remaining),
@@ -275,17 +374,47 @@ impl Metrics {
                         self.near_limit_ratio,
                     );
                     if near > 0 {
-                        self.near_limit.get_or_create(&labels).inc_by(near);
+                        self.rules.add(&key, RuleStat::NearLimit, near);
                     }
                 }
             }
         }
     }
 
+    /// Counts one call refused as invalid (upstream's `service_error`).
+    pub fn observe_service_error(&self) {
+        self.service.service_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The per-rule counters, by upstream stats key.
+    pub fn rule_stats(&self) -> &RuleStats {
+        &self.rules
+    }
+
+    /// The service-wide counters now.
+    pub fn service_snapshot(&self) -> ServiceSnapshot {
+        ServiceCollector {
+            config: Arc::clone(&self.config),
+            service: Arc::clone(&self.service),
+            store: Arc::clone(&self.store),
+        }
+        .snapshot()
+    }
+
+    /// The response times (seconds) recorded since the last call, when statsd is on.
+    pub fn take_timings(&self) -> Vec<f64> {
+        self.pending_timings
+            .as_ref()
+            .map(|pending| std::mem::take(&mut *pending.lock()))
+            .unwrap_or_default()
+    }
+
     /// These metrics with the shared store's errors, fallbacks and breaker state.
     pub fn with_store(mut self, store: Arc<crate::store::RemoteStore>) -> Self {
         self.registry
-            .register_collector(Box::new(crate::store::StoreCollector(store)));
+            .register_collector(Box::new(crate::store::StoreCollector(Arc::clone(&store))));
+        // The service collector reads the same cell, for `redis_error`.
+        let _ = self.store.set(store);
         self
     }
 
@@ -346,14 +475,29 @@ impl Metrics {
         self.clock.now()
     }
 
-    /// Records the time since `start` for `api` (`grpc` or `http`).
+    /// Records the time since `start` for `api` (`grpc` or `http`); a gRPC
+    /// call also counts in upstream's `total_requests` and `response_time`.
     pub fn observe_duration(&self, api: &str, start: Timestamp) {
-        let elapsed = self.clock.now().saturating_since(start);
+        let seconds = self.clock.now().saturating_since(start).as_secs_f64();
         self.duration
             .get_or_create(&ApiLabels {
                 api: api.to_owned(),
             })
-            .observe(elapsed.as_secs_f64());
+            .observe(seconds);
+        if api == "grpc" {
+            self.service.total_requests.fetch_add(1, Ordering::Relaxed);
+            self.response_time
+                .get_or_create(&MethodLabels {
+                    grpc_method: GRPC_METHOD,
+                })
+                .observe(seconds);
+            if let Some(pending) = &self.pending_timings {
+                let mut pending = pending.lock();
+                if pending.len() < MAX_PENDING_TIMINGS {
+                    pending.push(seconds);
+                }
+            }
+        }
     }
 
     /// The metrics in the Prometheus text format.

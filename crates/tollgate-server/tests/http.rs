@@ -403,14 +403,14 @@ async fn metrics_count_per_rule_with_bounded_labels() {
     let text = reply.body;
     let lines: Vec<&str> = text.lines().collect();
     for expected in [
-        r#"ratelimit_total_hits_total{domain="edge",descriptor="path_/login"} 4"#,
-        r#"ratelimit_within_limit_total{domain="edge",descriptor="path_/login"} 3"#,
-        r#"ratelimit_over_limit_total{domain="edge",descriptor="path_/login"} 1"#,
-        r#"ratelimit_near_limit_total{domain="edge",descriptor="path_/login"} 1"#,
-        r#"ratelimit_total_hits_total{domain="edge",descriptor="remote_address"} 5"#,
-        r#"ratelimit_within_limit_total{domain="edge",descriptor="remote_address"} 5"#,
-        r#"ratelimit_total_hits_total{domain="edge",descriptor="user_alice"} 1"#,
-        r#"ratelimit_total_hits_total{domain="edge",descriptor="user_bob"} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits{domain="edge",key1="path_/login"} 4"#,
+        r#"ratelimit_service_rate_limit_within_limit{domain="edge",key1="path_/login"} 3"#,
+        r#"ratelimit_service_rate_limit_over_limit{domain="edge",key1="path_/login"} 1"#,
+        r#"ratelimit_service_rate_limit_near_limit{domain="edge",key1="path_/login"} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address"} 5"#,
+        r#"ratelimit_service_rate_limit_within_limit{domain="edge",key1="remote_address"} 5"#,
+        r#"ratelimit_service_rate_limit_total_hits{domain="edge",key1="user_alice"} 1"#,
+        r#"ratelimit_service_rate_limit_total_hits{domain="edge",key1="user_bob"} 1"#,
         r#"ratelimit_request_duration_seconds_count{api="http"} 8"#,
     ] {
         assert!(lines.contains(&expected), "no `{expected}` in:\n{text}");
@@ -427,13 +427,13 @@ async fn metrics_count_per_rule_with_bounded_labels() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("ratelimit_config_load_success_total ")),
+            .any(|l| l.starts_with("ratelimit_service_config_load_success ")),
         "{text}"
     );
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("ratelimit_config_load_error_total 0")),
+            .any(|l| l.starts_with("ratelimit_service_config_load_error 0")),
         "{text}"
     );
     server.stop().await;

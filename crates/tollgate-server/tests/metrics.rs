@@ -1,4 +1,4 @@
-//! The Prometheus counters for shadow mode, per rule and global.
+//! The Prometheus series: upstream's names and labels per rule, shadow mode per rule and global.
 
 mod minute;
 
@@ -20,13 +20,31 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: enforced
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: tenant
+    descriptors:
+      - key: path
+        value: /a.b
+        rate_limit: {unit: minute, requests_per_unit: 100}
+        descriptors:
+          - key: ip
+            rate_limit: {unit: minute, requests_per_unit: 100}
 ";
 
 /// Sends `calls` requests for `key=v` through `engine`, counting each in `metrics`.
 fn send(engine: &Engine<ManualClock>, metrics: &Metrics, key: &str, calls: usize) {
+    send_entries(engine, metrics, &[(key, "v")], calls);
+}
+
+/// Sends `calls` requests of one descriptor with `entries`, counting each in `metrics`.
+fn send_entries(
+    engine: &Engine<ManualClock>,
+    metrics: &Metrics,
+    entries: &[(&str, &str)],
+    calls: usize,
+) {
     let request = RateLimitRequest {
         domain: "m".to_owned(),
-        descriptors: vec![Descriptor::new([(key, "v")])],
+        descriptors: vec![Descriptor::new(entries.iter().copied())],
         hits_addend: 0,
     };
     for _ in 0..calls {
@@ -62,16 +80,16 @@ fn a_shadow_rule_counts_what_it_let_through_as_over_limit_and_shadow_mode() {
     assert_lines(
         &text,
         &[
-            r#"ratelimit_total_hits_total{domain="m",descriptor="shadowed"} 5"#,
-            r#"ratelimit_within_limit_total{domain="m",descriptor="shadowed"} 2"#,
-            r#"ratelimit_over_limit_total{domain="m",descriptor="shadowed"} 3"#,
-            r#"ratelimit_shadow_mode_total{domain="m",descriptor="shadowed"} 3"#,
-            r#"ratelimit_over_limit_total{domain="m",descriptor="enforced"} 1"#,
+            r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="shadowed"} 5"#,
+            r#"ratelimit_service_rate_limit_within_limit{domain="m",key1="shadowed"} 2"#,
+            r#"ratelimit_service_rate_limit_over_limit{domain="m",key1="shadowed"} 3"#,
+            r#"ratelimit_service_rate_limit_shadow_mode{domain="m",key1="shadowed"} 3"#,
+            r#"ratelimit_service_rate_limit_over_limit{domain="m",key1="enforced"} 1"#,
             "ratelimit_global_shadow_mode_total 0",
         ],
     );
     assert!(
-        !text.contains(r#"ratelimit_shadow_mode_total{domain="m",descriptor="enforced"}"#),
+        !text.contains(r#"ratelimit_service_rate_limit_shadow_mode{domain="m",key1="enforced"}"#),
         "{text}"
     );
 }
@@ -88,8 +106,34 @@ fn global_shadow_mode_counts_each_request_it_turned_to_ok() {
     assert_lines(
         &text,
         &[
-            r#"ratelimit_over_limit_total{domain="m",descriptor="enforced"} 3"#,
+            r#"ratelimit_service_rate_limit_over_limit{domain="m",key1="enforced"} 3"#,
             "ratelimit_global_shadow_mode_total 3",
         ],
     );
+}
+
+#[test]
+fn rules_two_levels_deep_get_key2_and_deeper_levels_add_into_it() {
+    let (engine, metrics) = engine_and_metrics(EngineOptions::default());
+    send_entries(&engine, &metrics, &[("tenant", "t"), ("path", "/a.b")], 2);
+    let three = [("tenant", "t"), ("path", "/a.b"), ("ip", "10.0.0.1")];
+    send_entries(&engine, &metrics, &three, 3);
+    send(&engine, &metrics, "enforced", 1);
+    let text = metrics.render().expect("render");
+    assert_lines(
+        &text,
+        &[
+            // upstream's mapping: a dot in a value is sanitised, the third level adds into key2.
+            r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="tenant",key2="path_/a_b"} 5"#,
+            r#"ratelimit_service_rate_limit_within_limit{domain="m",key1="tenant",key2="path_/a_b"} 5"#,
+            r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="enforced"} 1"#,
+            "# TYPE ratelimit_service_rate_limit_total_hits unknown",
+            "ratelimit_service_config_load_success 0",
+            "ratelimit_service_config_load_error 0",
+            r#"ratelimit_service_should_rate_limit_error{err_type="service_error"} 0"#,
+            r#"ratelimit_service_should_rate_limit_error{err_type="redis_error"} 0"#,
+            r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 0"#,
+        ],
+    );
+    assert!(!text.contains("ratelimit_total_hits"), "{text}");
 }

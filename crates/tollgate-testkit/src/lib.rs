@@ -1,7 +1,7 @@
 //! What Tollgate's integration tests share, so that each test says only what it checks.
 //!
 //! The kit runs the real parts: `redis-server` nodes and clusters
-//! ([`redis`], [`redis_cluster`]), the `tollgate` binary as a child process
+//! ([`redis`], [`redis_cluster`], [`redis_sentinel`]), the `tollgate` binary as a child process
 //! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]) on the
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
@@ -22,6 +22,7 @@ pub mod ports;
 pub mod process;
 pub mod redis;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod scratch;
 pub mod tollgate;
 pub mod upstream;

@@ -15,19 +15,21 @@ use std::thread;
 use crate::budget::BUDGET;
 use crate::process::{ChildGuard, forward_lines, log_tail};
 
-/// Upstream's (envoyproxy/ratelimit's) variables that `tollgate` reads too; with every `TOLLGATE_*` variable, they would change what a command does.
-pub const UPSTREAM_VARS: [&str; 11] = [
-    "GRPC_HOST",
-    "GRPC_PORT",
-    "HOST",
-    "PORT",
-    "SHADOW_MODE",
-    "LOG_LEVEL",
-    "LOG_FORMAT",
-    "NEAR_LIMIT_RATIO",
-    "REDIS_URL",
-    "REDIS_SOCKET_TYPE",
-    "REDIS_AUTH",
+/// The only variables of the test's environment a `tollgate` child inherits.
+///
+/// `tollgate` reads every `TOLLGATE_*` variable and every one of
+/// envoyproxy/ratelimit's (`HOST`, `PORT`, `REDIS_URL`, `RUNTIME_ROOT`, …,
+/// dozens of them), so a child gets none of the test runner's environment
+/// but what running a program needs; a test sets what it checks.
+pub const INHERITED_VARS: [&str; 8] = [
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "TZ",
+    "RUST_BACKTRACE",
+    "RUST_LIB_BACKTRACE",
+    "LLVM_PROFILE_FILE",
 ];
 
 /// `serve`'s flags for ephemeral gRPC and HTTP ports on 127.0.0.1.
@@ -42,18 +44,15 @@ pub fn tollgate_binary() -> PathBuf {
     )
 }
 
-/// The `tollgate` binary with `args`, run in the test's directory without any `TOLLGATE_*` variable or [`UPSTREAM_VARS`].
+/// The `tollgate` binary with `args`, run in the test's directory with only [`INHERITED_VARS`] of the test's environment.
 #[must_use]
 pub fn tollgate(args: &[&str]) -> Command {
     let mut command = Command::new(tollgate_binary());
-    command.args(args);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("TOLLGATE_")) {
-            command.env_remove(name);
+    command.args(args).env_clear();
+    for name in INHERITED_VARS {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
         }
-    }
-    for var in UPSTREAM_VARS {
-        command.env_remove(var);
     }
     command
 }

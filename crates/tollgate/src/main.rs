@@ -17,6 +17,8 @@ mod limits_args;
 mod proxy;
 mod serve;
 mod simulate;
+mod upstream_env;
+mod upstream_redis;
 mod validate;
 mod version;
 

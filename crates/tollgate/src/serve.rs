@@ -25,12 +25,15 @@ use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
 use tollgate_server::metrics::{ConfigStats, DEFAULT_NEAR_LIMIT_RATIO, Metrics};
 use tollgate_server::reload::{self, read_config};
+use tollgate_server::statsd::StatsdFlusher;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
 
 use crate::CommandError;
 use crate::limits_args::LimitsArgs;
+use crate::upstream_env::UpstreamEnv;
+use crate::upstream_redis::{UpstreamStore, upstream_store};
 
 /// The address served when neither a flag nor an environment variable names one.
 const DEFAULT_GRPC_ADDR: SocketAddr =
@@ -40,22 +43,26 @@ const DEFAULT_GRPC_ADDR: SocketAddr =
 const DEFAULT_HTTP_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 
+/// Upstream's ports for gRPC, HTTP and the debug endpoints, used when upstream's variables configure `serve`.
+const UPSTREAM_PORTS: (u16, u16, u16) = (8081, 8080, 6070);
+
 /// The arguments of `tollgate serve`.
 ///
 /// Each flag has a `TOLLGATE_*` variable; upstream envoyproxy/ratelimit's
-/// `GRPC_HOST`/`GRPC_PORT`, `HOST`/`PORT`, `SHADOW_MODE`, `LOG_LEVEL` and
-/// `LIMIT_RESPONSE_HEADERS_ENABLED` (with `LIMIT_LIMIT_HEADER`,
-/// `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`) are read too, after the
-/// flag and the `TOLLGATE_*` variable.
+/// variables are read too, after the flag and the `TOLLGATE_*` variable
+/// (see [`crate::upstream_env`] for what happens to each).
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Upstream's GRPC_HOST (default 0.0.0.0) and GRPC_PORT, HOST (default 0.0.0.0) and PORT (the HTTP API), SHADOW_MODE, LOG_LEVEL, LOG_FORMAT, NEAR_LIMIT_RATIO and LIMIT_RESPONSE_HEADERS_ENABLED (with LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER) are also read, after the flags and TOLLGATE_* variables."
+    after_help = "envoyproxy/ratelimit's environment variables are read too, after the flags and TOLLGATE_* variables; one that asks for something Tollgate does not do stops it at start with a message naming it (docs/migrating.md lists them all). Without --config, the limits come from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY and the listeners default to upstream's 0.0.0.0:8081 (GRPC_HOST, GRPC_PORT), 0.0.0.0:8080 (HOST, PORT) and 0.0.0.0:6070 (DEBUG_HOST, DEBUG_PORT)."
 )]
 pub struct ServeArgs {
     /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
-    /// (envoyproxy/ratelimit's format, with Tollgate's extensions).
+    /// (envoyproxy/ratelimit's format, with Tollgate's extensions). Without
+    /// it, upstream's RUNTIME_ROOT (default /srv/runtime_data/current),
+    /// RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (default config) name
+    /// the directory, and upstream's listening defaults apply.
     #[arg(long, env = "TOLLGATE_CONFIG", value_name = "PATH")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// The address the gRPC rate limit and health services listen on
     /// [default: 127.0.0.1:8081]; port 0 picks a free port. The address
     /// bound is printed on stdout as `listening on ADDR`.
@@ -135,9 +142,10 @@ pub struct ServeArgs {
     /// `REDIS_SOCKET_TYPE`) is used when neither the flag nor `TOLLGATE_STORE` is set.
     #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
     pub store: Option<String>,
-    /// How long one Redis call may take before the rule's `on_store_error` answers.
-    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = tollgate_core::duration::parse_duration)]
-    pub store_timeout: Duration,
+    /// How long one Redis call may take before the rule's `on_store_error`
+    /// answers [default: 5ms; upstream's REDIS_TIMEOUT when set].
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", value_parser = tollgate_core::duration::parse_duration)]
+    pub store_timeout: Option<Duration>,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
     /// of the system's wall clock (added to every reading of it). Decisions on
     /// Redis do not move (they use Redis `TIME`); in-memory decisions and
@@ -254,17 +262,17 @@ fn parse_cap(text: &str) -> Result<usize, String> {
 
 impl ServeArgs {
     /// The engine's options from the store bounds.
-    fn engine_options(&self, global_shadow_mode: bool) -> EngineOptions {
+    fn engine_options(&self, settings: &Settings) -> EngineOptions {
         EngineOptions {
-            global_shadow_mode,
+            global_shadow_mode: settings.shadow_mode,
             store_config: StoreConfig::with_max_keys(self.max_keys)
                 .with_max_log_entries(self.max_log_entries),
             override_store_config: StoreConfig::with_max_keys(self.max_override_keys)
                 .with_max_log_entries(self.max_log_entries),
             max_override_stores: self.max_override_stores,
             max_retired_stores: self.max_retired_stores,
-            global_quota_mode: self.quota_mode,
-            stop_increment_when_over_limit: self.stop_increment_when_over_limit,
+            global_quota_mode: settings.quota_mode,
+            stop_increment_when_over_limit: settings.stop_increment_when_over_limit,
         }
     }
 
@@ -289,22 +297,18 @@ fn parse_offset(text: &str) -> Result<i64, String> {
     Ok(if negative { -nanos } else { nanos })
 }
 
-/// The Redis URL to use, if any: the flag (or `TOLLGATE_STORE`), else upstream's `REDIS_URL`.
-fn store_url(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+/// The store to use, if not memory: the flag (or `TOLLGATE_STORE`), else upstream's `REDIS_*` variables.
+fn store_setting(
+    args: &ServeArgs,
+    env: &UpstreamEnv,
+) -> Result<Option<UpstreamStore>, CommandError> {
     match args.store.as_deref() {
-        Some("memory") => None,
-        Some(url) => Some(url.to_owned()),
-        None => {
-            let url = env("REDIS_URL").filter(|u| !u.is_empty())?;
-            if url.contains("://") {
-                return Some(url);
-            }
-            let scheme = match env("REDIS_SOCKET_TYPE").as_deref() {
-                Some("unix") => "unix://",
-                _ => "redis://",
-            };
-            Some(format!("{scheme}{url}"))
-        }
+        Some("memory") => Ok(None),
+        Some(url) => Ok(Some(UpstreamStore {
+            url: url.to_owned(),
+            tls: None,
+        })),
+        None => upstream_store(env),
     }
 }
 
@@ -318,11 +322,33 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where statsd lines go (upstream's `USE_STATSD`, `STATSD_HOST`, `STATSD_PORT`, `STATS_FLUSH_INTERVAL`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StatsdSetting {
+    target: String,
+    interval: Duration,
+}
+
 /// What `serve` runs with once flags and environment are combined.
 #[derive(Clone, Debug, PartialEq)]
 struct Settings {
+    /// Upstream variables that are set and change nothing, to log at start.
+    notes: Vec<String>,
+    config: PathBuf,
+    merge_domains: bool,
+    /// Every descriptor is a quota descriptor (upstream's `QUOTA_MODE`).
+    quota_mode: bool,
+    /// Give back what other descriptors took when one is over (upstream's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    stop_increment_when_over_limit: bool,
+    /// Start even with no rate limit (upstream's `FORCE_START_WITHOUT_INITIAL_CONFIG`).
+    force_start_without_initial_config: bool,
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
+    debug_addr: Option<SocketAddr>,
+    store: Option<UpstreamStore>,
+    store_timeout: Duration,
+    key_prefix: Option<String>,
+    statsd: Option<StatsdSetting>,
     shadow_mode: bool,
     log_level: tracing::Level,
     log_format: LogFormat,
@@ -331,35 +357,58 @@ struct Settings {
 }
 
 /// Combines the flags (and `TOLLGATE_*` variables, which clap has read)
-/// with upstream's variables, looked up through `env`.
-fn settings(
-    args: &ServeArgs,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<Settings, CommandError> {
+/// with upstream's variables in `env`; the variables' table is checked first.
+fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, CommandError> {
+    let notes = env.check()?;
+    // Without --config, `serve` is configured the way upstream is: its
+    // runtime directory and its listening defaults.
+    let upstream = args.config.is_none();
+    let config = match &args.config {
+        Some(path) => path.clone(),
+        None => runtime_directory(env),
+    };
+    let (grpc_port, http_port, debug_port) = UPSTREAM_PORTS;
     let grpc_addr = listen_addr(
         args.grpc_addr,
-        "GRPC_HOST",
-        "GRPC_PORT",
-        DEFAULT_GRPC_ADDR,
-        &env,
+        ("GRPC_HOST", "GRPC_PORT", grpc_port),
+        upstream,
+        env,
+    )?
+    .unwrap_or(DEFAULT_GRPC_ADDR);
+    let http_addr = listen_addr(args.http_addr, ("HOST", "PORT", http_port), upstream, env)?
+        .unwrap_or(DEFAULT_HTTP_ADDR);
+    let debug_addr = listen_addr(
+        None,
+        ("DEBUG_HOST", "DEBUG_PORT", debug_port),
+        upstream,
+        env,
     )?;
-    let http_addr = listen_addr(args.http_addr, "HOST", "PORT", DEFAULT_HTTP_ADDR, &env)?;
-    let upstream_shadow = match env("SHADOW_MODE") {
-        None => false,
-        Some(value) => parse_bool(&value).ok_or_else(|| {
-            CommandError::Usage(format!("SHADOW_MODE={value:?} is not true or false"))
-        })?,
+    for variable in ["RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"] {
+        env.bool(variable)?;
+    }
+    let store = store_setting(args, env)?;
+    let store_timeout = match (args.store_timeout, env.get("REDIS_TIMEOUT")) {
+        (Some(timeout), _) => timeout,
+        (None, Some(value)) => tollgate_core::duration::parse_duration(value.trim())
+            .map_err(|error| CommandError::Usage(format!("REDIS_TIMEOUT={value:?}: {error}")))?,
+        (None, None) => tollgate_redis::DEFAULT_TIMEOUT,
     };
-    let log_level = match (args.log_level, env("LOG_LEVEL")) {
+    let key_prefix = match env.get("CACHE_KEY_PREFIX") {
+        Some(prefix) if prefix.contains(['{', '}']) => {
+            return Err(CommandError::Usage(format!(
+                "CACHE_KEY_PREFIX={prefix:?} must not contain {{ or }}"
+            )));
+        }
+        prefix => prefix.map(str::to_owned),
+    };
+    let statsd = statsd_setting(env)?;
+    let upstream_shadow = env.bool("SHADOW_MODE")?.unwrap_or(false);
+    let log_level = match (args.log_level, env.get("LOG_LEVEL")) {
         (Some(level), _) => level,
-        (None, Some(value)) => value.trim().parse().map_err(|_| {
-            CommandError::Usage(format!(
-                "LOG_LEVEL={value:?} is not one of error, warn, info, debug, trace"
-            ))
-        })?,
+        (None, Some(value)) => parse_log_level(value)?,
         (None, None) => tracing::Level::INFO,
     };
-    let log_format = match (args.log_format, env("LOG_FORMAT")) {
+    let log_format = match (args.log_format, env.get("LOG_FORMAT")) {
         (Some(format), _) => format,
         (None, Some(value)) => match value.trim().to_ascii_lowercase().as_str() {
             "json" => LogFormat::Json,
@@ -372,23 +421,16 @@ fn settings(
         },
         (None, None) => LogFormat::Text,
     };
-    let near_limit_ratio = match (args.near_limit_ratio, env("NEAR_LIMIT_RATIO")) {
+    let near_limit_ratio = match (args.near_limit_ratio, env.get("NEAR_LIMIT_RATIO")) {
         (Some(ratio), _) => ratio,
-        (None, Some(value)) => parse_ratio(&value)
+        (None, Some(value)) => parse_ratio(value)
             .map_err(|error| CommandError::Usage(format!("NEAR_LIMIT_RATIO={error}")))?,
         (None, None) => DEFAULT_NEAR_LIMIT_RATIO,
     };
-    let upstream_limit_headers = match env("LIMIT_RESPONSE_HEADERS_ENABLED") {
-        None => false,
-        Some(value) => parse_bool(&value).ok_or_else(|| {
-            CommandError::Usage(format!(
-                "LIMIT_RESPONSE_HEADERS_ENABLED={value:?} is not true or false"
-            ))
-        })?,
-    };
+    let upstream_limit_headers = env.bool("LIMIT_RESPONSE_HEADERS_ENABLED")?.unwrap_or(false);
     let defaults = LimitHeaderNames::default();
     let header_name = |variable: &str, default: String| -> Result<String, CommandError> {
-        match env(variable) {
+        match env.get(variable) {
             None => Ok(default),
             Some(name) if is_header_name(name.trim()) => Ok(name.trim().to_owned()),
             Some(name) => Err(CommandError::Usage(format!(
@@ -409,8 +451,26 @@ fn settings(
         raw_body: args.raw_body,
     };
     Ok(Settings {
+        notes,
+        config,
+        merge_domains: args.limits.merge_domains
+            || env.bool("MERGE_DOMAIN_CONFIG")?.unwrap_or(false),
+        quota_mode: args.quota_mode || env.bool("QUOTA_MODE")?.unwrap_or(false),
+        stop_increment_when_over_limit: args.stop_increment_when_over_limit
+            || env
+                .bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")?
+                .unwrap_or(false),
+        force_start_without_initial_config: args.force_start_without_initial_config
+            || env
+                .bool("FORCE_START_WITHOUT_INITIAL_CONFIG")?
+                .unwrap_or(false),
         grpc_addr,
         http_addr,
+        debug_addr,
+        store,
+        store_timeout,
+        key_prefix,
+        statsd,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
         log_format,
@@ -419,29 +479,92 @@ fn settings(
     })
 }
 
-/// The address to listen on: the flag, else upstream's `host_var`
-/// (default 0.0.0.0) and `port_var` when the port is set, else `default`.
+/// The address to listen on: the flag; else, when upstream's host or port
+/// variable is set or `upstream` configures `serve`, the host (default
+/// 0.0.0.0) and port (default upstream's) they give; else `None`.
 fn listen_addr(
     flag: Option<SocketAddr>,
-    host_var: &str,
-    port_var: &str,
-    default: SocketAddr,
-    env: &impl Fn(&str) -> Option<String>,
-) -> Result<SocketAddr, CommandError> {
-    match (flag, env(port_var)) {
-        (Some(addr), _) => Ok(addr),
-        (None, Some(port)) => {
-            let port: u16 = port.trim().parse().map_err(|_| {
-                CommandError::Usage(format!("{port_var}={port:?} is not a port number"))
-            })?;
-            let host = env(host_var).unwrap_or_else(|| "0.0.0.0".to_owned());
-            let ip: std::net::IpAddr = host.trim().parse().map_err(|_| {
-                CommandError::Usage(format!("{host_var}={host:?} is not an IP address"))
-            })?;
-            Ok(SocketAddr::new(ip, port))
-        }
-        (None, None) => Ok(default),
+    (host_var, port_var, default_port): (&str, &str, u16),
+    upstream: bool,
+    env: &UpstreamEnv,
+) -> Result<Option<SocketAddr>, CommandError> {
+    if flag.is_some() {
+        return Ok(flag);
     }
+    let (host, port) = (env.get(host_var), env.get(port_var));
+    if host.is_none() && port.is_none() && !upstream {
+        return Ok(None);
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port.trim().parse().map_err(|_| {
+            CommandError::Usage(format!("{port_var}={port:?} is not a port number"))
+        })?,
+    };
+    let host = host.unwrap_or("0.0.0.0");
+    let ip: std::net::IpAddr = host
+        .trim()
+        .parse()
+        .map_err(|_| CommandError::Usage(format!("{host_var}={host:?} is not an IP address")))?;
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+/// Upstream's runtime directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`.
+fn runtime_directory(env: &UpstreamEnv) -> PathBuf {
+    let mut path = PathBuf::from(
+        env.get("RUNTIME_ROOT")
+            .unwrap_or("/srv/runtime_data/current"),
+    );
+    if let Some(subdirectory) = env.get("RUNTIME_SUBDIRECTORY") {
+        path.push(subdirectory);
+    }
+    path.push(env.get("RUNTIME_APPDIRECTORY").unwrap_or("config"));
+    path
+}
+
+/// Upstream's `LOG_LEVEL` (logrus' names, any case).
+fn parse_log_level(value: &str) -> Result<tracing::Level, CommandError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "warning" => Ok(tracing::Level::WARN),
+        "panic" | "fatal" => Ok(tracing::Level::ERROR),
+        other => other.parse().map_err(|_| {
+            CommandError::Usage(format!(
+                "LOG_LEVEL={value:?} is not one of error, warn, info, debug, trace"
+            ))
+        }),
+    }
+}
+
+/// statsd output: on with `USE_STATSD=true` unless `DISABLE_STATS=true`.
+fn statsd_setting(env: &UpstreamEnv) -> Result<Option<StatsdSetting>, CommandError> {
+    let disabled = env.bool("DISABLE_STATS")?.unwrap_or(false);
+    if !env.bool("USE_STATSD")?.unwrap_or(false) || disabled {
+        return Ok(None);
+    }
+    let host = env.get("STATSD_HOST").unwrap_or("localhost").trim();
+    let port: u16 = match env.get("STATSD_PORT") {
+        None => 8125,
+        Some(port) => port.trim().parse().map_err(|_| {
+            CommandError::Usage(format!("STATSD_PORT={port:?} is not a port number"))
+        })?,
+    };
+    let interval = match env.get("STATS_FLUSH_INTERVAL") {
+        None => tollgate_server::statsd::DEFAULT_FLUSH_INTERVAL,
+        Some(value) => match tollgate_core::duration::parse_duration(value.trim()) {
+            Ok(interval) if !interval.is_zero() => interval,
+            _ => {
+                return Err(CommandError::Usage(format!(
+                    "STATS_FLUSH_INTERVAL={value:?} is not a positive duration"
+                )));
+            }
+        },
+    };
+    let target = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    Ok(Some(StatsdSetting { target, interval }))
 }
 
 /// Parses a ratio between 0 and 1.
@@ -460,15 +583,6 @@ fn is_header_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// Reads a boolean the way upstream's configuration does (`1`, `t`, `true`, `0`, `f`, `false`, any case).
-fn parse_bool(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "t" | "true" => Some(true),
-        "0" | "f" | "false" | "" => Some(false),
-        _ => None,
-    }
-}
-
 /// Loads the limits, then serves gRPC until SIGTERM or Ctrl-C and drains the calls in flight.
 ///
 /// A configuration with any error never starts: every diagnostic is
@@ -476,7 +590,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 /// serving, a change under the config path or SIGHUP reloads it all or
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
-    let settings = settings(args, |name| std::env::var(name).ok())?;
+    let settings = settings(args, &UpstreamEnv::from_process())?;
     // A second initialisation (only possible in tests) keeps the first subscriber.
     let logs = tracing_subscriber::fmt()
         .with_max_level(settings.log_level)
@@ -485,16 +599,23 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
         LogFormat::Json => logs.json().with_ansi(false).try_init(),
     };
+    for note in &settings.notes {
+        tracing::info!("{note}");
+    }
+    let config_path = &settings.config;
 
     // Reloads keep refusing an empty configuration unless it is allowed,
     // whatever the start accepted.
-    let options = args.limits.load_options();
+    let options = LoadOptions {
+        merge_domains: settings.merge_domains,
+        ..args.limits.load_options()
+    };
     let start_options = LoadOptions {
-        allow_empty: options.allow_empty || args.force_start_without_initial_config,
+        allow_empty: options.allow_empty || settings.force_start_without_initial_config,
         ..options
     };
-    let read = read_config(&args.config, start_options).map_err(|error| {
-        CommandError::Failed(format!("cannot read {}: {error}", args.config.display()))
+    let read = read_config(config_path, start_options).map_err(|error| {
+        CommandError::Failed(format!("cannot read {}: {error}", config_path.display()))
     })?;
     let config_hash = read.hash;
     let loaded = read.loaded;
@@ -507,7 +628,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
             }
             return Err(CommandError::Failed(format!(
                 "{} has errors; not starting",
-                args.config.display()
+                config_path.display()
             )));
         }
     };
@@ -516,12 +637,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     }
     if rules.rule_count() == 0 && !args.limits.allow_empty_config {
         tracing::warn!(
-            config = %args.config.display(),
+            config = %config_path.display(),
             "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
         );
     }
     tracing::info!(
-        config = %args.config.display(),
+        config = %config_path.display(),
         files = file_count,
         domains = rules.domain_count(),
         rules = rules.rule_count(),
@@ -529,7 +650,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         "limits loaded"
     );
 
-    let engine_options = args.engine_options(settings.shadow_mode);
+    let engine_options = args.engine_options(&settings);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("tollgate-worker")
@@ -539,13 +660,17 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     // back): the in-memory counters and the Redis store's `local` fallback
     // both decide on it. See tollgate_core::clock for steps of the wall.
     let clock = CoarseClock::shifted(args.clock_offset);
-    let engine = match store_url(args, |name| std::env::var(name).ok()) {
+    let engine = match &settings.store {
         None => Engine::new(Arc::new(rules), engine_options, clock.clone()),
-        Some(url) => {
+        Some(store) => {
             let redis = runtime
-                .block_on(RedisStore::connect(&url, args.store_timeout))
+                .block_on(connect_store(store, settings.store_timeout))
                 .map_err(|error| CommandError::Failed(error.to_string()))?;
-            tracing::info!(store = ?redis.target(), timeout = ?args.store_timeout, "counters in Redis");
+            let redis = match &settings.key_prefix {
+                Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
+                None => redis,
+            };
+            tracing::info!(store = ?redis.target(), timeout = ?settings.store_timeout, "counters in Redis");
             let remote = RemoteStore::new(
                 redis,
                 RemoteOptions {
@@ -560,7 +685,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let engine = Arc::new(engine);
     let live = Arc::new(LiveEngine::new(
         engine,
-        args.config.clone(),
+        config_path.clone(),
         options,
         config_hash,
     ));
@@ -570,6 +695,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let limits = Listeners {
         grpc: ConnectionLimit::new(args.max_connections),
         http: HttpLimits {
+            connection_limit: Some(ConnectionLimit::new(args.max_connections)),
+            request_headers_timeout: args.request_headers_timeout,
+        },
+        debug: HttpLimits {
             connection_limit: Some(ConnectionLimit::new(args.max_connections)),
             request_headers_timeout: args.request_headers_timeout,
         },
@@ -588,16 +717,52 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
+    if settings.statsd.is_some() {
+        metrics = metrics.with_statsd_timings();
+    }
     let metrics = Arc::new(metrics.with_build_info(&crate::version::build_info()));
-    runtime.block_on(serve(
-        settings.grpc_addr,
-        settings.http_addr,
-        live,
-        headers,
-        metrics,
-        caps,
-        limits,
-    ))
+    let listen = Listen {
+        grpc: settings.grpc_addr,
+        http: settings.http_addr,
+        debug: settings.debug_addr,
+        statsd: settings.statsd.clone(),
+    };
+    runtime.block_on(serve(listen, live, headers, metrics, caps, limits))
+}
+
+/// Opens the Redis store `store` names, with calls limited to `timeout`.
+async fn connect_store(
+    store: &UpstreamStore,
+    timeout: Duration,
+) -> Result<RedisStore, tollgate_redis::ConnectError> {
+    let target = tollgate_redis::RedisTarget::parse(&store.url)
+        .map_err(tollgate_redis::ConnectError::Target)?;
+    let tls = store
+        .tls
+        .as_ref()
+        .map(crate::upstream_redis::TlsFiles::certificates);
+    RedisStore::connect_with_tls(target, timeout, tls).await
+}
+
+/// Where `serve` listens and sends statistics.
+#[derive(Clone, Debug)]
+struct Listen {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    /// Upstream's debug port: the HTTP API again (`/rlconfig`, `/metrics`, …).
+    debug: Option<SocketAddr>,
+    statsd: Option<StatsdSetting>,
+}
+
+/// Binds `addr`, returning the listener and the address bound.
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), CommandError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    Ok((listener, bound))
 }
 
 /// What each listener allows its clients, and how long both keep serving after a shutdown signal.
@@ -606,6 +771,8 @@ struct Listeners {
     grpc: Arc<ConnectionLimit>,
     /// The HTTP listener's connection limit and request-head timeout.
     http: HttpLimits,
+    /// The same for the debug port (upstream's), which serves the HTTP API again.
+    debug: HttpLimits,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
     drain_delay: Duration,
 }
@@ -617,14 +784,16 @@ impl Listeners {
         if let Some(http) = &self.http.connection_limit {
             gauged.push(("http", Arc::clone(http)));
         }
+        if let Some(debug) = &self.debug.connection_limit {
+            gauged.push(("debug", Arc::clone(debug)));
+        }
         gauged
     }
 }
 
-/// Binds both addresses, announces them and serves gRPC and HTTP until a shutdown signal.
+/// Binds every address, announces them and serves gRPC and HTTP until a shutdown signal.
 async fn serve(
-    addr: SocketAddr,
-    http_addr: SocketAddr,
+    listen: Listen,
     live: Arc<LiveEngine<CoarseClock>>,
     headers: Arc<ResponseHeaders>,
     metrics: Arc<Metrics>,
@@ -633,12 +802,7 @@ async fn serve(
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    let (listener, bound) = bind(listen.grpc).await?;
     let options = headers.options();
     tracing::info!(
         addr = %bound,
@@ -655,21 +819,28 @@ async fn serve(
         drain_delay = ?limits.drain_delay,
         "gRPC rate limit service listening"
     );
-    let http_listener = TcpListener::bind(http_addr)
-        .await
-        .map_err(|error| CommandError::Failed(format!("cannot listen on {http_addr}: {error}")))?;
-    let http_bound = http_listener
-        .local_addr()
-        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    let (http_listener, http_bound) = bind(listen.http).await?;
     tracing::info!(
         addr = %http_bound,
         request_headers_timeout = ?limits.http.request_headers_timeout,
         "HTTP API listening"
     );
+    let debug = match listen.debug {
+        Some(addr) => {
+            let (debug_listener, debug_bound) = bind(addr).await?;
+            tracing::info!(addr = %debug_bound, "debug port (the HTTP API) listening");
+            Some((debug_listener, debug_bound))
+        }
+        None => None,
+    };
     let mut stdout = std::io::stdout().lock();
     // A closed stdout must not stop the server; the log lines above say the same.
     let _ = writeln!(stdout, "listening on {bound}")
         .and_then(|()| writeln!(stdout, "http listening on {http_bound}"))
+        .and_then(|()| match &debug {
+            Some((_, debug_bound)) => writeln!(stdout, "debug listening on {debug_bound}"),
+            None => Ok(()),
+        })
         .and_then(|()| stdout.flush());
     drop(stdout);
 
@@ -692,6 +863,23 @@ async fn serve(
             .with_caps(caps)
             .with_build_info(crate::version::build_info()),
     );
+    let statsd = match &listen.statsd {
+        Some(setting) => {
+            let flusher = StatsdFlusher::connect(Arc::clone(&metrics), &setting.target)
+                .await
+                .map_err(|error| {
+                    CommandError::Failed(format!(
+                        "cannot send statsd to {}: {error}",
+                        setting.target
+                    ))
+                })?;
+            tracing::info!(target = %setting.target, interval = ?setting.interval, "statsd output on");
+            Some(tokio::spawn(
+                flusher.run(setting.interval, shutdown.stopped()),
+            ))
+        }
+        None => None,
+    };
     let service = grpc::RateLimitGrpc::live(live, headers)
         .with_metrics(metrics)
         .with_caps(caps);
@@ -700,12 +888,30 @@ async fn serve(
             .await
             .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
+    let debug_router = router.clone();
+    let debug_server = async {
+        match debug {
+            Some((debug_listener, _)) => http::serve_capped(
+                debug_listener,
+                debug_router,
+                limits.debug,
+                shutdown.stopped(),
+            )
+            .await
+            .map_err(|error| CommandError::Failed(format!("the debug server failed: {error}"))),
+            None => Ok(()),
+        }
+    };
     let http_server = async {
         http::serve_capped(http_listener, router, limits.http, shutdown.stopped())
             .await
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
-    tokio::try_join!(grpc_server, http_server)?;
+    tokio::try_join!(grpc_server, http_server, debug_server)?;
+    if let Some(statsd) = statsd {
+        // The last flush after the stop; a panic in it is not worth failing the exit.
+        let _ = statsd.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -714,6 +920,8 @@ async fn serve(
 mod tests {
     use super::*;
     use clap::Parser;
+
+    use std::path::Path;
 
     #[derive(Parser)]
     struct Cli {
@@ -725,11 +933,7 @@ mod tests {
         let mut argv = vec!["serve", "--config", "limits"];
         argv.extend_from_slice(flags);
         let cli = Cli::try_parse_from(argv).expect("the flags parse");
-        settings(&cli.serve, |name| {
-            env.iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| (*v).to_owned())
-        })
+        settings(&cli.serve, &UpstreamEnv::from_pairs(env.iter().copied()))
     }
 
     fn addr(text: &str) -> SocketAddr {
@@ -892,7 +1096,9 @@ mod tests {
             Cli::try_parse_from(argv).map(|cli| cli.serve)
         };
         let defaults = parse(&[]).expect("valid");
-        let options = defaults.engine_options(false);
+        let no_env = UpstreamEnv::from_pairs::<&str, &str>([]);
+        let options = defaults.engine_options(&settings(&defaults, &no_env).expect("valid"));
+        assert!(!options.global_shadow_mode);
         assert_eq!(options.store_config.max_keys, 1_000_000);
         assert_eq!(
             options.store_config.max_log_entries,
@@ -918,9 +1124,10 @@ mod tests {
             "2",
             "--request-headers-timeout",
             "250ms",
+            "--shadow-mode",
         ])
         .expect("valid");
-        let options = set.engine_options(true);
+        let options = set.engine_options(&settings(&set, &no_env).expect("valid"));
         assert!(options.global_shadow_mode);
         assert_eq!(
             (
@@ -973,5 +1180,231 @@ mod tests {
                 other => panic!("{env:?}: expected a usage error, got {other:?}"),
             }
         }
+    }
+
+    /// The variables of one honoured case and the check of the setting they change.
+    type HonouredCase = (Vec<(&'static str, &'static str)>, fn(&Settings) -> bool);
+
+    /// The setting each honoured variable changes, checked on `Settings`.
+    fn honoured_case(name: &str) -> HonouredCase {
+        match name {
+            "HOST" => (vec![("HOST", "::")], |s| s.http_addr == addr("[::]:8080")),
+            "PORT" => (vec![("PORT", "9")], |s| s.http_addr == addr("0.0.0.0:9")),
+            "GRPC_HOST" => (vec![("GRPC_HOST", "::")], |s| {
+                s.grpc_addr == addr("[::]:8081")
+            }),
+            "GRPC_PORT" => (vec![("GRPC_PORT", "9")], |s| {
+                s.grpc_addr == addr("0.0.0.0:9")
+            }),
+            "DEBUG_HOST" => (vec![("DEBUG_HOST", "::1")], |s| {
+                s.debug_addr == Some(addr("[::1]:6070"))
+            }),
+            "DEBUG_PORT" => (vec![("DEBUG_PORT", "9")], |s| {
+                s.debug_addr == Some(addr("0.0.0.0:9"))
+            }),
+            "LOG_LEVEL" => (vec![("LOG_LEVEL", "warning")], |s| {
+                s.log_level == tracing::Level::WARN
+            }),
+            "LOG_FORMAT" => (vec![("LOG_FORMAT", "json")], |s| {
+                s.log_format == LogFormat::Json
+            }),
+            "RUNTIME_ROOT" => (vec![("RUNTIME_ROOT", "/data")], |s| {
+                s.config == Path::new("/data/config")
+            }),
+            "RUNTIME_SUBDIRECTORY" => (vec![("RUNTIME_SUBDIRECTORY", "rl")], |s| {
+                s.config == Path::new("/srv/runtime_data/current/rl/config")
+            }),
+            "RUNTIME_APPDIRECTORY" => (vec![("RUNTIME_APPDIRECTORY", "limits")], |s| {
+                s.config == Path::new("/srv/runtime_data/current/limits")
+            }),
+            // Either value reloads on every change, ConfigMap swaps included, and dotfiles
+            // are never limits files; a value that is not a boolean is refused.
+            "RUNTIME_WATCH_ROOT" => (vec![("RUNTIME_WATCH_ROOT", "false")], |_| true),
+            "RUNTIME_IGNOREDOTFILES" => (vec![("RUNTIME_IGNOREDOTFILES", "true")], |_| true),
+            "MERGE_DOMAIN_CONFIG" => (vec![("MERGE_DOMAIN_CONFIG", "true")], |s| s.merge_domains),
+            "QUOTA_MODE" => (vec![("QUOTA_MODE", "true")], |s| s.quota_mode),
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" => (
+                vec![("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+                |s| s.stop_increment_when_over_limit,
+            ),
+            "FORCE_START_WITHOUT_INITIAL_CONFIG" => {
+                (vec![("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")], |s| {
+                    s.force_start_without_initial_config
+                })
+            }
+            "SHADOW_MODE" => (vec![("SHADOW_MODE", "1")], |s| s.shadow_mode),
+            "NEAR_LIMIT_RATIO" => (vec![("NEAR_LIMIT_RATIO", "0.5")], |s| {
+                s.near_limit_ratio == 0.5
+            }),
+            "LIMIT_RESPONSE_HEADERS_ENABLED" => {
+                (vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "true")], |s| {
+                    s.headers.limit_headers
+                })
+            }
+            "LIMIT_LIMIT_HEADER" => (vec![("LIMIT_LIMIT_HEADER", "X-L")], |s| {
+                s.headers.limit_header_names.limit == "X-L"
+            }),
+            "LIMIT_REMAINING_HEADER" => (vec![("LIMIT_REMAINING_HEADER", "X-R")], |s| {
+                s.headers.limit_header_names.remaining == "X-R"
+            }),
+            "LIMIT_RESET_HEADER" => (vec![("LIMIT_RESET_HEADER", "X-T")], |s| {
+                s.headers.limit_header_names.reset == "X-T"
+            }),
+            "REDIS_URL" => (vec![("REDIS_URL", "/run/r.sock")], |s| {
+                s.store.as_ref().map(|x| x.url.as_str()) == Some("unix:///run/r.sock")
+            }),
+            "REDIS_SOCKET_TYPE" => (
+                vec![("REDIS_URL", "r:6379"), ("REDIS_SOCKET_TYPE", "tcp")],
+                |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis://r:6379"),
+            ),
+            "REDIS_TYPE" => (
+                vec![("REDIS_URL", "a:1,b:2"), ("REDIS_TYPE", "cluster")],
+                |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis-cluster://a:1,b:2"),
+            ),
+            "REDIS_AUTH" => (
+                vec![
+                    ("REDIS_URL", "r:1"),
+                    ("REDIS_SOCKET_TYPE", "tcp"),
+                    ("REDIS_AUTH", "pw"),
+                ],
+                |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis://:pw@r:1"),
+            ),
+            "REDIS_TLS" => (
+                vec![
+                    ("REDIS_URL", "r:1"),
+                    ("REDIS_SOCKET_TYPE", "tcp"),
+                    ("REDIS_TLS", "true"),
+                ],
+                |s| {
+                    s.store
+                        .as_ref()
+                        .is_some_and(|x| x.url == "rediss://r:1" && x.tls.is_some())
+                },
+            ),
+            "CACHE_KEY_PREFIX" => (vec![("CACHE_KEY_PREFIX", "app_")], |s| {
+                s.key_prefix.as_deref() == Some("app_")
+            }),
+            "REDIS_TIMEOUT" => (vec![("REDIS_TIMEOUT", "250ms")], |s| {
+                s.store_timeout == Duration::from_millis(250)
+            }),
+            "USE_STATSD" => (vec![("USE_STATSD", "true")], |s| {
+                s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:8125")
+            }),
+            "STATSD_HOST" => (vec![("USE_STATSD", "true"), ("STATSD_HOST", "::1")], |s| {
+                s.statsd.as_ref().map(|x| x.target.as_str()) == Some("[::1]:8125")
+            }),
+            "STATSD_PORT" => (vec![("USE_STATSD", "true"), ("STATSD_PORT", "9")], |s| {
+                s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:9")
+            }),
+            "STATS_FLUSH_INTERVAL" => (
+                vec![("USE_STATSD", "true"), ("STATS_FLUSH_INTERVAL", "1s")],
+                |s| s.statsd.as_ref().map(|x| x.interval) == Some(Duration::from_secs(1)),
+            ),
+            "DISABLE_STATS" => (
+                vec![("USE_STATSD", "true"), ("DISABLE_STATS", "true")],
+                |s| s.statsd.is_none(),
+            ),
+            other => panic!("{other} is honoured but has no case in this table test"),
+        }
+    }
+
+    /// The files `REDIS_TLS_*` name are read at start: an unreadable one is an error naming it.
+    #[test]
+    fn redis_tls_files_are_read_at_start() {
+        for name in [
+            "REDIS_TLS_CACERT",
+            "REDIS_TLS_CLIENT_CERT",
+            "REDIS_TLS_CLIENT_KEY",
+        ] {
+            let env = [
+                ("REDIS_URL", "r:1"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TLS", "true"),
+                (name, "/nonexistent/tollgate-test.pem"),
+            ];
+            match resolve(&[], &env) {
+                Err(CommandError::Usage(message)) => assert!(message.contains(name), "{message}"),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    /// Every upstream variable, one row at a time: honoured ones change their
+    /// setting, refused values stop start-up naming the variable and leave
+    /// upstream's default accepted, no-effect ones are accepted and noted.
+    #[test]
+    fn every_upstream_variable_is_honoured_refused_or_noted_by_name() {
+        use crate::upstream_env::{Disposition, VARIABLES};
+        let upstream = |env: &[(&str, &str)]| {
+            let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
+            settings(&cli.serve, &UpstreamEnv::from_pairs(env.iter().copied()))
+        };
+        for variable in VARIABLES {
+            let name = variable.name;
+            let refusing = match variable.disposition {
+                Disposition::Honoured => {
+                    if [
+                        "REDIS_TLS_CLIENT_CERT",
+                        "REDIS_TLS_CLIENT_KEY",
+                        "REDIS_TLS_CACERT",
+                    ]
+                    .contains(&name)
+                    {
+                        continue; // redis_tls_files_are_read_at_start
+                    }
+                    let (env, check) = honoured_case(name);
+                    let s = upstream(&env).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                    assert!(check(&s), "{name}: {s:?}");
+                    if ["RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"].contains(&name) {
+                        assert!(
+                            upstream(&[(name, "sometimes")]).is_err(),
+                            "{name}=sometimes"
+                        );
+                    }
+                    continue;
+                }
+                Disposition::NoEffect(_) => {
+                    let s = upstream(&[(name, "1")]).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                    assert!(
+                        s.notes.iter().any(|n| n.starts_with(name)),
+                        "{name}: {:?}",
+                        s.notes
+                    );
+                    continue;
+                }
+                Disposition::RefusedWhenTrue(_) => "true",
+                Disposition::RefusedWhenSet(_) => "anything",
+                Disposition::RefusedUnless(..) => "unsupported",
+            };
+            match upstream(&[(name, refusing)]) {
+                Err(CommandError::Usage(message)) => {
+                    assert!(message.starts_with(name), "{name}: {message}");
+                }
+                other => panic!("{name}={refusing}: expected a refusal, got {other:?}"),
+            }
+            if !variable.default.is_empty() {
+                upstream(&[(name, variable.default)])
+                    .unwrap_or_else(|e| panic!("{name}={}: {e:?}", variable.default));
+            }
+        }
+    }
+
+    #[test]
+    fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstream() {
+        let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
+        let s = settings(&cli.serve, &UpstreamEnv::default()).expect("valid");
+        assert_eq!(s.config, Path::new("/srv/runtime_data/current/config"));
+        assert_eq!(s.grpc_addr, addr("0.0.0.0:8081"));
+        assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
+        assert_eq!(s.debug_addr, Some(addr("0.0.0.0:6070")));
+        assert_eq!(s.store, None);
+        assert_eq!(s.store_timeout, tollgate_redis::DEFAULT_TIMEOUT);
+        // With --config, Tollgate's own loopback defaults and no debug port.
+        let s = resolve(&[], &[]).expect("valid");
+        assert_eq!(s.debug_addr, None);
+        // A host without a port listens on upstream's port (it used to be ignored).
+        let s = resolve(&[], &[("GRPC_HOST", "::"), ("HOST", "0.0.0.0")]).expect("valid");
+        assert_eq!(s.grpc_addr, addr("[::]:8081"));
+        assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
     }
 }

@@ -59,12 +59,12 @@ fn serve_answers_json_and_metrics_over_http() {
     let (status, text) = exchange(&http, "GET", "/metrics", "");
     assert_eq!(status, 200);
     for expected in [
-        r#"ratelimit_total_hits_total{domain="edge",descriptor="path_/login"} 6"#,
-        r#"ratelimit_over_limit_total{domain="edge",descriptor="path_/login"} 3"#,
+        r#"ratelimit_service_rate_limit_total_hits{domain="edge",key1="path_/login"} 6"#,
+        r#"ratelimit_service_rate_limit_over_limit{domain="edge",key1="path_/login"} 3"#,
         r#"ratelimit_request_duration_seconds_count{api="http"} 5"#,
         r#"ratelimit_request_duration_seconds_count{api="grpc"} 1"#,
-        r#"ratelimit_within_limit_total{domain="edge",descriptor="path_/login"} 3"#,
-        "ratelimit_config_load_success_total 1",
+        r#"ratelimit_service_rate_limit_within_limit{domain="edge",key1="path_/login"} 3"#,
+        "ratelimit_service_config_load_success 1",
     ] {
         assert!(
             text.lines().any(|l| l == expected),

@@ -1,4 +1,5 @@
-//! `rediss://`: counters in a Redis that only speaks TLS, trusted through `SSL_CERT_FILE`.
+//! `rediss://`: counters in a Redis that only speaks TLS, trusted through `SSL_CERT_FILE`,
+//! and upstream's `REDIS_TLS` with client certificates (`REDIS_TLS_CLIENT_CERT/_KEY/_CACERT`).
 
 mod rls_client;
 mod rls_load;
@@ -26,7 +27,7 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(status.success(), "openssl {args:?}");
 }
 
-/// A CA and a server certificate for 127.0.0.1, signed by it, in `dir`.
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it, in `dir`.
 fn certificates(dir: &Path) {
     openssl(
         dir,
@@ -46,40 +47,49 @@ fn certificates(dir: &Path) {
             "/CN=tollgate test CA",
         ],
     );
+    signed(
+        dir,
+        "server",
+        "/CN=127.0.0.1",
+        "subjectAltName=IP:127.0.0.1",
+    );
+    // An extension also makes it a version 3 certificate, which rustls requires.
+    signed(dir, "client", "/CN=tollgate", "extendedKeyUsage=clientAuth");
+}
+
+/// `NAME.key` and `NAME.crt` for `subject` with `extension`, signed by the CA in `dir`.
+fn signed(dir: &Path, name: &str, subject: &str, extension: &str) {
+    let (key, csr, crt, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+        format!("{name}.ext"),
+    );
+    std::fs::write(dir.join(&ext), format!("{extension}\n")).unwrap();
     openssl(
         dir,
         &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
         ],
     );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
     openssl(
         dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
             "ca.crt",
             "-CAkey",
             "ca.key",
             "-CAcreateserial",
             "-out",
-            "server.crt",
+            &crt,
             "-days",
             "1",
             "-extfile",
-            "san.ext",
+            &ext,
         ],
     );
 }
@@ -97,7 +107,8 @@ impl Drop for TlsRedis {
     }
 }
 
-fn start_tls_redis(dir: &Path) -> TlsRedis {
+/// A TLS-only redis-server in `dir`; with `client_certificates`, it refuses clients without one.
+fn start_tls_redis(dir: &Path, client_certificates: bool) -> TlsRedis {
     let port = free_port();
     let child = Command::new(redis_server_bin())
         .args([
@@ -114,7 +125,8 @@ fn start_tls_redis(dir: &Path) -> TlsRedis {
             "--tls-key-file",
             "server.key",
         ])
-        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"])
+        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients"])
+        .arg(if client_certificates { "yes" } else { "no" })
         .args(["--save", "", "--appendonly", "no"])
         .current_dir(dir)
         .stdout(Stdio::null())
@@ -129,6 +141,10 @@ fn start_tls_redis(dir: &Path) -> TlsRedis {
                 "--tls",
                 "--cacert",
                 "ca.crt",
+                "--cert",
+                "client.crt",
+                "--key",
+                "client.key",
                 "-p",
                 &port.to_string(),
                 "PING",
@@ -150,7 +166,7 @@ fn start_tls_redis(dir: &Path) -> TlsRedis {
 async fn counters_live_in_a_tls_only_redis() {
     let scratch = TempDir::new("tls");
     certificates(&scratch.0);
-    let redis = start_tls_redis(&scratch.0);
+    let redis = start_tls_redis(&scratch.0, false);
     let config = scratch.limits(
         "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n",
     );
@@ -174,5 +190,51 @@ async fn counters_live_in_a_tls_only_redis() {
     );
     let channel = channel(&server.address()).await;
     // 2 per hour in Redis; a store error would allow all 5 (on_store_error: allow).
+    assert_eq!(admitted(&[channel], &request("t", "k", "v"), 5).await, 2);
+}
+
+/// Upstream's variables for a TLS Redis that requires client certificates:
+/// with REDIS_TLS_CLIENT_CERT/_KEY the counters live there; without them
+/// the server refuses the handshake and `serve` does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_redis_tls_variables_present_the_client_certificate() {
+    let scratch = TempDir::new("mtls");
+    certificates(&scratch.0);
+    let redis = start_tls_redis(&scratch.0, true);
+    let config = scratch.limits(
+        "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n",
+    );
+    let file = |name: &str| scratch.0.join(name).to_str().unwrap().to_owned();
+    let (ca, cert, key) = (file("ca.crt"), file("client.crt"), file("client.key"));
+    let url = format!("127.0.0.1:{}", redis.port);
+    let args = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--store-timeout",
+        "2s",
+    ];
+    let mut env = vec![
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CACERT", ca.as_str()),
+    ];
+    let mut refused = Server::spawn_with_env(&args, &env);
+    let (code, _, stderr) = refused.finish();
+    assert_eq!(code, Some(1), "without a client certificate: {stderr}");
+    assert!(stderr.contains("cannot connect to Redis"), "{stderr}");
+
+    env.extend([
+        ("REDIS_TLS_CLIENT_CERT", cert.as_str()),
+        ("REDIS_TLS_CLIENT_KEY", key.as_str()),
+    ]);
+    let server = Server::spawn_with_env(&args, &env);
+    let channel = channel(&server.address()).await;
+    // 2 per day in Redis; a store error would allow all 5 (on_store_error: allow).
     assert_eq!(admitted(&[channel], &request("t", "k", "v"), 5).await, 2);
 }

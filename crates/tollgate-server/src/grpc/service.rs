@@ -136,8 +136,9 @@ impl<C: Clock> RateLimitGrpc<C> {
         start: Option<Timestamp>,
     ) -> Result<wire::RateLimitResponse, Status> {
         if let (Some(metrics), Some(start)) = (&self.metrics, start) {
-            if let Ok(response) = &answer {
-                metrics.observe(engine.rules(), request, response);
+            match &answer {
+                Ok(response) => metrics.observe(engine.rules(), request, response),
+                Err(_) => metrics.observe_service_error(),
             }
             metrics.observe_duration("grpc", start);
         }

@@ -1,0 +1,200 @@
+//! Per-rule hit counters under envoyproxy/ratelimit's stats keys, exported with upstream's names.
+//!
+//! Each rule counts under its *stats key*, upstream's
+//! `<domain>.<key>_<value>.<key>_<value>…` (the rule's config path; the
+//! request's entries for a `detailed_metric` rule). Every part is sanitised
+//! as upstream's statsd names are: `.`, `:` and `|` inside a key or value
+//! become `_`, so a part never splits into two. The number of keys is bounded
+//! by the config, except for detailed rules, as before.
+//!
+//! Two views read the same counters:
+//! * Prometheus ([`RuleStatsCollector`]): the names and labels that
+//!   upstream's default statsd_exporter mapping gives,
+//!   `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}`
+//!   with `domain` and `key1` (the first level), plus `key2` (the second
+//!   level) for rules two or more levels deep; deeper levels add into their
+//!   first two, as they do upstream. Upstream's exporter writes these names
+//!   without the `_total` suffix, so they are written as OpenMetrics
+//!   `unknown` samples under exactly those names.
+//! * statsd ([`RuleStats::snapshot`]): `ratelimit.service.rate_limit.<stats key>.<stat>`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+
+/// One counter of a rule, in upstream's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleStat {
+    /// Hits counted against the rule.
+    TotalHits = 0,
+    /// Hits of OVER_LIMIT answers (and of shadowed ones).
+    OverLimit = 1,
+    /// Allowed hits above the near-limit threshold.
+    NearLimit = 2,
+    /// Hits of OK answers.
+    WithinLimit = 3,
+    /// Hits over the limit that a `shadow_mode` rule let through.
+    ShadowMode = 4,
+}
+
+impl RuleStat {
+    /// Every stat, in upstream's order.
+    pub const ALL: [RuleStat; 5] = [
+        RuleStat::TotalHits,
+        RuleStat::OverLimit,
+        RuleStat::NearLimit,
+        RuleStat::WithinLimit,
+        RuleStat::ShadowMode,
+    ];
+
+    /// The last part of upstream's statsd name (`total_hits`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            RuleStat::TotalHits => "total_hits",
+            RuleStat::OverLimit => "over_limit",
+            RuleStat::NearLimit => "near_limit",
+            RuleStat::WithinLimit => "within_limit",
+            RuleStat::ShadowMode => "shadow_mode",
+        }
+    }
+
+    /// What the Prometheus series counts.
+    fn help(self) -> &'static str {
+        match self {
+            RuleStat::TotalHits => "Hits counted against a rule",
+            RuleStat::OverLimit => "Hits of OVER_LIMIT answers, shadowed ones included",
+            RuleStat::NearLimit => "Allowed hits above near_limit_ratio times the limit",
+            RuleStat::WithinLimit => "Hits of OK answers",
+            RuleStat::ShadowMode => "Hits over the limit that a shadow_mode rule let through",
+        }
+    }
+}
+
+/// A rule's stats key: its domain and its sanitised levels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StatsKey {
+    /// The domain, sanitised.
+    pub domain: String,
+    /// `key` or `key_value` for each level, sanitised.
+    pub levels: Vec<String>,
+}
+
+impl StatsKey {
+    /// The key of `levels` (`(key, value)` pairs, value absent for a key-only level) in `domain`.
+    pub fn new<'a>(
+        domain: &str,
+        levels: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Self {
+        let levels = levels
+            .into_iter()
+            .map(|(key, value)| match value {
+                Some(value) => format!("{}_{}", sanitise(key), sanitise(value)),
+                None => sanitise(key),
+            })
+            .collect();
+        StatsKey {
+            domain: sanitise(domain),
+            levels,
+        }
+    }
+
+    /// `domain.level.level…`, upstream's stats key.
+    pub fn dotted(&self) -> String {
+        let mut text = self.domain.clone();
+        for level in &self.levels {
+            text.push('.');
+            text.push_str(level);
+        }
+        text
+    }
+}
+
+/// `part` with the characters that would split or break a statsd name replaced by `_`.
+fn sanitise(part: &str) -> String {
+    part.replace(['.', ':', '|'], "_")
+}
+
+/// The five counters of one stats key.
+#[derive(Debug, Default)]
+struct Counters([AtomicU64; 5]);
+
+/// Every rule's counters, by stats key.
+#[derive(Debug, Default)]
+pub struct RuleStats {
+    counters: RwLock<HashMap<StatsKey, Arc<Counters>>>,
+}
+
+/// The counters of one stats key at one moment, in [`RuleStat::ALL`]'s order.
+pub type StatValues = [u64; 5];
+
+impl RuleStats {
+    /// Adds `hits` to `stat` of `key`.
+    pub fn add(&self, key: &StatsKey, stat: RuleStat, hits: u64) {
+        let existing = self.counters.read().get(key).cloned();
+        let counters = match existing {
+            Some(counters) => counters,
+            None => Arc::clone(self.counters.write().entry(key.clone()).or_default()),
+        };
+        counters.0[stat as usize].fetch_add(hits, Ordering::Relaxed);
+    }
+
+    /// Every stats key's counters now.
+    pub fn snapshot(&self) -> Vec<(StatsKey, StatValues)> {
+        self.counters
+            .read()
+            .iter()
+            .map(|(key, counters)| {
+                let values = std::array::from_fn(|i| counters.0[i].load(Ordering::Relaxed));
+                (key.clone(), values)
+            })
+            .collect()
+    }
+}
+
+/// Writes [`RuleStats`] as upstream's Prometheus series on each scrape.
+#[derive(Debug)]
+pub struct RuleStatsCollector(pub Arc<RuleStats>);
+
+/// The labels of one upstream series: `domain`, `key1`, and `key2` when the key has two levels or more.
+type UpstreamLabels = Vec<(&'static str, String)>;
+
+impl Collector for RuleStatsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let mut series: BTreeMap<UpstreamLabels, StatValues> = BTreeMap::new();
+        for (key, values) in self.0.snapshot() {
+            // Upstream's mapping needs a domain and at least one level.
+            let Some(key1) = key.levels.first() else {
+                continue;
+            };
+            let mut labels = vec![("domain", key.domain.clone()), ("key1", key1.clone())];
+            if let Some(key2) = key.levels.get(1) {
+                labels.push(("key2", key2.clone()));
+            }
+            let sum = series.entry(labels).or_default();
+            for (total, value) in sum.iter_mut().zip(values) {
+                *total += value;
+            }
+        }
+        for stat in RuleStat::ALL {
+            let name = format!("ratelimit_service_rate_limit_{}", stat.name());
+            let mut family =
+                encoder.encode_descriptor(&name, stat.help(), None, MetricType::Unknown)?;
+            for (labels, values) in &series {
+                let value = values[stat as usize];
+                if value == 0 {
+                    continue;
+                }
+                family
+                    .encode_family(labels)?
+                    .encode_gauge(&i64::try_from(value).unwrap_or(i64::MAX))?;
+            }
+        }
+        Ok(())
+    }
+}
