@@ -13,6 +13,9 @@ use crate::error::TlsError;
 use crate::pem;
 use crate::provider::provider;
 
+/// A client's TLS stream over TCP.
+pub type ClientTlsStream = TlsStream<TcpStream>;
+
 /// What a client's TLS is built from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClientTlsFiles {
@@ -100,6 +103,14 @@ impl std::fmt::Debug for TlsConnector {
 }
 
 impl TlsConnector {
+    /// Connects to `host:port` over TCP (with `TCP_NODELAY`) and completes the handshake.
+    pub async fn connect_to(&self, host: &str, port: u16) -> io::Result<TlsStream<TcpStream>> {
+        let tcp =
+            TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await?;
+        tcp.set_nodelay(true)?;
+        self.connect(host, tcp).await
+    }
+
     /// Completes the handshake over `tcp` with a server reached as `host` (the configured server name wins).
     pub async fn connect(&self, host: &str, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
         let name = match &self.server_name {

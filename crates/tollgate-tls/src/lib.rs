@@ -25,7 +25,7 @@ mod server;
 mod stream;
 
 pub use acceptor::{DEFAULT_HANDSHAKE_TIMEOUT, TlsAcceptor};
-pub use client::{ClientTlsFiles, TlsConnector};
+pub use client::{ClientTlsFiles, ClientTlsStream, TlsConnector};
 pub use error::TlsError;
 pub use san::SanAllowList;
 pub use server::ServerTlsFiles;

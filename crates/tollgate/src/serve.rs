@@ -19,7 +19,7 @@ use tollgate_protocol::rls::{
 };
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
-use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal};
+use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
@@ -28,9 +28,11 @@ use tollgate_server::reload::{self, read_config};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
+use tollgate_tls::TlsAcceptor;
 
 use crate::CommandError;
 use crate::limits_args::LimitsArgs;
+use crate::tls_args::ServeTlsArgs;
 
 /// The address served when neither a flag nor an environment variable names one.
 const DEFAULT_GRPC_ADDR: SocketAddr =
@@ -94,6 +96,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
     pub force_start_without_initial_config: bool,
     /// How the limits files are read.
+    /// TLS and mutual TLS on the listeners.
+    #[command(flatten)]
+    pub tls: ServeTlsArgs,
     #[command(flatten)]
     pub limits: LimitsArgs,
     /// The most verbose level logged on stderr: error, warn, info, debug or
@@ -567,12 +572,15 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let caps = args.request_caps();
+    let (grpc_tls, http_tls) = args.tls.acceptors()?;
     let limits = Listeners {
         grpc: ConnectionLimit::new(args.max_connections),
         http: HttpLimits {
             connection_limit: Some(ConnectionLimit::new(args.max_connections)),
             request_headers_timeout: args.request_headers_timeout,
+            tls: http_tls,
         },
+        grpc_tls,
         drain_delay: args.drain_delay,
     };
     let mut metrics = Metrics::new(
@@ -606,6 +614,8 @@ struct Listeners {
     grpc: Arc<ConnectionLimit>,
     /// The HTTP listener's connection limit and request-head timeout.
     http: HttpLimits,
+    /// TLS on the gRPC listener, if any (the HTTP listener's is in `http`).
+    grpc_tls: Option<TlsAcceptor>,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
     drain_delay: Duration,
 }
@@ -633,6 +643,10 @@ async fn serve(
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
+    let _tls_reloading = [("gRPC", &limits.grpc_tls), ("HTTP", &limits.http.tls)]
+        .into_iter()
+        .filter_map(|(name, tls)| tls.as_ref().map(|tls| watch_tls(tls, name)))
+        .collect::<Vec<_>>();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
@@ -653,6 +667,11 @@ async fn serve(
         max_request_bytes = caps.max_message_bytes,
         max_connections = limits.grpc.max(),
         drain_delay = ?limits.drain_delay,
+        tls = limits.grpc_tls.is_some(),
+        mutual_tls = limits
+            .grpc_tls
+            .as_ref()
+            .is_some_and(|tls| tls.files().client_ca.is_some()),
         "gRPC rate limit service listening"
     );
     let http_listener = TcpListener::bind(http_addr)
@@ -664,6 +683,7 @@ async fn serve(
     tracing::info!(
         addr = %http_bound,
         request_headers_timeout = ?limits.http.request_headers_timeout,
+        tls = limits.http.tls.is_some(),
         "HTTP API listening"
     );
     let mut stdout = std::io::stdout().lock();
@@ -696,9 +716,15 @@ async fn serve(
         .with_metrics(metrics)
         .with_caps(caps);
     let grpc_server = async {
-        grpc::serve_capped(listener, service, Some(limits.grpc), shutdown.stopped())
-            .await
-            .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+        grpc::serve_capped(
+            listener,
+            service,
+            Some(limits.grpc),
+            limits.grpc_tls,
+            shutdown.stopped(),
+        )
+        .await
+        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let http_server = async {
         http::serve_capped(http_listener, router, limits.http, shutdown.stopped())
