@@ -53,6 +53,20 @@ fn install(issued: &Issued, dir: &Path) {
     }
 }
 
+/// `tollgate serve` on the example limits with TLS from `DIR/tls.crt` and `DIR/tls.key`, plus `extra` flags and `env`.
+fn serve_tls(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let cert = dir.join("tls.crt");
+    let key = dir.join("tls.key");
+    let mut args = vec![
+        "--tls-cert",
+        cert.to_str().expect("UTF-8"),
+        "--tls-key",
+        key.to_str().expect("UTF-8"),
+    ];
+    args.extend_from_slice(extra);
+    Server::example_limits(&args, env)
+}
+
 #[test]
 fn mutual_tls_serves_a_client_certificate_of_the_ca_and_refuses_others() {
     let dir = TempDir::new("serve-mtls");
@@ -61,17 +75,9 @@ fn mutual_tls_serves_a_client_certificate_of_the_ca_and_refuses_others() {
     let allowed = ca.issue("envoy", &["envoy.mesh.local"]);
     let unlisted = ca.issue("other", &["other.mesh.local"]);
     let stranger = TestCa::new(dir.path(), "stranger").issue("envoy", &["envoy.mesh.local"]);
-    let cert = dir.path().join("tls.crt");
-    let key = dir.path().join("tls.key");
-    let server = Server::example_limits(
-        &[
-            "--tls-cert",
-            cert.to_str().expect("UTF-8"),
-            "--tls-key",
-            key.to_str().expect("UTF-8"),
-            "--tls-client-ca",
-            ca.ca().to_str().expect("UTF-8"),
-        ],
+    let server = serve_tls(
+        dir.path(),
+        &["--tls-client-ca", ca.ca().to_str().expect("UTF-8")],
         &[(
             "TOLLGATE_TLS_CLIENT_SAN",
             "envoy.mesh.local,spiffe-less.mesh.local",
@@ -112,17 +118,7 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     let old_ca = TestCa::new(dir.path(), "old");
     let new_ca = TestCa::new(dir.path(), "new");
     install(&old_ca.issue("server", &["127.0.0.1"]), dir.path());
-    let cert = dir.path().join("tls.crt");
-    let key = dir.path().join("tls.key");
-    let server = Server::example_limits(
-        &[
-            "--tls-cert",
-            cert.to_str().expect("UTF-8"),
-            "--tls-key",
-            key.to_str().expect("UTF-8"),
-        ],
-        &[],
-    );
+    let server = serve_tls(dir.path(), &[], &[]);
     let addr = server.address();
     assert_eq!(check(&addr, old_ca.ca(), None).0, Some(0));
 
