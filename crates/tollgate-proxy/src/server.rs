@@ -248,6 +248,7 @@ pub async fn serve<F>(
             name: "proxy",
             drain_timeout: Some(drain),
             connection_limit: Some(limit),
+            tls: None,
         };
         let proxy = Arc::clone(&proxy);
         let stopped = stop.stopped();

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::OwnedSemaphorePermit;
+use tollgate_tls::{ServerStream, TlsAcceptor};
 
 use crate::connection_limit::ConnectionLimit;
 use crate::shutdown::{Drained, drain};
@@ -30,12 +31,16 @@ pub struct AcceptOptions {
     /// reached the loop accepts nothing, so new clients wait in the listen
     /// backlog until a connection closes.
     pub connection_limit: Option<Arc<ConnectionLimit>>,
+    /// TLS on every accepted connection (`None`: plain TCP). The handshake
+    /// runs on the connection's own task when hyper first reads or writes,
+    /// bounded by the acceptor's handshake timeout.
+    pub tls: Option<TlsAcceptor>,
 }
 
 /// Accepts on `listener` until `shutdown` completes, serving each connection that `connect` makes; then stops accepting and drains.
 ///
 /// Each accepted stream gets `TCP_NODELAY` and is handed to `connect` with
-/// its peer's address; the hyper connection it returns runs on its own
+/// its peer's address, as a [`ServerStream`] (TLS when the options say so); the hyper connection it returns runs on its own
 /// task. An error accepting a connection (such as running out of file
 /// descriptors) is logged and retried after a short pause; it does not stop
 /// the loop. With a [`ConnectionLimit`], the loop takes a slot before each
@@ -52,7 +57,7 @@ pub async fn serve_connections<S, M, C>(
 ) -> Drained
 where
     S: Future<Output = ()>,
-    M: FnMut(TcpStream, SocketAddr) -> C,
+    M: FnMut(ServerStream, SocketAddr) -> C,
     C: GracefulConnection + Send + 'static,
     C::Error: Display,
 {
@@ -91,6 +96,10 @@ where
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, server, "cannot set TCP_NODELAY");
         }
+        let stream = match &options.tls {
+            Some(tls) => tls.stream(stream),
+            None => ServerStream::plain(stream),
+        };
         let connection = connections.watch(connect(stream, peer));
         tokio::spawn(serve_one(connection, slot, server));
     }

@@ -9,7 +9,9 @@
 //! * [`serve_connections`] is the accept loop: accept, spawn a hyper
 //!   connection, and on shutdown stop accepting and [`drain`] the
 //!   connections for at most a timeout; a [`ConnectionLimit`] caps the
-//!   connections it keeps open.
+//!   connections it keeps open; with a `TlsAcceptor` (tollgate-tls) each
+//!   connection is TLS, and [`watch_tls`] reloads its certificate when the
+//!   files change or on SIGHUP.
 //!
 //! This crate must not know about limits, rules, engines, Redis, HTTP routes
 //! or the proxy's config format: a caller says which paths hold its
@@ -23,6 +25,7 @@ mod entries;
 mod shutdown;
 mod signal;
 mod task;
+mod tls_reload;
 mod watcher;
 
 pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};
@@ -31,4 +34,5 @@ pub use entries::{ConfigEntries, EveryEntry};
 pub use shutdown::{Drained, Shutdown, drain};
 pub use signal::shutdown_signal;
 pub use task::AbortOnDrop;
+pub use tls_reload::watch_tls;
 pub use watcher::{ConfigWatcher, DEFAULT_DEBOUNCE, ReloadTrigger, Trigger};

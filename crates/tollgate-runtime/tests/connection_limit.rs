@@ -37,6 +37,7 @@ async fn past_the_limit_a_client_waits_until_a_connection_closes() {
         name: "test",
         drain_timeout: Some(BUDGET),
         connection_limit: Some(Arc::clone(&limit)),
+        tls: None,
     };
     let serving = tokio::spawn(serve_connections(
         listener,

@@ -68,6 +68,7 @@ async fn the_accept_loop_stops_accepting_and_waits_for_the_request_in_flight() {
         name: "test",
         drain_timeout: None,
         connection_limit: None,
+        tls: None,
     };
     let serving = tokio::spawn(serve_connections(
         listener,

@@ -65,6 +65,7 @@ use tollgate_protocol::rls::model::{
 use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
 use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
+use tollgate_tls::TlsAcceptor;
 
 use crate::build_info::BuildInfo;
 use crate::engine::EngineError;
@@ -161,6 +162,8 @@ pub struct HttpLimits {
     /// A connection that has not sent a whole request head this long after
     /// it opened, or after its previous response, is closed.
     pub request_headers_timeout: Duration,
+    /// TLS on every connection (`None`: plain HTTP).
+    pub tls: Option<TlsAcceptor>,
 }
 
 impl Default for HttpLimits {
@@ -169,6 +172,7 @@ impl Default for HttpLimits {
         HttpLimits {
             connection_limit: None,
             request_headers_timeout: DEFAULT_REQUEST_HEADERS_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -202,6 +206,7 @@ where
         name: "HTTP",
         drain_timeout: None,
         connection_limit: limits.connection_limit,
+        tls: limits.tls,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http1.serve_connection(

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tollgate_protocol::rls::RlsClient;
+use tollgate_protocol::rls::client::tls_connector;
 use tollgate_protocol::rls::convert::{code_name, unit_of};
 use tollgate_protocol::rls::wire::{
     self, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitRequest, UInt64Value,
@@ -11,6 +12,7 @@ use tollgate_protocol::rls::wire::{
 use tonic::transport::Endpoint;
 
 use crate::CommandError;
+use crate::tls_args::ClientTlsArgs;
 
 /// The arguments of `tollgate check`.
 ///
@@ -41,6 +43,9 @@ pub struct CheckArgs {
     /// Hits each descriptor counts; 0 checks without consuming anything (sent as each descriptor's `hits_addend`).
     #[arg(long, default_value_t = 1)]
     pub hits: u32,
+    /// TLS towards an `https://` address.
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     /// How long to wait for the connection and for the answer.
     #[arg(long, default_value = "5s", value_parser = tollgate_core::duration::parse_duration)]
     pub timeout: Duration,
@@ -81,8 +86,17 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
         .enable_all()
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    let tls = if args.addr.starts_with("https://") {
+        Some(args.tls.grpc_connector()?)
+    } else {
+        None
+    };
     let response = runtime.block_on(async {
-        let channel = endpoint.connect().await.map_err(|error| {
+        let channel = match tls {
+            Some(tls) => endpoint.connect_with_connector(tls_connector(tls)).await,
+            None => endpoint.connect().await,
+        }
+        .map_err(|error| {
             CommandError::Failed(format!("cannot connect to {}: {error}", args.addr))
         })?;
         RlsClient::new(channel)

@@ -17,6 +17,7 @@ mod limits_args;
 mod proxy;
 mod serve;
 mod simulate;
+mod tls_args;
 mod upstream_env;
 mod upstream_redis;
 mod validate;
@@ -42,7 +43,7 @@ enum Command {
     /// Check limits files (a file or a directory) without starting a server.
     Validate(validate::ValidateArgs),
     /// Serve Envoy's rate limit service (RLS v3, gRPC) from limits files.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Ask a running rate limit service for one decision and print it
     /// (exit 0 OK, 3 OVER_LIMIT, 1 error).
     Check(check::CheckArgs),

@@ -19,7 +19,7 @@ use tollgate_protocol::rls::{
 };
 use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
-use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal};
+use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
@@ -29,9 +29,11 @@ use tollgate_server::statsd::StatsdFlusher;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions, LiveEngine, grpc, http};
 use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
+use tollgate_tls::{ServerTlsFiles, TlsAcceptor};
 
 use crate::CommandError;
 use crate::limits_args::LimitsArgs;
+use crate::tls_args::ServeTlsArgs;
 use crate::upstream_env::UpstreamEnv;
 use crate::upstream_redis::{UpstreamStore, upstream_store};
 
@@ -101,6 +103,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
     pub force_start_without_initial_config: bool,
     /// How the limits files are read.
+    /// TLS and mutual TLS on the listeners.
+    #[command(flatten)]
+    pub tls: ServeTlsArgs,
     #[command(flatten)]
     pub limits: LimitsArgs,
     /// The most verbose level logged on stderr: error, warn, info, debug or
@@ -342,6 +347,8 @@ struct Settings {
     stop_increment_when_over_limit: bool,
     /// Start even with no rate limit (upstream's `FORCE_START_WITHOUT_INITIAL_CONFIG`).
     force_start_without_initial_config: bool,
+    /// TLS on the listeners: `--tls-*`, or upstream's `GRPC_SERVER_*` / `GRPC_CLIENT_TLS_*`.
+    tls: Option<ServerTlsFiles>,
     grpc_addr: SocketAddr,
     http_addr: SocketAddr,
     debug_addr: Option<SocketAddr>,
@@ -464,6 +471,7 @@ fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, CommandErro
             || env
                 .bool("FORCE_START_WITHOUT_INITIAL_CONFIG")?
                 .unwrap_or(false),
+        tls: args.tls.files(env)?,
         grpc_addr,
         http_addr,
         debug_addr,
@@ -692,16 +700,20 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let caps = args.request_caps();
+    let (grpc_tls, http_tls) = args.tls.acceptors(settings.tls.as_ref())?;
     let limits = Listeners {
         grpc: ConnectionLimit::new(args.max_connections),
         http: HttpLimits {
             connection_limit: Some(ConnectionLimit::new(args.max_connections)),
             request_headers_timeout: args.request_headers_timeout,
+            tls: http_tls.clone(),
         },
         debug: HttpLimits {
             connection_limit: Some(ConnectionLimit::new(args.max_connections)),
             request_headers_timeout: args.request_headers_timeout,
+            tls: http_tls.clone(),
         },
+        grpc_tls,
         drain_delay: args.drain_delay,
     };
     let mut metrics = Metrics::new(
@@ -773,6 +785,8 @@ struct Listeners {
     http: HttpLimits,
     /// The same for the debug port (upstream's), which serves the HTTP API again.
     debug: HttpLimits,
+    /// TLS on the gRPC listener, if any (the HTTP listener's is in `http`).
+    grpc_tls: Option<TlsAcceptor>,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
     drain_delay: Duration,
 }
@@ -802,6 +816,10 @@ async fn serve(
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
+    let _tls_reloading = [("gRPC", &limits.grpc_tls), ("HTTP", &limits.http.tls)]
+        .into_iter()
+        .filter_map(|(name, tls)| tls.as_ref().map(|tls| watch_tls(tls, name)))
+        .collect::<Vec<_>>();
     let (listener, bound) = bind(listen.grpc).await?;
     let options = headers.options();
     tracing::info!(
@@ -817,12 +835,18 @@ async fn serve(
         max_request_bytes = caps.max_message_bytes,
         max_connections = limits.grpc.max(),
         drain_delay = ?limits.drain_delay,
+        tls = limits.grpc_tls.is_some(),
+        mutual_tls = limits
+            .grpc_tls
+            .as_ref()
+            .is_some_and(|tls| tls.files().client_ca.is_some()),
         "gRPC rate limit service listening"
     );
     let (http_listener, http_bound) = bind(listen.http).await?;
     tracing::info!(
         addr = %http_bound,
         request_headers_timeout = ?limits.http.request_headers_timeout,
+        tls = limits.http.tls.is_some(),
         "HTTP API listening"
     );
     let debug = match listen.debug {
@@ -884,9 +908,15 @@ async fn serve(
         .with_metrics(metrics)
         .with_caps(caps);
     let grpc_server = async {
-        grpc::serve_capped(listener, service, Some(limits.grpc), shutdown.stopped())
-            .await
-            .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+        grpc::serve_capped(
+            listener,
+            service,
+            Some(limits.grpc),
+            limits.grpc_tls,
+            shutdown.stopped(),
+        )
+        .await
+        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let debug_router = router.clone();
     let debug_server = async {
@@ -1223,6 +1253,33 @@ mod tests {
             "RUNTIME_IGNOREDOTFILES" => (vec![("RUNTIME_IGNOREDOTFILES", "true")], |_| true),
             "MERGE_DOMAIN_CONFIG" => (vec![("MERGE_DOMAIN_CONFIG", "true")], |s| s.merge_domains),
             "QUOTA_MODE" => (vec![("QUOTA_MODE", "true")], |s| s.quota_mode),
+            "GRPC_SERVER_USE_TLS" | "GRPC_SERVER_TLS_CERT" | "GRPC_SERVER_TLS_KEY" => (
+                vec![
+                    ("GRPC_SERVER_USE_TLS", "true"),
+                    ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                    ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ],
+                |s| {
+                    s.tls.as_ref().is_some_and(|t| {
+                        t.cert == Path::new("/tls/cert.pem") && t.key == Path::new("/tls/key.pem")
+                    })
+                },
+            ),
+            "GRPC_CLIENT_TLS_CACERT" | "GRPC_CLIENT_TLS_SAN" => (
+                vec![
+                    ("GRPC_SERVER_USE_TLS", "true"),
+                    ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                    ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                    ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+                    ("GRPC_CLIENT_TLS_SAN", "envoy.istio-system"),
+                ],
+                |s| {
+                    s.tls.as_ref().is_some_and(|t| {
+                        t.client_ca.as_deref() == Some(Path::new("/tls/ca.pem"))
+                            && t.client_sans == ["envoy.istio-system"]
+                    })
+                },
+            ),
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" => (
                 vec![("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
                 |s| s.stop_increment_when_over_limit,

@@ -117,30 +117,11 @@ pub const VARIABLES: &[Variable] = &[
         "GRPC_MAX_CONNECTION_AGE_GRACE",
         "Tollgate does not close gRPC connections by age",
     ),
-    refused_when_true(
-        "GRPC_SERVER_USE_TLS",
-        "Tollgate's gRPC server speaks plain HTTP/2; terminate TLS in the mesh sidecar",
-    ),
-    no_effect(
-        "GRPC_SERVER_TLS_CERT",
-        "",
-        "read only with GRPC_SERVER_USE_TLS=true",
-    ),
-    no_effect(
-        "GRPC_SERVER_TLS_KEY",
-        "",
-        "read only with GRPC_SERVER_USE_TLS=true",
-    ),
-    no_effect(
-        "GRPC_CLIENT_TLS_CACERT",
-        "",
-        "read only with GRPC_SERVER_USE_TLS=true",
-    ),
-    no_effect(
-        "GRPC_CLIENT_TLS_SAN",
-        "",
-        "read only with GRPC_SERVER_USE_TLS=true",
-    ),
+    honoured("GRPC_SERVER_USE_TLS", "false"),
+    honoured("GRPC_SERVER_TLS_CERT", ""),
+    honoured("GRPC_SERVER_TLS_KEY", ""),
+    honoured("GRPC_CLIENT_TLS_CACERT", ""),
+    honoured("GRPC_CLIENT_TLS_SAN", ""),
     // Logging.
     honoured("LOG_LEVEL", "WARN"),
     honoured("LOG_FORMAT", "text"),

@@ -4,8 +4,12 @@
 //! rate limit. The answer is the whole wire response, including
 //! `request_headers_to_add` and `raw_body`.
 
+use std::io;
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
+use tollgate_tls::{ClientTlsStream, TlsConnector};
+use tonic::codegen::http::Uri;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
@@ -34,6 +38,19 @@ impl RlsClient {
     pub fn connect_lazy(uri: String) -> Result<Self, tonic::transport::Error> {
         let channel = Endpoint::from_shared(uri)?.tcp_nodelay(true).connect_lazy();
         Ok(RlsClient::new(channel))
+    }
+
+    /// A client for `uri` (`https://host:port`) over TLS with `tls` (which
+    /// should offer ALPN `h2`), connecting on the first call; the TLS
+    /// server name is the URI's host unless `tls` names one.
+    pub fn connect_lazy_tls(
+        uri: String,
+        tls: TlsConnector,
+    ) -> Result<Self, tonic::transport::Error> {
+        let endpoint = Endpoint::from_shared(uri)?;
+        Ok(RlsClient::new(
+            endpoint.connect_with_connector_lazy(tls_connector(tls)),
+        ))
     }
 
     /// This client with a deadline on every call (`None`: none).
@@ -80,4 +97,27 @@ impl RlsClient {
             .await
             .map(Response::into_inner)
     }
+}
+
+/// A tonic connector that dials the URI's host and port (443 when none) and completes a TLS handshake with `tls`.
+pub fn tls_connector(
+    tls: TlsConnector,
+) -> impl tower::Service<
+    Uri,
+    Response = TokioIo<ClientTlsStream>,
+    Error = io::Error,
+    Future = impl Future<Output = io::Result<TokioIo<ClientTlsStream>>> + Send,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |uri: Uri| {
+        let tls = tls.clone();
+        async move {
+            let host = uri.host().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{uri} names no host"))
+            })?;
+            let port = uri.port_u16().unwrap_or(443);
+            tls.connect_to(host, port).await.map(TokioIo::new)
+        }
+    })
 }

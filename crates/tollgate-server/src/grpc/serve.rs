@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
 use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
+use tollgate_tls::TlsAcceptor;
 use tonic::codegen::http;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
@@ -57,17 +58,20 @@ where
     C: Clock + 'static,
     F: Future<Output = ()> + Send,
 {
-    serve_capped(listener, service, None, shutdown).await
+    serve_capped(listener, service, None, None, shutdown).await
 }
 
 /// [`serve_with`] keeping at most `connection_limit` connections open: while
 /// it is reached nothing is accepted, new clients wait in the listen backlog
 /// and the accept loop logs `connection limit reached` (see
-/// [`serve_connections`]).
+/// [`serve_connections`]). With `tls`, every connection is TLS (its
+/// acceptor should offer ALPN `h2`; the handshake completes before HTTP/2
+/// sees a byte).
 pub async fn serve_capped<C, F>(
     listener: TcpListener,
     service: RateLimitGrpc<C>,
     connection_limit: Option<Arc<ConnectionLimit>>,
+    tls: Option<TlsAcceptor>,
     shutdown: F,
 ) -> io::Result<()>
 where
@@ -118,6 +122,7 @@ where
         name: "gRPC",
         drain_timeout: None,
         connection_limit,
+        tls,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(
