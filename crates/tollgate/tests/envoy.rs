@@ -48,22 +48,54 @@ impl Envoy {
     }
 }
 
-/// Starts Envoy on `examples/envoy/global.yaml` in front of `upstream`,
-/// asking `tollgate`, with free ports put in and a second, fail-closed
-/// listener (the example's with `failure_mode_deny: true`), and waits
-/// (bounded) until its admin `/ready` says LIVE.
+/// The example's rate limit cluster.
+const EXAMPLE_CLUSTER: &str = "tollgate";
+
+/// The rate limit cluster's name in Istio (its sample global rate limit
+/// EnvoyFilter). Envoy sends the cluster name as `:authority`, which h2
+/// alone refuses.
+const ISTIO_CLUSTER: &str = "outbound|8081||ratelimit.default.svc.cluster.local";
+
+/// [`start_envoy_asking`] the example's own cluster.
 fn start_envoy(binary: &Path, dir: &Path, upstream: SocketAddr, tollgate: SocketAddr) -> Envoy {
+    start_envoy_asking(binary, dir, upstream, tollgate, EXAMPLE_CLUSTER)
+}
+
+/// Starts Envoy on `examples/envoy/global.yaml` in front of `upstream`,
+/// asking `tollgate` through a cluster named `rls_cluster` (the example's,
+/// renamed, with no `authority` override), with free ports put in and a
+/// second, fail-closed listener (the example's with `failure_mode_deny:
+/// true`), and waits (bounded) until its admin `/ready` says LIVE.
+fn start_envoy_asking(
+    binary: &Path,
+    dir: &Path,
+    upstream: SocketAddr,
+    tollgate: SocketAddr,
+    rls_cluster: &str,
+) -> Envoy {
     let (admin_port, allow_port, deny_port) = (free_port(), free_port(), free_port());
     let mut bootstrap = Bootstrap::example("examples/envoy/global.yaml");
     bootstrap
         .set_admin_port(admin_port)
         .set_cluster_port("backend", upstream.port())
-        .set_cluster_port("tollgate", tollgate.port())
+        .set_cluster_port(EXAMPLE_CLUSTER, tollgate.port())
         .set_listener("ingress", allow_port);
     bootstrap.copy_listener("ingress", "deny", deny_port);
     let filter = bootstrap.http_filter("deny", "envoy.filters.http.ratelimit");
     assert_eq!(filter["failure_mode_deny"], false, "the example fails open");
     filter["failure_mode_deny"] = true.into();
+    let cluster = bootstrap.cluster(EXAMPLE_CLUSTER);
+    cluster["name"] = rls_cluster.into();
+    cluster["load_assignment"]["cluster_name"] = rls_cluster.into();
+    for listener in ["ingress", "deny"] {
+        let filter = bootstrap.http_filter(listener, "envoy.filters.http.ratelimit");
+        let grpc = &mut filter["rate_limit_service"]["grpc_service"];
+        assert!(
+            grpc.get("authority").is_none(),
+            "the cluster name is the authority"
+        );
+        grpc["envoy_grpc"]["cluster_name"] = rls_cluster.into();
+    }
     Envoy {
         process: EnvoyProcess::start(binary, dir, &bootstrap.text(), admin_port),
         allow_port,
@@ -92,6 +124,14 @@ fn four_requests(envoy: &Envoy, user: &str) -> Option<Vec<Response>> {
     Some(responses)
 }
 
+/// [`four_requests`] for `user_prefix-0`, then (a minute boundary passed)
+/// `user_prefix-1`, then `-2`: two boundaries cannot pass within one try.
+fn four_requests_in_one_window(envoy: &Envoy, user_prefix: &str) -> Vec<Response> {
+    (0..3)
+        .find_map(|attempt| four_requests(envoy, &format!("{user_prefix}-{attempt}")))
+        .expect("four requests within one minute window")
+}
+
 #[test]
 fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
     let envoy_binary = envoy_binary();
@@ -112,12 +152,8 @@ fn envoy_enforces_tollgate_answers_and_follows_failure_mode_deny() {
     let mut tollgate = LoggedChild::serve(&limits, dir.0.join("tollgate.log"));
     let envoy = start_envoy(&envoy_binary, &dir.0, upstream.addr, tollgate.addr);
 
-    // Requests 1-3 reach the upstream, request 4 is Envoy's 429. A minute
-    // boundary inside the four requests restarts the count: then once more
-    // with another user (two boundaries cannot pass within one try).
-    let responses = (0..3)
-        .find_map(|attempt| four_requests(&envoy, &format!("alice-{attempt}")))
-        .expect("four requests within one minute window");
+    // Requests 1-3 reach the upstream, request 4 is Envoy's 429.
+    let responses = four_requests_in_one_window(&envoy, "alice");
     for (i, response) in responses[..3].iter().enumerate() {
         assert_eq!(response.status, 200, "request {}: {response:#?}", i + 1);
         assert_eq!(
@@ -320,4 +356,35 @@ fn envoy_and_the_proxy_pass_on_the_services_ietf_fields_and_one_retry_after() {
         "Envoy and the proxy answered differently in three attempts\nenvoy: {envoy_fields:#?}\nproxy: {proxy_fields:#?}\nproxy log:\n{}",
         log_tail(&proxy.log)
     );
+}
+
+/// Envoy asking through a cluster named as Istio names it
+/// (`outbound|8081||ratelimit…`), with no `authority` override, so every
+/// check carries that name as `:authority`: the limit is enforced (3 × 200,
+/// then 429). Without the gRPC listener's authority front, h2 resets every
+/// such stream, Envoy fails open, and request 4 is a 200.
+#[test]
+fn envoy_with_an_istio_cluster_name_as_authority_is_limited() {
+    let envoy_binary = envoy_binary();
+    let dir = TempDir::new("envoy-istio-authority");
+    let upstream = Upstream::spawn();
+    let tollgate = LoggedChild::serve(&repository_file(LIMITS), dir.0.join("tollgate.log"));
+    let envoy = start_envoy_asking(
+        &envoy_binary,
+        &dir.0,
+        upstream.addr,
+        tollgate.addr,
+        ISTIO_CLUSTER,
+    );
+    let responses = four_requests_in_one_window(&envoy, "istio");
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429],
+        "{responses:#?}\nenvoy log:\n{}\ntollgate log:\n{}",
+        log_tail(&envoy.process.log),
+        log_tail(&tollgate.log)
+    );
+    assert_eq!(responses[0].number("x-ratelimit-remaining"), 2);
+    assert_eq!(responses[3].header("x-envoy-ratelimited"), Some("true"));
 }

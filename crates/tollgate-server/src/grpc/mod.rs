@@ -3,8 +3,11 @@
 //! [`RateLimitGrpc`] answers `ShouldRateLimit` (the messages, codec and
 //! conversions are the protocol crate's, [`tollgate_protocol::rls`]);
 //! [`serve`] runs it and the health service on a listener until a shutdown
-//! future completes, then drains the calls in flight.
+//! future completes, then drains the calls in flight. Each connection
+//! goes through [`authority::AuthorityFront`], which lets Envoy's
+//! cluster-name `:authority` values (Istio's `outbound|8081||…`) through.
 
+pub mod authority;
 mod serve;
 mod service;
 

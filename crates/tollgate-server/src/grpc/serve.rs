@@ -20,6 +20,7 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
+use super::authority::{AuthorityFront, InboundLimits};
 use super::service::{BoxFuture, RateLimitGrpc};
 use crate::engine::Engine;
 
@@ -49,6 +50,8 @@ where
 /// and skipping them is a good part of the CPU a call costs. An error
 /// accepting a connection (such as running out of file descriptors) is
 /// logged and retried after a short pause; it does not stop the server.
+/// Each connection is read through an [`AuthorityFront`], so a client that
+/// sends a cluster name as `:authority` (Envoy in Istio) is served too.
 pub async fn serve_with<C, F>(
     listener: TcpListener,
     service: RateLimitGrpc<C>,
@@ -117,7 +120,13 @@ where
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES);
+    let limits = InboundLimits {
+        max_frame_size: MAX_FRAME_BYTES as usize,
+        max_header_list_size: MAX_HEADER_LIST_BYTES as usize,
+    };
     let options = AcceptOptions {
         name: "gRPC",
         drain_timeout: None,
@@ -126,7 +135,7 @@ where
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(
-            TokioIo::new(stream),
+            TokioIo::new(AuthorityFront::new(stream, limits)),
             TowerToHyperService::new(services.clone()),
         )
     })
@@ -147,6 +156,11 @@ const CONNECTION_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered before the connection is closed.
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The longest frame payload a client may send (hyper's default, stated so the authority front holds clients to the same).
+const MAX_FRAME_BYTES: u32 = 16 * 1024;
+/// The largest request header list (hyper's default, stated so the authority front bounds its header blocks by the same).
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 /// The path prefix of the standard health service's methods.
 const HEALTH_PATH_PREFIX: &str = "/grpc.health.v1.Health/";
