@@ -1,0 +1,105 @@
+//! The standing adversarial suite: hostile gRPC messages ([`grpc`]), raw HTTP
+//! requests ([`http`]) and mutated limits files ([`limits`]) against a running
+//! `tollgate serve`, each asserting no panic, a clear error, and that a known
+//! limit is still enforced exactly afterwards.
+//!
+//! Case counts are fixed and the generators seeded ([`runner`]), so a failure
+//! reproduces; every wait is bounded.
+
+mod grpc;
+mod http;
+mod limits;
+
+use std::path::PathBuf;
+
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::Server;
+
+/// The known limit every suite checks afterwards: `known=k`, this many per hour.
+const KNOWN_LIMIT: usize = 3;
+
+/// The limits file the fuzzed server runs: the known limit, and a rule fuzz
+/// cases may hit (`open`, many per hour) without touching the known one.
+const LIMITS: &str = "\
+domain: fuzz
+descriptors:
+  - key: known
+    value: k
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 1000000}
+";
+
+/// The `/json` body that asks for the known limit.
+const KNOWN_JSON: &str =
+    r#"{"domain":"fuzz","descriptors":[{"entries":[{"key":"known","value":"k"}]}]}"#;
+
+/// A seeded proptest runner of `cases` cases: the same cases on every run.
+fn runner(cases: u32) -> TestRunner {
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]))
+}
+
+/// A `tollgate serve` on [`LIMITS`] in a scratch directory, in memory.
+struct Served {
+    dir: TempDir,
+    config: PathBuf,
+    server: Server,
+    grpc: String,
+    http: String,
+}
+
+impl Served {
+    fn start(name: &str) -> Served {
+        let dir = TempDir::new(name);
+        let config = dir.limits(LIMITS);
+        let server = Server::serve(&config, "memory", &["--log-level", "warn"]);
+        let grpc = server.line_after("listening on ");
+        let http = server.line_after("http listening on ");
+        Served {
+            dir,
+            config,
+            server,
+            grpc,
+            http,
+        }
+    }
+
+    /// Whether the child is still running.
+    fn alive(&mut self) -> bool {
+        self.server
+            .child
+            .try_wait()
+            .expect("the child can be polled")
+            .is_none()
+    }
+
+    /// `/json` statuses of `n` requests for the known limit.
+    fn known_json(&self, n: usize) -> Vec<u16> {
+        (0..n)
+            .map(|_| {
+                tollgate_testkit::http::exchange(
+                    &self.http,
+                    "POST",
+                    "/json",
+                    &[("content-type", "application/json")],
+                    KNOWN_JSON,
+                )
+                .status
+            })
+            .collect()
+    }
+
+    /// Asserts the server lives and the known limit admits exactly `left` more, then denies.
+    fn assert_known_limit_holds(&mut self, left: usize) {
+        assert!(self.alive(), "tollgate serve died");
+        let mut expected = vec![200; left];
+        expected.push(429);
+        assert_eq!(self.known_json(left + 1), expected, "the known limit");
+    }
+}
