@@ -179,8 +179,12 @@ struct Active {
     unspent: u64,
     /// Units spent from it (what a refund may put back).
     spent: u64,
-    /// Local time from which nothing of it may be spent.
+    /// Local time from which nothing of it may be spent (the lease period
+    /// or the store's `lasts`, whichever is sooner).
     ends: Timestamp,
+    /// Local time at which its last position passes (a schedule's
+    /// `TAT_grant`; for a window, its end).
+    positions_end: Timestamp,
     remaining_at_grant: u64,
     token: (u64, u64),
 }
@@ -237,7 +241,7 @@ impl LeaseLedger {
         }
         match self.leasing {
             Some(Leasing::Schedule { interval_ns, .. }) => {
-                let left = nanos_between(now, lease.ends) / interval_ns;
+                let left = nanos_between(now, lease.positions_end) / interval_ns;
                 lease.unspent.min(left)
             }
             Some(Leasing::Window { .. }) => lease.unspent,
@@ -286,7 +290,7 @@ impl LeaseLedger {
         let usable = self.settle(now);
         let room = match (self.leasing, self.lease) {
             (Some(Leasing::Schedule { interval_ns, .. }), Some(lease)) => {
-                (nanos_between(now, lease.ends) / interval_ns).saturating_sub(usable)
+                (nanos_between(now, lease.positions_end) / interval_ns).saturating_sub(usable)
             }
             _ => u64::MAX,
         };
@@ -350,6 +354,7 @@ impl LeaseLedger {
                 unspent: grant.units,
                 spent: 0,
                 ends: sent.saturating_add(grant.lasts.min(period)),
+                positions_end: sent.saturating_add(grant.lasts),
                 remaining_at_grant: grant.remaining,
                 token: grant.token,
             });
@@ -469,5 +474,16 @@ mod tests {
                 token: (1, 2)
             })
         );
+        // A lease period shorter than the positions ends the lease, not its positions.
+        let mut ledger = LeaseLedger::new(tb, Duration::from_millis(100), t(0));
+        let grant = Grant {
+            units: 5,
+            lasts: 10 * SEC,
+            remaining: 0,
+            token: (1, 3),
+        };
+        ledger.install(grant, t(0));
+        assert_eq!(ledger.usable(t(99)), 5, "all 5 until the period ends");
+        assert_eq!(ledger.usable(t(100)), 0);
     }
 }
