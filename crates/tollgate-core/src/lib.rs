@@ -18,6 +18,9 @@
 //!   window, weighted by overlap).
 //! * [`SlidingLog`] — the exact sliding log.
 //!
+//! [`lease`] holds the allocator of quota leases (units a fleet instance
+//! takes from a shared budget ahead of use and spends locally).
+//!
 //! Beside the algorithms, [`breaker::CircuitBreaker`] is the one circuit
 //! breaker state machine (closed, open with doubling backoff, half-open
 //! probes) that the upstream clusters and the Redis store both run.
@@ -34,6 +37,7 @@ mod decision;
 pub mod duration;
 mod error;
 mod fixed_window;
+pub mod lease;
 mod rate;
 mod sliding_log;
 mod sliding_window;

@@ -89,6 +89,12 @@ local function schedule(key, op, hits, interval, capacity)
   if op == 'r' then
     local after = backlog - hits * interval
     if after < 0 then after = 0 end
+    -- Never below the last lease's TAT (lease.lua's floor 'fs', 'fn').
+    local f = redis.call('HMGET', key, 'fs', 'fn')
+    if f[1] then
+      local floor = (tonumber(f[1]) - now_s) * 1000000000 + (tonumber(f[2]) - now_sub_ns)
+      if after < floor then after = math.min(floor, backlog) end
+    end
     local write = nil
     if after ~= backlog then
       write = function() store_tat(key, after) end
@@ -133,7 +139,11 @@ local function fixed(key, op, hits, window, limit)
   end
   if op == 'r' then
     local after = count
-    if count <= limit then after = math.max(count - hits, 0) end
+    -- Never below the units leased in this window (lease.lua's 'li', 'lc').
+    local lease = redis.call('HMGET', key, 'li', 'lc')
+    local leased = 0
+    if tonumber(lease[1]) == index then leased = math.min(tonumber(lease[2]), count) end
+    if count <= limit then after = math.max(count - hits, leased) end
     local write = nil
     if after ~= count then write = store(after) end
     return {0, math.max(limit - after, 0), reset_us * 1000, 0}, write

@@ -18,6 +18,15 @@
 //! counters of a request whose descriptors hash to different slots are sent
 //! as one script call per slot, in parallel; each call is atomic on its own.
 //!
+//! Quota leases ([`tollgate_core::lease`]): a second script (`src/lease.lua`)
+//! grants an instance units of one counter's budget ahead of use, and takes
+//! back what it did not spend, in one atomic call on the counter's own key
+//! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]); a
+//! [`LeaseBook`] holds an instance's leases and answers requests from them.
+//! Token buckets, GCRA and the leaky-bucket policer lease tokens, fixed
+//! windows lease counts of the current window; the sliding window counter
+//! and the sliding log stay on the exact path.
+//!
 //! Production always decides at Redis `TIME`. The simulator replays virtual
 //! time through the same script: [`RedisStore::check_batch_at`] supplies the
 //! time to decide at and a fixed TTL for the keys it writes, and
@@ -27,6 +36,8 @@
 #![forbid(unsafe_code)]
 
 mod key;
+mod lease;
+mod lease_book;
 mod target;
 
 use std::sync::Arc;
@@ -42,6 +53,7 @@ use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome
 use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use key::redis_key;
+pub use lease_book::{GrantAsk, LeaseBook, LeaseStats};
 pub use target::{RedisTarget, TargetError};
 
 /// The default time one script call may take before it counts as a store error.
@@ -407,17 +419,7 @@ impl RedisStore {
                         .max(1),
                 );
         }
-        let call = async {
-            match &self.connection {
-                Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
-                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
-            }
-        };
-        let reply = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => return Err(StoreError::Timeout(self.timeout)),
-        };
+        let reply = self.invoke(&invocation).await?;
         if reply.len() != counters.len() * 4 {
             return Err(StoreError::Unavailable(format!(
                 "the check script answered {} values for {} counters",
@@ -429,6 +431,26 @@ impl RedisStore {
             decisions.push(to_decision(&c.algorithm, r));
         }
         Ok(())
+    }
+}
+
+impl RedisStore {
+    /// Runs a prepared script call (its script loaded on a NOSCRIPT) within the timeout.
+    async fn invoke(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let call = async {
+            match &self.connection {
+                Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
+                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Timeout(self.timeout)),
+        }
     }
 }
 

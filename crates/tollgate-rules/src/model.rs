@@ -136,6 +136,10 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// What to answer when the counter store cannot (`on_store_error`; default allow).
     pub on_store_error: StoreErrorPolicy,
+    /// `lease`: the quota lease period of this rule's counters in a shared
+    /// store (zero: exact, one store call per request); `None` takes the
+    /// service's default (`--lease-period`).
+    pub lease: Option<std::time::Duration>,
     /// `detailed_metric`: statistics name the request's values.
     pub detailed_metric: bool,
     /// `quota_mode`: an over-limit status of this rule makes the request

@@ -50,7 +50,10 @@
 //!   stores on first use, under a read-mostly lock.
 //! * In Redis ([`Engine::with_remote`], answered by [`Engine::decide`]), the
 //!   batch is one script call; when it fails, each rule's `on_store_error`
-//!   answers (see [`crate::store`]).
+//!   answers (see [`crate::store`]). A rule with a lease period (its
+//!   `lease`, else `--lease-period`) is answered from this instance's quota
+//!   leases when they cover the whole request, with no call at all.
+//!   Descriptor `limit` overrides are always exact.
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -177,6 +180,8 @@ struct PlannedCounter {
     algorithm: AnyAlgorithm,
     hits: u64,
     give_back: bool,
+    /// The lease period of its rule in a shared store (zero: exact).
+    lease: Duration,
 }
 
 impl AsCounter for PlannedCounter {
@@ -249,6 +254,9 @@ impl<C: Clock> Engine<C> {
     /// [`EngineOptions::max_retired_stores`], each until its keys are all
     /// fresh) and taken back when a later reload brings the algorithm back,
     /// so a rule missing from one load does not start again from zero.
+    ///
+    /// With a shared store, the quick-deny cache is emptied and the
+    /// outstanding leases are given back (limits may have changed).
     pub fn with_rules(&self, rules: Arc<RuleSet>) -> Self
     where
         C: Clone,
@@ -263,6 +271,9 @@ impl<C: Clock> Engine<C> {
                 self.clock.now(),
             )
         };
+        if let Some(remote) = &self.remote {
+            remote.after_reload(self.clock.now());
+        }
         Engine::build(
             rules,
             self.options,
@@ -295,6 +306,11 @@ impl<C: Clock> Engine<C> {
     /// What the in-memory stores hold now (rule, override and retired stores), for gauges.
     pub fn memory_usage(&self) -> CountersUsage {
         self.memory.usage()
+    }
+
+    /// The time on the engine's clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
     }
 
     /// The shared store, when counters live in Redis.
@@ -382,9 +398,10 @@ impl<C: Clock> Engine<C> {
             .iter()
             .map(PlannedCounter::as_counter)
             .collect();
+        let periods: Vec<Duration> = plan.counters.iter().map(|c| c.lease).collect();
         let mut decisions = Vec::with_capacity(counters.len());
         match remote
-            .check_batch(&self.clock, &counters, &mut decisions)
+            .check_batch(&self.clock, &counters, &periods, &mut decisions)
             .await
         {
             Ok(()) => {
@@ -394,8 +411,9 @@ impl<C: Clock> Engine<C> {
                         refunds.iter().map(PlannedCounter::as_counter).collect();
                     let mut refunded = Vec::with_capacity(refunds.len());
                     // A failed give-back leaves the hits spent: the strict side.
+                    let no_leases = vec![Duration::ZERO; refund_counters.len()];
                     if remote
-                        .check_batch(&self.clock, &refund_counters, &mut refunded)
+                        .check_batch(&self.clock, &refund_counters, &no_leases, &mut refunded)
                         .await
                         .is_ok()
                     {
@@ -437,6 +455,10 @@ impl<C: Clock> Engine<C> {
             Vec::new()
         };
         let default_hits = u64::from(request.hits_addend.max(1));
+        let default_lease = self
+            .remote
+            .as_ref()
+            .map_or(Duration::ZERO, |r| r.lease_period());
         let mut plan = Plan {
             work: Vec::with_capacity(request.descriptors.len()),
             counters: Vec::new(),
@@ -464,6 +486,7 @@ impl<C: Clock> Engine<C> {
                     algorithm: *algorithm,
                     hits,
                     give_back,
+                    lease: Duration::ZERO,
                 });
                 Work::Override {
                     limit: limit.clone(),
@@ -498,6 +521,7 @@ impl<C: Clock> Engine<C> {
                                 algorithm,
                                 hits,
                                 give_back,
+                                lease: rule.lease.unwrap_or(default_lease),
                             });
                         }
                         Work::Rule {

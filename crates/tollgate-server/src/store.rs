@@ -27,8 +27,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use std::collections::HashMap;
 
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
+use tollgate_core::lease::LeasePolicy;
 use tollgate_core::{AnyAlgorithm, Clock, Decision, Outcome, Timestamp};
-use tollgate_redis::RedisStore;
+use tollgate_redis::{LeaseBook, RedisStore};
 use tollgate_store::{
     Counter, CounterStore, MemoryCounters, StoreConfig, StoreError, counts_denied,
 };
@@ -128,15 +129,21 @@ impl Breaker {
     }
 }
 
-/// Fixed-window counters known to be over their limit, answered without a store call.
+/// Counters known to be over their limit, answered without a store call until their retry time.
 ///
-/// A fixed window that denies stays closed until the window ends, for any
-/// cost (it keeps counting denied requests, and a give-back cannot reopen
-/// it), so its denial can be repeated locally until then. The end is taken
-/// as the time the call was sent plus the reported retry-after: never later
-/// than the true end, so the cache never denies a request Redis would let
-/// through. Other algorithms are not cached: a cheaper request, a refill or
-/// a give-back can let a request through before their retry-after.
+/// When the store denies a request of `h` units with "retry after `T`",
+/// the same request is denied until `T` for every algorithm: `T` is the
+/// exact time `h` units fit again. So a later request of exactly `h` units
+/// on that key is denied locally until then, reporting the time left. The
+/// end is taken as the time the call was sent plus `T`: never later than
+/// the true time, so the cache never denies a request Redis would admit —
+/// unless another instance gives units back meanwhile, which only makes it
+/// stricter for at most `T`. A cheaper or dearer request asks the store (a
+/// dearer one would be told a retry time that is too early). A fixed window
+/// that denies stays closed until its end for any cost (it counts denied
+/// requests, and a give-back cannot reopen it), so it is answered for every
+/// cost. A give-back through this instance forgets the key, and a reload
+/// forgets every key.
 ///
 /// Bounded: at most `capacity` keys in 16 shards; a full shard first drops
 /// the expired entries and otherwise does not cache.
@@ -146,12 +153,13 @@ pub struct QuickDeny {
     per_shard: usize,
 }
 
-/// A closed window: until when, the limit to report, and the algorithm
-/// that closed it (a reload that changes the limit must not be answered
-/// from a denial under the old one).
+/// A denied key: until when, for what cost, the limit to report, and the
+/// algorithm that denied it (a reload that changes the limit must not be
+/// answered from a denial under the old one).
 #[derive(Clone, Copy, Debug)]
 struct Closed {
     until: Timestamp,
+    hits: u64,
     limit: u64,
     algorithm: AnyAlgorithm,
 }
@@ -182,14 +190,23 @@ impl QuickDeny {
         &self.shards[(hash >> 60) as usize % self.shards.len()]
     }
 
-    /// The denial for `key` under `algorithm` at `now`, if its window is known to be closed.
-    pub fn lookup(&self, key: &[u8], algorithm: &AnyAlgorithm, now: Timestamp) -> Option<Decision> {
+    /// The denial of `hits` units on `key` under `algorithm` at `now`, if the key is known to be over.
+    pub fn lookup(
+        &self,
+        key: &[u8],
+        algorithm: &AnyAlgorithm,
+        hits: u64,
+        now: Timestamp,
+    ) -> Option<Decision> {
         if self.per_shard == 0 {
             return None;
         }
         let hash = xxhash_rust::xxh3::xxh3_64(key);
         let closed = *self.shard(hash).lock().get(&hash)?;
-        if closed.until <= now || closed.algorithm != *algorithm {
+        if closed.until <= now
+            || closed.algorithm != *algorithm
+            || (closed.hits != hits && !counts_denied(algorithm))
+        {
             return None;
         }
         let wait = closed.until.saturating_since(now).as_nanos();
@@ -203,13 +220,17 @@ impl QuickDeny {
         ))
     }
 
-    /// Remembers the fixed-window denials of a batch sent at `sent`.
+    /// Remembers the denials of a batch sent at `sent`, and forgets the keys it gave units back to.
     pub fn remember(&self, counters: &[Counter<'_>], decisions: &[Decision], sent: Timestamp) {
         if self.per_shard == 0 {
             return;
         }
         for (c, d) in counters.iter().zip(decisions) {
-            if d.outcome() != Outcome::Denied || !counts_denied(&c.algorithm) {
+            if c.give_back {
+                self.forget(c.key);
+                continue;
+            }
+            if d.outcome() != Outcome::Denied {
                 continue;
             }
             let Some(retry) = d.retry_after() else {
@@ -227,13 +248,30 @@ impl QuickDeny {
                 hash,
                 Closed {
                     until: sent.saturating_add(retry),
+                    hits: c.hits,
                     limit: d.limit(),
                     algorithm: c.algorithm,
                 },
             );
         }
     }
+
+    /// Forgets `key` (units were given back to it).
+    pub fn forget(&self, key: &[u8]) {
+        let hash = xxhash_rust::xxh3::xxh3_64(key);
+        self.shard(hash).lock().remove(&hash);
+    }
+
+    /// Forgets every key (a reload).
+    pub fn clear(&self) {
+        for shard in &self.shards {
+            shard.lock().clear();
+        }
+    }
 }
+
+/// The default bound of the lease book (`--lease-max-keys`).
+pub const DEFAULT_LEASE_MAX_KEYS: usize = 65_536;
 
 /// How the shared store is set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,10 +288,14 @@ pub struct RemoteOptions {
     pub fallback_config: StoreConfig,
     /// Keys the quick-deny cache may hold (0 turns it off).
     pub quick_deny_keys: usize,
+    /// The lease period of rules without their own `lease` (zero: exact, one call per request).
+    pub lease_period: Duration,
+    /// Counters the lease book may track (each about 200 bytes).
+    pub lease_max_keys: usize,
 }
 
 impl Default for RemoteOptions {
-    /// One instance; open after 3 failures for 100 ms, doubling up to 1 s.
+    /// One instance; open after 3 failures for 100 ms, doubling up to 1 s; no leases.
     fn default() -> Self {
         RemoteOptions {
             expected_instances: 1,
@@ -262,6 +304,8 @@ impl Default for RemoteOptions {
             breaker_max_backoff: Duration::from_secs(1),
             fallback_config: StoreConfig::with_max_keys(100_000),
             quick_deny_keys: 65_536,
+            lease_period: Duration::ZERO,
+            lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
         }
     }
 }
@@ -281,6 +325,12 @@ pub struct StoreStats {
     pub fallback_local: AtomicU64,
     /// Batches answered by the quick-deny cache, without a store call.
     pub quick_denied: AtomicU64,
+    /// Batches answered from leases held by this instance, without a store call.
+    pub leased: AtomicU64,
+    /// Batches decided by the store's check script (one call each, or one per slot on a cluster).
+    pub exact: AtomicU64,
+    /// Batches answered by their rules' `on_store_error` (the store failed or the breaker was open).
+    pub fallback: AtomicU64,
 }
 
 /// Redis behind a breaker, with the local fallback counters.
@@ -290,6 +340,9 @@ pub struct RemoteStore {
     breaker: Breaker,
     fallback: MemoryCounters,
     quick_deny: QuickDeny,
+    leases: LeaseBook,
+    /// The time of the latest decision (nanoseconds), for the lease gauge.
+    last_decision: AtomicU64,
     options: RemoteOptions,
     stats: StoreStats,
 }
@@ -311,27 +364,44 @@ impl RemoteStore {
                 4096,
             ),
             quick_deny: QuickDeny::new(options.quick_deny_keys),
+            leases: LeaseBook::new(
+                LeasePolicy::for_fleet(options.lease_period, options.expected_instances).divisor,
+                options.lease_max_keys,
+            ),
+            last_decision: AtomicU64::new(0),
             options,
             stats: StoreStats::default(),
         })
     }
 
-    /// Decides a batch in Redis unless the breaker is open.
+    /// Decides a batch: from this instance's leases when they cover every
+    /// counter, else from the quick-deny cache, else in Redis unless the
+    /// breaker is open (then taking leases for `periods[i]`, counter `i`'s
+    /// lease period, zero for none).
     pub async fn check_batch<C: Clock>(
         &self,
         clock: &C,
         counters: &[Counter<'_>],
+        periods: &[Duration],
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
         let sent = clock.now();
+        self.last_decision
+            .fetch_max(sent.as_nanos(), Ordering::Relaxed);
+        if self.leases.try_local(counters, sent, decisions) {
+            self.stats.leased.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         if self.answer_from_cache(counters, sent, decisions) {
             self.stats.quick_denied.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         if !self.breaker.admit(sent) {
             self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
+            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::CircuitOpen);
         }
+        self.stats.exact.fetch_add(1, Ordering::Relaxed);
         match self
             .redis
             .check_batch(counters, clock.now(), decisions)
@@ -340,21 +410,61 @@ impl RemoteStore {
             Ok(()) => {
                 self.breaker.on_success();
                 self.quick_deny.remember(counters, decisions, sent);
+                let asks = self.leases.after_exact(counters, periods, decisions, sent);
+                if !asks.is_empty() {
+                    self.leases.refill(&self.redis, asks, clock.now()).await;
+                }
                 Ok(())
             }
             Err(e @ StoreError::Unsupported(_)) => {
                 // A limit the store cannot keep says nothing about the store's health.
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.stats.fallback.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "a limit cannot be kept in the store");
                 Err(e)
             }
             Err(e) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.stats.fallback.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure(clock.now());
                 tracing::debug!(error = %e, "counter store call failed");
                 Err(e)
             }
         }
+    }
+
+    /// Gives every outstanding lease back to Redis (graceful shutdown); the units it took back.
+    pub async fn return_leases(&self, now: Timestamp) -> u64 {
+        self.leases.return_all(&self.redis, now).await
+    }
+
+    /// After a reload: forgets the quick-deny entries and, on a Tokio
+    /// runtime, gives the outstanding leases back in the background (a
+    /// lease taken under a limit that changed is never spent under the new one).
+    pub fn after_reload(self: &Arc<Self>, now: Timestamp) {
+        self.quick_deny.clear();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = Arc::clone(self);
+            runtime.spawn(async move {
+                let units = store.return_leases(now).await;
+                tracing::debug!(units, "leases returned after a reload");
+            });
+        }
+    }
+
+    /// The time of the latest decision: the gauges' "now" (the store keeps no clock).
+    fn now_for_gauges(&self) -> Timestamp {
+        Timestamp::from_nanos(self.last_decision.load(Ordering::Relaxed))
+    }
+
+    /// The leases this instance holds.
+    pub fn leases(&self) -> &LeaseBook {
+        &self.leases
+    }
+
+    /// The lease period of rules without their own `lease`.
+    pub fn lease_period(&self) -> Duration {
+        self.options.lease_period
     }
 
     /// Fills `decisions` from the quick-deny cache when it knows every counter is closed.
@@ -366,10 +476,10 @@ impl RemoteStore {
     ) -> bool {
         decisions.clear();
         for c in counters {
-            if c.give_back || !counts_denied(&c.algorithm) {
+            if c.give_back {
                 return false;
             }
-            match self.quick_deny.lookup(c.key, &c.algorithm, now) {
+            match self.quick_deny.lookup(c.key, &c.algorithm, c.hits, now) {
                 Some(d) => decisions.push(d),
                 None => return false,
             }
@@ -466,6 +576,7 @@ impl Collector for StoreCollector {
             let metric = family.encode_family(&labels)?;
             ConstCounter::new(load(counter)).encode(metric)?;
         }
+        self.encode_leases(&mut encoder)?;
         let state = ConstGauge::new(self.0.breaker().state_code());
         let metric = encoder.encode_descriptor(
             "ratelimit_store_breaker_state",
@@ -477,6 +588,97 @@ impl Collector for StoreCollector {
     }
 }
 
+/// The label of the decisions counter: which path answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: &'static str,
+}
+
+/// The label of the Redis calls counter: which script.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    call: &'static str,
+}
+
+impl StoreCollector {
+    /// Decisions by path, Redis calls by kind, lease units and the quick-deny cache's size.
+    fn encode_leases(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stats = self.0.stats();
+        let leases = self.0.leases().stats();
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut family = encoder.encode_descriptor(
+            "ratelimit_store_decisions",
+            "Requests by the path that decided them: leased (this instance's leases), exact (a Redis call), quick_denied (a known denial), fallback (on_store_error)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (path, counter) in [
+            ("leased", &stats.leased),
+            ("exact", &stats.exact),
+            ("quick_denied", &stats.quick_denied),
+            ("fallback", &stats.fallback),
+        ] {
+            let labels = PathLabels { path };
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(load(counter)).encode(metric)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "ratelimit_store_redis_calls",
+            "Redis script calls by kind: check (an exact decision), lease_grant, lease_return",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (call, count) in [
+            ("check", load(&stats.exact)),
+            ("lease_grant", load(&leases.grant_calls)),
+            ("lease_return", load(&leases.return_calls)),
+        ] {
+            let labels = CallLabels { call };
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(count).encode(metric)?;
+        }
+        for (name, help, value) in [
+            (
+                "ratelimit_store_lease_granted_units",
+                "Units Redis granted to this instance's leases",
+                load(&leases.granted_units),
+            ),
+            (
+                "ratelimit_store_lease_returned_units",
+                "Unused leased units Redis took back",
+                load(&leases.returned_units),
+            ),
+            (
+                "ratelimit_store_lease_failed_calls",
+                "Lease grants and returns that failed",
+                load(&leases.failed_calls),
+            ),
+        ] {
+            let counter = ConstCounter::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(metric)?;
+        }
+        let now = self.0.now_for_gauges();
+        for (name, help, value) in [
+            (
+                "ratelimit_store_lease_outstanding_units",
+                "Units held in this instance's usable leases",
+                self.0.leases().outstanding(now),
+            ),
+            (
+                "ratelimit_store_lease_keys",
+                "Counters the lease book tracks (bounded by --lease-max-keys)",
+                self.0.leases().len() as u64,
+            ),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -484,53 +686,65 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn a_closed_fixed_window_is_denied_locally_until_its_end_and_nothing_else_is_cached() {
+    fn denials_of_every_algorithm_are_repeated_locally_until_their_retry_time() {
         use tollgate_core::{AnyAlgorithm, FixedWindow, TokenBucket};
         let cache = QuickDeny::new(64);
         let fw: AnyAlgorithm = FixedWindow::new(5, Duration::from_secs(60)).unwrap().into();
         let tb: AnyAlgorithm = TokenBucket::new(5, 5, Duration::from_secs(60))
             .unwrap()
             .into();
-        let counter = |key: &'static [u8], algorithm| Counter {
+        let counter = |key: &'static [u8], algorithm, give_back| Counter {
             group: 0,
             key,
             tag: 0,
             algorithm,
             hits: 1,
-            give_back: false,
+            give_back,
         };
         let sent = Timestamp::from_secs(1_000);
         let denied = Decision::from_parts(Outcome::Denied, 5, 0, 20_000_000_000, 20_000_000_000);
         cache.remember(
-            &[counter(b"fw", fw), counter(b"tb", tb)],
+            &[counter(b"fw", fw, false), counter(b"tb", tb, false)],
             &[denied, denied],
             sent,
         );
+        assert_eq!(cache.len(), 2);
         let later = sent.saturating_add(Duration::from_secs(5));
         let d = cache
-            .lookup(b"fw", &fw, later)
-            .expect("the window is closed");
+            .lookup(b"fw", &fw, 3, later)
+            .expect("a closed window denies any cost");
         assert_eq!(d.retry_after(), Some(Duration::from_secs(15)));
         assert_eq!((d.limit(), d.remaining()), (5, 0));
+        let d = cache
+            .lookup(b"tb", &tb, 1, later)
+            .expect("a token bucket's denial of 1 unit is repeated");
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(15)));
         assert!(
-            cache.lookup(b"tb", &tb, later).is_none(),
-            "a token bucket is not cached"
+            cache.lookup(b"tb", &tb, 2, later).is_none(),
+            "a dearer request asks the store (its retry time is later)"
         );
         let end = sent.saturating_add(Duration::from_secs(20));
         assert!(
-            cache.lookup(b"fw", &fw, end).is_none(),
-            "open again at the window's end"
+            cache.lookup(b"fw", &fw, 1, end).is_none(),
+            "open again at the retry time"
         );
         let raised: AnyAlgorithm = FixedWindow::new(10, Duration::from_secs(60))
             .unwrap()
             .into();
         assert!(
-            cache.lookup(b"fw", &raised, later).is_none(),
+            cache.lookup(b"fw", &raised, 1, later).is_none(),
             "a reload that raised the limit is asked of the store"
         );
+        cache.remember(&[counter(b"tb", tb, true)], &[denied], later);
+        assert!(
+            cache.lookup(b"tb", &tb, 1, later).is_none(),
+            "a give-back forgets the key"
+        );
+        cache.clear();
+        assert!(cache.is_empty(), "a reload forgets every key");
         let off = QuickDeny::new(0);
-        off.remember(&[counter(b"fw", fw)], &[denied], sent);
-        assert!(off.lookup(b"fw", &fw, later).is_none());
+        off.remember(&[counter(b"fw", fw, false)], &[denied], sent);
+        assert!(off.lookup(b"fw", &fw, 1, later).is_none());
     }
 
     #[test]

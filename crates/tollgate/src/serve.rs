@@ -151,6 +151,17 @@ pub struct ServeArgs {
     /// answers [default: 5ms; upstream's REDIS_TIMEOUT when set].
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", value_parser = tollgate_core::duration::parse_duration)]
     pub store_timeout: Option<Duration>,
+    /// With a Redis store: the quota lease period of rules without their own
+    /// `lease` (`0` = off: one exact Redis call per request). A lease is
+    /// units taken from the shared budget ahead of use and spent here with
+    /// no call; it never over-admits (see docs/operations.md for the bounds).
+    #[arg(long, env = "TOLLGATE_LEASE_PERIOD", value_name = "DURATION", default_value = "0s", value_parser = tollgate_core::duration::parse_duration)]
+    pub lease_period: Duration,
+    /// With a Redis store: the most counters this instance tracks leases
+    /// for (about 200 bytes each); past it, the least recently used one is
+    /// dropped and its lease left to run out.
+    #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::store::DEFAULT_LEASE_MAX_KEYS, value_parser = parse_cap)]
+    pub lease_max_keys: usize,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
     /// of the system's wall clock (added to every reading of it). Decisions on
     /// Redis do not move (they use Redis `TIME`); in-memory decisions and
@@ -684,6 +695,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                 RemoteOptions {
                     expected_instances: args.expected_instances.max(1),
                     quick_deny_keys: args.quick_deny_keys,
+                    lease_period: args.lease_period,
+                    lease_max_keys: args.lease_max_keys,
                     ..RemoteOptions::default()
                 },
             );
@@ -904,7 +917,7 @@ async fn serve(
         }
         None => None,
     };
-    let service = grpc::RateLimitGrpc::live(live, headers)
+    let service = grpc::RateLimitGrpc::live(Arc::clone(&live), headers)
         .with_metrics(metrics)
         .with_caps(caps);
     let grpc_server = async {
@@ -938,6 +951,11 @@ async fn serve(
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
     tokio::try_join!(grpc_server, http_server, debug_server)?;
+    let engine = live.engine();
+    if let Some(remote) = engine.remote() {
+        let units = remote.return_leases(engine.now()).await;
+        tracing::info!(units, "outstanding leases returned");
+    }
     if let Some(statsd) = statsd {
         // The last flush after the stop; a panic in it is not worth failing the exit.
         let _ = statsd.await;

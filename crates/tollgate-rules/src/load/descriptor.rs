@@ -22,6 +22,7 @@ struct DescriptorFields<'n> {
     children: Option<&'n Node>,
     shadow_mode: bool,
     on_store_error: StoreErrorPolicy,
+    lease: Option<std::time::Duration>,
     detailed_metric: bool,
     quota_mode: bool,
     /// `value_to_metric` and `share_threshold` (with where it was written).
@@ -135,6 +136,7 @@ impl Loader {
             limits,
             shadow_mode: fields.shadow_mode,
             on_store_error: fields.on_store_error,
+            lease: fields.lease,
             detailed_metric: fields.detailed_metric,
             quota_mode: fields.quota_mode,
             levels: own_options,
@@ -193,6 +195,16 @@ impl Loader {
                     if let Some(policy) = self.store_error_policy(file, node) {
                         fields.on_store_error = policy;
                     }
+                }
+                "lease" if matches!(node.value, NodeValue::Integer(0)) => {
+                    fields.lease = Some(std::time::Duration::ZERO);
+                }
+                "lease" => {
+                    let expected = "a duration such as `1s` (0 keeps the rule exact)";
+                    fields.lease = self.parsed_text(file, node, "lease", expected, |text| {
+                        tollgate_core::duration::parse_duration(text)
+                            .map_err(|e| format!("`lease` {e}"))
+                    });
                 }
                 "detailed_metric" => {
                     fields.detailed_metric = self.bool_value(file, node, "detailed_metric")

@@ -37,6 +37,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "rate_limits",
     "shadow_mode",
     "on_store_error",
+    "lease",
     "detailed_metric",
     "quota_mode",
     "value_to_metric",

@@ -1,0 +1,284 @@
+//! Engines sharing one real Redis with quota leases: never over the limit, close to it under demand, serving through an outage, and a reload that changes a limit.
+//!
+//! Each engine is one instance with its own lease book (its own
+//! `RemoteStore`), all on one `redis-server`. Limits are per hour so
+//! nothing refills during a test; the engines' clocks are manual (a lease's
+//! end is measured on them), Redis keeps its own `TIME`; each test starts
+//! clear of an hour's edge on Redis's clock, so it sees one fixed window.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate_core::{Clock, ManualClock, Timestamp};
+use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest};
+use tollgate_redis::RedisStore;
+use tollgate_rules::{LoadOptions, RuleSet, load_sources};
+use tollgate_server::store::{RemoteOptions, RemoteStore};
+use tollgate_server::{Engine, EngineOptions};
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis_cluster::RedisCluster;
+
+/// The leased algorithms.
+const LEASED: [&str; 4] = ["fixed_window", "token_bucket", "gcra", "leaky_bucket"];
+
+/// One rule per leased algorithm, `limit` per hour, leased for `lease`, `on_store_error: deny`.
+fn rules(limit: u64, lease: &str) -> Arc<RuleSet> {
+    let mut yaml = String::from("domain: lease\ndescriptors:\n");
+    for algorithm in LEASED {
+        let burst = if algorithm == "leaky_bucket" {
+            format!(", burst: {}", limit - 1)
+        } else {
+            String::new()
+        };
+        yaml.push_str(&format!(
+            "  - key: {algorithm}\n    on_store_error: deny\n    lease: {lease}\n    rate_limit: {{unit: hour, requests_per_unit: {limit}, algorithm: {algorithm}{burst}}}\n"
+        ));
+    }
+    let loaded = load_sources(
+        [(Path::new("lease.yaml"), yaml.as_str())],
+        LoadOptions::default(),
+    );
+    assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+    Arc::new(loaded.rule_set)
+}
+
+fn request(key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "lease".to_owned(),
+        descriptors: vec![Descriptor::new([(key, value)])],
+        hits_addend: 0,
+    }
+}
+
+/// `instances` engines on `url`, each its own instance, on `clock`.
+async fn fleet(
+    url: &str,
+    instances: u64,
+    rules: &Arc<RuleSet>,
+    clock: &ManualClock,
+) -> Vec<Arc<Engine<ManualClock>>> {
+    let mut engines = Vec::new();
+    for _ in 0..instances {
+        let redis = RedisStore::connect(url, Duration::from_secs(2))
+            .await
+            .expect("Redis answers");
+        let remote = RemoteStore::new(
+            redis,
+            RemoteOptions {
+                expected_instances: instances,
+                ..RemoteOptions::default()
+            },
+        );
+        engines.push(Arc::new(Engine::with_remote(
+            Arc::clone(rules),
+            EngineOptions::default(),
+            clock.clone(),
+            remote,
+        )));
+    }
+    engines
+}
+
+/// Waits (at most 61 s) until Redis's clock is more than 60 s before the next hour.
+async fn clear_of_an_hour_edge(redis: &RedisServer) {
+    let out = redis.cli(&["TIME"]);
+    let secs: u64 = out
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("TIME answered {out:?}"));
+    let into = secs % 3600;
+    if into >= 3540 {
+        tokio::time::sleep(Duration::from_secs(3601 - into)).await;
+    }
+}
+
+async fn is_ok(engine: &Engine<ManualClock>, request: &RateLimitRequest) -> bool {
+    engine.decide(request).await.expect("valid").overall == Code::Ok
+}
+
+/// Demand above the limit on every instance: 64 callers per engine (256 in
+/// flight for 4), each calling until its engine has seen 16 denials or
+/// made 2000 calls. Returns how many were admitted.
+async fn saturate(engines: &[Arc<Engine<ManualClock>>], request: &RateLimitRequest) -> u64 {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for engine in engines {
+        let denials = Arc::new(AtomicU64::new(0));
+        let calls = Arc::new(AtomicU64::new(0));
+        for _ in 0..64 {
+            let (engine, request) = (Arc::clone(engine), request.clone());
+            let (admitted, denials, calls) = (
+                Arc::clone(&admitted),
+                Arc::clone(&denials),
+                Arc::clone(&calls),
+            );
+            tasks.push(tokio::spawn(async move {
+                while denials.load(Ordering::Relaxed) < 16
+                    && calls.fetch_add(1, Ordering::Relaxed) < 2000
+                {
+                    if is_ok(&engine, &request).await {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        denials.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("the caller finishes");
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
+/// The stated under-admission bound for `instances` instances on a limit of
+/// `limit`: every instance's last grant stranded, each at most
+/// `limit / (2 × instances)` (the share divisor).
+fn stranding_bound(limit: u64, instances: u64) -> u64 {
+    instances * (limit / (2 * instances))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_leased_instances_never_pass_the_limit_and_come_close_to_it() {
+    let redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    four_instances_on(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_leased_instances_on_a_cluster_never_pass_the_limit() {
+    let cluster = RedisCluster::start();
+    clear_of_an_hour_edge(&cluster.nodes[0]).await;
+    four_instances_on(&cluster.url()).await;
+}
+
+/// 4 instances at `url`, 256 in flight, every leased algorithm with 2000 per hour.
+async fn four_instances_on(url: &str) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let limit = 2000;
+    let rules = rules(limit, "10s");
+    let engines = fleet(url, 4, &rules, &clock).await;
+    for algorithm in LEASED {
+        let admitted = saturate(&engines, &request(algorithm, "hot")).await;
+        assert!(
+            admitted <= limit,
+            "{algorithm}: {admitted} admitted over a limit of {limit}"
+        );
+        assert!(
+            admitted >= limit - stranding_bound(limit, 4),
+            "{algorithm}: {admitted} admitted, under the stated bound"
+        );
+        eprintln!("{algorithm}: {admitted} of {limit} admitted");
+    }
+    let leased: u64 = engines
+        .iter()
+        .map(|e| {
+            e.remote()
+                .expect("Redis")
+                .stats()
+                .leased
+                .load(Ordering::Relaxed)
+        })
+        .sum();
+    assert!(leased > 0, "some requests were answered from leases");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_keep_serving_through_a_redis_outage_then_on_store_error_answers() {
+    let mut redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let rules = rules(1000, "1h");
+    let engines = fleet(&redis.url(), 1, &rules, &clock).await;
+    let engine = &engines[0];
+    let remote = engine.remote().expect("Redis");
+    let hot = request("fixed_window", "outage");
+    // Sequential demand grows the lease (slow start).
+    for _ in 0..40 {
+        assert!(is_ok(engine, &hot).await);
+    }
+    let held = remote.leases().outstanding(clock.now());
+    assert!(held > 0, "a lease is held");
+    redis.kill();
+    let mut served = 0;
+    for _ in 0..held + 5 {
+        if is_ok(engine, &hot).await {
+            served += 1;
+        }
+    }
+    assert_eq!(
+        served, held,
+        "exactly the leased units are served while Redis is down"
+    );
+    assert!(
+        remote.stats().fallback.load(Ordering::Relaxed) > 0,
+        "then on_store_error (deny) answers"
+    );
+    redis.restart();
+    // The breaker probes again after its backoff (100 ms on the engine's clock).
+    clock.advance(Duration::from_secs(2));
+    let mut back = false;
+    for _ in 0..10 {
+        if is_ok(engine, &hot).await {
+            back = true;
+            break;
+        }
+        clock.advance(Duration::from_secs(2));
+    }
+    assert!(back, "exact decisions resume once Redis is back");
+}
+
+/// A reload that changes the limit while leases are outstanding: the old
+/// leases go back and are never spent under the new limit, and the window
+/// carries on with one count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changing_the_limit_returns_the_leases_and_keeps_one_count() {
+    let redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let engines = fleet(&redis.url(), 1, &rules(100, "1h"), &clock).await;
+    let hot = request("fixed_window", "reload");
+    for _ in 0..20 {
+        assert!(is_ok(&engines[0], &hot).await);
+    }
+    let remote = Arc::clone(engines[0].remote().expect("Redis"));
+    assert!(
+        remote.leases().outstanding(clock.now()) > 0,
+        "a lease is held"
+    );
+    let raised = Arc::new(engines[0].with_rules(rules(30, "1h")));
+    // The return runs in the background: wait (bounded) until nothing is outstanding.
+    for _ in 0..200 {
+        if remote.leases().stats().return_calls.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        remote
+            .leases()
+            .stats()
+            .returned_units
+            .load(Ordering::Relaxed)
+            > 0
+    );
+    let after = saturate(std::slice::from_ref(&raised), &hot).await;
+    assert!(20 + after <= 30, "{after} admitted after the reload");
+    // Units stranded in a grant that was in flight when the callers stopped
+    // go back at the next return; one caller then takes exactly the rest.
+    remote.return_leases(clock.now()).await;
+    let mut rest = 0;
+    for _ in 0..40 {
+        rest += u64::from(is_ok(&raised, &hot).await);
+    }
+    assert_eq!(
+        20 + after + rest,
+        30,
+        "one count across the reload, under the new limit"
+    );
+    let lowered = Arc::new(raised.with_rules(rules(10, "1h")));
+    assert_eq!(saturate(std::slice::from_ref(&lowered), &hot).await, 0);
+}
