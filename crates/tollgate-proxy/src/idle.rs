@@ -285,28 +285,33 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
     }
 }
 
-/// A write's result, as the stream idle timeout sees it: bytes written start
-/// its time again; a write that waits while the timer has run out cuts the
-/// connection.
-fn watch_write(
-    written: Poll<io::Result<usize>>,
-    timeout: &Option<Duration>,
-    activity: &Activity,
-    stalled: &mut Option<Pin<Box<Sleep>>>,
-    expired: &mut bool,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    match &written {
-        Poll::Ready(Ok(n)) if *n > 0 => *stalled = None,
-        Poll::Ready(_) => {}
-        Poll::Pending => {
-            if stream_stalled(*timeout, activity, stalled, cx) {
-                *expired = true;
-                return Poll::Ready(Err(stream_timed_out(timeout.unwrap_or_default())));
+impl<T: AsyncWrite> IdleTimeout<T> {
+    /// One write by `write`, as the stream idle timeout sees it: bytes
+    /// written start its time again; a write that waits once the timer has
+    /// run out cuts the connection, and so does any write after that.
+    fn write_watched(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut T>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let timeout = *this.stream_timeout;
+        if *this.stream_expired {
+            return Poll::Ready(Err(stream_timed_out(timeout.unwrap_or_default())));
+        }
+        let written = write(this.io, cx);
+        match &written {
+            Poll::Ready(Ok(n)) if *n > 0 => *this.stalled = None,
+            Poll::Ready(_) => {}
+            Poll::Pending => {
+                if stream_stalled(timeout, this.activity, this.stalled, cx) {
+                    *this.stream_expired = true;
+                    return Poll::Ready(Err(stream_timed_out(timeout.unwrap_or_default())));
+                }
             }
         }
+        written
     }
-    written
 }
 
 impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
@@ -315,21 +320,7 @@ impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        if *this.stream_expired {
-            return Poll::Ready(Err(stream_timed_out(
-                this.stream_timeout.unwrap_or_default(),
-            )));
-        }
-        let written = this.io.poll_write(cx, buf);
-        watch_write(
-            written,
-            this.stream_timeout,
-            this.activity,
-            this.stalled,
-            this.stream_expired,
-            cx,
-        )
+        self.write_watched(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -345,21 +336,7 @@ impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.project();
-        if *this.stream_expired {
-            return Poll::Ready(Err(stream_timed_out(
-                this.stream_timeout.unwrap_or_default(),
-            )));
-        }
-        let written = this.io.poll_write_vectored(cx, bufs);
-        watch_write(
-            written,
-            this.stream_timeout,
-            this.activity,
-            this.stalled,
-            this.stream_expired,
-            cx,
-        )
+        self.write_watched(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use tollgate_rules::{Diagnostics, LoadOptions, YamlLimits, load_sources};
+use tollgate_testkit::fuzz::fixed_seed_runner;
 
 /// Cases per run: modest, for the suite's time budget.
 const CASES: u32 = 400;
@@ -108,13 +108,7 @@ fn mutated_example_files_load_or_fail_with_file_line_column() {
         let loaded = load_sources([(Path::new("fuzz.yaml"), seed)], LoadOptions::default());
         assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
     }
-    let config = Config {
-        cases: CASES,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = fixed_seed_runner(CASES);
     runner
         .run(&mutated(), |text| {
             check(&text);

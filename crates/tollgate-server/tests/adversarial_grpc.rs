@@ -16,11 +16,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use tokio::sync::oneshot;
 use tollgate_protocol::rls::{RequestCaps, wire};
 use tollgate_server::grpc;
 use tollgate_testkit::async_http::{AsyncClient, IO_TIMEOUT};
+use tollgate_testkit::fuzz::fixed_seed_runner;
 use tollgate_testkit::ports::bind_loopback;
 
 const LIMITS: &str = "\
@@ -135,13 +135,7 @@ async fn fuzz<S>(
 ) where
     S: Strategy<Value = Vec<u8>>,
 {
-    let config = Config {
-        cases: CASES,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = fixed_seed_runner(CASES);
     let handle = tokio::runtime::Handle::current();
     let result = runner.run(&strategy, |input| {
         let answer =
@@ -200,29 +194,27 @@ fn wrong_wire_types() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
-/// A descriptor (field 2) whose entries are nested `depth` messages deep.
-fn nested(depth: usize) -> Vec<u8> {
-    let mut inner = vec![0x0a, 0x00];
-    for _ in 0..depth {
-        let mut outer = vec![0x0a];
-        let mut len = inner.len();
-        // Varint of the inner length.
-        while len >= 0x80 {
-            outer.push(u8::try_from(len & 0x7f).expect("7 bits") | 0x80);
-            len >>= 7;
-        }
-        outer.push(u8::try_from(len).expect("7 bits"));
-        outer.extend_from_slice(&inner);
-        inner = outer;
-    }
-    let mut out = vec![0x0a, 0x04, b'e', b'd', b'g', b'e', 0x12];
-    let mut len = inner.len();
+/// `payload` as a length-delimited field with the tag byte `tag`.
+fn length_delimited(tag: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let mut len = payload.len();
     while len >= 0x80 {
         out.push(u8::try_from(len & 0x7f).expect("7 bits") | 0x80);
         len >>= 7;
     }
     out.push(u8::try_from(len).expect("7 bits"));
-    out.extend_from_slice(&inner);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A descriptor (field 2) whose entries are nested `depth` messages deep.
+fn nested(depth: usize) -> Vec<u8> {
+    let mut inner = vec![0x0a, 0x00];
+    for _ in 0..depth {
+        inner = length_delimited(0x0a, &inner);
+    }
+    let mut out = vec![0x0a, 0x04, b'e', b'd', b'g', b'e'];
+    out.extend_from_slice(&length_delimited(0x12, &inner));
     out
 }
 

@@ -6,7 +6,7 @@
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
-//! clock ([`budget`]) and one small HTTP client, blocking ([`http`], on
+//! clock ([`budget`]), the fuzzers' fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
 //!
 //! It knows no Tollgate crate: it drives the binary and speaks HTTP. It is a
@@ -17,6 +17,7 @@ pub mod async_http;
 pub mod bootstrap;
 pub mod budget;
 pub mod envoy;
+pub mod fuzz;
 pub mod http;
 pub mod ports;
 pub mod process;
