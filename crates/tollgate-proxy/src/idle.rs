@@ -1,4 +1,4 @@
-//! [`IdleTimeout`]: ends a client connection once it has had no request in flight for a while (Envoy's `idle_timeout`).
+//! [`IdleTimeout`]: ends a client connection once it has had no request in flight for a while (Envoy's `idle_timeout`), or a request in flight has moved no byte for a while (Envoy's `stream_idle_timeout`).
 //!
 //! A connection counts as busy from the moment a request reaches the
 //! proxy until its response body has been sent ([`InFlight`] holds a
@@ -11,6 +11,14 @@
 //! so a client that connects and sends nothing is gone soon. The cut is
 //! an end of input on the read side: hyper closes the connection as a
 //! client would have.
+//!
+//! While a request is in flight, the stream idle timeout runs instead: it
+//! starts again each time a byte is read from or written to the client, so
+//! a client that reads its response (or sends its body) one byte every few
+//! seconds, or not at all, is cut off once nothing has moved for that long.
+//! The cut is an error on both sides of the IO, so hyper drops the
+//! connection and its request at once. On HTTP/2 the streams of one
+//! connection share it: any of them moving keeps them all.
 
 use std::future::Future;
 use std::io;
@@ -120,9 +128,12 @@ pin_project! {
         activity: Arc<Activity>,
         timeout: Option<Duration>,
         first: Option<Duration>,
+        stream_timeout: Option<Duration>,
         idle: Option<Pin<Box<Sleep>>>,
+        stalled: Option<Pin<Box<Sleep>>>,
         seen: usize,
         expired: bool,
+        stream_expired: bool,
     }
 }
 
@@ -139,11 +150,56 @@ impl<T> IdleTimeout<T> {
             activity,
             timeout,
             first,
+            stream_timeout: None,
             idle: None,
+            stalled: None,
             seen: 0,
             expired: false,
+            stream_expired: false,
         }
     }
+
+    /// This IO, also cut off once a request in flight has moved no byte for `timeout` (`None`: never).
+    #[must_use]
+    pub fn with_stream_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stream_timeout = timeout;
+        self
+    }
+}
+
+/// The error a connection's IO answers once a request in flight stalled past the stream idle timeout.
+fn stream_timed_out(timeout: Duration) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no byte moved for the stream idle timeout ({timeout:?})"),
+    )
+}
+
+/// Whether a request in flight has moved no byte for the stream idle timeout:
+/// polls (and starts) the timer in `stalled`, registering `cx` to be woken
+/// when it ends. False when there is no timeout or nothing is in flight.
+fn stream_stalled(
+    timeout: Option<Duration>,
+    activity: &Activity,
+    stalled: &mut Option<Pin<Box<Sleep>>>,
+    cx: &mut Context<'_>,
+) -> bool {
+    let Some(timeout) = timeout else {
+        return false;
+    };
+    if !activity.busy() {
+        *stalled = None;
+        return false;
+    }
+    let timer = stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+    if timer.as_mut().poll(cx).is_ready() {
+        tracing::debug!(
+            ?timeout,
+            "closing a client connection whose request stalled"
+        );
+        return true;
+    }
+    false
 }
 
 impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
@@ -153,9 +209,37 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.project();
+        if *this.stream_expired {
+            return Poll::Ready(Err(stream_timed_out(
+                this.stream_timeout.unwrap_or_default(),
+            )));
+        }
         if *this.expired {
             return Poll::Ready(Ok(()));
         }
+        if this.activity.busy() && this.stream_timeout.is_some() {
+            let before = buf.filled().len();
+            let read = this.io.poll_read(cx, buf);
+            match &read {
+                // A byte moved: the stream's idle time starts again.
+                Poll::Ready(Ok(())) if buf.filled().len() > before => *this.stalled = None,
+                Poll::Ready(_) => {}
+                Poll::Pending => {
+                    if stream_stalled(*this.stream_timeout, this.activity, this.stalled, cx) {
+                        *this.stream_expired = true;
+                        return Poll::Ready(Err(stream_timed_out(
+                            this.stream_timeout.unwrap_or_default(),
+                        )));
+                    }
+                    this.activity.park(cx.waker());
+                    if !this.activity.busy() {
+                        cx.waker().wake_by_ref();
+                    }
+                }
+            }
+            return read;
+        }
+        *this.stalled = None;
         let started = this.activity.started.load(Ordering::Acquire);
         let limit = if started == 0 {
             this.first.or(*this.timeout)
@@ -201,13 +285,42 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
     }
 }
 
+impl<T: AsyncWrite> IdleTimeout<T> {
+    /// One write by `write`, as the stream idle timeout sees it: bytes
+    /// written start its time again; a write that waits once the timer has
+    /// run out cuts the connection, and so does any write after that.
+    fn write_watched(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut T>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let this = self.project();
+        let timeout = *this.stream_timeout;
+        if *this.stream_expired {
+            return Poll::Ready(Err(stream_timed_out(timeout.unwrap_or_default())));
+        }
+        let written = write(this.io, cx);
+        match &written {
+            Poll::Ready(Ok(n)) if *n > 0 => *this.stalled = None,
+            Poll::Ready(_) => {}
+            Poll::Pending => {
+                if stream_stalled(timeout, this.activity, this.stalled, cx) {
+                    *this.stream_expired = true;
+                    return Poll::Ready(Err(stream_timed_out(timeout.unwrap_or_default())));
+                }
+            }
+        }
+        written
+    }
+}
+
 impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
+        self.write_watched(cx, |io, cx| io.poll_write(cx, buf))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -223,7 +336,7 @@ impl<T: AsyncWrite> AsyncWrite for IdleTimeout<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
+        self.write_watched(cx, |io, cx| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -226,7 +226,7 @@ impl Proxy {
 /// Each listener runs tollgate-runtime's accept loop with its
 /// [`ListenerLimits`]: at most `max_connections` open (the rest wait in the
 /// listen backlog), the request-header timeout and size, and the idle
-/// timeout. One [`Shutdown`] stops them all and the admin server together,
+/// timeout and the stream idle timeout. One [`Shutdown`] stops them all and the admin server together,
 /// after `/readyz` has turned 503.
 pub async fn serve<F>(
     proxy: Arc<Proxy>,
@@ -263,7 +263,8 @@ pub async fn serve<F>(
                     Arc::clone(&activity),
                     limits.idle_timeout,
                     limits.request_headers_timeout,
-                );
+                )
+                .with_stream_timeout(limits.stream_idle_timeout);
                 let proxy = Arc::clone(&proxy);
                 let service = service_fn(move |request| {
                     let in_flight = activity.request();

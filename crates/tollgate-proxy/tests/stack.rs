@@ -3,7 +3,7 @@
 //! a drain that finishes requests in flight, a reload that leaves them on
 //! their old config, and bucket refills on a manual clock; and the limits a
 //! listener puts on slow and greedy clients (header time and size, idle
-//! time, open connections) and on broken chunked bodies, with raw sockets.
+//! time, stream idle time, open connections) and on broken chunked bodies, with raw sockets.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -68,6 +68,19 @@ async fn upstream_handler(
                 let _ = sender.send_data(Bytes::from_static(b"first")).await;
                 gates.second_chunk.notified().await;
                 let _ = sender.send_data(Bytes::from_static(b"second")).await;
+            });
+            Ok(Response::new(body.boxed()))
+        }
+        "/large" => {
+            // 128 MiB at most, far more than the loopback buffers hold.
+            let (mut sender, body) = Channel::<Bytes, Infallible>::new(1);
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                for _ in 0..2048 {
+                    if sender.send_data(chunk.clone()).await.is_err() {
+                        return;
+                    }
+                }
             });
             Ok(Response::new(body.boxed()))
         }
@@ -745,4 +758,90 @@ async fn past_max_connections_a_client_waits_until_one_closes_and_the_gauges_say
         answer.starts_with("HTTP/1.1 200"),
         "served once one closed: {answer}"
     );
+}
+
+#[tokio::test]
+async fn a_stalled_request_is_cut_off_after_the_stream_idle_timeout_and_other_clients_are_not() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let settings = "stream_idle_timeout: 0.3s";
+    let running = start_proxy("stream-idle", &with_listener(upstream, settings), clock).await;
+    // A reader that takes one byte of a large download every second.
+    let mut reader = TcpStream::connect(running.addr).await.expect("connected");
+    reader
+        .write_all(b"GET /large HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("sent");
+    let mut byte = [0_u8; 1];
+    for _ in 0..2 {
+        reader.read_exact(&mut byte).await.expect("a byte");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // A sender that gives its body one byte every second.
+    let (mut body_reader, mut body_writer) = TcpStream::connect(running.addr)
+        .await
+        .expect("connected")
+        .into_split();
+    body_writer
+        .write_all(b"POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\na")
+        .await
+        .expect("sent");
+    let trickler = tokio::spawn(async move {
+        for _ in 0..9 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if body_writer.write_all(b"a").await.is_err() {
+                return;
+            }
+        }
+    });
+    // A keep-alive client idle between two requests for longer than the
+    // stream idle timeout has nothing in flight meanwhile: it is kept.
+    let mut kept = TcpStream::connect(running.addr).await.expect("connected");
+    for _ in 0..2 {
+        kept.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("sent");
+        let answer = read_response(&mut kept).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    assert!(
+        read_until_closed(&mut reader).await.is_some(),
+        "a client reading one byte a second is cut off"
+    );
+    assert!(
+        read_until_closed(&mut body_reader).await.is_some(),
+        "a client sending one body byte a second is cut off"
+    );
+    trickler.abort();
+    assert_eq!(
+        gates.complete_bodies.load(Ordering::SeqCst),
+        0,
+        "no trickled body went upstream whole"
+    );
+    let (status, _, body) = fetch(&http1(), running.addr, "/").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+}
+
+#[tokio::test]
+async fn a_fixed_length_body_sent_in_pieces_reaches_the_upstream_whole() {
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    let running = start_proxy("body-pieces", &yaml(upstream, ""), clock).await;
+    let mut client = TcpStream::connect(running.addr).await.expect("connected");
+    client
+        .write_all(b"POST /collect HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\naaaaa")
+        .await
+        .expect("sent");
+    // The head (and the first piece) went upstream before the rest is sent.
+    upstream_saw(&gates, 1).await;
+    client.write_all(b"aaaaa").await.expect("sent");
+    let answer = read_response(&mut client).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"),
+        "{answer}"
+    );
+    assert_eq!(gates.complete_bodies.load(Ordering::SeqCst), 1);
 }

@@ -112,12 +112,18 @@ impl Default for YamlLimits {
 
 impl YamlLimits {
     /// serde-saphyr's budget for these limits; every other budget keeps its default
-    /// except the event count, raised to follow the nodes (each collection is two events).
+    /// except the event count, raised to follow the nodes (each collection is two events),
+    /// and the anchor events aliases may replay, lowered to follow them.
     fn budget(self) -> serde_saphyr::budget::Budget {
         let mut budget = serde_saphyr::budget::Budget::default();
         budget.max_events = budget
             .max_events
             .max(self.max_nodes.saturating_mul(2).saturating_add(64));
+        // Anchor events replayed by aliases become nodes: a file that replays
+        // more than twice the node bound cannot load, so stop recording there.
+        budget.max_recorded_anchor_events = budget
+            .max_recorded_anchor_events
+            .min(self.max_nodes.saturating_mul(2).saturating_add(64));
         budget.max_nodes = self.max_nodes;
         budget.max_depth = self.max_depth;
         budget
@@ -135,9 +141,22 @@ impl YamlLimits {
                 "limits file nested too deeply: more than {} levels of YAML lists and mappings (raise --config-max-depth / TOLLGATE_CONFIG_MAX_DEPTH)",
                 self.max_depth
             ),
-            other => format!("limits file too large for the YAML reader's bounds ({other:?})"),
+            BudgetBreach::Aliases { .. } | BudgetBreach::RecordedAnchorEvents { .. } => {
+                "limits file expands too far through YAML aliases (`*name` repeating an `&name` anchor): an alias bomb, or far more aliases than a limits file needs; write the repeated parts out or use fewer aliases".to_owned()
+            }
+            _ => "limits file too large for the YAML reader's bounds (too many anchors, documents or characters in one scalar)".to_owned(),
         }
     }
+}
+
+/// The error under the alias and snippet wrappers serde-saphyr puts around it.
+fn innermost(mut error: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    while let serde_saphyr::Error::AliasError { error: inner, .. }
+    | serde_saphyr::Error::WithSnippet { error: inner, .. } = error
+    {
+        error = inner;
+    }
+    error
 }
 
 /// Reads a file's YAML into a located tree, within `limits`.
@@ -167,10 +186,10 @@ pub(crate) fn parse_document(text: &str, limits: YamlLimits) -> Result<Document,
                     column: location.column().max(1),
                 })
                 .unwrap_or(Position { line: 1, column: 1 });
-            let message = match error.without_snippet() {
+            let message = match innermost(&error) {
                 serde_saphyr::Error::Budget { breach, .. } => limits.breach_message(breach),
-                other => {
-                    let mut message = format!("invalid YAML: {other}");
+                _ => {
+                    let mut message = format!("invalid YAML: {}", error.without_snippet());
                     if let Some(at) = message.rfind(" at line ") {
                         message.truncate(at);
                     }

@@ -6,7 +6,8 @@
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
-//! clock ([`budget`]), a test CA writing PEM files ([`pki`]) and one small HTTP client, blocking ([`http`], on
+//! clock ([`budget`]), a test CA writing PEM files ([`pki`]), the fuzzers'
+//! fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
 //!
 //! It knows no Tollgate crate: it drives the binary and speaks HTTP. It is a
@@ -17,6 +18,7 @@ pub mod async_http;
 pub mod bootstrap;
 pub mod budget;
 pub mod envoy;
+pub mod fuzz;
 pub mod http;
 pub mod pki;
 pub mod ports;

@@ -64,6 +64,9 @@ pub struct ProxyArgs {
     /// The time a client connection with no request in flight stays open, on every listener (0 disables) [default: 60s, or the file's].
     #[arg(long, env = "TOLLGATE_PROXY_IDLE_TIMEOUT", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
     pub idle_timeout: Option<Duration>,
+    /// The time a request in flight may go without a byte read from or written to its client, on every listener (0 disables) [default: 5m, or the file's].
+    #[arg(long, env = "TOLLGATE_PROXY_STREAM_IDLE_TIMEOUT", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
+    pub stream_idle_timeout: Option<Duration>,
     /// The most client connections each listener keeps open; more wait in the listen backlog [default: 10000, or the file's].
     #[arg(long, env = "TOLLGATE_PROXY_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
@@ -81,6 +84,7 @@ impl ProxyArgs {
         LimitSettings {
             request_headers_timeout: self.request_headers_timeout,
             idle_timeout: self.idle_timeout,
+            stream_idle_timeout: self.stream_idle_timeout,
             max_connections: self
                 .max_connections
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),

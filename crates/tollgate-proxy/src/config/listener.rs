@@ -1,4 +1,4 @@
-//! [`ListenerLimits`]: what one listener allows a client connection (header time and size, idle time, open connections), with Envoy-like defaults.
+//! [`ListenerLimits`]: what one listener allows a client connection (header time and size, idle time, stream idle time, open connections), with Envoy-like defaults.
 
 use std::time::Duration;
 
@@ -19,6 +19,14 @@ pub const DEFAULT_REQUEST_HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 /// costs its file descriptor and buffers for one minute at most, so idle
 /// clients cannot fill the connection limit for long.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a request in flight may go without a byte moving on its connection by default: Envoy's `stream_idle_timeout`.
+///
+/// A client that reads its response (or sends its request body) one byte
+/// every few seconds keeps a request in flight, so the idle timeout never
+/// starts; this bound cuts it once nothing has moved for 5 minutes, long
+/// enough for a slow upstream or a stalled mobile link to recover.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The most connections a listener keeps open by default.
 ///
@@ -45,6 +53,8 @@ pub struct ListenerLimits {
     pub request_headers_timeout: Option<Duration>,
     /// The time a connection with no request in flight stays open (`None`: no limit).
     pub idle_timeout: Option<Duration>,
+    /// The time a request in flight may go without a byte read from or written to its client (`None`: no limit).
+    pub stream_idle_timeout: Option<Duration>,
     /// The most connections open at once.
     pub max_connections: usize,
     /// The largest request head (request line and headers), in bytes; a larger one gets 431.
@@ -56,6 +66,7 @@ impl Default for ListenerLimits {
         ListenerLimits {
             request_headers_timeout: Some(DEFAULT_REQUEST_HEADERS_TIMEOUT),
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            stream_idle_timeout: Some(DEFAULT_STREAM_IDLE_TIMEOUT),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_request_header_bytes: kib(DEFAULT_MAX_REQUEST_HEADERS_KB),
         }
@@ -69,6 +80,8 @@ pub struct LimitSettings {
     pub request_headers_timeout: Option<Duration>,
     /// `idle_timeout` (0 disables).
     pub idle_timeout: Option<Duration>,
+    /// `stream_idle_timeout` (0 disables).
+    pub stream_idle_timeout: Option<Duration>,
     /// `max_connections` (at least 1).
     pub max_connections: Option<usize>,
     /// `max_request_headers_kb` (8 to 8192).
@@ -80,6 +93,7 @@ impl From<&ListenerConfig> for LimitSettings {
         LimitSettings {
             request_headers_timeout: listener.request_headers_timeout,
             idle_timeout: listener.idle_timeout,
+            stream_idle_timeout: listener.stream_idle_timeout,
             max_connections: listener.max_connections,
             max_request_headers_kb: listener.max_request_headers_kb,
         }
@@ -95,6 +109,9 @@ impl ListenerLimits {
         }
         if let Some(d) = settings.idle_timeout {
             limits.idle_timeout = (!d.is_zero()).then_some(d);
+        }
+        if let Some(d) = settings.stream_idle_timeout {
+            limits.stream_idle_timeout = (!d.is_zero()).then_some(d);
         }
         if let Some(n) = settings.max_connections {
             if n == 0 {
@@ -130,12 +147,14 @@ mod tests {
         let set = LimitSettings {
             request_headers_timeout: Some(Duration::ZERO),
             idle_timeout: Some(Duration::from_secs(5)),
+            stream_idle_timeout: Some(Duration::ZERO),
             max_connections: Some(3),
             max_request_headers_kb: Some(8),
         };
         let limits = ListenerLimits::default().with(&set, &at).unwrap();
         assert_eq!(limits.request_headers_timeout, None);
         assert_eq!(limits.idle_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(limits.stream_idle_timeout, None);
         assert_eq!(limits.max_connections, 3);
         assert_eq!(limits.max_request_header_bytes, 8192);
         let zero = LimitSettings {

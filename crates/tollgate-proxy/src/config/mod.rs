@@ -143,6 +143,12 @@ pub struct ListenerConfig {
         deserialize_with = "tollgate_core::duration::deserialize_option"
     )]
     pub idle_timeout: Option<std::time::Duration>,
+    /// The time a request in flight may go without a byte moving to or from its client (default 5 min, Envoy's `stream_idle_timeout`; 0 disables).
+    #[serde(
+        default,
+        deserialize_with = "tollgate_core::duration::deserialize_option"
+    )]
+    pub stream_idle_timeout: Option<std::time::Duration>,
     /// The most connections open at once (default 10 000); more wait in the listen backlog.
     pub max_connections: Option<usize>,
     /// The largest request head in KiB (default 60, Envoy's); a larger one gets 431.

@@ -89,10 +89,12 @@ impl Body for RequestBody {
             .as_ref()
             .and_then(Frame::data_ref)
             .map_or(0, |data| data.remaining() as u64);
-        hint.set_lower(hint.lower().saturating_add(first));
+        // Upper first: `set_lower` panics on a lower bound above the upper
+        // one, which an exact hint (a `content-length` body) would have.
         if let Some(upper) = hint.upper() {
             hint.set_upper(upper.saturating_add(first));
         }
+        hint.set_lower(hint.lower().saturating_add(first));
         hint
     }
 }

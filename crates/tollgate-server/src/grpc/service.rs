@@ -239,7 +239,29 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
                 wire::RateLimitRequest,
             >::with_caps(caps))
             .max_decoding_message_size(caps.max_message_bytes);
-            Ok(grpc.unary(service, request).await)
+            Ok(framing_errors_are_invalid_argument(
+                grpc.unary(service, request).await,
+            ))
         })
     }
+}
+
+/// `response` with a status tonic answered in its headers (a trailers-only
+/// response) changed from INTERNAL to INVALID_ARGUMENT.
+///
+/// tonic answers INTERNAL when it cannot read the request's gRPC frame (a
+/// compressed flag without `grpc-encoding`, a length prefix longer than the
+/// body). That happens before the call reaches this service, which never
+/// answers INTERNAL itself, and the fault is the client's: INVALID_ARGUMENT,
+/// with tonic's message naming the problem, is what it can act on. A status
+/// in the trailers (an error while sending the response) is left alone.
+fn framing_errors_are_invalid_argument(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    let internal = http::HeaderValue::from_static("13");
+    let headers = response.headers_mut();
+    if headers.get("grpc-status") == Some(&internal) {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+    response
 }

@@ -1,70 +1,133 @@
-//! Clock steps forward and backward never admit past the limit: a step back
-//! holds time, and a second instance whose clock is behind shares the same count.
+//! Clock steps: a key used up, then the clock stepped back (a second to a month) and forward within the window; nothing is admitted until the window truly moves.
+//!
+//! In memory the engine's coarse clock follows a hand-stepped wall; on Redis
+//! the check script decides at a supplied time, standing in for a stepped
+//! Redis `TIME`.
 
-use tollgate_rules::AlgorithmKind;
-use tollgate_server::EngineOptions;
+use std::time::Duration;
 
-use super::{Backend, LIMIT, Subject, admissions, rules_with};
+use tollgate_core::{Outcome, Timestamp};
+use tollgate_redis::SuppliedTime;
+use tollgate_rules::Limit;
+use tollgate_store::Counter;
 
-/// Steps of the wall, in seconds, none reaching a new minute from the start.
-const STEPS: [i64; 6] = [-1, -30, -3600, 3600, -3600, -86_400];
+use crate::target::{DOMAIN, LIMIT, StoreKind, Target, algorithm_keys, assert_within};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The steps back tried, each followed by a step forward of the same size.
+const BACK: [Duration; 4] = [
+    Duration::from_secs(1),
+    Duration::from_secs(3600),
+    DAY,
+    Duration::from_secs(30 * 86_400),
+];
 
 #[tokio::test]
-async fn wall_steps_back_and_forth_admit_nothing_after_the_limit_is_spent() {
-    for backend in Backend::all() {
-        let subject = Subject::start(&backend, EngineOptions::default()).await;
-        for kind in AlgorithmKind::ALL {
-            let spent = admissions(&subject.engine, kind, "stepper", 2 * LIMIT).await;
-            assert_eq!(spent, LIMIT, "{kind} on {}", backend.name());
+async fn in_memory_no_step_of_the_wall_admits_past_a_limit() {
+    let target = Target::new("clock-steps", StoreKind::Memory, "").await;
+    for key in algorithm_keys() {
+        assert_eq!(
+            target.admitted(key, "victim", LIMIT + 2).await,
+            LIMIT,
+            "{key}"
+        );
+    }
+    for step in BACK {
+        target.step_back(step);
+        for key in algorithm_keys() {
+            assert_eq!(
+                target.admitted(key, "victim", 2).await,
+                0,
+                "{key} {step:?} back"
+            );
         }
-        // Back, forward to where it was, back again: the coarse clock holds,
-        // so nothing sees time move and no key is admitted.
-        for step in STEPS {
-            subject.step(step);
-            for kind in AlgorithmKind::ALL {
-                let ok = admissions(&subject.engine, kind, "stepper", LIMIT).await;
-                assert_eq!(
-                    ok,
-                    0,
-                    "{kind} on {} after a step of {step} s",
-                    backend.name()
-                );
-            }
+        target.step_forward(step);
+        for key in algorithm_keys() {
+            assert_eq!(
+                target.admitted(key, "victim", 2).await,
+                0,
+                "{key} back again"
+            );
         }
-        // Two minutes past the held time (so a sliding window's previous
-        // minute is empty too), each key has its limit again, and no more.
-        // (On Redis, decisions follow Redis `TIME`, not this clock: there a
-        // step of the instance's clock must change nothing at all.)
-        subject.step(-STEPS.iter().sum::<i64>() + 120);
-        let expected = match backend {
-            Backend::Memory => LIMIT,
-            Backend::Redis(_) => 0,
-        };
-        for kind in AlgorithmKind::ALL {
-            let ok = admissions(&subject.engine, kind, "stepper", 3 * LIMIT).await;
-            assert_eq!(ok, expected, "{kind} on {} two minutes on", backend.name());
-        }
+    }
+    // An hour on is still the same day: five per day refills nothing yet.
+    target.step_forward(Duration::from_secs(3600));
+    for key in algorithm_keys() {
+        assert_eq!(
+            target.admitted(key, "victim", 2).await,
+            0,
+            "{key} an hour on"
+        );
+    }
+    // Two days on, every window has moved (a sliding window still weighs
+    // the day before for a day): the limit is there again, no more.
+    target.step_forward(DAY + DAY);
+    for key in algorithm_keys() {
+        let again = target.admitted(key, "victim", LIMIT + 2).await;
+        assert!(again >= 1, "{key} a day on admitted nothing");
+        assert_within(&target, LIMIT + again, "clock steps", key);
     }
 }
 
-/// Two instances share one Redis; the second's clock is half an hour behind
-/// (a host never synced). Whatever order they decide in, together they admit
-/// the limit at most.
+/// One check of `limit` for the key named after its algorithm at `at` on Redis.
+async fn redis_decide(target: &Target, limit: &Limit, at: Timestamp) -> Outcome {
+    let engine = target.live.engine();
+    let redis = engine.remote().expect("a Redis store").redis();
+    let counter = Counter {
+        group: 0,
+        key: limit.algorithm_kind.name().as_bytes(),
+        tag: 17,
+        algorithm: limit.algorithm.expect("a limited rule"),
+        hits: 1,
+        give_back: false,
+    };
+    let time = SuppliedTime {
+        at,
+        key_ttl: Duration::from_secs(3600),
+    };
+    let mut out = Vec::new();
+    redis
+        .check_batch_at(&[counter], time, &mut out)
+        .await
+        .expect("redis answers");
+    out[0].outcome()
+}
+
+/// Redis `TIME` stepped back cannot be made by a test, so the script decides
+/// at supplied times: used up at `t`, then asked earlier and a little later.
 #[tokio::test]
-async fn an_instance_with_a_clock_behind_shares_the_count_on_redis() {
-    let backend = Backend::all().into_iter().nth(1).expect("redis");
-    let ahead = Subject::start(&backend, EngineOptions::default()).await;
-    let behind = Subject::start_with(
-        &backend,
-        EngineOptions::default(),
-        rules_with(&backend, ""),
-        super::START - 1800,
-    )
-    .await;
-    for kind in AlgorithmKind::ALL {
-        let mut ok = admissions(&ahead.engine, kind, "skewed", 3).await;
-        ok += admissions(&behind.engine, kind, "skewed", 2 * LIMIT).await;
-        ok += admissions(&ahead.engine, kind, "skewed", 2 * LIMIT).await;
-        assert!(ok <= LIMIT, "{kind}: {ok} admitted across skewed instances");
+async fn on_redis_no_step_of_the_time_admits_past_a_limit() {
+    let target = Target::new("clock-steps", StoreKind::Redis, "").await;
+    let engine = target.live.engine();
+    let t = Timestamp::from_secs(1_800_000_000 + 3600);
+    let at = |back: Duration, forward: Duration| {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).expect("a short step");
+        Timestamp::from_nanos(t.as_nanos() - nanos(back) + nanos(forward))
+    };
+    for rule in engine.rules().rules(DOMAIN) {
+        let limit = &rule.limits[0];
+        let name = limit.algorithm_kind.name();
+        let mut admitted = 0;
+        for _ in 0..LIMIT + 2 {
+            admitted += usize::from(redis_decide(&target, limit, t).await == Outcome::Allowed);
+        }
+        assert_eq!(admitted, LIMIT, "{name}");
+        for step in BACK {
+            for when in [
+                at(step, Duration::ZERO),
+                t,
+                at(Duration::ZERO, Duration::from_secs(3600)),
+            ] {
+                let outcome = redis_decide(&target, limit, when).await;
+                assert_ne!(
+                    outcome,
+                    Outcome::Allowed,
+                    "{name}: admitted at {when:?} after a step of {step:?} back (lead: the Redis clock hold)"
+                );
+            }
+        }
+        let next_day = redis_decide(&target, limit, at(Duration::ZERO, DAY + DAY)).await;
+        assert_eq!(next_day, Outcome::Allowed, "{name}: two days on");
     }
 }

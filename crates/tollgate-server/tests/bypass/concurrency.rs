@@ -1,32 +1,38 @@
-//! Concurrent callers of one key: together they get exactly the limit.
+//! Concurrent callers: many tasks hammer one key of every algorithm at once; together they get the limit, never more.
 
 use std::sync::Arc;
 
-use tollgate_rules::AlgorithmKind;
-use tollgate_server::EngineOptions;
+use crate::target::{LIMIT, STORES, StoreKind, Target, algorithm_keys, assert_within};
 
-use super::{Backend, LIMIT, Subject, admissions};
+/// Tasks racing for each key.
+const TASKS: usize = 8;
+/// Requests each task sends per key.
+const REQUESTS: usize = 2 * LIMIT;
 
-/// Callers at once.
-const CALLERS: u64 = 8;
+async fn race(store: StoreKind) {
+    let target = Arc::new(Target::new("concurrency", store, "").await);
+    for key in algorithm_keys() {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let target = Arc::clone(&target);
+                tokio::spawn(async move { target.admitted(key, "shared", REQUESTS).await })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += task.await.expect("a racing task");
+        }
+        assert_within(&target, admitted, "concurrent callers", key);
+        assert!(
+            admitted >= LIMIT,
+            "{key} on {store:?}: {admitted} < {LIMIT}"
+        );
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_callers_of_one_key_get_the_limit_together() {
-    for backend in Backend::all() {
-        let subject = Subject::start(&backend, EngineOptions::default()).await;
-        let engine = Arc::new(subject.engine);
-        for kind in AlgorithmKind::ALL {
-            let callers: Vec<_> = (0..CALLERS)
-                .map(|_| {
-                    let engine = Arc::clone(&engine);
-                    tokio::spawn(async move { admissions(&engine, kind, "crowd", 2 * LIMIT).await })
-                })
-                .collect();
-            let mut ok = 0;
-            for caller in callers {
-                ok += caller.await.expect("a caller finishes");
-            }
-            assert_eq!(ok, LIMIT, "{kind} on {}", backend.name());
-        }
+async fn concurrent_callers_share_one_limit() {
+    for store in STORES {
+        race(store).await;
     }
 }

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_testkit::budget::eventually;
 
-use super::{KNOWN_LIMIT, Served, runner};
+use super::{KNOWN_LIMIT, Served};
 
 /// The seeds: the repository's example and the tests' good and bad fixtures.
 fn seeds() -> Vec<String> {
@@ -114,7 +114,7 @@ fn assert_loads_or_errs_with_a_position(yaml: &str) {
 #[test]
 fn mutated_limits_files_load_or_err_at_a_position() {
     assert_loads_or_errs_with_a_position(&alias_bomb());
-    runner(400)
+    tollgate_testkit::fuzz::fixed_seed_runner(400)
         .run(&mutated(seeds()), |yaml| {
             assert_loads_or_errs_with_a_position(&yaml);
             Ok(())
@@ -127,7 +127,7 @@ fn load_errors(http: &str) -> u64 {
     tollgate_testkit::http::exchange(http, "GET", "/metrics", &[], "")
         .body
         .lines()
-        .find_map(|l| l.strip_prefix("ratelimit_config_load_error_total "))
+        .find_map(|l| l.strip_prefix("ratelimit_service_config_load_error "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }

@@ -1,18 +1,17 @@
-//! The standing adversarial suite: hostile gRPC messages ([`grpc`]), raw HTTP
-//! requests ([`http`]) and mutated limits files ([`limits`]) against a running
-//! `tollgate serve`, each asserting no panic, a clear error, and that a known
-//! limit is still enforced exactly afterwards.
+//! The standing adversarial suite against a running `tollgate serve`: raw
+//! HTTP requests ([`http`]) and mutated limits files reloaded into it
+//! ([`limits`]), each asserting no panic, a clear error, and that a known
+//! limit is still enforced exactly afterwards. (Hostile gRPC frames are
+//! fuzzed in-process by tollgate-server's `adversarial_grpc` test.)
 //!
-//! Case counts are fixed and the generators seeded ([`runner`]), so a failure
-//! reproduces; every wait is bounded.
+//! Case counts are fixed and the generators seeded (testkit's
+//! `fixed_seed_runner`), so a failure reproduces; every wait is bounded.
 
-mod grpc;
 mod http;
 mod limits;
 
 use std::path::PathBuf;
 
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
 
@@ -35,22 +34,11 @@ descriptors:
 const KNOWN_JSON: &str =
     r#"{"domain":"fuzz","descriptors":[{"entries":[{"key":"known","value":"k"}]}]}"#;
 
-/// A seeded proptest runner of `cases` cases: the same cases on every run.
-fn runner(cases: u32) -> TestRunner {
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]))
-}
-
 /// A `tollgate serve` on [`LIMITS`] in a scratch directory, in memory.
 struct Served {
     dir: TempDir,
     config: PathBuf,
     server: Server,
-    grpc: String,
     http: String,
 }
 
@@ -59,13 +47,11 @@ impl Served {
         let dir = TempDir::new(name);
         let config = dir.limits(LIMITS);
         let server = Server::serve(&config, "memory", &["--log-level", "warn"]);
-        let grpc = server.line_after("listening on ");
         let http = server.line_after("http listening on ");
         Served {
             dir,
             config,
             server,
-            grpc,
             http,
         }
     }
