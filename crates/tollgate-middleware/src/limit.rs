@@ -20,12 +20,7 @@ impl Limit {
         quota: u64,
         window: Duration,
     ) -> Result<Self, ConfigError> {
-        Ok(Self::with(
-            name,
-            quota,
-            window,
-            FixedWindow::new(quota, window)?,
-        ))
+        Self::windowed(name, quota, window, FixedWindow::new)
     }
 
     /// `quota` per sliding `window` (the sliding window counter).
@@ -34,12 +29,7 @@ impl Limit {
         quota: u64,
         window: Duration,
     ) -> Result<Self, ConfigError> {
-        Ok(Self::with(
-            name,
-            quota,
-            window,
-            SlidingWindow::new(quota, window)?,
-        ))
+        Self::windowed(name, quota, window, SlidingWindow::new)
     }
 
     /// `quota` per `window` spread evenly, with bursts of up to `burst` (GCRA).
@@ -55,6 +45,15 @@ impl Limit {
             window,
             Gcra::new(quota, window, burst)?,
         ))
+    }
+
+    fn windowed<A: Into<AnyAlgorithm>>(
+        name: impl Into<String>,
+        quota: u64,
+        window: Duration,
+        build: fn(u64, Duration) -> Result<A, ConfigError>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self::with(name, quota, window, build(quota, window)?))
     }
 
     fn with(
