@@ -9,11 +9,15 @@
 //! [`headers`](rls::headers) a service or a proxy renders from an answer.
 //! Envoy's rate limit quota service (RLQS) comes next, beside it.
 //!
+//! [`forwarded`] reads the trusted client address from `X-Forwarded-For`
+//! (Envoy's `xff_num_trusted_hops`), for the proxy and the app middleware.
+//!
 //! This crate only speaks the protocols: it knows nothing of counters,
 //! stores, rules files or the proxy.
 
 #![forbid(unsafe_code)]
 
+pub mod forwarded;
 pub mod rls;
 
 pub use rls::{

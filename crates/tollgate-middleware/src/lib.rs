@@ -1,0 +1,49 @@
+//! Rate limiting in an app's own server: a tower [`RateLimitLayer`] that an axum or hyper app mounts.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{Router, routing::get};
+//! use tollgate_middleware::{KeyExtractor, Limit, RateLimitLayer};
+//! use tollgate_store::StoreConfig;
+//!
+//! let limits = RateLimitLayer::builder(KeyExtractor::client_address())
+//!     .limit(Limit::fixed_window("per-second", 10, Duration::from_secs(1)).unwrap())
+//!     .limit(Limit::fixed_window("per-hour", 1_000, Duration::from_secs(3600)).unwrap())
+//!     .in_memory(StoreConfig::with_max_keys(100_000));
+//! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limits);
+//! ```
+//!
+//! * **Keys** ([`KeyExtractor`]): the client address (with trusted proxy
+//!   hops, read exactly as `tollgate proxy` reads them), a header, an API
+//!   key, or the route and one of those.
+//! * **Several limits per key**, decided all-or-nothing in one store batch.
+//! * **Cost** from a request extension ([`Cost`]), so a GraphQL server can
+//!   charge a query its computed cost.
+//! * **Stores**: in memory (`tollgate_store::MemoryCounters`), or
+//!   `tollgate_redis::RedisStore` with the `redis` feature; any
+//!   `tollgate_store::CounterStore` is a store.
+//! * **The 429 contract** of `tollgate serve` and `tollgate proxy`: the same
+//!   renderers write `RateLimit-Limit` / `-Remaining` / `-Reset`,
+//!   `RateLimit-Policy`, `RateLimit` and `Retry-After`.
+//! * **Shadow mode** and **metrics** ([`Metrics`], prometheus-client
+//!   counters the app registers in its own registry).
+//!
+//! `examples/axum-app` in the repository is a runnable app.
+
+#![forbid(unsafe_code)]
+
+mod cost;
+mod key;
+mod limit;
+mod metrics;
+mod rate_limit;
+
+pub use cost::Cost;
+pub use key::{ANONYMOUS, KeyExtractor};
+pub use limit::Limit;
+pub use metrics::{DecisionLabels, Metrics};
+pub use rate_limit::{
+    OnStoreError, RateLimit, RateLimitBuilder, RateLimitLayer, Rejection, ResponseFuture,
+};
+#[cfg(feature = "redis")]
+pub use tollgate_redis::RedisStore;

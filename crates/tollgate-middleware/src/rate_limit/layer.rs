@@ -1,0 +1,139 @@
+//! [`RateLimitLayer`] and its [`RateLimitBuilder`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::{AnyAlgorithm, Clock, CoarseClock};
+use tollgate_protocol::rls::headers::{HeaderOptions, Jitter, ResponseHeaders};
+use tollgate_store::{CounterStore, MemoryCounters, StoreConfig};
+use tower::Layer;
+
+use super::policy::{LimitEntry, OnStoreError, Policy};
+use super::service::RateLimit;
+use crate::key::KeyExtractor;
+use crate::limit::Limit;
+use crate::metrics::Metrics;
+
+/// Wraps an app's service in [`RateLimit`]; clones share the counters.
+pub struct RateLimitLayer<St> {
+    policy: Arc<Policy<St>>,
+}
+
+impl<St> Clone for RateLimitLayer<St> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            policy: Arc::clone(&self.policy),
+        }
+    }
+}
+
+impl RateLimitLayer<MemoryCounters> {
+    /// A builder keyed by `key`.
+    pub fn builder(key: KeyExtractor) -> RateLimitBuilder {
+        RateLimitBuilder {
+            key,
+            limits: Vec::new(),
+            clock: None,
+            shadow: false,
+            on_store_error: OnStoreError::default(),
+            metrics: Metrics::default(),
+            retry_after_jitter: Duration::ZERO,
+        }
+    }
+}
+
+impl<St, S> Layer<S> for RateLimitLayer<St> {
+    type Service = RateLimit<S, St>;
+
+    fn layer(&self, inner: S) -> RateLimit<S, St> {
+        RateLimit::new(inner, Arc::clone(&self.policy))
+    }
+}
+
+/// Sets up a [`RateLimitLayer`]: its limits, then its store.
+pub struct RateLimitBuilder {
+    key: KeyExtractor,
+    limits: Vec<Limit>,
+    clock: Option<Arc<dyn Clock>>,
+    shadow: bool,
+    on_store_error: OnStoreError,
+    metrics: Metrics,
+    retry_after_jitter: Duration,
+}
+
+impl RateLimitBuilder {
+    /// Holds every key to `limit` too.
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// Counts what would be refused, refuses nothing and adds no header.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// What to do when the store fails (default: 503).
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.on_store_error = on_store_error;
+        self
+    }
+
+    /// Counts decisions in `metrics` (register them in the app's registry).
+    pub fn metrics(mut self, metrics: &Metrics) -> Self {
+        self.metrics = metrics.clone();
+        self
+    }
+
+    /// Decides at this clock's time (default: a `CoarseClock`, as `tollgate serve`).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Adds up to this much random time to `Retry-After`, so refused clients
+    /// do not all come back in the same second (default none).
+    pub fn retry_after_jitter(mut self, jitter: Duration) -> Self {
+        self.retry_after_jitter = jitter;
+        self
+    }
+
+    /// The layer over in-memory counters, bounded by `config` (each limit's
+    /// algorithm gets one store of at most `config.max_keys` keys).
+    pub fn in_memory(self, config: StoreConfig) -> RateLimitLayer<MemoryCounters> {
+        let algorithms: Vec<AnyAlgorithm> = self.limits.iter().map(|l| l.algorithm).collect();
+        let store = MemoryCounters::new(algorithms, config, config, 0);
+        self.store(Arc::new(store))
+    }
+
+    /// The layer over `store` (a `tollgate_redis::RedisStore` for a fleet).
+    pub fn store<St: CounterStore>(self, store: Arc<St>) -> RateLimitLayer<St> {
+        let headers = ResponseHeaders::new(
+            HeaderOptions {
+                limit_headers: true,
+                ietf_headers: true,
+                retry_after: true,
+                retry_after_jitter: self.retry_after_jitter,
+                ..HeaderOptions::default()
+            },
+            Jitter::random(),
+        );
+        let limits = self
+            .limits
+            .into_iter()
+            .map(|limit| LimitEntry::new(limit, &self.metrics))
+            .collect();
+        RateLimitLayer {
+            policy: Arc::new(Policy {
+                key: self.key,
+                limits,
+                store,
+                clock: self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new())),
+                headers,
+                shadow: self.shadow,
+                on_store_error: self.on_store_error,
+            }),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The example app's router in-process: 200s with `RateLimit` headers, then a 429 with the full contract;
+//! a costed query spends the quota at once; metrics count both.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+fn from(client: &str, method: &str, uri: &str) -> Request<Body> {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .unwrap();
+    let addr: SocketAddr = client.parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(addr));
+    request
+}
+
+fn header<'a>(response: &'a axum::response::Response, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} in {:?}", response.headers()))
+        .to_str()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn five_200s_then_a_429_with_the_full_header_contract() {
+    let app = axum_app::app();
+    for i in 0..axum_app::PER_SECOND {
+        let response = app
+            .clone()
+            .oneshot(from("10.0.0.1:5000", "GET", "/"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "request {i}");
+        // A window second can turn over between two requests: then r starts again.
+        let ratelimit = header(&response, "ratelimit");
+        assert!(ratelimit.starts_with("\"per-second\";r="), "{ratelimit}");
+        assert_eq!(
+            header(&response, "ratelimit-policy"),
+            "\"per-second\";q=5;w=1, \"per-minute\";q=100;w=60"
+        );
+    }
+    // Up to one window turn-over is allowed for; a sixth and seventh in the same
+    // second cannot both pass.
+    let mut refused = None;
+    for _ in 0..axum_app::PER_SECOND + 1 {
+        let response = app
+            .clone()
+            .oneshot(from("10.0.0.1:5000", "GET", "/"))
+            .await
+            .unwrap();
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some(response);
+            break;
+        }
+    }
+    let refused = refused.expect("a 429 within a second's quota");
+    assert_eq!(header(&refused, "ratelimit-remaining"), "0");
+    assert_eq!(header(&refused, "ratelimit-limit"), "5");
+    let retry: u64 = header(&refused, "retry-after").parse().unwrap();
+    assert!((1..=1).contains(&retry), "{retry}");
+    assert!(header(&refused, "ratelimit").starts_with("\"per-second\";r=0;t="));
+    // Another client is not affected.
+    let other = app
+        .clone()
+        .oneshot(from("10.0.0.2:5000", "GET", "/"))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    let metrics = app
+        .clone()
+        .oneshot(from("10.0.0.3:5000", "GET", "/metrics"))
+        .await
+        .unwrap();
+    let text = String::from_utf8(
+        metrics
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(
+            "tollgate_middleware_decisions_total{limit=\"per-second\",outcome=\"denied\"} 1"
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_query_that_costs_more_than_the_window_holds_is_refused_without_retry_after() {
+    let app = axum_app::app();
+    let response = app
+        .clone()
+        .oneshot(from("10.0.0.9:5000", "POST", "/graphql?cost=6"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().get("retry-after").is_none());
+    // A fixed window counts refused hits too (upstream's semantics), so a fresh client.
+    let response = app
+        .clone()
+        .oneshot(from("10.0.0.10:5000", "POST", "/graphql?cost=5"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        header(&response, "ratelimit").contains(";r=0;"),
+        "cost 5 spent all 5"
+    );
+}
