@@ -286,6 +286,50 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
 }
 
 #[test]
+fn a_request_costs_its_hits_addend_on_the_rate_limit_service() {
+    let dir = TempDir::new("proxy-cost");
+    let upstream = Upstream::spawn();
+    let (_rls, rls_addr) = serve_rls(
+        &dir,
+        "domain: proxy-e2e\ndescriptors:\n  - key: generic_key\n    value: proxy\n    descriptors:\n      - key: user\n        rate_limit: {name: per-user, unit: hour, requests_per_unit: 10}\n",
+    );
+    let config = global_config(upstream.addr, rls_addr, false).replace(
+        "descriptor_key: user}\n",
+        "descriptor_key: user}\n        hits_addend: {format: '%REQ(x-cost)%'}\n",
+    );
+    let file = dir.write("cost.yaml", &config);
+    let proxy = LoggedChild::proxy(
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        true,
+    );
+    let send = |cost: Option<&str>| {
+        let mut headers = vec![("x-user", "alice")];
+        headers.extend(cost.map(|c| ("x-cost", c)));
+        let r = get(proxy.addr, "/", &headers);
+        (
+            r.status,
+            r.header("x-ratelimit-remaining").map(str::to_owned),
+        )
+    };
+    assert_eq!(send(Some("4")), (200, Some("6".to_owned())));
+    // No header: the default cost, 1.
+    assert_eq!(send(None), (200, Some("5".to_owned())));
+    // A header that is not a cost: 400 naming it, nothing charged.
+    let bad = get(proxy.addr, "/", &[("x-user", "alice"), ("x-cost", "lots")]);
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body.contains("`x-cost` header"), "{}", bad.body);
+    // Cost 0 checks without consuming: the 400 charged nothing.
+    assert_eq!(send(Some("0")), (200, Some("5".to_owned())));
+    assert_eq!(send(Some("6")).0, 429);
+}
+
+#[test]
 fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
     let dir = TempDir::new("proxy-xff");
     let upstream = Upstream::spawn();
