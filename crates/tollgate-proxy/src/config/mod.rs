@@ -612,6 +612,22 @@ mod tests {
                 .retry_after
                 .unwrap(),
             route.priority_shedding.as_ref().unwrap().retry_after,
+            route
+                .priority_shedding
+                .as_ref()
+                .unwrap()
+                .queue
+                .as_ref()
+                .unwrap()
+                .max_wait,
+            route
+                .priority_shedding
+                .as_ref()
+                .unwrap()
+                .queue
+                .as_ref()
+                .unwrap()
+                .aging,
         ]
     }
 
@@ -627,7 +643,7 @@ mod tests {
              \x20   health_check: {{interval: {d}, timeout: {d}, path: /healthz}}\n\
              routes:\n  - cluster: c\n    timeout: {d}\n\
              \x20   concurrency_limit: {{max_in_flight: 1, retry_after: {d}}}\n\
-             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}}}\n"
+             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}, queue: {{max_queued: 5, max_wait: {d}, aging: {d}}}}}\n"
         )
     }
 
@@ -641,7 +657,7 @@ mod tests {
             let path = file(&format!("durations-{text}.yaml"), &every_duration(text));
             let config = load_proxy_file(&path).unwrap_or_else(|e| panic!("{text}: {e}"));
             let read = durations(&config);
-            assert_eq!(read.len(), 15);
+            assert_eq!(read.len(), 17);
             assert!(read.iter().all(|d| *d == expected), "{text}: {read:?}");
         }
         let path = file(
