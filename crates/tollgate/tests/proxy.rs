@@ -197,6 +197,20 @@ fn global_config(upstream: SocketAddr, rls: SocketAddr, deny: bool) -> String {
     )
 }
 
+/// `tollgate proxy --config file`, logging to `name.log` in `dir`, with or without an admin listener to wait for.
+fn proxy_with(dir: &TempDir, file: &Path, name: &str, admin: bool) -> LoggedChild {
+    LoggedChild::proxy(
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join(format!("{name}.log")),
+        admin,
+    )
+}
+
 #[test]
 fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
     let dir = TempDir::new("proxy-global");
@@ -207,18 +221,7 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
     );
     let allow_file = dir.write("allow.yaml", &global_config(upstream.addr, rls_addr, false));
     let deny_file = dir.write("deny.yaml", &global_config(upstream.addr, rls_addr, true));
-    let start = |file: &Path, name: &str| {
-        LoggedChild::proxy(
-            &[
-                "--config",
-                file.to_str().expect("UTF-8"),
-                "--log-level",
-                "warn",
-            ],
-            dir.0.join(format!("{name}.log")),
-            true,
-        )
-    };
+    let start = |file: &Path, name: &str| proxy_with(&dir, file, name, true);
     let allow = start(&allow_file, "allow");
     let deny = start(&deny_file, "deny");
 
@@ -297,17 +300,7 @@ fn a_request_costs_its_hits_addend_on_the_rate_limit_service() {
         "descriptor_key: user}\n",
         "descriptor_key: user}\n        hits_addend: {format: '%REQ(x-cost)%'}\n",
     );
-    let file = dir.write("cost.yaml", &config);
-    let proxy = LoggedChild::proxy(
-        &[
-            "--config",
-            file.to_str().expect("UTF-8"),
-            "--log-level",
-            "warn",
-        ],
-        dir.0.join("proxy.log"),
-        true,
-    );
+    let proxy = proxy_with(&dir, &dir.write("cost.yaml", &config), "proxy", true);
     let send = |cost: Option<&str>| {
         let mut headers = vec![("x-user", "alice")];
         headers.extend(cost.map(|c| ("x-cost", c)));
@@ -340,16 +333,7 @@ fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
             upstream.addr
         ),
     );
-    let proxy = LoggedChild::proxy(
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--log-level",
-            "warn",
-        ],
-        dir.0.join("proxy.log"),
-        false,
-    );
+    let proxy = proxy_with(&dir, &config, "proxy", false);
     assert_eq!(
         get(proxy.addr, "/", &[("x-forwarded-for", "203.0.113.7")]).status,
         200

@@ -575,6 +575,8 @@ mod tests {
 
     /// Every duration field of the proxy's YAML, in one order.
     fn durations(config: &ProxyConfig) -> Vec<std::time::Duration> {
+        let priority = config.routes[0].priority_shedding.as_ref().unwrap();
+        let queue = priority.queue.as_ref().unwrap();
         let local = config.local_ratelimit.as_ref().unwrap();
         let global = config.global_ratelimit.as_ref().unwrap();
         let cluster = &config.clusters[0];
@@ -611,23 +613,9 @@ mod tests {
                 .unwrap()
                 .retry_after
                 .unwrap(),
-            route.priority_shedding.as_ref().unwrap().retry_after,
-            route
-                .priority_shedding
-                .as_ref()
-                .unwrap()
-                .queue
-                .as_ref()
-                .unwrap()
-                .max_wait,
-            route
-                .priority_shedding
-                .as_ref()
-                .unwrap()
-                .queue
-                .as_ref()
-                .unwrap()
-                .aging,
+            priority.retry_after,
+            queue.max_wait,
+            queue.aging,
         ]
     }
 
