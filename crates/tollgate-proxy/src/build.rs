@@ -403,10 +403,17 @@ pub fn build(
             .priority_shedding
             .as_ref()
             .map(|p| {
-                PriorityLayer::new(p)
+                PriorityLayer::with_clock(p, Arc::clone(clock))
                     .map_err(|e| in_file(at.key("priority_shedding").key(e.field).error(e.message)))
             })
             .transpose()?;
+        if let (Some(layer), Some(queue)) = (
+            &priority_layer,
+            r.priority_shedding.as_ref().and_then(|p| p.queue.as_ref()),
+        ) {
+            let name = r.name.clone().unwrap_or_else(|| format!("route{i}"));
+            metrics.watch_priority_line(&name, &r.cluster, queue.max_queued, layer.clone());
+        }
         let concurrency_layer = r
             .concurrency_limit
             .as_ref()

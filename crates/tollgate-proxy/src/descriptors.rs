@@ -22,6 +22,7 @@ use crate::config::envoy::{
     self, ActionConfig, HeaderMatcherConfig, RateLimitConfig, StringMatcherConfig,
 };
 use crate::config::{ConfigPath, FieldError};
+use crate::hits_addend::{HitsAddend, InvalidHitsAddend};
 
 /// One descriptor: ordered `(key, value)` entries (the protocol crate's; the
 /// actions here never set its overrides).
@@ -97,6 +98,8 @@ pub struct DescriptorRule {
     pub stage: u32,
     /// Whether the entry carried a `disable_key`.
     pub has_disable_key: bool,
+    /// What the entry's descriptor costs (absent: 1).
+    pub hits_addend: Option<HitsAddend>,
 }
 
 /// Compiles the `RateLimit` entries found at `at`; the error names the entry and action.
@@ -125,9 +128,14 @@ pub fn compile_filter_rules(
 }
 
 fn compile_rule(rule: &RateLimitConfig, at: &ConfigPath) -> Result<DescriptorRule, FieldError> {
-    if rule.limit.is_some() || rule.hits_addend.is_some() || rule.apply_on_stream_done.is_some() {
-        return Err(at.error("limit, hits_addend and apply_on_stream_done are not supported"));
+    if rule.limit.is_some() || rule.apply_on_stream_done.is_some() {
+        return Err(at.error("limit and apply_on_stream_done are not supported"));
     }
+    let hits_addend = rule
+        .hits_addend
+        .as_ref()
+        .map(|h| HitsAddend::compile(h, &at.key("hits_addend")))
+        .transpose()?;
     if rule.actions.is_empty() {
         return Err(at.key("actions").error("at least one action is needed"));
     }
@@ -142,6 +150,7 @@ fn compile_rule(rule: &RateLimitConfig, at: &ConfigPath) -> Result<DescriptorRul
         actions,
         stage,
         has_disable_key: rule.disable_key.is_some(),
+        hits_addend,
     })
 }
 
@@ -291,12 +300,21 @@ fn string_test(s: &StringMatcherConfig, at: &ConfigPath) -> Result<HeaderTest, F
     }
 }
 
-/// The descriptors `rules` produce for a request.
-pub fn build(rules: &[DescriptorRule], facts: &RequestFacts<'_>) -> Vec<Descriptor> {
-    rules
-        .iter()
-        .filter_map(|rule| build_one(rule, facts))
-        .collect()
+/// The descriptors `rules` produce for a request, each with its cost; a cost header that holds no cost fails the request.
+pub fn build(
+    rules: &[DescriptorRule],
+    facts: &RequestFacts<'_>,
+) -> Result<Vec<Descriptor>, InvalidHitsAddend> {
+    let mut descriptors = Vec::with_capacity(rules.len());
+    for rule in rules {
+        if let Some(mut descriptor) = build_one(rule, facts) {
+            if let Some(hits) = &rule.hits_addend {
+                descriptor.hits_addend = hits.cost(facts.parts)?;
+            }
+            descriptors.push(descriptor);
+        }
+    }
+    Ok(descriptors)
 }
 
 fn build_one(rule: &DescriptorRule, facts: &RequestFacts<'_>) -> Option<Descriptor> {
@@ -412,6 +430,18 @@ impl RequestHeader {
     }
 }
 
+impl std::fmt::Display for RequestHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RequestHeader::Method => ":method",
+            RequestHeader::Path => ":path",
+            RequestHeader::Authority => ":authority",
+            RequestHeader::Scheme => ":scheme",
+            RequestHeader::Named(name) => name.as_str(),
+        })
+    }
+}
+
 impl HeaderMatcher {
     fn matches(&self, parts: &Parts) -> bool {
         let value = self.name.value(parts);
@@ -487,7 +517,7 @@ mod tests {
             "- actions:\n  - generic_key: {descriptor_value: api}\n  - request_headers: {header_name: x-user, descriptor_key: user}\n  - remote_address: {}\n  - request_headers: {header_name: ':method', descriptor_key: method}\n  - request_headers: {header_name: ':path', descriptor_key: path}\n  - query_parameters: {query_parameter_name: plan, descriptor_key: plan}\n  - masked_remote_address: {v4_prefix_mask_len: 24}\n  - destination_cluster: {}\n  - source_cluster: {}\n",
         );
         let p = parts("/v1/x?plan=gold%20tier&a=1", &[("x-user", "alice")]);
-        let d = build(&r, &facts(&p, "192.168.1.77"));
+        let d = build(&r, &facts(&p, "192.168.1.77")).unwrap();
         assert_eq!(
             d,
             vec![Descriptor::new([
@@ -511,7 +541,7 @@ mod tests {
         );
         let p = parts("/", &[]);
         assert_eq!(
-            build(&r, &facts(&p, "10.0.0.1")),
+            build(&r, &facts(&p, "10.0.0.1")).unwrap(),
             vec![Descriptor::new([("generic_key", "g")])]
         );
     }
@@ -523,14 +553,14 @@ mod tests {
         );
         let admin = parts("/", &[("x-role", "admin")]);
         assert_eq!(
-            build(&r, &facts(&admin, "10.0.0.1")),
+            build(&r, &facts(&admin, "10.0.0.1")).unwrap(),
             vec![
                 Descriptor::new([("header_match", "admin")]),
                 Descriptor::new([("anon", "yes")])
             ]
         );
         let authed = parts("/", &[("x-role", "user"), ("authorization", "t")]);
-        assert!(build(&r, &facts(&authed, "10.0.0.1")).is_empty());
+        assert!(build(&r, &facts(&authed, "10.0.0.1")).unwrap().is_empty());
     }
 
     #[test]

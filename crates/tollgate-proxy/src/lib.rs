@@ -21,6 +21,7 @@ pub mod descriptors;
 pub mod error;
 pub mod forward;
 pub mod global_ratelimit;
+pub mod hits_addend;
 pub mod idle;
 pub mod local_ratelimit;
 pub mod metrics;

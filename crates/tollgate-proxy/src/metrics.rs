@@ -79,6 +79,11 @@ pub struct Metrics {
     /// The most client connections a listener keeps open.
     pub downstream_connections_limit: Family<ListenerLabels, Gauge>,
     listeners: parking_lot::Mutex<Vec<(ListenerLabels, std::sync::Arc<ConnectionLimit>)>>,
+    /// Requests waiting in a route's priority line (read from the layer at each render).
+    pub priority_queued: Family<RouteLabels, Gauge>,
+    /// The most requests a route's priority line holds (`queue.max_queued`).
+    pub priority_queue_limit: Family<RouteLabels, Gauge>,
+    priority_lines: parking_lot::Mutex<Vec<(RouteLabels, tollgate_shed::priority::PriorityLayer)>>,
 }
 
 impl Default for Metrics {
@@ -152,6 +157,18 @@ impl Metrics {
             "The most client connections a listener keeps open (max_connections)",
             downstream_connections_limit.clone(),
         );
+        let priority_queued = Family::<RouteLabels, Gauge>::default();
+        let priority_queue_limit = Family::<RouteLabels, Gauge>::default();
+        registry.register(
+            "priority_queued",
+            "Requests waiting in a route's priority line",
+            priority_queued.clone(),
+        );
+        registry.register(
+            "priority_queue_limit",
+            "The most requests a route's priority line holds (queue.max_queued)",
+            priority_queue_limit.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -167,7 +184,30 @@ impl Metrics {
             downstream_connections,
             downstream_connections_limit,
             listeners: parking_lot::Mutex::new(Vec::new()),
+            priority_queued,
+            priority_queue_limit,
+            priority_lines: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+
+    /// Reports the waiting line of `layer` (route `route` to `cluster`, bounded by `max_queued`); a reload's layer replaces the old one.
+    pub fn watch_priority_line(
+        &self,
+        route: &str,
+        cluster: &str,
+        max_queued: usize,
+        layer: tollgate_shed::priority::PriorityLayer,
+    ) {
+        let labels = RouteLabels {
+            route: route.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        self.priority_queue_limit
+            .get_or_create(&labels)
+            .set(gauge_value(max_queued));
+        let mut lines = self.priority_lines.lock();
+        lines.retain(|(l, _)| *l != labels);
+        lines.push((labels, layer));
     }
 
     /// Reports `limit` as listener `listener`'s open connections and limit.
@@ -187,6 +227,11 @@ impl Metrics {
             self.downstream_connections
                 .get_or_create(labels)
                 .set(gauge_value(limit.open()));
+        }
+        for (labels, layer) in self.priority_lines.lock().iter() {
+            self.priority_queued
+                .get_or_create(labels)
+                .set(gauge_value(layer.queued()));
         }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;

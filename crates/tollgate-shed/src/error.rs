@@ -23,6 +23,20 @@ pub enum ShedReason {
         /// The slots open to that class.
         limit: usize,
     },
+    /// Its class had no slot and the waiting line was full of requests that go first.
+    QueueFull {
+        /// The request's class.
+        priority: Priority,
+        /// The line's bound.
+        max_queued: usize,
+    },
+    /// It waited in line for `max_wait` without a slot.
+    QueueTimeout {
+        /// The request's class.
+        priority: Priority,
+        /// How long it waited.
+        max_wait: Duration,
+    },
 }
 
 /// A request refused to protect the service; answer it with 503 and `Retry-After`.
@@ -73,6 +87,17 @@ impl fmt::Display for Shed {
             ShedReason::PriorityCapacity { priority, limit } => write!(
                 f,
                 "load shed: the {limit} in-flight slots open to {priority} requests are taken"
+            ),
+            ShedReason::QueueFull {
+                priority,
+                max_queued,
+            } => write!(
+                f,
+                "load shed: no slot for a {priority} request and the {max_queued} places in line are taken"
+            ),
+            ShedReason::QueueTimeout { priority, max_wait } => write!(
+                f,
+                "load shed: a {priority} request waited {max_wait:?} in line without a slot"
             ),
         }
     }

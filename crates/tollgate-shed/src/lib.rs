@@ -4,7 +4,9 @@
 //!   key, a route), like Stripe's concurrent-requests limiter.
 //! * [`priority`]: requests carry a class (critical / default / sheddable)
 //!   in a header; part of the in-flight capacity is reserved so that
-//!   critical traffic still gets through when the rest is shed.
+//!   critical traffic still gets through when the rest is shed, and with a
+//!   `queue` requests over their share wait in a bounded line ordered by
+//!   class and age (aging, so low priority is delayed, never starved).
 //!
 //! Both fail a refused request with a [`Shed`] that carries the reason and a
 //! retry-after hint, converted into the inner service's own error type

@@ -197,6 +197,20 @@ fn global_config(upstream: SocketAddr, rls: SocketAddr, deny: bool) -> String {
     )
 }
 
+/// `tollgate proxy --config file`, logging to `name.log` in `dir`, with or without an admin listener to wait for.
+fn proxy_with(dir: &TempDir, file: &Path, name: &str, admin: bool) -> LoggedChild {
+    LoggedChild::proxy(
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join(format!("{name}.log")),
+        admin,
+    )
+}
+
 #[test]
 fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
     let dir = TempDir::new("proxy-global");
@@ -207,18 +221,7 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
     );
     let allow_file = dir.write("allow.yaml", &global_config(upstream.addr, rls_addr, false));
     let deny_file = dir.write("deny.yaml", &global_config(upstream.addr, rls_addr, true));
-    let start = |file: &Path, name: &str| {
-        LoggedChild::proxy(
-            &[
-                "--config",
-                file.to_str().expect("UTF-8"),
-                "--log-level",
-                "warn",
-            ],
-            dir.0.join(format!("{name}.log")),
-            true,
-        )
-    };
+    let start = |file: &Path, name: &str| proxy_with(&dir, file, name, true);
     let allow = start(&allow_file, "allow");
     let deny = start(&deny_file, "deny");
 
@@ -286,6 +289,40 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
 }
 
 #[test]
+fn a_request_costs_its_hits_addend_on_the_rate_limit_service() {
+    let dir = TempDir::new("proxy-cost");
+    let upstream = Upstream::spawn();
+    let (_rls, rls_addr) = serve_rls(
+        &dir,
+        "domain: proxy-e2e\ndescriptors:\n  - key: generic_key\n    value: proxy\n    descriptors:\n      - key: user\n        rate_limit: {name: per-user, unit: hour, requests_per_unit: 10}\n",
+    );
+    let config = global_config(upstream.addr, rls_addr, false).replace(
+        "descriptor_key: user}\n",
+        "descriptor_key: user}\n        hits_addend: {format: '%REQ(x-cost)%'}\n",
+    );
+    let proxy = proxy_with(&dir, &dir.write("cost.yaml", &config), "proxy", true);
+    let send = |cost: Option<&str>| {
+        let mut headers = vec![("x-user", "alice")];
+        headers.extend(cost.map(|c| ("x-cost", c)));
+        let r = get(proxy.addr, "/", &headers);
+        (
+            r.status,
+            r.header("x-ratelimit-remaining").map(str::to_owned),
+        )
+    };
+    assert_eq!(send(Some("4")), (200, Some("6".to_owned())));
+    // No header: the default cost, 1.
+    assert_eq!(send(None), (200, Some("5".to_owned())));
+    // A header that is not a cost: 400 naming it, nothing charged.
+    let bad = get(proxy.addr, "/", &[("x-user", "alice"), ("x-cost", "lots")]);
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body.contains("`x-cost` header"), "{}", bad.body);
+    // Cost 0 checks without consuming: the 400 charged nothing.
+    assert_eq!(send(Some("0")), (200, Some("5".to_owned())));
+    assert_eq!(send(Some("6")).0, 429);
+}
+
+#[test]
 fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
     let dir = TempDir::new("proxy-xff");
     let upstream = Upstream::spawn();
@@ -296,16 +333,7 @@ fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
             upstream.addr
         ),
     );
-    let proxy = LoggedChild::proxy(
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--log-level",
-            "warn",
-        ],
-        dir.0.join("proxy.log"),
-        false,
-    );
+    let proxy = proxy_with(&dir, &config, "proxy", false);
     assert_eq!(
         get(proxy.addr, "/", &[("x-forwarded-for", "203.0.113.7")]).status,
         200

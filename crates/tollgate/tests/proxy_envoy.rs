@@ -153,6 +153,23 @@ fn cases() -> Vec<Case> {
             expected: vec![200, 200],
         },
         Case {
+            // Envoy 1.40 charges a descriptor's bucket its `hits_addend`
+            // (a number, or a header through `%REQ(...)%`) and the default bucket 1.
+            name: "hits_addend",
+            config: format!(
+                "stat_prefix: cost\ntoken_bucket: {{max_tokens: 20, tokens_per_fill: 1, fill_interval: 3600s}}\n{ENABLED}enable_x_ratelimit_headers: DRAFT_VERSION_03\nrate_limits:\n  - actions:\n    - generic_key: {{descriptor_value: priced}}\n    hits_addend: {{format: '%REQ(x-cost)%'}}\n  - actions:\n    - generic_key: {{descriptor_key: fixed, descriptor_value: five}}\n    hits_addend: {{number: 5}}\ndescriptors:\n  - entries: [{{key: generic_key, value: priced}}]\n    token_bucket: {{max_tokens: 10, tokens_per_fill: 1, fill_interval: 3600s}}\n  - entries: [{{key: fixed, value: five}}]\n    token_bucket: {{max_tokens: 12, tokens_per_fill: 2, fill_interval: 3600s}}\n"
+            ),
+            steps: ["3", "4", " 2", "1", "1"]
+                .iter()
+                .map(|cost| Step {
+                    connection: None,
+                    path: "/",
+                    headers: vec![("x-cost", (*cost).to_owned())],
+                })
+                .collect(),
+            expected: vec![200, 200, 429, 429, 429],
+        },
+        Case {
             name: "disabled",
             config: "stat_prefix: inert\ntoken_bucket: {max_tokens: 1, tokens_per_fill: 1, fill_interval: 3600s}\nenable_x_ratelimit_headers: DRAFT_VERSION_03\n".to_owned(),
             steps: users(&[None, None, None]),

@@ -224,10 +224,23 @@ pub struct RateLimitConfig {
     pub actions: Vec<ActionConfig>,
     /// Not supported.
     pub limit: Option<IgnoredAny>,
-    /// Not supported.
-    pub hits_addend: Option<IgnoredAny>,
+    /// What a request costs on this entry's descriptor (default 1).
+    pub hits_addend: Option<HitsAddendConfig>,
     /// Not supported.
     pub apply_on_stream_done: Option<IgnoredAny>,
+}
+
+/// `RateLimit.HitsAddend`: a fixed cost, or one substitution that yields it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HitsAddendConfig {
+    /// A fixed cost, 0 to 1 000 000 000.
+    pub number: Option<u64>,
+    /// A substitution format; the proxy reads `%REQ(header)%`.
+    pub format: Option<String>,
+    /// Refunds; not supported.
+    #[serde(default)]
+    pub is_negative_hits: bool,
 }
 
 /// An empty message (`remote_address: {}`).

@@ -581,6 +581,8 @@ mod tests {
 
     /// Every duration field of the proxy's YAML, in one order.
     fn durations(config: &ProxyConfig) -> Vec<std::time::Duration> {
+        let priority = config.routes[0].priority_shedding.as_ref().unwrap();
+        let queue = priority.queue.as_ref().unwrap();
         let local = config.local_ratelimit.as_ref().unwrap();
         let global = config.global_ratelimit.as_ref().unwrap();
         let cluster = &config.clusters[0];
@@ -617,7 +619,9 @@ mod tests {
                 .unwrap()
                 .retry_after
                 .unwrap(),
-            route.priority_shedding.as_ref().unwrap().retry_after,
+            priority.retry_after,
+            queue.max_wait,
+            queue.aging,
         ]
     }
 
@@ -633,7 +637,7 @@ mod tests {
              \x20   health_check: {{interval: {d}, timeout: {d}, path: /healthz}}\n\
              routes:\n  - cluster: c\n    timeout: {d}\n\
              \x20   concurrency_limit: {{max_in_flight: 1, retry_after: {d}}}\n\
-             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}}}\n"
+             \x20   priority_shedding: {{max_in_flight: 10, retry_after: {d}, queue: {{max_queued: 5, max_wait: {d}, aging: {d}}}}}\n"
         )
     }
 
@@ -647,7 +651,7 @@ mod tests {
             let path = file(&format!("durations-{text}.yaml"), &every_duration(text));
             let config = load_proxy_file(&path).unwrap_or_else(|e| panic!("{text}: {e}"));
             let read = durations(&config);
-            assert_eq!(read.len(), 15);
+            assert_eq!(read.len(), 17);
             assert!(read.iter().all(|d| *d == expected), "{text}: {read:?}");
         }
         let path = file(

@@ -129,10 +129,7 @@ impl GlobalRateLimit {
     }
 }
 
-/// The RLS model's descriptors for the proxy's: the same entries, no overrides.
+/// The RLS model's descriptors for the proxy's: the same entries and costs (`hits_addend`).
 pub fn rls_descriptors(descriptors: &[Descriptor]) -> Vec<model::Descriptor> {
-    descriptors
-        .iter()
-        .map(|d| model::Descriptor::new(d.entries.iter().cloned()))
-        .collect()
+    descriptors.to_vec()
 }

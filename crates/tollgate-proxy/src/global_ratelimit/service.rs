@@ -65,7 +65,12 @@ where
                 destination_cluster: &context.cluster,
                 source_cluster: &context.source_cluster,
             };
-            descriptors::build(&self.rules, &facts)
+            match descriptors::build(&self.rules, &facts) {
+                Ok(d) => d,
+                Err(e) => {
+                    return Box::pin(async move { Err(ProxyError::BadRequest(e.to_string())) });
+                }
+            }
         };
         if request_descriptors.is_empty() {
             return Box::pin(inner.call(Request::from_parts(parts, body)));

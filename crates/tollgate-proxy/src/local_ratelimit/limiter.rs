@@ -123,12 +123,13 @@ impl LocalLimiter {
     /// Decides a request with these descriptors, consuming tokens as Envoy does.
     ///
     /// The matched descriptor buckets go first, strictest fill rate first,
-    /// one token each; the first empty one that is not in shadow mode denies
+    /// each charged its descriptor's `hits_addend` (default 1; 0 checks
+    /// without consuming); the first empty one that is not in shadow mode denies
     /// and stops. Then the default bucket, unless a descriptor matched and
     /// `always_consume_default_token_bucket` is false.
     pub fn check(&self, request: &[Descriptor]) -> LocalVerdict {
-        // The matched buckets: (spec, bucket, name).
-        let mut matched: Vec<(&DescriptorSpec, Arc<Bucket>, String)> = Vec::new();
+        // The matched buckets: (spec, bucket, name, cost).
+        let mut matched: Vec<(&DescriptorSpec, Arc<Bucket>, String, u64)> = Vec::new();
         for descriptor in request {
             if let Some((spec, buckets)) = self
                 .policy
@@ -138,15 +139,16 @@ impl LocalLimiter {
                 .find(|(spec, _)| spec.matches(descriptor))
             {
                 let bucket = buckets.bucket(descriptor, spec.bucket, &self.clock);
-                matched.push((spec, bucket, spec.name(descriptor)));
+                let cost = descriptor.hits_addend.unwrap_or(1);
+                matched.push((spec, bucket, spec.name(descriptor), cost));
             }
         }
         matched.sort_by(|a, b| a.0.bucket.rate.total_cmp(&b.0.bucket.rate));
 
         let mut report = None;
         let mut shadow_denials = 0;
-        for (spec, bucket, name) in &matched {
-            let decision = bucket.limiter.check(1);
+        for (spec, bucket, name, cost) in &matched {
+            let decision = bucket.limiter.check(*cost);
             if decision.is_allowed() {
                 if report.is_none() {
                     report = Some(BucketReport::new(name.clone(), &bucket.spec, &decision));
@@ -311,6 +313,27 @@ mod tests {
         let second = l.check(&d);
         assert!(second.allowed);
         assert_eq!(second.shadow_denials, 1);
+    }
+
+    #[test]
+    fn a_descriptor_costs_its_hits_addend_and_the_default_bucket_one() {
+        let (l, _) = limiter(
+            "stat_prefix: t\ntoken_bucket: {max_tokens: 10, fill_interval: 3600s}\ndescriptors:\n  - entries: [{key: user}]\n    token_bucket: {max_tokens: 10, fill_interval: 3600s}\n",
+        );
+        let costly = |hits: u64| {
+            let d = Descriptor {
+                hits_addend: Some(hits),
+                ..Descriptor::new([("user", "alice")])
+            };
+            let v = l.check(&[d]);
+            (v.allowed, v.report.unwrap().remaining)
+        };
+        assert_eq!(costly(3), (true, 7));
+        assert_eq!(costly(0), (true, 7));
+        assert_eq!(costly(8), (false, 7));
+        assert_eq!(costly(7), (true, 0));
+        // The default bucket paid one per admitted request: 3 of 10.
+        assert_eq!(l.check(&[]).report.unwrap().remaining, 6);
     }
 
     #[test]

@@ -68,7 +68,10 @@ where
                 destination_cluster: &context.cluster,
                 source_cluster: &context.source_cluster,
             };
-            descriptors::build(&shared.rules, &facts)
+            match descriptors::build(&shared.rules, &facts) {
+                Ok(d) => d,
+                Err(e) => return ResponseFuture::denied(ProxyError::BadRequest(e.to_string())),
+            }
         };
         let limiter = if policy.per_connection {
             context.connection.limiter(&shared.limiter, &shared.clock)

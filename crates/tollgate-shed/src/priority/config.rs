@@ -72,6 +72,66 @@ pub struct PriorityConfig {
         deserialize_with = "tollgate_core::duration::deserialize"
     )]
     pub retry_after: Duration,
+    /// Wait in a bounded line instead of an immediate 503 (absent: no line).
+    #[serde(default)]
+    pub queue: Option<QueueConfig>,
+}
+
+/// The line requests wait in when their class has no slot.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Requests waiting at once, at most (all classes together).
+    pub max_queued: usize,
+    /// The longest a request waits; then it gets 503 + Retry-After (default 1 s).
+    #[serde(
+        default = "one_second",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
+    pub max_wait: Duration,
+    /// Waiting this long is worth one class (default 100 ms).
+    #[serde(
+        default = "hundred_millis",
+        deserialize_with = "tollgate_core::duration::deserialize"
+    )]
+    pub aging: Duration,
+}
+
+impl QueueConfig {
+    /// A line of `max_queued` with the default wait and aging.
+    pub fn new(max_queued: usize) -> Self {
+        QueueConfig {
+            max_queued,
+            max_wait: one_second(),
+            aging: hundred_millis(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), PriorityConfigError> {
+        let error = |field, message: &str| {
+            Err(PriorityConfigError {
+                field,
+                message: message.to_owned(),
+            })
+        };
+        if self.max_queued == 0 {
+            return error(
+                "queue.max_queued",
+                "must be at least 1 (leave `queue` out for none)",
+            );
+        }
+        if self.max_wait.is_zero() {
+            return error("queue.max_wait", "must be above 0");
+        }
+        if self.aging.is_zero() {
+            return error("queue.aging", "must be above 0");
+        }
+        Ok(())
+    }
+}
+
+fn hundred_millis() -> Duration {
+    Duration::from_millis(100)
 }
 
 fn default_header() -> String {
@@ -114,6 +174,7 @@ impl PriorityConfig {
             critical_reserved_percent: twenty(),
             default_reserved_percent: twenty(),
             retry_after: one_second(),
+            queue: None,
         }
     }
 
@@ -128,6 +189,9 @@ impl PriorityConfig {
     /// Checks the values and computes each class's limit.
     pub(crate) fn limits(&self) -> Result<ClassLimits, PriorityConfigError> {
         let error = |field, message: String| Err(PriorityConfigError { field, message });
+        if let Some(queue) = &self.queue {
+            queue.validate()?;
+        }
         if self.max_in_flight == 0 {
             return error("max_in_flight", "must be at least 1".to_owned());
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tower::Layer;
 
 use super::config::{PriorityConfig, PriorityConfigError};
-use super::service::{PriorityShed, SharedSlots};
+use super::service::{PriorityShed, SharedClock, SharedSlots};
 
 /// Sheds requests by priority class over a shared in-flight capacity.
 #[derive(Clone, Debug)]
@@ -14,11 +14,24 @@ pub struct PriorityLayer {
 }
 
 impl PriorityLayer {
-    /// A layer with the given settings, or the first one that is wrong.
+    /// A layer with the given settings, or the first one that is wrong; the line (if any) reads a monotonic clock.
     pub fn new(config: &PriorityConfig) -> Result<Self, PriorityConfigError> {
+        Self::with_clock(config, Arc::new(tollgate_core::MonotonicClock::new()))
+    }
+
+    /// A layer whose waiting line reads `clock` for ages and deadlines.
+    pub fn with_clock(
+        config: &PriorityConfig,
+        clock: SharedClock,
+    ) -> Result<Self, PriorityConfigError> {
         Ok(PriorityLayer {
-            slots: Arc::new(SharedSlots::new(config)?),
+            slots: Arc::new(SharedSlots::new(config, clock)?),
         })
+    }
+
+    /// Requests waiting in line now (bounded by `queue.max_queued`).
+    pub fn queued(&self) -> usize {
+        self.slots.queued()
     }
 
     /// Requests of all classes in flight now, across every service of this layer.

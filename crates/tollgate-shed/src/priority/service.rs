@@ -1,73 +1,258 @@
-//! The priority shedder as a service: reserved slots per class, or a `Shed` error.
+//! The priority shedder as a service: reserved slots per class, a bounded waiting line with aging, or a `Shed` error.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{HeaderName, Request};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tollgate_core::{Clock, Timestamp};
 use tower::Service;
 
-use super::config::{ClassLimits, Priority, PriorityConfig, PriorityConfigError};
+use super::config::{ClassLimits, Priority, PriorityConfig, PriorityConfigError, QueueConfig};
 use super::future::ResponseFuture;
+use super::queue::{Pushed, Ticket, WaitQueue};
 use crate::error::{Shed, ShedReason};
 
+/// The clock the line's order and deadlines read.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// What the slots and the line hold, under one lock.
+struct State {
+    in_flight: usize,
+    queue: WaitQueue<oneshot::Sender<PrioritySlot>>,
+}
+
 /// The capacity all services of one layer share.
-#[derive(Debug)]
 pub(crate) struct SharedSlots {
     header: HeaderName,
     limits: ClassLimits,
     retry_after: Duration,
-    in_flight: AtomicUsize,
+    queue: Option<QueueConfig>,
+    clock: SharedClock,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for SharedSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedSlots")
+            .field("limits", &self.limits)
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a request got in.
+enum Entry {
+    Admitted(PrioritySlot),
+    Waiting(Waiting),
+}
+
+/// A request in line: its ticket, when it arrived, and where its slot will come.
+struct Waiting {
+    ticket: Ticket,
+    priority: Priority,
+    arrived: Timestamp,
+    slot: oneshot::Receiver<PrioritySlot>,
 }
 
 impl SharedSlots {
-    pub(crate) fn new(config: &PriorityConfig) -> Result<Self, PriorityConfigError> {
+    pub(crate) fn new(
+        config: &PriorityConfig,
+        clock: SharedClock,
+    ) -> Result<Self, PriorityConfigError> {
+        let queue = config.queue.clone();
+        let (max_queued, aging) = queue
+            .as_ref()
+            .map_or((0, Duration::from_secs(1)), |q| (q.max_queued, q.aging));
         Ok(SharedSlots {
             header: config.header_name()?,
             limits: config.limits()?,
             retry_after: config.retry_after,
-            in_flight: AtomicUsize::new(0),
+            queue,
+            clock,
+            state: Mutex::new(State {
+                in_flight: 0,
+                queue: WaitQueue::new(max_queued, aging),
+            }),
         })
     }
 
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.state.lock().in_flight
     }
 
-    /// Takes a slot if fewer than the class's limit are in flight.
-    fn try_acquire(self: &Arc<Self>, priority: Priority) -> Result<PrioritySlot, Shed> {
+    pub(crate) fn queued(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+
+    fn shed(&self, reason: ShedReason) -> Shed {
+        Shed::new(reason, self.retry_after)
+    }
+
+    /// Gives free slots to waiters that may use them; the grants are sent after the lock is let go.
+    fn grant(
+        self: &Arc<Self>,
+        state: &mut State,
+        now: Timestamp,
+    ) -> Vec<(oneshot::Sender<PrioritySlot>, PrioritySlot)> {
+        let mut grants = Vec::new();
+        while let Some(sender) = state
+            .queue
+            .pop_admissible(now, state.in_flight, &self.limits)
+        {
+            state.in_flight += 1;
+            grants.push((
+                sender,
+                PrioritySlot {
+                    slots: Arc::clone(self),
+                },
+            ));
+        }
+        grants
+    }
+
+    /// Sends grants; a slot whose waiter is gone is dropped, which frees it again.
+    fn deliver(grants: Vec<(oneshot::Sender<PrioritySlot>, PrioritySlot)>) {
+        for (sender, slot) in grants {
+            let _unused = sender.send(slot);
+        }
+    }
+
+    /// Re-examines the line (a waiter's class rose with age).
+    fn dispatch(self: &Arc<Self>) {
+        let now = self.clock.now();
+        let grants = self.grant(&mut self.state.lock(), now);
+        Self::deliver(grants);
+    }
+
+    /// A slot for a request of `priority` at once, a place in line, or the shed error.
+    fn enter(self: &Arc<Self>, priority: Priority) -> Result<Entry, Shed> {
+        let now = self.clock.now();
+        let mut state = self.state.lock();
+        let grants = self.grant(&mut state, now);
         let limit = self.limits.of(priority);
-        let admitted = self
-            .in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            });
-        match admitted {
-            Ok(_) => Ok(PrioritySlot {
+        let result = if state.in_flight < limit {
+            state.in_flight += 1;
+            Ok(Entry::Admitted(PrioritySlot {
                 slots: Arc::clone(self),
-            }),
-            Err(_) => Err(Shed::new(
-                ShedReason::PriorityCapacity { priority, limit },
-                self.retry_after,
-            )),
+            }))
+        } else {
+            let (sender, receiver) = oneshot::channel();
+            match (&self.queue, state.queue.push(priority, now, sender)) {
+                (Some(_), Pushed::Queued { ticket, displaced }) => {
+                    // A displaced waiter's sender is dropped: it wakes up shed.
+                    drop(displaced);
+                    Ok(Entry::Waiting(Waiting {
+                        ticket,
+                        priority,
+                        arrived: now,
+                        slot: receiver,
+                    }))
+                }
+                (Some(queue), _) => Err(self.shed(ShedReason::QueueFull {
+                    priority,
+                    max_queued: queue.max_queued,
+                })),
+                (None, _) => Err(self.shed(ShedReason::PriorityCapacity { priority, limit })),
+            }
+        };
+        drop(state);
+        Self::deliver(grants);
+        result
+    }
+
+    /// Waits for a slot until the line's deadline; the place in line is given up if this future is dropped.
+    async fn wait(self: Arc<Self>, waiting: Waiting) -> Result<PrioritySlot, Shed> {
+        let Some(queue) = self.queue.clone() else {
+            return Err(self.shed(ShedReason::QueueFull {
+                priority: waiting.priority,
+                max_queued: 0,
+            }));
+        };
+        let mut guard = LeaveLine {
+            slots: Arc::clone(&self),
+            ticket: Some(waiting.ticket),
+        };
+        let mut receiver = waiting.slot;
+        let deadline = waiting.arrived.saturating_add(queue.max_wait);
+        loop {
+            let now = self.clock.now();
+            let waited = now.saturating_since(waiting.arrived);
+            let to_deadline = deadline.saturating_since(now);
+            let aging_nanos = queue.aging.as_nanos().max(1);
+            let to_next_class = Duration::from_nanos(
+                u64::try_from(aging_nanos - waited.as_nanos() % aging_nanos).unwrap_or(u64::MAX),
+            );
+            tokio::select! {
+                biased;
+                granted = &mut receiver => {
+                    guard.ticket = None;
+                    return granted.map_err(|_| self.shed(ShedReason::QueueFull {
+                        priority: waiting.priority,
+                        max_queued: queue.max_queued,
+                    }));
+                }
+                () = tokio::time::sleep(to_deadline.min(to_next_class)) => {
+                    if self.clock.now() >= deadline {
+                        let removed = self.state.lock().queue.remove(waiting.ticket);
+                        if removed.is_some() {
+                            guard.ticket = None;
+                            return Err(self.shed(ShedReason::QueueTimeout {
+                                priority: waiting.priority,
+                                max_wait: queue.max_wait,
+                            }));
+                        }
+                        // Granted meanwhile: the slot is in the channel.
+                    } else {
+                        self.dispatch();
+                    }
+                }
+            }
         }
     }
 }
 
-/// One admitted request's slot; dropping it frees the slot.
-#[derive(Debug)]
+/// Takes a waiter out of line when its future is dropped before it got a slot.
+struct LeaveLine {
+    slots: Arc<SharedSlots>,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for LeaveLine {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let removed = self.slots.state.lock().queue.remove(ticket);
+            drop(removed);
+        }
+    }
+}
+
+/// One admitted request's slot; dropping it frees the slot for the first waiter that may use it.
 pub struct PrioritySlot {
     slots: Arc<SharedSlots>,
 }
 
-impl Drop for PrioritySlot {
-    fn drop(&mut self) {
-        self.slots.in_flight.fetch_sub(1, Ordering::AcqRel);
+impl std::fmt::Debug for PrioritySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PrioritySlot")
     }
 }
 
-/// A service that sheds requests whose class has no slot left.
+impl Drop for PrioritySlot {
+    fn drop(&mut self) {
+        let now = self.slots.clock.now();
+        let grants = {
+            let mut state = self.slots.state.lock();
+            state.in_flight -= 1;
+            self.slots.grant(&mut state, now)
+        };
+        SharedSlots::deliver(grants);
+    }
+}
+
+/// A service that sheds (or queues) requests whose class has no slot left.
 #[derive(Debug)]
 pub struct PriorityShed<S> {
     inner: S,
@@ -96,8 +281,10 @@ impl<S: Clone> Clone for PriorityShed<S> {
 
 impl<S, B> Service<Request<B>> for PriorityShed<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
     S::Error: From<Shed>,
+    B: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -109,8 +296,20 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let priority = Priority::from_header(request.headers().get(&self.slots.header));
-        match self.slots.try_acquire(priority) {
-            Ok(slot) => ResponseFuture::called(self.inner.call(request), slot),
+        match self.slots.enter(priority) {
+            Ok(Entry::Admitted(slot)) => ResponseFuture::called(self.inner.call(request), slot),
+            Ok(Entry::Waiting(waiting)) => {
+                // The ready service goes with the request; this one keeps a fresh clone.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                let slots = Arc::clone(&self.slots);
+                ResponseFuture::waiting(Box::pin(async move {
+                    let slot = slots.wait(waiting).await.map_err(S::Error::from)?;
+                    let response = inner.call(request).await;
+                    drop(slot);
+                    response
+                }))
+            }
             Err(shed) => ResponseFuture::shed(shed),
         }
     }
