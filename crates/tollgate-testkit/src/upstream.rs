@@ -69,7 +69,8 @@ fn serve_upstream_connection(stream: TcpStream, count: &AtomicUsize) {
         }
         let path = request_line.split(' ').nth(1).unwrap_or("/").to_owned();
         let mut echoed = String::new();
-        let mut length = 0usize;
+        let mut length = 0u64;
+        let mut chunked = false;
         loop {
             let mut line = String::new();
             match reader.read_line(&mut line) {
@@ -85,13 +86,23 @@ fn serve_upstream_connection(stream: TcpStream, count: &AtomicUsize) {
                 if name == "content-length" {
                     length = value.trim().parse().unwrap_or(0);
                 }
+                if name == "transfer-encoding" && value.to_ascii_lowercase().contains("chunked") {
+                    chunked = true;
+                }
                 if name.starts_with("x-") {
                     echoed.push_str(&format!("{name}: {}\n", value.trim()));
                 }
             }
         }
-        let mut body = vec![0u8; length];
-        if reader.read_exact(&mut body).is_err() {
+        let whole = if chunked {
+            read_chunked(&mut reader)
+        } else {
+            // Read without holding it: a length may be far larger than what arrives.
+            std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink())
+                .is_ok_and(|read| read == length)
+        };
+        if !whole {
+            // Only a complete request counts, and the connection ends.
             return;
         }
         count.fetch_add(1, Ordering::SeqCst);
@@ -107,6 +118,43 @@ fn serve_upstream_connection(stream: TcpStream, count: &AtomicUsize) {
         );
         if written.is_err() || writer.flush().is_err() {
             return;
+        }
+    }
+}
+
+/// The largest chunk the upstream reads (a test's bodies are small).
+const MAX_CHUNK_BYTES: usize = 16 << 20;
+
+/// Reads a chunked body to its end (chunks, the last chunk, trailers);
+/// whether it was whole and well formed.
+fn read_chunked(reader: &mut impl BufRead) -> bool {
+    loop {
+        let mut size_line = String::new();
+        if reader.read_line(&mut size_line).unwrap_or(0) == 0 {
+            return false;
+        }
+        let size = size_line.trim_end().split(';').next().unwrap_or("");
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            return false;
+        };
+        if size > MAX_CHUNK_BYTES {
+            return false;
+        }
+        if size == 0 {
+            // Trailers, up to the empty line.
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return false;
+                }
+                if line.trim_end().is_empty() {
+                    return true;
+                }
+            }
+        }
+        let mut chunk = vec![0u8; size + 2];
+        if reader.read_exact(&mut chunk).is_err() || !chunk.ends_with(b"\r\n") {
+            return false;
         }
     }
 }

@@ -13,7 +13,7 @@ use super::{KNOWN_LIMIT, Served};
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Writes `raw` and reads until the server closes or goes quiet; the status codes it answered.
-fn statuses(addr: &str, raw: &[u8]) -> Vec<u16> {
+pub(super) fn statuses(addr: &str, raw: &[u8]) -> Vec<u16> {
     let mut stream = TcpStream::connect(addr).expect("connects");
     stream
         .set_read_timeout(Some(READ_TIMEOUT))
@@ -41,7 +41,7 @@ fn post(path: &str, headers: &str, body: &str) -> Vec<u8> {
 const OPEN: &str = r#"{"domain":"fuzz","descriptors":[{"entries":[{"key":"open","value":"a"}]}]}"#;
 
 /// Hostile requests, each with what its first answer must be: `4` a 4xx, `0` a 4xx or nothing.
-fn cases() -> Vec<(&'static str, Vec<u8>, u16)> {
+pub(super) fn cases() -> Vec<(&'static str, Vec<u8>, u16)> {
     let json = "content-type: application/json\r\n";
     let mut cases = vec![
         (

@@ -1,7 +1,8 @@
-//! The standing adversarial suite against a running `tollgate serve`: raw
-//! HTTP requests ([`http`]) and mutated limits files reloaded into it
-//! ([`limits`]), each asserting no panic, a clear error, and that a known
-//! limit is still enforced exactly afterwards. (Hostile gRPC frames are
+//! The standing adversarial suite against running processes: raw HTTP
+//! requests to `tollgate serve` ([`http`]) and through `tollgate proxy`
+//! ([`proxy`]), and mutated limits files reloaded into serve ([`limits`]),
+//! each asserting no panic, a clear error, and that the process still
+//! answers correctly afterwards (a known limit still enforced exactly). (Hostile gRPC frames are
 //! fuzzed in-process by tollgate-server's `adversarial_grpc` test.)
 //!
 //! Case counts are fixed and the generators seeded (testkit's
@@ -9,6 +10,7 @@
 
 mod http;
 mod limits;
+mod proxy;
 
 use std::path::PathBuf;
 
