@@ -20,6 +20,9 @@
 # Usage: scripts/bench-redis.sh [ROUNDS] [DURATION]   (defaults: 3 rounds of 10s)
 #        STORE_TIMEOUT=5ms (the default --store-timeout) may be raised to see
 #        the store's own ceiling when the machine is too loaded for 5 ms.
+#        SERVE_FLAGS adds flags to `tollgate serve`, e.g. SERVE_FLAGS="--lease-period 1s"
+#        to measure quota leases against the exact path (calls/chk then counts
+#        lease grants and returns too: every script call).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -64,7 +67,8 @@ ceiling() { # KEYS
 
 serve_run() { # KEYS
     taskset -c 0 "$bin" serve --config "$work/limits.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-        --store "redis://127.0.0.1:$port" --store-timeout "$store_timeout" --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
+        --store "redis://127.0.0.1:$port" --store-timeout "$store_timeout" --log-level warn \
+        ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
     for _ in $(seq 1 200); do
         addr=$(awk '/^listening on/ {print $3}' "$work/serve.out")
