@@ -36,19 +36,10 @@ async fn exact(store: &RedisStore, c: Counter<'_>) -> Decision {
     out[0]
 }
 
-/// Waits until Redis's clock is more than 30 s before the next hour, so a
-/// test sees one fixed window (bounded: at most 31 s).
+/// Waits (at most 31 s) until Redis's clock is more than 30 s before the next hour.
 async fn clear_of_an_hour_edge(redis: &RedisServer) {
-    let out = redis.cli(&["TIME"]);
-    let secs: u64 = out
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("TIME");
-    let into = secs % 3600;
-    if into >= 3570 {
-        tokio::time::sleep(Duration::from_secs(3601 - into)).await;
-    }
+    let hour = Duration::from_secs(3600);
+    tokio::time::sleep(redis.wait_clear_of_window_end(hour, Duration::from_secs(30))).await;
 }
 
 async fn leases_share_one_budget_with_the_exact_script(store: &RedisStore) {

@@ -83,16 +83,8 @@ async fn fleet(
 
 /// Waits (at most 61 s) until Redis's clock is more than 60 s before the next hour.
 async fn clear_of_an_hour_edge(redis: &RedisServer) {
-    let out = redis.cli(&["TIME"]);
-    let secs: u64 = out
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("TIME answered {out:?}"));
-    let into = secs % 3600;
-    if into >= 3540 {
-        tokio::time::sleep(Duration::from_secs(3601 - into)).await;
-    }
+    let hour = Duration::from_secs(3600);
+    tokio::time::sleep(redis.wait_clear_of_window_end(hour, Duration::from_secs(60))).await;
 }
 
 async fn is_ok(engine: &Engine<ManualClock>, request: &RateLimitRequest) -> bool {

@@ -152,6 +152,27 @@ impl RedisServer {
             .expect("redis-cli runs");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+
+    /// How long to wait until Redis's clock (`TIME`) is at least `margin`
+    /// before the end of its epoch-aligned `window`: zero when it already is,
+    /// else the rest of the window plus one second. A test on Redis's own
+    /// clock waits this out (at most `margin` + 1 s) so it sees one window.
+    #[must_use]
+    pub fn wait_clear_of_window_end(&self, window: Duration, margin: Duration) -> Duration {
+        let out = self.cli(&["TIME"]);
+        let secs: u64 = out
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("TIME answered {out:?}"));
+        let into = secs % window.as_secs().max(1);
+        let left = window.as_secs() - into;
+        if left > margin.as_secs() {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(left + 1)
+        }
+    }
 }
 
 impl Drop for RedisServer {
