@@ -73,6 +73,12 @@ use tollgate_store::{
 
 use crate::store::RemoteStore;
 
+mod overrides;
+mod status;
+
+use overrides::*;
+use status::*;
+
 /// Why a request cannot be answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EngineError {
@@ -697,68 +703,6 @@ fn apply_refunds(
     }
 }
 
-/// The status of one rule's descriptor from its counters' decisions.
-fn rule_status(
-    rule: &Rule,
-    counters: &[PlannedCounter],
-    decisions: &[Decision],
-) -> DescriptorStatus {
-    let mut reported: Option<(usize, &Decision)> = None;
-    for (c, d) in counters.iter().zip(decisions) {
-        let replace = match reported {
-            None => true,
-            Some((_, best)) => more_restrictive(d, best),
-        };
-        if replace {
-            reported = Some((c.limit_index, d));
-        }
-    }
-    let Some((limit_index, decision)) = reported else {
-        return DescriptorStatus::no_limit();
-    };
-    let limit = rule.limits.get(limit_index).and_then(current_limit);
-    let mut status = status_of(decision, limit);
-    if rule.shadow_mode && status.code == Code::OverLimit {
-        status.code = Code::Ok;
-        status.retry_after = None;
-        status.shadowed = true;
-    }
-    status
-}
-
-/// OK without a counter (`on_store_error: allow`): the limit, nothing known about remaining.
-fn allowed_without_store(limit: Option<CurrentLimit>) -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok,
-        current_limit: limit,
-        limit_remaining: 0,
-        duration_until_reset: None,
-        retry_after: None,
-        shadowed: false,
-    }
-}
-
-/// OVER_LIMIT without a counter (`on_store_error: deny`): retry after one second.
-fn denied_without_store(rule: &Rule, counters: &[PlannedCounter]) -> DescriptorStatus {
-    let limit = counters
-        .first()
-        .and_then(|c| rule.limits.get(c.limit_index))
-        .and_then(current_limit);
-    let code = if rule.shadow_mode {
-        Code::Ok
-    } else {
-        Code::OverLimit
-    };
-    DescriptorStatus {
-        code,
-        current_limit: limit,
-        limit_remaining: 0,
-        duration_until_reset: None,
-        retry_after: (code == Code::OverLimit).then_some(STORE_DOWN_RETRY_AFTER),
-        shadowed: rule.shadow_mode,
-    }
-}
-
 /// The retry-after of a request denied because the store is down.
 pub const STORE_DOWN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -860,126 +804,4 @@ fn validate(request: &RateLimitRequest) -> Result<(), EngineError> {
         }
     }
     Ok(())
-}
-
-/// The fixed window and reported limit of descriptor `index`'s override.
-fn override_limit(
-    index: usize,
-    limit: &LimitOverride,
-) -> Result<(AnyAlgorithm, CurrentLimit), EngineError> {
-    let Some(unit) = limit.unit else {
-        return Err(EngineError::InvalidArgument(format!(
-            "descriptors[{index}].limit.unit must be one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR, not UNKNOWN"
-        )));
-    };
-    let multiplier = limit.unit_multiplier.unwrap_or(1).max(1);
-    let window = unit
-        .duration()
-        .checked_mul(multiplier)
-        .unwrap_or(Duration::MAX);
-    let algorithm = FixedWindow::new(u64::from(limit.requests_per_unit), window)
-        .map_err(|e| EngineError::InvalidArgument(format!("descriptors[{index}].limit: {e}")))?;
-    Ok((
-        algorithm.into(),
-        CurrentLimit {
-            name: String::new(),
-            requests_per_unit: limit.requests_per_unit,
-            unit,
-            unit_multiplier: multiplier,
-            window,
-        },
-    ))
-}
-
-/// The counter key of an override: a marker no rule key starts with, the
-/// domain, the entries and the override's rate and window, all length-prefixed.
-fn override_key(domain: &str, entries: &[(String, String)], limit: &CurrentLimit) -> Vec<u8> {
-    let mut key = Vec::with_capacity(64);
-    key.extend_from_slice(b"tgo");
-    push_part(&mut key, domain.as_bytes());
-    key.extend_from_slice(&(entries.len() as u64).to_be_bytes());
-    for (k, v) in entries {
-        push_part(&mut key, k.as_bytes());
-        push_part(&mut key, v.as_bytes());
-    }
-    key.extend_from_slice(&u64::from(limit.requests_per_unit).to_be_bytes());
-    let window = u64::try_from(limit.window.as_nanos()).unwrap_or(u64::MAX);
-    key.extend_from_slice(&window.to_be_bytes());
-    key
-}
-
-/// Appends one length-prefixed part to a key.
-fn push_part(key: &mut Vec<u8>, part: &[u8]) {
-    key.extend_from_slice(&(part.len() as u64).to_be_bytes());
-    key.extend_from_slice(part);
-}
-
-/// Whether `a` is strictly more restrictive than `b`.
-fn more_restrictive(a: &Decision, b: &Decision) -> bool {
-    fn rank(d: &Decision) -> u8 {
-        match d.outcome() {
-            Outcome::Exceeds => 2,
-            Outcome::Denied => 1,
-            Outcome::Allowed => 0,
-        }
-    }
-    match rank(a).cmp(&rank(b)) {
-        std::cmp::Ordering::Greater => true,
-        std::cmp::Ordering::Less => false,
-        std::cmp::Ordering::Equal => match a.outcome() {
-            Outcome::Allowed => a.remaining() < b.remaining(),
-            Outcome::Denied => a.retry_after_nanos() > b.retry_after_nanos(),
-            Outcome::Exceeds => false,
-        },
-    }
-}
-
-/// The reported form of a rule's limit; `None` for an unlimited one.
-fn current_limit(limit: &Limit) -> Option<CurrentLimit> {
-    let window = limit.window?;
-    let (unit, unit_multiplier) = match window {
-        WindowLength::Unit { unit, multiplier } => (unit, multiplier.max(1)),
-        WindowLength::Duration(d) => unit_of(d),
-    };
-    Some(CurrentLimit {
-        name: limit.name.clone().unwrap_or_default(),
-        requests_per_unit: limit.requests_per_unit,
-        unit,
-        unit_multiplier,
-        window: window.duration(),
-    })
-}
-
-/// The largest unit that divides `d` a whole number of times, and how many
-/// times; a window that is not whole seconds is reported in seconds, rounded up.
-fn unit_of(d: Duration) -> (Unit, u32) {
-    let secs = d.as_secs();
-    if d.subsec_nanos() == 0 && secs > 0 {
-        for unit in Unit::ALL.iter().rev() {
-            if secs.is_multiple_of(unit.seconds())
-                && let Ok(n) = u32::try_from(secs / unit.seconds())
-            {
-                return (*unit, n);
-            }
-        }
-    }
-    let rounded_up = ceil_seconds(d).max(1);
-    (Unit::Second, u32::try_from(rounded_up).unwrap_or(u32::MAX))
-}
-
-/// The status for one decision of `limit`.
-fn status_of(decision: &Decision, limit: Option<CurrentLimit>) -> DescriptorStatus {
-    let code = if decision.is_allowed() {
-        Code::Ok
-    } else {
-        Code::OverLimit
-    };
-    DescriptorStatus {
-        code,
-        current_limit: limit,
-        limit_remaining: u32::try_from(decision.remaining()).unwrap_or(u32::MAX),
-        duration_until_reset: Some(decision.reset_after()),
-        retry_after: decision.retry_after(),
-        shadowed: false,
-    }
 }

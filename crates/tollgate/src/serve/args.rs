@@ -1,0 +1,295 @@
+//! `tollgate serve`'s flags: every setting of the command line and its `TOLLGATE_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use clap::builder::BoolishValueParser;
+use tollgate_protocol::rls::RequestCaps;
+use tollgate_protocol::rls::caps::{
+    DEFAULT_MAX_DESCRIPTOR_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_MESSAGE_BYTES,
+};
+use tollgate_server::EngineOptions;
+use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
+use tollgate_server::store::RemoteOptions;
+use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
+
+use crate::limits_args::LimitsArgs;
+use crate::tls_args::ServeTlsArgs;
+
+use super::*;
+
+/// The arguments of `tollgate serve`.
+///
+/// Each flag has a `TOLLGATE_*` variable; upstream envoyproxy/ratelimit's
+/// variables are read too, after the flag and the `TOLLGATE_*` variable
+/// (see [`crate::upstream_env`] for what happens to each).
+#[derive(Args, Debug)]
+#[command(
+    after_help = "envoyproxy/ratelimit's environment variables are read too, after the flags and TOLLGATE_* variables; one that asks for something Tollgate does not do stops it at start with a message naming it (docs/migrating.md lists them all). Without --config, the limits come from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY and the listeners default to upstream's 0.0.0.0:8081 (GRPC_HOST, GRPC_PORT), 0.0.0.0:8080 (HOST, PORT) and 0.0.0.0:6070 (DEBUG_HOST, DEBUG_PORT)."
+)]
+pub struct ServeArgs {
+    /// A limits file, or a directory of `*.yaml` / `*.yml` limits files
+    /// (envoyproxy/ratelimit's format, with Tollgate's extensions). Without
+    /// it, upstream's RUNTIME_ROOT (default /srv/runtime_data/current),
+    /// RUNTIME_SUBDIRECTORY and RUNTIME_APPDIRECTORY (default config) name
+    /// the directory, and upstream's listening defaults apply.
+    #[arg(long, env = "TOLLGATE_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The address the gRPC rate limit and health services listen on
+    /// [default: 127.0.0.1:8081]; port 0 picks a free port. The address
+    /// bound is printed on stdout as `listening on ADDR`.
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", value_name = "ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// The address the HTTP API (`/json`, `/v1/check`, health checks,
+    /// `/rlconfig`) listens on [default: 127.0.0.1:8080]; port 0 picks a
+    /// free port. The address bound is printed on stdout as
+    /// `http listening on ADDR`.
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", value_name = "ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// Allowed hits above this fraction of a limit also count in
+    /// `ratelimit_near_limit` (between 0 and 1).
+    /// [default: 0.8]
+    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", value_name = "RATIO", value_parser = parse_ratio)]
+    pub near_limit_ratio: Option<f64>,
+    /// Answer OK overall whatever the limits say, still counting and
+    /// reporting every descriptor (upstream's SHADOW_MODE).
+    #[arg(long, env = "TOLLGATE_SHADOW_MODE", value_parser = BoolishValueParser::new())]
+    pub shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode`: over-limit descriptors make
+    /// the request over the limit only when all of them are over
+    /// (upstream's QUOTA_MODE).
+    #[arg(long, env = "TOLLGATE_QUOTA_MODE", value_parser = BoolishValueParser::new())]
+    pub quota_mode: bool,
+    /// When one descriptor of a request is over its limit, give back what
+    /// the other descriptors consumed, so a rejected request spends no
+    /// other quota (upstream's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+    #[arg(long, env = "TOLLGATE_STOP_INCREMENT_WHEN_OVER_LIMIT", value_parser = BoolishValueParser::new())]
+    pub stop_increment_when_over_limit: bool,
+    /// Start even when the configuration reads no limits file or defines no
+    /// rate limit (upstream's FORCE_START_WITHOUT_INITIAL_CONFIG); requests
+    /// are unlimited until a reload brings rules. Unlike
+    /// `--allow-empty-config` this holds only at start: once rules are in
+    /// service, a reload to an empty configuration is still refused.
+    #[arg(long, env = "TOLLGATE_FORCE_START_WITHOUT_INITIAL_CONFIG", value_parser = BoolishValueParser::new())]
+    pub force_start_without_initial_config: bool,
+    /// How the limits files are read.
+    /// TLS and mutual TLS on the listeners.
+    #[command(flatten)]
+    pub tls: ServeTlsArgs,
+    #[command(flatten)]
+    pub limits: LimitsArgs,
+    /// The most verbose level logged on stderr: error, warn, info, debug or
+    /// trace [default: info].
+    #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]
+    pub log_level: Option<tracing::Level>,
+    /// How log lines are written on stderr: `text` for people or `json`, one
+    /// object per line for a log collector [default: text].
+    #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Add the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
+    /// headers to every answer with a limit (upstream's
+    /// LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER,
+    /// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+    #[arg(long, env = "TOLLGATE_LIMIT_HEADERS", value_parser = BoolishValueParser::new())]
+    pub limit_headers: bool,
+    /// Add the IETF draft-10 `RateLimit-Policy` and `RateLimit` fields to every answer with a limit.
+    #[arg(long, env = "TOLLGATE_IETF_HEADERS", value_parser = BoolishValueParser::new())]
+    pub ietf_headers: bool,
+    /// Add `Retry-After: SECONDS` to OVER_LIMIT answers: never earlier than
+    /// the request could pass, plus up to --retry-after-jitter.
+    #[arg(long, env = "TOLLGATE_RETRY_AFTER", value_parser = BoolishValueParser::new())]
+    pub retry_after: bool,
+    /// The most random delay added to `Retry-After`, so limited clients do not all return together.
+    #[arg(
+        long,
+        env = "TOLLGATE_RETRY_AFTER_JITTER",
+        value_name = "DUR",
+        default_value = "0s",
+        value_parser = tollgate_core::duration::parse_duration
+    )]
+    pub retry_after_jitter: Duration,
+    /// Send a JSON body for Envoy's 429 reply (`raw_body`).
+    #[arg(long, env = "TOLLGATE_RAW_BODY", value_parser = BoolishValueParser::new())]
+    pub raw_body: bool,
+    /// Where counters live: `memory` (this process) or a Redis URL
+    /// (`redis://`, `rediss://`, `redis-cluster://h:p,h:p`,
+    /// `redis-sentinel://master@h:p,…`). Upstream's `REDIS_URL` (with
+    /// `REDIS_SOCKET_TYPE`) is used when neither the flag nor `TOLLGATE_STORE` is set.
+    #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
+    pub store: Option<String>,
+    /// How long one Redis call may take before the rule's `on_store_error`
+    /// answers [default: 5ms; upstream's REDIS_TIMEOUT when set].
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", value_parser = tollgate_core::duration::parse_duration)]
+    pub store_timeout: Option<Duration>,
+    /// With a Redis store: the quota lease period of rules without their own
+    /// `lease` (`0` = off: one exact Redis call per request). A lease is
+    /// units taken from the shared budget ahead of use and spent here with
+    /// no call; it never over-admits (see docs/operations.md for the bounds).
+    #[arg(long, env = "TOLLGATE_LEASE_PERIOD", value_name = "DURATION", default_value = "0s", value_parser = tollgate_core::duration::parse_duration)]
+    pub lease_period: Duration,
+    /// With a Redis store: the most counters this instance tracks leases
+    /// for (about 200 bytes each); past it, the least recently used one is
+    /// dropped and its lease left to run out.
+    #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::store::DEFAULT_LEASE_MAX_KEYS, value_parser = parse_cap)]
+    pub lease_max_keys: usize,
+    /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
+    /// of the system's wall clock (added to every reading of it). Decisions on
+    /// Redis do not move (they use Redis `TIME`); in-memory decisions and
+    /// fallbacks do.
+    #[arg(long, env = "TOLLGATE_CLOCK_OFFSET", value_name = "[-]DURATION", default_value = "0s", value_parser = parse_offset, allow_hyphen_values = true)]
+    pub clock_offset: i64,
+    /// How many in-memory stores to keep after a reload left their limit
+    /// without a rule (a rule missing from a half-written file), so that
+    /// when it comes back its counters carry on instead of starting from
+    /// zero. Each is dropped once all its counters are fresh; each holds at
+    /// most as many keys as a rule's store (30 bytes each), usually far fewer.
+    #[arg(long, env = "TOLLGATE_MAX_RETIRED_STORES", value_name = "N", default_value_t = tollgate_store::DEFAULT_MAX_RETIRED_STORES)]
+    pub max_retired_stores: usize,
+    /// The most distinct per-rule statistics labels taken from request
+    /// values (`detailed_metric`, `value_to_metric`); past it, hits count
+    /// under the rule's configured path. About 200 bytes each, per series.
+    #[arg(long, env = "TOLLGATE_MAX_METRIC_KEYS", value_name = "N", default_value_t = DEFAULT_MAX_METRIC_KEYS)]
+    pub max_metric_keys: usize,
+    /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
+    #[arg(
+        long,
+        env = "TOLLGATE_EXPECTED_INSTANCES",
+        value_name = "N",
+        default_value_t = 1
+    )]
+    pub expected_instances: u64,
+    /// The most descriptors one request (gRPC, `/json`, `/v1/check`) may
+    /// have; more is INVALID_ARGUMENT / 400, refused before it is decoded.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTORS, value_parser = parse_cap)]
+    pub max_descriptors: usize,
+    /// The most entries one descriptor may have; more is INVALID_ARGUMENT / 400.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTOR_ENTRIES", value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTOR_ENTRIES, value_parser = parse_cap)]
+    pub max_descriptor_entries: usize,
+    /// The largest gRPC request message or HTTP request body, in bytes;
+    /// larger is refused before it is buffered (gRPC OUT_OF_RANGE, HTTP 413).
+    #[arg(long, env = "TOLLGATE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES, value_parser = parse_cap)]
+    pub max_request_bytes: usize,
+    /// The most keys each in-memory store holds (one store per distinct
+    /// limit of the rules); past it the least used keys are evicted. About
+    /// 30 bytes per key.
+    #[arg(long, env = "TOLLGATE_MAX_KEYS", value_name = "N", default_value_t = StoreConfig::default().max_keys, value_parser = parse_cap)]
+    pub max_keys: usize,
+    /// The most keys each store of a descriptor `limit` override holds.
+    #[arg(long, env = "TOLLGATE_MAX_OVERRIDE_KEYS", value_name = "N", default_value_t = EngineOptions::default().override_store_config.max_keys, value_parser = parse_cap)]
+    pub max_override_keys: usize,
+    /// The most stores of descriptor `limit` overrides (one per distinct
+    /// override rate and window); past it a new override is denied until
+    /// the store used longest ago is all fresh.
+    #[arg(long, env = "TOLLGATE_MAX_OVERRIDE_STORES", value_name = "N", default_value_t = EngineOptions::default().max_override_stores, value_parser = parse_cap)]
+    pub max_override_stores: usize,
+    /// The most sliding-log entries each sliding-log store holds (16 to 32
+    /// bytes each); past it entries are merged in pairs, which only makes
+    /// decisions stricter.
+    #[arg(long, env = "TOLLGATE_MAX_LOG_ENTRIES", value_name = "N", default_value_t = DEFAULT_MAX_LOG_ENTRIES, value_parser = parse_cap)]
+    pub max_log_entries: usize,
+    /// With Redis: the most keys the quick-deny cache of closed fixed
+    /// windows holds (0 turns it off).
+    #[arg(long, env = "TOLLGATE_QUICK_DENY_KEYS", value_name = "N", default_value_t = RemoteOptions::default().quick_deny_keys, value_parser = parse_count)]
+    pub quick_deny_keys: usize,
+    /// The most connections each listener (gRPC, HTTP) keeps open; past it
+    /// new clients wait in the listen backlog until one closes.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = parse_cap)]
+    pub max_connections: usize,
+    /// How long an HTTP client may take to send a whole request head (after
+    /// connecting, or after its previous response) before it is disconnected.
+    #[arg(
+        long,
+        env = "TOLLGATE_REQUEST_HEADERS_TIMEOUT",
+        value_name = "DUR",
+        default_value = "10s",
+        value_parser = parse_timeout
+    )]
+    pub request_headers_timeout: Duration,
+    /// How long, after SIGTERM or Ctrl-C, `/readyz` answers 503 while both
+    /// listeners still accept and serve, before they close and the calls in
+    /// flight drain: the time a load balancer or Kubernetes takes to stop
+    /// sending new connections (0s closes at once).
+    #[arg(
+        long,
+        env = "TOLLGATE_DRAIN_DELAY",
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = tollgate_core::duration::parse_duration
+    )]
+    pub drain_delay: Duration,
+}
+
+/// The connections each listener keeps open unless configured otherwise (the proxy's default).
+pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// A count that may be 0 (0 turns the thing it counts off).
+pub(super) fn parse_count(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("{text:?} is not a whole number"))
+}
+
+/// A timeout: a duration above zero.
+pub(super) fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match tollgate_core::duration::parse_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{text:?} is not above zero")),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A cap: a whole number of at least 1.
+pub(super) fn parse_cap(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
+impl ServeArgs {
+    /// The engine's options from the store bounds.
+    pub(super) fn engine_options(&self, settings: &Settings) -> EngineOptions {
+        EngineOptions {
+            global_shadow_mode: settings.shadow_mode,
+            store_config: StoreConfig::with_max_keys(self.max_keys)
+                .with_max_log_entries(self.max_log_entries),
+            override_store_config: StoreConfig::with_max_keys(self.max_override_keys)
+                .with_max_log_entries(self.max_log_entries),
+            max_override_stores: self.max_override_stores,
+            max_retired_stores: self.max_retired_stores,
+            global_quota_mode: settings.quota_mode,
+            stop_increment_when_over_limit: settings.stop_increment_when_over_limit,
+        }
+    }
+
+    /// The bounds on one request.
+    pub(super) fn request_caps(&self) -> RequestCaps {
+        RequestCaps {
+            max_descriptors: self.max_descriptors,
+            max_descriptor_entries: self.max_descriptor_entries,
+            max_message_bytes: self.max_request_bytes,
+        }
+    }
+}
+
+/// A signed duration (`-3s`, `250ms`) in nanoseconds.
+pub(super) fn parse_offset(text: &str) -> Result<i64, String> {
+    let (negative, magnitude) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let d = tollgate_core::duration::parse_duration(magnitude).map_err(|e| e.to_string())?;
+    let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
+    Ok(if negative { -nanos } else { nanos })
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Plain lines for people: time, level, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields.message`, the other fields.
+    Json,
+}

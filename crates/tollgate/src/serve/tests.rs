@@ -1,0 +1,521 @@
+//! Tests of `serve`'s flags and of how they combine with upstream's variables.
+
+use std::path::Path;
+
+use clap::Parser;
+use tollgate_protocol::rls::{HeaderOptions, LimitHeaderNames};
+use tollgate_server::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use tollgate_store::DEFAULT_MAX_LOG_ENTRIES;
+
+use super::*;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+fn resolve(flags: &[&str], env: &[(&str, &str)]) -> Result<Settings, CommandError> {
+    let mut argv = vec!["serve", "--config", "limits"];
+    argv.extend_from_slice(flags);
+    let cli = Cli::try_parse_from(argv).expect("the flags parse");
+    settings(&cli.serve, &UpstreamEnv::from_pairs(env.iter().copied()))
+}
+
+fn addr(text: &str) -> SocketAddr {
+    text.parse().expect("a socket address")
+}
+
+#[test]
+fn defaults_are_loopback_8081_no_shadow_info() {
+    let s = resolve(&[], &[]).expect("valid");
+    assert_eq!(s.grpc_addr, addr("127.0.0.1:8081"));
+    assert_eq!(s.http_addr, addr("127.0.0.1:8080"));
+    assert!(!s.shadow_mode);
+    assert_eq!(s.log_level, tracing::Level::INFO);
+    assert_eq!(s.headers, HeaderOptions::default());
+    assert!(s.headers.is_off());
+}
+
+#[test]
+fn header_flags_and_upstreams_header_variables() {
+    let s = resolve(
+        &[
+            "--limit-headers",
+            "--ietf-headers",
+            "--retry-after",
+            "--retry-after-jitter",
+            "2s",
+            "--raw-body",
+        ],
+        &[],
+    )
+    .expect("valid");
+    assert_eq!(
+        s.headers,
+        HeaderOptions {
+            limit_headers: true,
+            limit_header_names: LimitHeaderNames::default(),
+            ietf_headers: true,
+            retry_after: true,
+            retry_after_jitter: Duration::from_secs(2),
+            raw_body: true,
+        }
+    );
+
+    let env = [
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_LIMIT_HEADER", "X-Limit"),
+        ("LIMIT_REMAINING_HEADER", "X-Left"),
+        ("LIMIT_RESET_HEADER", "X-Reset"),
+    ];
+    let s = resolve(&[], &env).expect("valid");
+    assert!(s.headers.limit_headers);
+    assert!(!s.headers.ietf_headers && !s.headers.retry_after && !s.headers.raw_body);
+    assert_eq!(
+        s.headers.limit_header_names,
+        LimitHeaderNames {
+            limit: "X-Limit".to_owned(),
+            remaining: "X-Left".to_owned(),
+            reset: "X-Reset".to_owned(),
+        }
+    );
+    let off = resolve(&[], &[("LIMIT_RESPONSE_HEADERS_ENABLED", "false")]).expect("valid");
+    assert!(!off.headers.limit_headers);
+    let bad_jitter = [
+        "serve",
+        "--config",
+        "limits",
+        "--retry-after-jitter",
+        "soon",
+    ];
+    assert!(Cli::try_parse_from(bad_jitter).is_err());
+}
+
+#[test]
+fn upstream_variables_apply_when_no_flag_says_otherwise() {
+    let env = [
+        ("GRPC_PORT", "9091"),
+        ("SHADOW_MODE", "true"),
+        ("LOG_LEVEL", "DEBUG"),
+    ];
+    let s = resolve(&[], &env).expect("valid");
+    assert_eq!(s.grpc_addr, addr("0.0.0.0:9091"));
+    assert_eq!(s.http_addr, addr("127.0.0.1:8080"));
+    let upstream_http = [("HOST", "127.0.0.1"), ("PORT", "9090")];
+    assert_eq!(
+        resolve(&[], &upstream_http).expect("valid").http_addr,
+        addr("127.0.0.1:9090")
+    );
+    assert_eq!(
+        resolve(&["--http-addr", "127.0.0.1:0"], &upstream_http)
+            .expect("valid")
+            .http_addr,
+        addr("127.0.0.1:0")
+    );
+    assert!(s.shadow_mode);
+    assert_eq!(s.log_level, tracing::Level::DEBUG);
+
+    let with_host = [("GRPC_HOST", "127.0.0.1"), ("GRPC_PORT", "9091")];
+    assert_eq!(
+        resolve(&[], &with_host).expect("valid").grpc_addr,
+        addr("127.0.0.1:9091")
+    );
+
+    let s = resolve(&["--grpc-addr", "127.0.0.1:0", "--log-level", "warn"], &env).expect("valid");
+    assert_eq!(s.grpc_addr, addr("127.0.0.1:0"));
+    assert_eq!(s.log_level, tracing::Level::WARN);
+}
+
+#[test]
+fn log_format_and_near_limit_ratio_from_flags_or_upstreams_variables() {
+    let s = resolve(&[], &[]).expect("valid");
+    assert_eq!(
+        (s.log_format, s.near_limit_ratio),
+        (LogFormat::Text, DEFAULT_NEAR_LIMIT_RATIO)
+    );
+    let env = [("LOG_FORMAT", "JSON"), ("NEAR_LIMIT_RATIO", "0.5")];
+    let s = resolve(&[], &env).expect("valid");
+    assert_eq!((s.log_format, s.near_limit_ratio), (LogFormat::Json, 0.5));
+    let flags = ["--log-format", "text", "--near-limit-ratio", "0.9"];
+    let s = resolve(&flags, &env).expect("valid");
+    assert_eq!((s.log_format, s.near_limit_ratio), (LogFormat::Text, 0.9));
+    let bad_ratio = ["serve", "--config", "limits", "--near-limit-ratio", "2"];
+    assert!(Cli::try_parse_from(bad_ratio).is_err());
+}
+
+#[test]
+fn request_caps_have_defaults_flags_and_refuse_zero() {
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["serve", "--config", "limits"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|cli| cli.serve.request_caps())
+    };
+    assert_eq!(parse(&[]).expect("valid"), RequestCaps::default());
+    let caps = parse(&[
+        "--max-descriptors",
+        "8",
+        "--max-descriptor-entries",
+        "4",
+        "--max-request-bytes",
+        "65536",
+    ])
+    .expect("valid");
+    assert_eq!(
+        caps,
+        RequestCaps {
+            max_descriptors: 8,
+            max_descriptor_entries: 4,
+            max_message_bytes: 65536,
+        }
+    );
+    assert!(parse(&["--max-descriptors", "0"]).is_err());
+    assert!(parse(&["--max-request-bytes", "1MiB"]).is_err());
+}
+
+#[test]
+fn store_and_connection_bounds_have_defaults_flags_and_refuse_bad_values() {
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["serve", "--config", "limits"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|cli| cli.serve)
+    };
+    let defaults = parse(&[]).expect("valid");
+    let no_env = UpstreamEnv::from_pairs::<&str, &str>([]);
+    let options = defaults.engine_options(&settings(&defaults, &no_env).expect("valid"));
+    assert!(!options.global_shadow_mode);
+    assert_eq!(options.store_config.max_keys, 1_000_000);
+    assert_eq!(
+        options.store_config.max_log_entries,
+        DEFAULT_MAX_LOG_ENTRIES
+    );
+    assert_eq!(options.override_store_config.max_keys, 100_000);
+    assert_eq!(options.max_override_stores, 1024);
+    assert_eq!(defaults.quick_deny_keys, 65_536);
+    assert_eq!(defaults.max_connections, 10_000);
+    assert_eq!(defaults.request_headers_timeout, Duration::from_secs(10));
+    let set = parse(&[
+        "--max-keys",
+        "5000",
+        "--max-override-keys",
+        "700",
+        "--max-override-stores",
+        "3",
+        "--max-log-entries",
+        "900",
+        "--quick-deny-keys",
+        "0",
+        "--max-connections",
+        "2",
+        "--request-headers-timeout",
+        "250ms",
+        "--shadow-mode",
+    ])
+    .expect("valid");
+    let options = set.engine_options(&settings(&set, &no_env).expect("valid"));
+    assert!(options.global_shadow_mode);
+    assert_eq!(
+        (
+            options.store_config.max_keys,
+            options.store_config.max_log_entries,
+            options.override_store_config.max_keys,
+            options.max_override_stores,
+        ),
+        (5000, 900, 700, 3)
+    );
+    assert_eq!(
+        (
+            set.quick_deny_keys,
+            set.max_connections,
+            set.request_headers_timeout
+        ),
+        (0, 2, Duration::from_millis(250))
+    );
+    for bad in [
+        ["--max-keys", "0"],
+        ["--max-override-keys", "many"],
+        ["--max-override-stores", "1.5"],
+        ["--max-log-entries", "0"],
+        ["--quick-deny-keys", "lots"],
+        ["--max-connections", "0"],
+        ["--request-headers-timeout", "0s"],
+        ["--request-headers-timeout", "soon"],
+    ] {
+        let error = parse(&bad).expect_err("refused").to_string();
+        assert!(error.contains(bad[0]), "{bad:?}: {error}");
+    }
+}
+
+#[test]
+fn bad_upstream_values_are_usage_errors() {
+    for env in [
+        [("GRPC_PORT", "http")],
+        [("PORT", "eighty")],
+        [("SHADOW_MODE", "maybe")],
+        [("LOG_LEVEL", "loud")],
+        [("LIMIT_RESPONSE_HEADERS_ENABLED", "yes please")],
+        [("LIMIT_RESET_HEADER", "bad name")],
+        [("LOG_FORMAT", "xml")],
+        [("NEAR_LIMIT_RATIO", "1.5")],
+    ] {
+        match resolve(&[], &env) {
+            Err(CommandError::Usage(message)) => {
+                assert!(message.contains(env[0].0), "{message}")
+            }
+            other => panic!("{env:?}: expected a usage error, got {other:?}"),
+        }
+    }
+}
+
+/// The variables of one honoured case and the check of the setting they change.
+type HonouredCase = (Vec<(&'static str, &'static str)>, fn(&Settings) -> bool);
+
+/// The setting each honoured variable changes, checked on `Settings`.
+fn honoured_case(name: &str) -> HonouredCase {
+    match name {
+        "HOST" => (vec![("HOST", "::")], |s| s.http_addr == addr("[::]:8080")),
+        "PORT" => (vec![("PORT", "9")], |s| s.http_addr == addr("0.0.0.0:9")),
+        "GRPC_HOST" => (vec![("GRPC_HOST", "::")], |s| {
+            s.grpc_addr == addr("[::]:8081")
+        }),
+        "GRPC_PORT" => (vec![("GRPC_PORT", "9")], |s| {
+            s.grpc_addr == addr("0.0.0.0:9")
+        }),
+        "DEBUG_HOST" => (vec![("DEBUG_HOST", "::1")], |s| {
+            s.debug_addr == Some(addr("[::1]:6070"))
+        }),
+        "DEBUG_PORT" => (vec![("DEBUG_PORT", "9")], |s| {
+            s.debug_addr == Some(addr("0.0.0.0:9"))
+        }),
+        "LOG_LEVEL" => (vec![("LOG_LEVEL", "warning")], |s| {
+            s.log_level == tracing::Level::WARN
+        }),
+        "LOG_FORMAT" => (vec![("LOG_FORMAT", "json")], |s| {
+            s.log_format == LogFormat::Json
+        }),
+        "RUNTIME_ROOT" => (vec![("RUNTIME_ROOT", "/data")], |s| {
+            s.config == Path::new("/data/config")
+        }),
+        "RUNTIME_SUBDIRECTORY" => (vec![("RUNTIME_SUBDIRECTORY", "rl")], |s| {
+            s.config == Path::new("/srv/runtime_data/current/rl/config")
+        }),
+        "RUNTIME_APPDIRECTORY" => (vec![("RUNTIME_APPDIRECTORY", "limits")], |s| {
+            s.config == Path::new("/srv/runtime_data/current/limits")
+        }),
+        // Either value reloads on every change, ConfigMap swaps included, and dotfiles
+        // are never limits files; a value that is not a boolean is refused.
+        "RUNTIME_WATCH_ROOT" => (vec![("RUNTIME_WATCH_ROOT", "false")], |_| true),
+        "RUNTIME_IGNOREDOTFILES" => (vec![("RUNTIME_IGNOREDOTFILES", "true")], |_| true),
+        "MERGE_DOMAIN_CONFIG" => (vec![("MERGE_DOMAIN_CONFIG", "true")], |s| s.merge_domains),
+        "QUOTA_MODE" => (vec![("QUOTA_MODE", "true")], |s| s.quota_mode),
+        "GRPC_SERVER_USE_TLS" | "GRPC_SERVER_TLS_CERT" | "GRPC_SERVER_TLS_KEY" => (
+            vec![
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+            ],
+            |s| {
+                s.tls.as_ref().is_some_and(|t| {
+                    t.cert == Path::new("/tls/cert.pem") && t.key == Path::new("/tls/key.pem")
+                })
+            },
+        ),
+        "GRPC_CLIENT_TLS_CACERT" | "GRPC_CLIENT_TLS_SAN" => (
+            vec![
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+                ("GRPC_CLIENT_TLS_SAN", "envoy.istio-system"),
+            ],
+            |s| {
+                s.tls.as_ref().is_some_and(|t| {
+                    t.client_ca.as_deref() == Some(Path::new("/tls/ca.pem"))
+                        && t.client_sans == ["envoy.istio-system"]
+                })
+            },
+        ),
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" => (
+            vec![("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")],
+            |s| s.stop_increment_when_over_limit,
+        ),
+        "FORCE_START_WITHOUT_INITIAL_CONFIG" => {
+            (vec![("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")], |s| {
+                s.force_start_without_initial_config
+            })
+        }
+        "SHADOW_MODE" => (vec![("SHADOW_MODE", "1")], |s| s.shadow_mode),
+        "NEAR_LIMIT_RATIO" => (vec![("NEAR_LIMIT_RATIO", "0.5")], |s| {
+            s.near_limit_ratio == 0.5
+        }),
+        "LIMIT_RESPONSE_HEADERS_ENABLED" => {
+            (vec![("LIMIT_RESPONSE_HEADERS_ENABLED", "true")], |s| {
+                s.headers.limit_headers
+            })
+        }
+        "LIMIT_LIMIT_HEADER" => (vec![("LIMIT_LIMIT_HEADER", "X-L")], |s| {
+            s.headers.limit_header_names.limit == "X-L"
+        }),
+        "LIMIT_REMAINING_HEADER" => (vec![("LIMIT_REMAINING_HEADER", "X-R")], |s| {
+            s.headers.limit_header_names.remaining == "X-R"
+        }),
+        "LIMIT_RESET_HEADER" => (vec![("LIMIT_RESET_HEADER", "X-T")], |s| {
+            s.headers.limit_header_names.reset == "X-T"
+        }),
+        "REDIS_URL" => (vec![("REDIS_URL", "/run/r.sock")], |s| {
+            s.store.as_ref().map(|x| x.url.as_str()) == Some("unix:///run/r.sock")
+        }),
+        "REDIS_SOCKET_TYPE" => (
+            vec![("REDIS_URL", "r:6379"), ("REDIS_SOCKET_TYPE", "tcp")],
+            |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis://r:6379"),
+        ),
+        "REDIS_TYPE" => (
+            vec![("REDIS_URL", "a:1,b:2"), ("REDIS_TYPE", "cluster")],
+            |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis-cluster://a:1,b:2"),
+        ),
+        "REDIS_AUTH" => (
+            vec![
+                ("REDIS_URL", "r:1"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_AUTH", "pw"),
+            ],
+            |s| s.store.as_ref().map(|x| x.url.as_str()) == Some("redis://:pw@r:1"),
+        ),
+        "REDIS_TLS" => (
+            vec![
+                ("REDIS_URL", "r:1"),
+                ("REDIS_SOCKET_TYPE", "tcp"),
+                ("REDIS_TLS", "true"),
+            ],
+            |s| {
+                s.store
+                    .as_ref()
+                    .is_some_and(|x| x.url == "rediss://r:1" && x.tls.is_some())
+            },
+        ),
+        "CACHE_KEY_PREFIX" => (vec![("CACHE_KEY_PREFIX", "app_")], |s| {
+            s.key_prefix.as_deref() == Some("app_")
+        }),
+        "REDIS_TIMEOUT" => (vec![("REDIS_TIMEOUT", "250ms")], |s| {
+            s.store_timeout == Duration::from_millis(250)
+        }),
+        "USE_STATSD" => (vec![("USE_STATSD", "true")], |s| {
+            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:8125")
+        }),
+        "STATSD_HOST" => (vec![("USE_STATSD", "true"), ("STATSD_HOST", "::1")], |s| {
+            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("[::1]:8125")
+        }),
+        "STATSD_PORT" => (vec![("USE_STATSD", "true"), ("STATSD_PORT", "9")], |s| {
+            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:9")
+        }),
+        "STATS_FLUSH_INTERVAL" => (
+            vec![("USE_STATSD", "true"), ("STATS_FLUSH_INTERVAL", "1s")],
+            |s| s.statsd.as_ref().map(|x| x.interval) == Some(Duration::from_secs(1)),
+        ),
+        "DISABLE_STATS" => (
+            vec![("USE_STATSD", "true"), ("DISABLE_STATS", "true")],
+            |s| s.statsd.is_none(),
+        ),
+        other => panic!("{other} is honoured but has no case in this table test"),
+    }
+}
+
+/// The files `REDIS_TLS_*` name are read at start: an unreadable one is an error naming it.
+#[test]
+fn redis_tls_files_are_read_at_start() {
+    for name in [
+        "REDIS_TLS_CACERT",
+        "REDIS_TLS_CLIENT_CERT",
+        "REDIS_TLS_CLIENT_KEY",
+    ] {
+        let env = [
+            ("REDIS_URL", "r:1"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_TLS", "true"),
+            (name, "/nonexistent/tollgate-test.pem"),
+        ];
+        match resolve(&[], &env) {
+            Err(CommandError::Usage(message)) => assert!(message.contains(name), "{message}"),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// Every upstream variable, one row at a time: honoured ones change their
+/// setting, refused values stop start-up naming the variable and leave
+/// upstream's default accepted, no-effect ones are accepted and noted.
+#[test]
+fn every_upstream_variable_is_honoured_refused_or_noted_by_name() {
+    use crate::upstream_env::{Disposition, VARIABLES};
+    let upstream = |env: &[(&str, &str)]| {
+        let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
+        settings(&cli.serve, &UpstreamEnv::from_pairs(env.iter().copied()))
+    };
+    for variable in VARIABLES {
+        let name = variable.name;
+        let refusing = match variable.disposition {
+            Disposition::Honoured => {
+                if [
+                    "REDIS_TLS_CLIENT_CERT",
+                    "REDIS_TLS_CLIENT_KEY",
+                    "REDIS_TLS_CACERT",
+                ]
+                .contains(&name)
+                {
+                    continue; // redis_tls_files_are_read_at_start
+                }
+                let (env, check) = honoured_case(name);
+                let s = upstream(&env).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                assert!(check(&s), "{name}: {s:?}");
+                if ["RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES"].contains(&name) {
+                    assert!(
+                        upstream(&[(name, "sometimes")]).is_err(),
+                        "{name}=sometimes"
+                    );
+                }
+                continue;
+            }
+            Disposition::NoEffect(_) => {
+                let s = upstream(&[(name, "1")]).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+                assert!(
+                    s.notes.iter().any(|n| n.starts_with(name)),
+                    "{name}: {:?}",
+                    s.notes
+                );
+                continue;
+            }
+            Disposition::RefusedWhenTrue(_) => "true",
+            Disposition::RefusedWhenSet(_) => "anything",
+            Disposition::RefusedUnless(..) => "unsupported",
+        };
+        match upstream(&[(name, refusing)]) {
+            Err(CommandError::Usage(message)) => {
+                assert!(message.starts_with(name), "{name}: {message}");
+            }
+            other => panic!("{name}={refusing}: expected a refusal, got {other:?}"),
+        }
+        if !variable.default.is_empty() {
+            upstream(&[(name, variable.default)])
+                .unwrap_or_else(|e| panic!("{name}={}: {e:?}", variable.default));
+        }
+    }
+}
+
+#[test]
+fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstream() {
+    let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
+    let s = settings(&cli.serve, &UpstreamEnv::default()).expect("valid");
+    assert_eq!(s.config, Path::new("/srv/runtime_data/current/config"));
+    assert_eq!(s.grpc_addr, addr("0.0.0.0:8081"));
+    assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
+    assert_eq!(s.debug_addr, Some(addr("0.0.0.0:6070")));
+    assert_eq!(s.store, None);
+    assert_eq!(s.store_timeout, tollgate_redis::DEFAULT_TIMEOUT);
+    // With --config, Tollgate's own loopback defaults and no debug port.
+    let s = resolve(&[], &[]).expect("valid");
+    assert_eq!(s.debug_addr, None);
+    // A host without a port listens on upstream's port (it used to be ignored).
+    let s = resolve(&[], &[("GRPC_HOST", "::"), ("HOST", "0.0.0.0")]).expect("valid");
+    assert_eq!(s.grpc_addr, addr("[::]:8081"));
+    assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
+}
