@@ -134,50 +134,73 @@ struct Connection {
 
 impl Connection {
     /// Sends one GET and reads the whole answer; its status, or why there is none.
+    ///
+    /// The connection is held for the whole exchange: HTTP/1.1 carries one
+    /// request at a time, so the next worker could only wait for it anyway.
     async fn get(&self) -> Result<StatusCode, String> {
         let exchange = async {
-            let response = {
-                let mut slot = self.sender.lock().await;
-                // A connection the server closed while idle (after its keep-alive
-                // limit, or HTTP/1.0) is opened again; the time that takes counts.
-                if let Some(sender) = slot.as_mut()
-                    && sender.ready().await.is_err()
-                {
-                    *slot = None;
-                }
-                let sender = match slot.as_mut() {
-                    Some(sender) => sender,
-                    None => {
-                        let mut sender = open(&self.target, self.timeout)
-                            .await
-                            .map_err(|error| format!("connect: {error}"))?;
-                        sender
-                            .ready()
-                            .await
-                            .map_err(|error| format!("connect: {}", error_chain(&error)))?;
-                        slot.insert(sender)
+            let mut slot = self.sender.lock().await;
+            let mut request = Request::get(self.target.path.as_str())
+                .header(header::HOST, self.target.authority.as_str())
+                .body(Empty::<Bytes>::new())
+                .map_err(|error| format!("request: {error}"))?;
+            // A request the connection handed back unsent (it closed or was not
+            // ready after all) goes once more, on a connection opened again; the
+            // server never saw it, so nothing is counted twice.
+            let mut unsent_once = false;
+            let response = loop {
+                let sender = self.ready_sender(&mut slot).await?;
+                match sender.try_send_request(request).await {
+                    Ok(response) => break response,
+                    Err(mut error) => {
+                        *slot = None;
+                        match error.take_message() {
+                            Some(unsent) if !unsent_once => {
+                                unsent_once = true;
+                                request = unsent;
+                            }
+                            _ => {
+                                return Err(format!("http: {}", error_chain(&error.into_error())));
+                            }
+                        }
                     }
-                };
-                let request = Request::get(self.target.path.as_str())
-                    .header(header::HOST, self.target.authority.as_str())
-                    .body(Empty::<Bytes>::new())
-                    .map_err(|error| format!("request: {error}"))?;
-                sender.send_request(request)
+                }
             };
-            let response = response
-                .await
-                .map_err(|error| format!("http: {}", error_chain(&error)))?;
             let status = response.status();
-            response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|error| format!("body: {}", error_chain(&error)))?;
+            if let Err(error) = response.into_body().collect().await {
+                *slot = None;
+                return Err(format!("body: {}", error_chain(&error)));
+            }
             Ok(status)
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
             .map_err(|_| "timeout".to_owned())?
+    }
+
+    /// The open connection, ready for a request; opened again if the server
+    /// closed it while idle (after its keep-alive limit, or HTTP/1.0), and
+    /// that time counts in the request's latency.
+    async fn ready_sender<'slot>(
+        &self,
+        slot: &'slot mut Option<SendRequest<Empty<Bytes>>>,
+    ) -> Result<&'slot mut SendRequest<Empty<Bytes>>, String> {
+        if let Some(sender) = slot.as_mut()
+            && sender.ready().await.is_err()
+        {
+            *slot = None;
+        }
+        if slot.is_none() {
+            let mut sender = open(&self.target, self.timeout)
+                .await
+                .map_err(|error| format!("connect: {error}"))?;
+            sender
+                .ready()
+                .await
+                .map_err(|error| format!("connect: {}", error_chain(&error)))?;
+            *slot = Some(sender);
+        }
+        Ok(slot.as_mut().expect("opened above"))
     }
 }
 
