@@ -90,8 +90,8 @@ export TOLLGATE_ENVOY="$PWD/$VENV/bin/envoy"
 
 # The deployment files' test (tests/deploy) validates the Kubernetes manifests
 # against the Kubernetes schemas offline and reads the Dockerfile.
-DEPLOY_PACKAGES=("kubernetes-validate==1.37.0" "dockerfile-parse==2.0.1")
-if ! "$VENV/bin/python" -c 'import kubernetes_validate, dockerfile_parse' >/dev/null 2>&1; then
+DEPLOY_PACKAGES=("kubernetes-validate==1.37.0" "dockerfile-parse==2.0.1" "helm-python-sdk==0.2.2")
+if ! "$VENV/bin/python" -c 'import kubernetes_validate, dockerfile_parse, helm_python' >/dev/null 2>&1; then
     log "installing ${DEPLOY_PACKAGES[*]} into $VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${DEPLOY_PACKAGES[@]}"
 fi

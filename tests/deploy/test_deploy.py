@@ -8,8 +8,11 @@
   HEALTHCHECK; its build stage runs scripts/build-release.sh, a cargo
   release build with the locked dependencies.
 * The Helm chart's values are the plain manifests' defaults, and every
-  `.Values` path its templates use exists. The chart is not rendered here:
-  no registry this project reaches ships the `helm` binary.
+  `.Values` path its templates use exists. The chart is rendered by Helm's
+  own Go SDK (helm-python-sdk, offline): the rendered objects validate
+  against the Kubernetes schemas, equal the plain manifests but for the
+  release's names and labels, follow their values, and `values.schema.json`
+  refuses bad values with an error naming them; `helm lint --strict` passes.
 
 Run by scripts/test.sh as `.venv/bin/python -m unittest discover -s tests/deploy`;
 TOLLGATE_BIN names the `tollgate` binary (default target/debug/tollgate).
@@ -21,6 +24,9 @@ import subprocess
 import unittest
 from pathlib import Path
 
+import tempfile
+
+import helm_python as helm
 import kubernetes_validate
 import yaml
 from dockerfile_parse import DockerfileParser
@@ -63,14 +69,17 @@ def tollgate_deployment():
 
 def serve_default_ports():
     """The gRPC and HTTP ports `tollgate serve --help` gives as defaults."""
-    binary = os.environ.get("TOLLGATE_BIN", str(ROOT / "target" / "debug" / "tollgate"))
     text = subprocess.run(
-        [binary, "serve", "--help"], check=True, capture_output=True, text=True
+        [tollgate_binary(), "serve", "--help"], check=True, capture_output=True, text=True
     ).stdout
     grpc = re.search(r"--grpc-addr <ADDR>.*?\[default: [\d.]+:(\d+)\]", text, re.S)
     http = re.search(r"--http-addr <ADDR>.*?\[default: [\d.]+:(\d+)\]", text, re.S)
     assert grpc and http, text
     return {"grpc": int(grpc.group(1)), "http": int(http.group(1))}
+
+
+def tollgate_binary():
+    return os.environ.get("TOLLGATE_BIN", str(ROOT / "target" / "debug" / "tollgate"))
 
 
 def flag(args, name):
@@ -285,6 +294,152 @@ class Chart(unittest.TestCase):
         chart = documents(CHART / "Chart.yaml")[0]
         self.assertEqual(chart["apiVersion"], "v2")
         self.assertEqual(chart["appVersion"], self.values["image"]["tag"])
+
+
+
+def render(values=None, name="tollgate", namespace="tollgate"):
+    """The chart's objects as Helm installs them, by (kind, name)."""
+    chart = helm.Chart.load(str(CHART))
+    manifests = chart.render(values or {}, name=name, namespace=namespace, is_install=True)
+    objects = {}
+    for path, text in manifests.items():
+        if not path.endswith(".yaml"):
+            continue
+        for document in yaml.safe_load_all(text):
+            if document:
+                objects[(document["kind"], document["metadata"]["name"])] = document
+    return objects
+
+
+def without_release(document):
+    """A copy without what the release adds: its instance label, the limits
+    checksum and the namespace (the plain manifests set it, Helm passes it)."""
+    copy = yaml.safe_load(yaml.safe_dump(document))
+
+    def strip(metadata):
+        metadata.pop("namespace", None)
+        labels = metadata.get("labels", {})
+        labels.pop("app.kubernetes.io/instance", None)
+        if not labels:
+            metadata.pop("labels", None)
+        annotations = metadata.get("annotations", {})
+        annotations.pop("checksum/limits", None)
+        if not annotations:
+            metadata.pop("annotations", None)
+
+    strip(copy["metadata"])
+    spec = copy.get("spec", {})
+    spec.get("selector", {}).get("matchLabels", {}).pop("app.kubernetes.io/instance", None)
+    if copy["kind"] == "Service":
+        spec["selector"].pop("app.kubernetes.io/instance", None)
+    if "template" in spec:
+        strip(spec["template"]["metadata"])
+    return copy
+
+
+class RenderedChart(unittest.TestCase):
+    def test_the_rendered_chart_validates_against_the_kubernetes_schemas(self):
+        for values in ({}, {"redis": {"enabled": False}, "store": "memory"}):
+            objects = render(values)
+            self.assertGreaterEqual(len(objects), 4)
+            for (kind, name), document in objects.items():
+                for version in VERSIONS:
+                    with self.subTest(values=values, kind=kind, name=name, version=version):
+                        kubernetes_validate.validate(document, version, strict=True)
+
+    def test_helm_lint_strict_finds_no_error_or_warning(self):
+        report = helm.lint(str(CHART), strict=True)
+        self.assertEqual(report["errors"], [])
+        serious = [m for m in report["messages"] if m["severity"] >= 2]
+        self.assertEqual(serious, [], report)
+
+    def test_with_its_defaults_the_chart_renders_the_plain_manifests(self):
+        rendered = render()
+        plain = {
+            (d["kind"], d["metadata"]["name"]): d
+            for path in kubernetes_files()
+            if path.parent == KUBERNETES
+            for d in documents(path)
+        }
+        # The demo Redis is named for the release; the rest by the same names.
+        for key in [("ConfigMap", "tollgate-limits"), ("Deployment", "tollgate"),
+                    ("Service", "tollgate"), ("PodDisruptionBudget", "tollgate")]:
+            with self.subTest(object=key):
+                ours, theirs = without_release(rendered[key]), without_release(plain[key])
+                if key == ("Deployment", "tollgate"):
+                    for document in (ours, theirs):
+                        args = document["spec"]["template"]["spec"]["containers"][0]["args"]
+                        store = next(i for i, a in enumerate(args) if a.startswith("--store="))
+                        args[store] = "--store=<the demo Redis>"
+                self.assertEqual(ours, theirs)
+        store = flag(rendered[("Deployment", "tollgate")]["spec"]["template"]["spec"]["containers"][0]["args"], "store")
+        self.assertEqual(store, "redis://tollgate-redis.tollgate.svc.cluster.local:6379")
+        self.assertIn(("Service", "tollgate-redis"), rendered)
+
+    def test_the_rendered_objects_follow_the_values(self):
+        objects = render(
+            {
+                "replicas": 4,
+                "expectedInstances": 4,
+                "store": "redis-cluster://a:7000,b:7000",
+                "redis": {"enabled": False},
+                "ports": {"grpc": 9081, "http": 9080},
+                "drainDelay": "10s",
+                "terminationGracePeriodSeconds": 45,
+            },
+            name="rl",
+            namespace="edge",
+        )
+        self.assertNotIn(("Deployment", "rl-redis"), objects)
+        deployment = objects[("Deployment", "rl")]
+        self.assertEqual(deployment["spec"]["replicas"], 4)
+        pod = deployment["spec"]["template"]["spec"]
+        args = pod["containers"][0]["args"]
+        self.assertEqual(flag(args, "store"), "redis-cluster://a:7000,b:7000")
+        self.assertEqual(flag(args, "expected-instances"), "4")
+        self.assertEqual(flag(args, "grpc-addr"), "0.0.0.0:9081")
+        self.assertEqual(flag(args, "drain-delay"), "10s")
+        self.assertEqual(pod["terminationGracePeriodSeconds"], 45)
+        self.assertEqual(pod["volumes"][0]["configMap"]["name"], "rl-limits")
+        self.assertIn(("ConfigMap", "rl-limits"), objects)
+        service = objects[("Service", "rl")]
+        self.assertEqual({p["name"]: p["port"] for p in service["spec"]["ports"]},
+                         {"grpc": 9081, "http": 9080, "metrics": 9090})
+        # Without a store and without the demo Redis each pod counts alone.
+        memory = render({"redis": {"enabled": False}})
+        args = memory[("Deployment", "tollgate")]["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(flag(args, "store"), "memory")
+
+    def test_a_change_of_limits_rolls_the_pods(self):
+        def checksum(values):
+            deployment = render(values)[("Deployment", "tollgate")]
+            return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/limits"]
+
+        other = {"limits": {"other.yaml": "domain: other\ndescriptors: []\n"}}
+        self.assertNotEqual(checksum({}), checksum(other))
+        self.assertEqual(checksum({}), checksum({}))
+
+    def test_the_rendered_limits_load_in_tollgate_validate(self):
+        configmap = render()[("ConfigMap", "tollgate-limits")]
+        with tempfile.TemporaryDirectory() as directory:
+            for name, text in configmap["data"].items():
+                Path(directory, name).write_text(text)
+            subprocess.run([tollgate_binary(), "validate", directory], check=True, capture_output=True)
+
+    def test_bad_values_are_refused_naming_the_value(self):
+        for values, named in [
+            ({"replicas": "two"}, "/replicas"),
+            ({"replica": 3}, "replica"),
+            ({"store": "mysql://db"}, "/store"),
+            ({"ports": {"grpc": 70000}}, "/ports/grpc"),
+            ({"logFormat": "xml"}, "/logFormat"),
+            ({"drainDelay": "soon"}, "/drainDelay"),
+            ({"redis": {"enabled": "yes"}}, "/redis/enabled"),
+        ]:
+            with self.subTest(values=values):
+                with self.assertRaises(helm.HelmValuesError) as refused:
+                    render(values)
+                self.assertIn(named, str(refused.exception))
 
 
 if __name__ == "__main__":
