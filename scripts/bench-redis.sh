@@ -23,11 +23,17 @@
 #        SERVE_FLAGS adds flags to `tollgate serve`, e.g. SERVE_FLAGS="--lease-period 1s"
 #        to measure quota leases against the exact path (calls/chk then counts
 #        lease grants and returns too: every script call).
+#        ALGORITHM (default token_bucket) is the rule's algorithm, 10^9 per second.
+#        MODES (default "redis") lists the serve runs of each round, side by side:
+#        `memory` (the in-memory store), `redis` (exact, one call per check),
+#        `lease=DUR` (Redis with --lease-period DUR), e.g. MODES="memory redis lease=1s".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 duration=${2:-10s}
 store_timeout=${STORE_TIMEOUT:-5ms}
+algorithm=${ALGORITHM:-token_bucket}
+modes=${MODES:-redis}
 seconds=${duration%s}
 source scripts/tollgate-bin.sh
 work=$(mktemp -d)
@@ -51,9 +57,10 @@ script_calls() { # EVALSHA + EVAL calls so far
     cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_eval(sha)?(_ro)?:/ {n += $3} END {print n + 0}'
 }
 
-# A token bucket of 10^9 filling at 10^9 per second: every call is allowed and writes.
-printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: token_bucket\n' \
-    > "$work/limits.yaml"
+# 10^9 per second (a token bucket of 10^9 filling at 10^9 per second by
+# default): every call is allowed and writes.
+printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: %s\n' \
+    "$algorithm" > "$work/limits.yaml"
 sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/check.lua)")
 
 ceiling() { # KEYS
@@ -65,9 +72,16 @@ ceiling() { # KEYS
         awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 
-serve_run() { # KEYS
+serve_run() { # KEYS MODE
+    local store=(--store "redis://127.0.0.1:$port")
+    case "$2" in
+        memory) store=(--store memory) ;;
+        redis) ;;
+        lease=*) store+=(--lease-period "${2#lease=}") ;;
+        *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR)" >&2; exit 2 ;;
+    esac
     taskset -c 0 "$bin" serve --config "$work/limits.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-        --store "redis://127.0.0.1:$port" --store-timeout "$store_timeout" --log-level warn \
+        "${store[@]}" --store-timeout "$store_timeout" --log-level warn \
         ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
     for _ in $(seq 1 200); do
@@ -115,11 +129,13 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 echo
-echo "tollgate serve --store redis:// under tollgate bench rls (-c 64, 4 connections):"
-printf '%-5s %-7s %9s %7s %7s %11s %10s %9s %6s\n' round keys 'checks/s' 'p50 µs' 'p99 µs' 'CPU µs/chk' 'calls/chk' fallbacks errors
+echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
+printf '%-5s %-7s %-9s %9s %7s %7s %11s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'CPU µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
-        printf '%-5s %-7s ' "$round" "$keys"
-        serve_run "$keys"
+        for mode in $modes; do
+            printf '%-5s %-7s %-9s ' "$round" "$keys" "$mode"
+            serve_run "$keys" "$mode"
+        done
     done
 done

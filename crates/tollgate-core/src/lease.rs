@@ -43,11 +43,25 @@
 //!
 //! # Lease size ([`LeaseLedger::wanted`], [`grant_units`])
 //!
-//! The instance asks for `want = max(p, 2·c)` units, where `p` is what it
-//! spent on the key in the previous lease period and `c` what it spent so
-//! far in this one (the instance's observed rate × the lease period; the
-//! doubling is a slow start for a key that just became busy); it asks for
-//! nothing below 2 units, where a lease saves no call. The store grants
+//! The instance asks for `want = max(p, 2·c, c·P/max(e, P/16))` units,
+//! where `p` is what it spent on the key in the previous lease period, `c`
+//! what it spent so far in this one, `e` the time since this one began and
+//! `P` the lease period: the instance's observed rate × the lease period,
+//! the rate measured over at least a sixteenth of the period (a key that
+//! just became busy grows its lease up to sixteenfold per grant). It asks for
+//! nothing until the key was asked for `m` units in one period (`m` =
+//! [`DEFAULT_MIN_DEMAND`]): a key seen once or twice stays on the exact
+//! path, one call per request, instead of an exact call *and* a grant.
+//!
+//! A lease is refilled *before* it runs out ([`LeaseLedger::refill_wanted`]):
+//! once its usable units fall to `1/8` of what was granted, the next local
+//! decision asks for the next grant, so the requests in flight meanwhile are
+//! still answered from the lease rather than all going to the store. A
+//! window's next grant in the same window joins the lease (counting is
+//! linear). A schedule's next grant replaces it: the old lease's last
+//! positions lie before the new `TAT_grant`, and the store would refuse
+//! their return (the key's TAT moved on), so they are left to decay — at
+//! most `1/8` of a grant per refill, counted as under-admission below. The store grants
 //! `g = min(want, ⌊A/d⌋)` of the `A` units available, `d` the share divisor
 //! (by default twice the expected number of instances). So a grant is at
 //! most a share of what remains, and it is zero once `A < d`: the last
@@ -60,8 +74,8 @@
 //!   schedule's lease decays with its positions).
 //! * Under-admission: units held unused in leases, at most
 //!   `Σᵢ min(rᵢ·P·2, A/d)` for instances `i` with observed rate `rᵢ` and
-//!   lease period `P`; none when every holder keeps spending (a holder
-//!   spends its lease before asking the store again).
+//!   lease period `P`; for a window none when every holder keeps spending,
+//!   for a schedule the `1/8` of each grant left to decay at a refill.
 //! * A crashed instance strands at most its outstanding leases until they
 //!   end (the window's end; for a schedule, `TAT_grant`).
 //!
@@ -126,6 +140,15 @@ pub fn grant_units(want: u64, available: u64, divisor: u64) -> u64 {
     want.min(available / divisor.max(1))
 }
 
+/// Units a key must be asked for in one lease period before it is leased.
+pub const DEFAULT_MIN_DEMAND: u64 = 8;
+
+/// The observed rate is measured over at least `1/RATE_FLOOR` of the lease period.
+const RATE_FLOOR: u128 = 16;
+
+/// A lease is refilled once its usable units fall to `1/REFILL_DIVISOR` of the grant.
+pub const REFILL_DIVISOR: u64 = 8;
+
 /// How a lease is sized and how long a quiet lease is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeasePolicy {
@@ -177,6 +200,8 @@ pub struct Return {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Active {
     unspent: u64,
+    /// Units of the latest grant (the refill mark is a share of it).
+    granted: u64,
     /// Units spent from it (what a refund may put back).
     spent: u64,
     /// Local time from which nothing of it may be spent (the lease period
@@ -205,6 +230,7 @@ pub struct LeaseLedger {
     leasing: Option<Leasing>,
     lease: Option<Active>,
     demand: Demand,
+    min_demand: u64,
 }
 
 impl LeaseLedger {
@@ -220,7 +246,14 @@ impl LeaseLedger {
                 previous: 0,
                 current: 0,
             },
+            min_demand: DEFAULT_MIN_DEMAND,
         }
+    }
+
+    /// The same ledger leasing once a key was asked for `units` in one period (at least 2).
+    pub fn with_min_demand(mut self, units: u64) -> Self {
+        self.min_demand = units.max(2);
+        self
     }
 
     /// The algorithm the ledger's lease was taken under.
@@ -337,21 +370,63 @@ impl LeaseLedger {
             return 0;
         }
         self.roll(now);
-        let want = self
-            .demand
-            .previous
-            .max(self.demand.current.saturating_mul(2));
-        if want < 2 { 0 } else { want }
+        let Demand {
+            period_start,
+            previous,
+            current,
+        } = self.demand;
+        if previous.max(current) < self.min_demand {
+            return 0;
+        }
+        // The rate so far this period, measured over at least 1/RATE_FLOOR of it.
+        let period = self.period.as_nanos();
+        let elapsed = u128::from(nanos_between(period_start, now)).max(period / RATE_FLOOR);
+        let projected =
+            u64::try_from(u128::from(current) * period / elapsed.max(1)).unwrap_or(u64::MAX);
+        previous.max(current.saturating_mul(2)).max(projected)
+    }
+
+    /// Units to ask for at `now` while a lease is still usable: the
+    /// [`wanted`](Self::wanted) units once the usable ones fell to
+    /// `1/REFILL_DIVISOR` of the grant, else 0.
+    pub fn refill_wanted(&mut self, now: Timestamp) -> u64 {
+        let Some(lease) = self.lease else { return 0 };
+        let usable = self.usable(now);
+        if usable == 0 || usable.saturating_mul(REFILL_DIVISOR) > lease.granted {
+            return 0;
+        }
+        self.wanted(now)
     }
 
     /// Takes a granted lease, asked for at `sent` and valid for at most the
     /// lease period; returns the lease it replaces, if it still had usable units.
+    ///
+    /// A window's grant in the window of the lease held joins it; a
+    /// schedule's grant replaces the lease held without a return (the store
+    /// would refuse it, the key's TAT having moved past its `TAT_grant`).
     pub fn install(&mut self, grant: Grant, sent: Timestamp) -> Option<Return> {
         let period = self.period;
+        if grant.units > 0 {
+            let ends = sent.saturating_add(grant.lasts.min(period));
+            match (self.leasing, self.lease.as_mut()) {
+                (Some(Leasing::Window { .. }), Some(lease))
+                    if lease.token == grant.token && sent < lease.ends =>
+                {
+                    lease.unspent = lease.unspent.saturating_add(grant.units);
+                    lease.granted = grant.units;
+                    lease.ends = lease.ends.max(ends);
+                    lease.remaining_at_grant = grant.remaining;
+                    return None;
+                }
+                (Some(Leasing::Schedule { .. }), Some(_)) => self.lease = None,
+                _ => {}
+            }
+        }
         let old = self.take_return(sent);
         if grant.units > 0 {
             self.lease = Some(Active {
                 unspent: grant.units,
+                granted: grant.units,
                 spent: 0,
                 ends: sent.saturating_add(grant.lasts.min(period)),
                 positions_end: sent.saturating_add(grant.lasts),
@@ -427,12 +502,26 @@ mod tests {
     #[test]
     fn a_window_lease_spends_refunds_and_returns_what_is_left() {
         let fw: AnyAlgorithm = FixedWindow::new(100, 10 * SEC).unwrap().into();
-        let mut ledger = LeaseLedger::new(fw, SEC, t(0));
+        let mut ledger = LeaseLedger::new(fw, SEC, t(0)).with_min_demand(2);
         assert_eq!(ledger.wanted(t(0)), 0, "no demand seen yet");
         ledger.observe(3, t(0));
-        assert_eq!(ledger.wanted(t(1)), 6, "slow start doubles");
+        assert_eq!(
+            ledger.wanted(t(1)),
+            48,
+            "3 units in a 16th of the period: 48 a period"
+        );
         ledger.observe(1, t(1500));
-        assert_eq!(ledger.wanted(t(1500)), 3, "the last period's 3 units");
+        assert_eq!(
+            ledger.wanted(t(1500)),
+            16,
+            "1 unit in a 16th of the new period"
+        );
+        ledger.observe(1, t(1800));
+        assert_eq!(
+            ledger.wanted(t(1800)),
+            6,
+            "2 units in 0.3 s: 6.67 a period, over the last period's 3"
+        );
         let grant = Grant {
             units: 6,
             lasts: 4 * SEC,
@@ -485,5 +574,86 @@ mod tests {
         ledger.install(grant, t(0));
         assert_eq!(ledger.usable(t(99)), 5, "all 5 until the period ends");
         assert_eq!(ledger.usable(t(100)), 0);
+    }
+
+    #[test]
+    fn a_key_seen_a_few_times_stays_exact() {
+        let fw: AnyAlgorithm = FixedWindow::new(1000, 10 * SEC).unwrap().into();
+        let mut ledger = LeaseLedger::new(fw, SEC, t(0));
+        ledger.observe(DEFAULT_MIN_DEMAND - 1, t(0));
+        assert_eq!(
+            ledger.wanted(t(1)),
+            0,
+            "below the demand that pays for a grant"
+        );
+        ledger.observe(1, t(2));
+        assert_eq!(
+            ledger.wanted(t(2)),
+            16 * DEFAULT_MIN_DEMAND,
+            "the rate over a 16th of the period"
+        );
+        assert_eq!(
+            ledger.wanted(t(500)),
+            2 * DEFAULT_MIN_DEMAND,
+            "8 in half a period: doubled"
+        );
+    }
+
+    fn window_grant(units: u64, index: u64) -> Grant {
+        Grant {
+            units,
+            lasts: 10 * SEC,
+            remaining: 500,
+            token: (index, 0),
+        }
+    }
+
+    #[test]
+    fn a_lease_asks_for_its_refill_at_an_eighth_and_a_window_refill_joins_it() {
+        let fw: AnyAlgorithm = FixedWindow::new(1000, 10 * SEC).unwrap().into();
+        let mut ledger = LeaseLedger::new(fw, SEC, t(0));
+        ledger.observe(40, t(0));
+        assert_eq!(ledger.refill_wanted(t(0)), 0, "no lease to refill");
+        assert_eq!(ledger.install(window_grant(80, 7), t(0)), None);
+        ledger.spend(69, t(1)).expect("covered");
+        assert_eq!(
+            ledger.refill_wanted(t(1)),
+            0,
+            "11 of 80 left: above an eighth"
+        );
+        ledger.spend(1, t(1)).expect("covered");
+        assert_eq!(ledger.refill_wanted(t(1)), 16 * 110, "10 of 80 left");
+        // The next grant in the same window joins the 10 units still held.
+        assert_eq!(ledger.install(window_grant(100, 7), t(2)), None);
+        assert_eq!(ledger.usable(t(2)), 110);
+        // A grant of a later window replaces it, returning what is left.
+        assert_eq!(
+            ledger.install(window_grant(50, 8), t(3)),
+            Some(Return {
+                units: 110,
+                token: (7, 0)
+            })
+        );
+        assert_eq!(ledger.usable(t(3)), 50);
+    }
+
+    #[test]
+    fn a_schedule_refill_replaces_the_lease_and_leaves_its_tail_to_decay() {
+        let tb: AnyAlgorithm = TokenBucket::new(100, 100, SEC).unwrap().into();
+        let mut ledger = LeaseLedger::new(tb, 10 * SEC, t(0));
+        let grant = |units, token| Grant {
+            units,
+            lasts: Duration::from_millis(units * 10),
+            remaining: 0,
+            token: (1, token),
+        };
+        ledger.install(grant(40, 1), t(0));
+        ledger.spend(35, t(1)).expect("covered");
+        assert_eq!(
+            ledger.install(grant(40, 2), t(2)),
+            None,
+            "no return the store would refuse"
+        );
+        assert_eq!(ledger.usable(t(2)), 40);
     }
 }

@@ -231,7 +231,11 @@ fn run(algorithm: AnyAlgorithm, instances: usize, period_ms: u64, ops: &[Op]) ->
     let mut store = Store::of(&algorithm);
     let policy = LeasePolicy::for_fleet(Duration::from_millis(period_ms), instances as u64);
     let mut ledgers: Vec<LeaseLedger> = (0..instances)
-        .map(|_| LeaseLedger::new(algorithm, policy.period, Timestamp::from_nanos(now)))
+        .map(|_| {
+            // Small limits: lease from the second unit on, so the model leases often.
+            LeaseLedger::new(algorithm, policy.period, Timestamp::from_nanos(now))
+                .with_min_demand(2)
+        })
         .collect();
     // Admissions per instance not yet refunded, so a refund gives back only what was taken.
     let mut taken = vec![0u64; instances];
@@ -245,6 +249,14 @@ fn run(algorithm: AnyAlgorithm, instances: usize, period_ms: u64, ops: &[Op]) ->
                 if ledger.spend(hits, at).is_some() {
                     admitted.push((now, hits));
                     taken[instance] += hits;
+                    // A lease low on units asks for its refill, as the service does.
+                    let want = ledger.refill_wanted(at);
+                    if want > 0 {
+                        let grant = store.grant(want, policy.divisor, now);
+                        if let Some(old) = ledger.install(grant, at) {
+                            store.give_lease_back(old, now);
+                        }
+                    }
                     continue;
                 }
                 if !store.exact(hits, now) {

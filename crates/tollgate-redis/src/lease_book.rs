@@ -13,6 +13,9 @@
 //!    says which counters are worth a lease now ([`GrantAsk`]).
 //! 3. [`LeaseBook::refill`] asks Redis for those leases (one `lease.lua`
 //!    call per counter, at most one in flight per counter) and installs them.
+//!    A lease that fell to an eighth of its grant is refilled the same way
+//!    from step 1, before it runs out, so the requests in flight while the
+//!    grant is on its way are still answered locally.
 //!
 //! [`LeaseBook::return_all`] gives every lease back (reload, shutdown).
 //! The book holds at most `max_keys` counters; the least recently used one
@@ -82,6 +85,8 @@ pub struct LeaseStats {
 #[derive(Debug)]
 pub struct LeaseBook {
     entries: Mutex<LruCache<Vec<u8>, Entry>>,
+    /// Wakes the requests waiting for a grant in flight.
+    grants_done: tokio::sync::Notify,
     divisor: u64,
     stats: LeaseStats,
 }
@@ -93,6 +98,7 @@ impl LeaseBook {
             entries: Mutex::new(LruCache::new(
                 NonZeroUsize::new(max_keys).unwrap_or(NonZeroUsize::MIN),
             )),
+            grants_done: tokio::sync::Notify::new(),
             divisor: divisor.max(1),
             stats: LeaseStats::default(),
         }
@@ -123,13 +129,18 @@ impl LeaseBook {
     }
 
     /// Decides every counter from its lease at `now`, all or nothing; `false` (and nothing changed) when one lease cannot.
+    ///
+    /// Leases that fell low (an eighth of their grant) are put in `refills`,
+    /// one ask per counter at a time, for [`LeaseBook::refill`].
     pub fn try_local(
         &self,
         counters: &[Counter<'_>],
         now: Timestamp,
         decisions: &mut Vec<Decision>,
+        refills: &mut Vec<GrantAsk>,
     ) -> bool {
         decisions.clear();
+        refills.clear();
         if counters.is_empty() {
             return false;
         }
@@ -171,6 +182,18 @@ impl LeaseBook {
         for (c, ledger) in counters.iter().zip(trial) {
             if let Some(entry) = entries.get_mut(c.key) {
                 entry.ledger = ledger;
+                if !entry.granting && !c.give_back {
+                    let want = entry.ledger.refill_wanted(now);
+                    if want > 0 {
+                        entry.granting = true;
+                        refills.push(GrantAsk {
+                            key: c.key.to_vec(),
+                            tag: c.tag,
+                            algorithm: c.algorithm,
+                            want,
+                        });
+                    }
+                }
             }
         }
         self.stats
@@ -223,6 +246,41 @@ impl LeaseBook {
             }
         }
         asks
+    }
+
+    /// Drops `asks` unasked (Redis is known to be down): their counters may ask again later.
+    pub fn cancel(&self, asks: Vec<GrantAsk>) {
+        {
+            let mut entries = self.entries.lock();
+            for ask in asks {
+                if let Some(entry) = entries.get_mut(&ask.key) {
+                    entry.granting = false;
+                }
+            }
+        }
+        self.grants_done.notify_waiters();
+    }
+
+    /// Waits, at most `limit`, for the grants in flight to land when one
+    /// of them is for a counter of `counters`; `false` (at once) when none is.
+    ///
+    /// The requests that find a busy key's lease spent while its next grant
+    /// is on the way wait for it instead of each going to Redis.
+    pub async fn wait_for_grant(&self, counters: &[Counter<'_>], limit: Duration) -> bool {
+        let landed = self.grants_done.notified();
+        tokio::pin!(landed);
+        // Registered before looking, so a grant landing in between is not missed.
+        landed.as_mut().enable();
+        let pending = {
+            let entries = self.entries.lock();
+            counters
+                .iter()
+                .any(|c| !c.give_back && entries.peek(c.key).is_some_and(|e| e.granting))
+        };
+        if pending {
+            let _ = tokio::time::timeout(limit, landed).await;
+        }
+        pending
     }
 
     /// Asks Redis for the leases in `asks` (sent at `sent`) and installs them.
@@ -284,6 +342,7 @@ impl LeaseBook {
                 }
             }
         }
+        self.grants_done.notify_waiters();
         self.give_back(store, returns).await;
     }
 

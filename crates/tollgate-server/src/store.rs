@@ -388,8 +388,28 @@ impl RemoteStore {
         let sent = clock.now();
         self.last_decision
             .fetch_max(sent.as_nanos(), Ordering::Relaxed);
-        if self.leases.try_local(counters, sent, decisions) {
+        let mut refills = Vec::new();
+        let local = self
+            .leases
+            .try_local(counters, sent, decisions, &mut refills)
+            || (self
+                .leases
+                .wait_for_grant(counters, self.redis.timeout())
+                .await
+                && self
+                    .leases
+                    .try_local(counters, clock.now(), decisions, &mut refills));
+        if local {
             self.stats.leased.fetch_add(1, Ordering::Relaxed);
+            if !refills.is_empty() {
+                if self.breaker.admit(sent) {
+                    // This request waits for the next grant; the others keep
+                    // spending what is left of the lease meanwhile.
+                    self.leases.refill(&self.redis, refills, clock.now()).await;
+                } else {
+                    self.leases.cancel(refills);
+                }
+            }
             return Ok(());
         }
         if self.answer_from_cache(counters, sent, decisions) {

@@ -274,3 +274,86 @@ async fn a_reload_changing_the_limit_returns_the_leases_and_keeps_one_count() {
     let lowered = Arc::new(raised.with_rules(rules(10, "1h")));
     assert_eq!(saturate(std::slice::from_ref(&lowered), &hot).await, 0);
 }
+
+/// Script calls (EVAL/EVALSHA) Redis has run so far, from INFO commandstats.
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// `tasks` callers each checking `request` `each` times on `engine`; how many were admitted.
+async fn hammer(
+    engine: &Arc<Engine<ManualClock>>,
+    request: &RateLimitRequest,
+    tasks: u64,
+    each: u64,
+) -> u64 {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let callers: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (engine, request, admitted) =
+                (Arc::clone(engine), request.clone(), Arc::clone(&admitted));
+            tokio::spawn(async move {
+                for _ in 0..each {
+                    if is_ok(&engine, &request).await {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for caller in callers {
+        caller.await.expect("the caller finishes");
+    }
+    admitted.load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_costs_a_few_redis_calls_and_a_cold_key_no_more_than_the_exact_path() {
+    let redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
+    let engine = fleet(&redis.url(), 1, &rules(1_000_000, "1h"), &clock)
+        .await
+        .remove(0);
+
+    // A hot key, 64 callers in flight: leases refilled before they run out,
+    // so the callers in flight meanwhile are not sent to Redis, and the
+    // callers that find the lease spent wait for the grant on its way.
+    let hot = request("fixed_window", "hot");
+    assert_eq!(hammer(&engine, &hot, 64, 50).await, 64 * 50, "warm-up");
+    let before = script_calls(&redis);
+    let checks = 64 * 200;
+    let admitted = hammer(&engine, &hot, 64, 200).await;
+    assert_eq!(
+        admitted, checks,
+        "far under the limit, every check is admitted"
+    );
+    let calls = script_calls(&redis) - before;
+    assert!(
+        calls * 200 <= checks,
+        "{calls} Redis calls for {checks} checks of one warm hot key: more than 1 in 200"
+    );
+
+    // Keys asked for once each: one exact call per check, no grant beside it.
+    let before = script_calls(&redis);
+    for i in 0..500 {
+        assert!(is_ok(&engine, &request("fixed_window", &format!("cold-{i}"))).await);
+    }
+    assert_eq!(
+        script_calls(&redis) - before,
+        500,
+        "one call per cold check"
+    );
+}
