@@ -36,6 +36,7 @@ pub mod clock;
 mod decision;
 pub mod duration;
 mod error;
+pub mod fair_share;
 mod fixed_window;
 pub mod lease;
 mod rate;

@@ -24,6 +24,7 @@ pub mod http;
 pub mod metric_key;
 pub mod metrics;
 pub mod reload;
+pub mod rlqs;
 pub mod rule_stats;
 pub mod statsd;
 pub mod store;

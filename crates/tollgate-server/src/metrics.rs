@@ -425,6 +425,13 @@ impl Metrics {
         self
     }
 
+    /// These metrics with the rate limit quota service's (`ratelimit_rlqs_*`).
+    #[must_use]
+    pub fn with_quota(mut self, quota: crate::rlqs::RlqsCollector) -> Self {
+        self.registry.register_collector(Box::new(quota));
+        self
+    }
+
     /// These metrics with a gauge of each of `caps`' settings.
     #[must_use]
     pub fn with_request_caps(mut self, caps: &RequestCaps) -> Self {

@@ -23,6 +23,8 @@ use tonic_health::server::{HealthReporter, HealthService};
 use super::authority::{AuthorityFront, InboundLimits};
 use super::service::{BoxFuture, RateLimitGrpc};
 use crate::engine::Engine;
+use crate::rlqs::RlqsService;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 
 /// Serves the rate limit and health services on `listener` until `shutdown`
 /// completes, then stops accepting and waits for the calls in flight.
@@ -109,9 +111,19 @@ where
             }
         })
     });
+    let quota_book = Arc::clone(service.quota_book());
     let services = GrpcServices {
+        quota: RateLimitQuotaServiceServer::new(RlqsService::new(
+            Arc::clone(service.live_engine()),
+            Arc::clone(&quota_book),
+        )),
         rate_limit: service,
         health: HealthServer::new(HealthService::from_health_reporter(reporter)),
+    };
+    // Quota streams never end by themselves: at shutdown they are ended, so the drain can finish.
+    let shutdown = async move {
+        shutdown.await;
+        quota_book.close_all();
     };
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
@@ -162,12 +174,16 @@ const MAX_FRAME_BYTES: u32 = 16 * 1024;
 /// The largest request header list (hyper's default, stated so the authority front bounds its header blocks by the same).
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
+/// The path prefix of the rate limit quota service's method.
+const QUOTA_PATH_PREFIX: &str = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/";
+
 /// The path prefix of the standard health service's methods.
 const HEALTH_PATH_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// The two services of a gRPC connection, chosen by the request's path.
 struct GrpcServices<C: Clock> {
     rate_limit: RateLimitGrpc<C>,
+    quota: RateLimitQuotaServiceServer<RlqsService<C>>,
     health: HealthServer<HealthService>,
 }
 
@@ -175,6 +191,7 @@ impl<C: Clock> Clone for GrpcServices<C> {
     fn clone(&self) -> Self {
         GrpcServices {
             rate_limit: self.rate_limit.clone(),
+            quota: self.quota.clone(),
             health: self.health.clone(),
         }
     }
@@ -194,6 +211,9 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<Incoming>> for Gr
         if request.uri().path().starts_with(HEALTH_PATH_PREFIX) {
             let mut health = self.health.clone();
             Box::pin(async move { health.call(request).await })
+        } else if request.uri().path().starts_with(QUOTA_PATH_PREFIX) {
+            let mut quota = self.quota.clone();
+            Box::pin(async move { quota.call(request).await })
         } else {
             tonic::codegen::Service::call(&mut self.rate_limit, request)
         }

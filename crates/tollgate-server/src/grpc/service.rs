@@ -36,6 +36,7 @@ use tonic::{Request, Response, Status};
 use crate::engine::{Engine, EngineError};
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
+use crate::rlqs::{QuotaBook, RlqsOptions};
 
 /// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
 ///
@@ -46,6 +47,7 @@ pub struct RateLimitGrpc<C: Clock> {
     headers: Arc<ResponseHeaders>,
     metrics: Option<Arc<Metrics>>,
     caps: RequestCaps,
+    quota: Arc<QuotaBook>,
 }
 
 impl<C: Clock> RateLimitGrpc<C> {
@@ -66,7 +68,20 @@ impl<C: Clock> RateLimitGrpc<C> {
             headers,
             metrics: None,
             caps: RequestCaps::default(),
+            quota: Arc::new(QuotaBook::new(RlqsOptions::default())),
         }
+    }
+
+    /// This service, with the rate limit quota service (served beside it) keeping its buckets in `book`.
+    #[must_use]
+    pub fn with_quota_book(mut self, book: Arc<QuotaBook>) -> Self {
+        self.quota = book;
+        self
+    }
+
+    /// The rate limit quota service's book.
+    pub fn quota_book(&self) -> &Arc<QuotaBook> {
+        &self.quota
     }
 
     /// This service, refusing requests over `caps` (the defaults otherwise).
@@ -169,6 +184,7 @@ impl<C: Clock> Clone for RateLimitGrpc<C> {
             headers: Arc::clone(&self.headers),
             metrics: self.metrics.clone(),
             caps: self.caps,
+            quota: Arc::clone(&self.quota),
         }
     }
 }

@@ -134,6 +134,19 @@ pub struct ServeArgs {
     /// dropped and its lease left to run out.
     #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::store::DEFAULT_LEASE_MAX_KEYS, value_parser = parse_cap)]
     pub lease_max_keys: usize,
+    /// Envoy rate limit quota (RLQS) streams open at once; past it a new
+    /// stream is refused with RESOURCE_EXHAUSTED (each about 1 KB plus its buckets).
+    #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAMS", value_name = "N", default_value_t = 1024, value_parser = parse_cap)]
+    pub rlqs_max_streams: usize,
+    /// RLQS buckets tracked over all streams (about 300 bytes each); a
+    /// report that would pass it ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TOLLGATE_RLQS_MAX_BUCKETS", value_name = "N", default_value_t = 65_536, value_parser = parse_cap)]
+    pub rlqs_max_buckets: usize,
+    /// How long an RLQS assignment holds in Envoy without a renewal (every
+    /// usage report renews the reporter's); after it Envoy applies the
+    /// filter's `expired_assignment_behavior`.
+    #[arg(long, env = "TOLLGATE_RLQS_ASSIGNMENT_TTL", value_name = "DURATION", default_value = "30s", value_parser = tollgate_core::duration::parse_duration)]
+    pub rlqs_assignment_ttl: Duration,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
     /// of the system's wall clock (added to every reading of it). Decisions on
     /// Redis do not move (they use Redis `TIME`); in-memory decisions and

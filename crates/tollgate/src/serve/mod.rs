@@ -25,6 +25,7 @@ use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metrics::{ConfigStats, Metrics};
 use tollgate_server::reload::{self, read_config};
+use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
 use tollgate_server::statsd::StatsdFlusher;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, LiveEngine, grpc, http};
@@ -164,6 +165,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         grpc_tls,
         drain_delay: args.drain_delay,
     };
+    let quota_book = Arc::new(QuotaBook::new(RlqsOptions {
+        max_streams: args.rlqs_max_streams,
+        max_buckets: args.rlqs_max_buckets,
+        max_entries: caps.max_descriptor_entries,
+        assignment_ttl: args.rlqs_assignment_ttl,
+    }));
     let mut metrics = Metrics::new(
         Arc::clone(&live) as Arc<dyn ConfigStats>,
         settings.near_limit_ratio,
@@ -173,7 +180,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     .with_bounds(BoundsCollector::new(
         Arc::clone(&live) as Arc<dyn BoundsSource>,
         limits.gauged(),
-    ));
+    ))
+    .with_quota(RlqsCollector::new(Arc::clone(&quota_book)));
     if let Some(remote) = live.load().remote() {
         metrics = metrics.with_store(Arc::clone(remote));
     }
@@ -187,7 +195,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         debug: settings.debug_addr,
         statsd: settings.statsd.clone(),
     };
-    runtime.block_on(serve(listen, live, headers, metrics, caps, limits))
+    runtime.block_on(serve(
+        listen, live, headers, metrics, caps, limits, quota_book,
+    ))
 }
 
 /// Opens the Redis store `store` names, with calls limited to `timeout`.
@@ -261,6 +271,7 @@ async fn serve(
     metrics: Arc<Metrics>,
     caps: RequestCaps,
     limits: Listeners,
+    quota_book: Arc<QuotaBook>,
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
@@ -354,7 +365,8 @@ async fn serve(
     };
     let service = grpc::RateLimitGrpc::live(Arc::clone(&live), headers)
         .with_metrics(metrics)
-        .with_caps(caps);
+        .with_caps(caps)
+        .with_quota_book(quota_book);
     let grpc_server = async {
         grpc::serve_capped(
             listener,

@@ -1,0 +1,609 @@
+//! The quota book: every bucket the connected Envoys report, each shared bucket's rate split among its reporters, and the assignments to push when the split changes.
+//!
+//! A stream reports usage per bucket; the book reads each bucket id against
+//! the rules ([`super::bucket`]) and, for a shared bucket (same rule
+//! counter, any number of Envoys), records the reporter's demand per window
+//! `d = (allowed + denied) × W / max(elapsed, 1 s)` and splits the rate with
+//! [`fair_share`]. Each Envoy gets a token bucket of its share `s`:
+//! `max_tokens = ⌊burst × s / R⌋` (at least 1), `tokens_per_fill = ⌊s ×
+//! F / W⌋` every `F = ⌈W⌉` whole seconds (Envoy 1.40 reads the fill
+//! interval in whole seconds), so its rate is at most `s` per window.
+//!
+//! A share that falls is pushed at once to its stream; one that grows is
+//! sent in the answer to that Envoy's own next report, and one that grows
+//! by less than a tenth keeps the assignment in force (Envoy keeps a token
+//! bucket's state only while its settings stay the same). So the rates in
+//! force never sum past the rule's, but for the moment a decrease pushed
+//! to one Envoy and the increase it pays for are both on the wire, and an
+//! Envoy whose outbox is full (a client not reading) catches up at its next
+//! report. Every report is answered with the reporter's assignments, which
+//! renews their time to live. A stream that ends gives its shares back.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tollgate_core::fair_share::fair_shares;
+use tollgate_rules::RuleSet;
+use tonic::Status;
+
+use super::bucket::{Policy, Rate, descriptor, policy};
+
+/// A stream's number in the book.
+pub type StreamId = u64;
+
+/// Where a stream's responses go.
+pub type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// The bounds and settings of the quota service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RlqsOptions {
+    /// Streams open at once (`--rlqs-max-streams`); past it a stream is refused with RESOURCE_EXHAUSTED.
+    pub max_streams: usize,
+    /// Buckets tracked over all streams (`--rlqs-max-buckets`); a report past it ends its stream with RESOURCE_EXHAUSTED.
+    pub max_buckets: usize,
+    /// Entries in one bucket id (the RLS `--max-descriptor-entries`).
+    pub max_entries: usize,
+    /// How long an assignment holds without a renewal (`--rlqs-assignment-ttl`).
+    pub assignment_ttl: Duration,
+}
+
+impl Default for RlqsOptions {
+    fn default() -> Self {
+        RlqsOptions {
+            max_streams: 1024,
+            max_buckets: 65_536,
+            max_entries: tollgate_protocol::rls::RequestCaps::default().max_descriptor_entries,
+            assignment_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct RlqsStats {
+    /// Streams open now.
+    pub streams: AtomicU64,
+    /// Buckets tracked now.
+    pub buckets: AtomicU64,
+    /// Assignments sent (answers to reports and pushes).
+    pub assignments: AtomicU64,
+    /// Requests the Envoys reported allowed.
+    pub reported_allowed: AtomicU64,
+    /// Requests the Envoys reported denied.
+    pub reported_denied: AtomicU64,
+}
+
+/// What the book tells one Envoy about one bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Assignment {
+    Allow,
+    Deny,
+    /// A share of the bucket's rate, per window.
+    Share(u64),
+}
+
+/// One bucket of one stream.
+#[derive(Debug)]
+struct StreamBucket {
+    id: BucketId,
+    /// The shared bucket's counter, when the bucket is shared.
+    counter: Option<Vec<u8>>,
+    policy: Assignment,
+}
+
+/// One Envoy's stream.
+#[derive(Debug)]
+struct Stream {
+    domain: Option<String>,
+    outbox: Outbox,
+    /// By the bucket id's sorted entries.
+    buckets: HashMap<Vec<(String, String)>, StreamBucket>,
+}
+
+/// A reporter of a shared bucket.
+#[derive(Clone, Copy, Debug)]
+struct Reporter {
+    demand: u64,
+    /// The share in force at that Envoy (last sent).
+    share: Option<u64>,
+}
+
+/// A rule counter's budget and the Envoys sharing it.
+#[derive(Debug)]
+struct Shared {
+    rate: Rate,
+    reporters: BTreeMap<StreamId, Reporter>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    streams: HashMap<StreamId, Stream>,
+    shared: HashMap<Vec<u8>, Shared>,
+    buckets: usize,
+    next: StreamId,
+}
+
+/// The buckets of every connected Envoy and their shares (see the module docs).
+#[derive(Debug)]
+pub struct QuotaBook {
+    inner: Mutex<Inner>,
+    options: RlqsOptions,
+    stats: RlqsStats,
+}
+
+impl QuotaBook {
+    /// An empty book with these bounds.
+    pub fn new(options: RlqsOptions) -> Self {
+        QuotaBook {
+            inner: Mutex::new(Inner::default()),
+            options,
+            stats: RlqsStats::default(),
+        }
+    }
+
+    /// The counts for `/metrics`.
+    pub fn stats(&self) -> &RlqsStats {
+        &self.stats
+    }
+
+    /// The settings it was built with.
+    pub fn options(&self) -> &RlqsOptions {
+        &self.options
+    }
+
+    /// Registers a new stream whose responses go to `outbox`.
+    pub fn open(&self, outbox: Outbox) -> Result<StreamId, Status> {
+        let mut inner = self.inner.lock();
+        if inner.streams.len() >= self.options.max_streams {
+            return Err(Status::resource_exhausted(format!(
+                "rate limit quota streams: {} open, the most --rlqs-max-streams allows",
+                inner.streams.len()
+            )));
+        }
+        inner.next += 1;
+        let id = inner.next;
+        inner.streams.insert(
+            id,
+            Stream {
+                domain: None,
+                outbox,
+                buckets: HashMap::new(),
+            },
+        );
+        self.stats
+            .streams
+            .store(inner.streams.len() as u64, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Takes one usage report of stream `id`, answers it with the stream's
+    /// assignments for the buckets it reports and pushes the shares that
+    /// fell to the other streams; an error ends the stream (its status names the problem).
+    pub fn report(
+        &self,
+        id: StreamId,
+        report: RateLimitQuotaUsageReports,
+        rules: &RuleSet,
+    ) -> Result<(), Status> {
+        if report.domain.is_empty() {
+            return Err(Status::invalid_argument(
+                "a usage report has an empty domain",
+            ));
+        }
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let stream = inner
+            .streams
+            .get_mut(&id)
+            .ok_or_else(|| Status::cancelled("the stream was closed"))?;
+        match &stream.domain {
+            None => stream.domain = Some(report.domain.clone()),
+            Some(domain) if *domain != report.domain => {
+                return Err(Status::invalid_argument(format!(
+                    "a usage report names domain `{}` on a stream of domain `{domain}`",
+                    report.domain
+                )));
+            }
+            Some(_) => {}
+        }
+        let mut answered: Vec<Vec<(String, String)>> = Vec::new();
+        let mut touched: HashSet<Vec<u8>> = HashSet::new();
+        for usage in report.bucket_quota_usages {
+            self.stats
+                .reported_allowed
+                .fetch_add(usage.num_requests_allowed, Ordering::Relaxed);
+            self.stats
+                .reported_denied
+                .fetch_add(usage.num_requests_denied, Ordering::Relaxed);
+            let id_message = usage.bucket_id.unwrap_or_default();
+            let entries = descriptor(&id_message.bucket, self.options.max_entries)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let key: Vec<(String, String)> = entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let (assignment, counter) = match policy(rules, &report.domain, &entries) {
+                Policy::AllowAll => (Assignment::Allow, None),
+                Policy::DenyAll => (Assignment::Deny, None),
+                Policy::Share(rate) => {
+                    let elapsed = usage
+                        .time_elapsed
+                        .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
+                        .max(1);
+                    let arrived = usage
+                        .num_requests_allowed
+                        .saturating_add(usage.num_requests_denied);
+                    let demand = u64::try_from(
+                        u128::from(arrived) * rate.window.as_nanos()
+                            / (u128::from(elapsed) * 1_000_000_000),
+                    )
+                    .unwrap_or(u64::MAX);
+                    let counter = rate.counter.clone();
+                    let shared = inner
+                        .shared
+                        .entry(counter.clone())
+                        .or_insert_with(|| Shared {
+                            rate: rate.clone(),
+                            reporters: BTreeMap::new(),
+                        });
+                    shared.rate = rate;
+                    shared
+                        .reporters
+                        .entry(id)
+                        .and_modify(|r| r.demand = demand)
+                        .or_insert(Reporter {
+                            demand,
+                            share: None,
+                        });
+                    touched.insert(counter.clone());
+                    (Assignment::Share(0), Some(counter))
+                }
+            };
+            let stream = inner.streams.get_mut(&id).expect("looked up above");
+            if !stream.buckets.contains_key(&key) {
+                if inner.buckets >= self.options.max_buckets {
+                    return Err(Status::resource_exhausted(format!(
+                        "rate limit quota buckets: {} tracked, the most --rlqs-max-buckets allows",
+                        inner.buckets
+                    )));
+                }
+                inner.buckets += 1;
+            }
+            stream.buckets.insert(
+                key.clone(),
+                StreamBucket {
+                    id: id_message,
+                    counter,
+                    policy: assignment,
+                },
+            );
+            answered.push(key);
+        }
+        self.stats
+            .buckets
+            .store(inner.buckets as u64, Ordering::Relaxed);
+        let mut pushes: HashMap<StreamId, Vec<BucketAction>> = HashMap::new();
+        for counter in touched {
+            self.rebalance(inner, &counter, id, &mut pushes);
+        }
+        let stream = &inner.streams[&id];
+        let mine: Vec<BucketAction> = answered
+            .iter()
+            .filter_map(|key| stream.buckets.get(key))
+            .map(|bucket| self.action(inner, id, bucket))
+            .collect();
+        pushes.entry(id).or_default().extend(mine);
+        self.send(inner, pushes);
+        Ok(())
+    }
+
+    /// Forgets stream `id`: its shares go back to the others sharing its buckets.
+    pub fn close(&self, id: StreamId) {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let Some(stream) = inner.streams.remove(&id) else {
+            return;
+        };
+        inner.buckets = inner.buckets.saturating_sub(stream.buckets.len());
+        let mut pushes = HashMap::new();
+        let counters: HashSet<Vec<u8>> = stream
+            .buckets
+            .into_values()
+            .filter_map(|b| b.counter)
+            .collect();
+        for counter in counters {
+            if let Some(shared) = inner.shared.get_mut(&counter) {
+                shared.reporters.remove(&id);
+                if shared.reporters.is_empty() {
+                    inner.shared.remove(&counter);
+                    continue;
+                }
+            }
+            self.rebalance(inner, &counter, id, &mut pushes);
+        }
+        self.send(inner, pushes);
+        self.stats
+            .streams
+            .store(inner.streams.len() as u64, Ordering::Relaxed);
+        self.stats
+            .buckets
+            .store(inner.buckets as u64, Ordering::Relaxed);
+    }
+
+    /// Ends every stream (shutdown): their response streams finish.
+    pub fn close_all(&self) {
+        let mut inner = self.inner.lock();
+        *inner = Inner {
+            next: inner.next,
+            ..Inner::default()
+        };
+        self.stats.streams.store(0, Ordering::Relaxed);
+        self.stats.buckets.store(0, Ordering::Relaxed);
+    }
+
+    /// Ends stream `id` with `status`.
+    pub fn fail(&self, id: StreamId, status: Status) {
+        if let Some(stream) = self.inner.lock().streams.get(&id) {
+            let _ = stream.outbox.try_send(Err(status));
+        }
+        self.close(id);
+    }
+
+    /// Splits `counter`'s rate again; the reporters other than `reporting` whose share fell are pushed theirs.
+    fn rebalance(
+        &self,
+        inner: &mut Inner,
+        counter: &[u8],
+        reporting: StreamId,
+        pushes: &mut HashMap<StreamId, Vec<BucketAction>>,
+    ) {
+        let Some(shared) = inner.shared.get_mut(counter) else {
+            return;
+        };
+        let demands: Vec<u64> = shared.reporters.values().map(|r| r.demand).collect();
+        let shares = fair_shares(shared.rate.requests, &demands);
+        let mut fell = Vec::new();
+        for ((&stream, reporter), share) in shared.reporters.iter_mut().zip(shares) {
+            let kept = match reporter.share {
+                // A share that grows by less than a tenth keeps the one in force.
+                Some(old) if share >= old && (share - old).saturating_mul(10) <= old => old,
+                _ => share,
+            };
+            if reporter.share == Some(kept) {
+                continue;
+            }
+            if stream == reporting {
+                reporter.share = Some(kept);
+            } else if reporter.share.is_some_and(|old| kept < old) {
+                // Another Envoy's share grows only at its own report (its
+                // answer); one that falls is pushed now.
+                reporter.share = Some(kept);
+                fell.push(stream);
+            }
+        }
+        for stream in fell {
+            let Some(s) = inner.streams.get(&stream) else {
+                continue;
+            };
+            let actions: Vec<BucketAction> = s
+                .buckets
+                .values()
+                .filter(|b| b.counter.as_deref() == Some(counter))
+                .map(|b| self.action(inner, stream, b))
+                .collect();
+            pushes.entry(stream).or_default().extend(actions);
+        }
+    }
+
+    /// The assignment of `bucket` at stream `stream`, as sent.
+    fn action(&self, inner: &Inner, stream: StreamId, bucket: &StreamBucket) -> BucketAction {
+        let strategy = match (bucket.policy, &bucket.counter) {
+            (Assignment::Allow, _) => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
+            (Assignment::Deny, _) => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+            (Assignment::Share(_), Some(counter)) => {
+                let shared = inner.shared.get(counter);
+                let share = shared
+                    .and_then(|s| s.reporters.get(&stream))
+                    .and_then(|r| r.share)
+                    .unwrap_or(0);
+                match shared {
+                    Some(shared) if share > 0 => {
+                        Strategy::TokenBucket(token_bucket(&shared.rate, share))
+                    }
+                    _ => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+                }
+            }
+            (Assignment::Share(_), None) => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+        };
+        BucketAction {
+            bucket_id: Some(bucket.id.clone()),
+            bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+                assignment_time_to_live: Some(protobuf_duration(self.options.assignment_ttl)),
+                rate_limit_strategy: Some(RateLimitStrategy {
+                    strategy: Some(strategy),
+                }),
+            })),
+        }
+    }
+
+    /// Sends each stream its actions, one response per stream; a full outbox drops it (the stream catches up at its next report).
+    fn send(&self, inner: &Inner, pushes: HashMap<StreamId, Vec<BucketAction>>) {
+        for (stream, actions) in pushes {
+            if actions.is_empty() {
+                continue;
+            }
+            let Some(s) = inner.streams.get(&stream) else {
+                continue;
+            };
+            let count = actions.len() as u64;
+            if s.outbox
+                .try_send(Ok(RateLimitQuotaResponse {
+                    bucket_action: actions,
+                }))
+                .is_ok()
+            {
+                self.stats.assignments.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Envoy's token bucket for a share of `share` requests per window of `rate`.
+fn token_bucket(rate: &Rate, share: u64) -> TokenBucket {
+    let window = rate.window.as_nanos().max(1);
+    let fill_seconds = rate.window.as_nanos().div_ceil(1_000_000_000).max(1);
+    let per_fill = u128::from(share) * fill_seconds * 1_000_000_000 / window;
+    let max_tokens = u128::from(rate.burst) * u128::from(share) / u128::from(rate.requests.max(1));
+    TokenBucket {
+        max_tokens: u32::try_from(max_tokens.max(1)).unwrap_or(u32::MAX),
+        tokens_per_fill: Some(envoy_types::pb::google::protobuf::UInt32Value {
+            value: u32::try_from(per_fill.max(1)).unwrap_or(u32::MAX),
+        }),
+        fill_interval: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: i64::try_from(fill_seconds).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+    }
+}
+
+fn protobuf_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
+    envoy_types::pb::google::protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use tollgate_rules::{LoadOptions, load_sources};
+
+    use super::*;
+
+    fn rules() -> RuleSet {
+        let yaml = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+        load_sources([(Path::new("q.yaml"), yaml)], LoadOptions::default()).rule_set
+    }
+
+    fn report(tenant: &str, allowed: u64, denied: u64) -> RateLimitQuotaUsageReports {
+        RateLimitQuotaUsageReports {
+            domain: "q".to_owned(),
+            bucket_quota_usages: vec![BucketQuotaUsage {
+                bucket_id: Some(BucketId {
+                    bucket: [("tenant".to_owned(), tenant.to_owned())].into(),
+                }),
+                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                num_requests_allowed: allowed,
+                num_requests_denied: denied,
+            }],
+        }
+    }
+
+    /// The per-second rate of the latest token bucket each outbox received (0 for deny-all), draining them.
+    fn rate(
+        rx: &mut mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>,
+        last: &mut u64,
+    ) -> u64 {
+        while let Ok(Ok(response)) = rx.try_recv() {
+            for action in response.bucket_action {
+                let Some(Action::QuotaAssignmentAction(a)) = action.bucket_action else {
+                    continue;
+                };
+                *last = match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                    Some(Strategy::TokenBucket(b)) => {
+                        u64::from(b.tokens_per_fill.map_or(0, |v| v.value))
+                    }
+                    _ => 0,
+                };
+            }
+        }
+        *last
+    }
+
+    #[test]
+    fn shares_in_force_never_pass_the_rate_follow_demand_and_return_when_a_stream_ends() {
+        let book = QuotaBook::new(RlqsOptions::default());
+        let rules = rules();
+        let (tx1, mut rx1) = mpsc::channel(64);
+        let (tx2, mut rx2) = mpsc::channel(64);
+        let (one, two) = (book.open(tx1).unwrap(), book.open(tx2).unwrap());
+        let (mut r1, mut r2) = (0, 0);
+        book.report(one, report("a", 1, 0), &rules).unwrap();
+        assert_eq!(rate(&mut rx1, &mut r1), 100, "alone, the whole rate");
+        book.report(two, report("a", 1, 0), &rules).unwrap();
+        let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
+        assert!(s1 + s2 <= 100, "{s1} + {s2}");
+        assert!(s1 < 100, "the first one's share fell and was pushed");
+        // Demand shifts to the second: after each has reported, it holds most of the rate.
+        for _ in 0..3 {
+            book.report(one, report("a", 10, 0), &rules).unwrap();
+            book.report(two, report("a", 50, 400), &rules).unwrap();
+            let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
+            assert!(s1 + s2 <= 100, "{s1} + {s2}");
+        }
+        assert!(r2 >= 80, "the busy stream's share is {r2}");
+        // The second stream ends: the first gets the rate back at its next report.
+        book.close(two);
+        book.report(one, report("a", 10, 0), &rules).unwrap();
+        assert_eq!(rate(&mut rx1, &mut r1), 100);
+        assert_eq!(book.stats().streams.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn bad_reports_and_bounds_are_errors_naming_the_problem() {
+        let book = QuotaBook::new(RlqsOptions {
+            max_streams: 1,
+            max_buckets: 1,
+            ..RlqsOptions::default()
+        });
+        let rules = rules();
+        let (tx, _rx) = mpsc::channel(64);
+        let one = book.open(tx.clone()).unwrap();
+        let refused = book.open(tx).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("--rlqs-max-streams"),
+            "{}",
+            refused.message()
+        );
+        let mut empty = report("a", 1, 0);
+        empty.domain.clear();
+        assert_eq!(
+            book.report(one, empty, &rules).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        book.report(one, report("a", 1, 0), &rules).unwrap();
+        let mut other_domain = report("a", 1, 0);
+        other_domain.domain = "elsewhere".to_owned();
+        let status = book.report(one, other_domain, &rules).unwrap_err();
+        assert!(
+            status.message().contains("`elsewhere`"),
+            "{}",
+            status.message()
+        );
+        let status = book.report(one, report("b", 1, 0), &rules).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("--rlqs-max-buckets"),
+            "{}",
+            status.message()
+        );
+    }
+}

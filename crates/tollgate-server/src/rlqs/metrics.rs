@@ -1,0 +1,91 @@
+//! The quota service's gauges and counters, read from its [`QuotaBook`] at each scrape.
+//!
+//! * `ratelimit_rlqs_streams` and `ratelimit_rlqs_streams_limit` (`--rlqs-max-streams`);
+//! * `ratelimit_rlqs_buckets` and `ratelimit_rlqs_buckets_limit` (`--rlqs-max-buckets`);
+//! * `ratelimit_rlqs_assignments_total`: bucket assignments sent;
+//! * `ratelimit_rlqs_reported_requests_total{decision="allowed|denied"}`:
+//!   what the Envoys reported deciding with their assignments.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::book::QuotaBook;
+
+/// The `decision` label of the reported requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    decision: &'static str,
+}
+
+/// Writes the quota service's metrics on each scrape.
+#[derive(Debug)]
+pub struct RlqsCollector {
+    book: Arc<QuotaBook>,
+}
+
+impl RlqsCollector {
+    /// Metrics of `book`.
+    pub fn new(book: Arc<QuotaBook>) -> Self {
+        RlqsCollector { book }
+    }
+}
+
+impl Collector for RlqsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let stats = self.book.stats();
+        let options = self.book.options();
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for (name, help, value) in [
+            (
+                "ratelimit_rlqs_streams",
+                "Rate limit quota streams open",
+                stats.streams.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "ratelimit_rlqs_streams_limit",
+                "The most rate limit quota streams open at once (rlqs-max-streams)",
+                count(options.max_streams),
+            ),
+            (
+                "ratelimit_rlqs_buckets",
+                "Rate limit quota buckets tracked over all streams",
+                stats.buckets.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "ratelimit_rlqs_buckets_limit",
+                "The most rate limit quota buckets tracked (rlqs-max-buckets)",
+                count(options.max_buckets),
+            ),
+        ] {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        let assignments = ConstCounter::new(stats.assignments.load(Ordering::Relaxed));
+        assignments.encode(encoder.encode_descriptor(
+            "ratelimit_rlqs_assignments",
+            "Bucket assignments sent to Envoys (answers to reports and pushes)",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut family = encoder.encode_descriptor(
+            "ratelimit_rlqs_reported_requests",
+            "Requests the Envoys reported deciding with their assignments",
+            None,
+            MetricType::Counter,
+        )?;
+        for (decision, value) in [
+            ("allowed", stats.reported_allowed.load(Ordering::Relaxed)),
+            ("denied", stats.reported_denied.load(Ordering::Relaxed)),
+        ] {
+            ConstCounter::new(value).encode(family.encode_family(&DecisionLabels { decision })?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,296 @@
+//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, and a service restart.
+//!
+//! Envoy reports and is answered in real time (its reporting interval is
+//! 1 s), so the phases are bounded by request counts and wall-clock
+//! deadlines, and every figure is compared with the time it took.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate_core::{Clock, MonotonicClock};
+
+use tollgate_testkit::bootstrap::{Bootstrap, repository_file};
+use tollgate_testkit::envoy::{Envoy, envoy_binary};
+use tollgate_testkit::http::try_get;
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::process::log_tail;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::LoggedChild;
+use tollgate_testkit::upstream::Upstream;
+
+/// The tests' clock (real time: Envoy runs in it).
+static CLOCK: LazyLock<MonotonicClock> = LazyLock::new(MonotonicClock::new);
+
+/// The per-tenant rate of `examples/envoy/limits/quota.yaml`, per second.
+const RATE: u64 = 20;
+
+/// Starts an Envoy on `examples/envoy/rlqs.yaml` in front of `upstream`, asking `tollgate`.
+fn start_envoy(dir: &Path, name: &str, upstream: SocketAddr, tollgate: SocketAddr) -> (Envoy, u16) {
+    let (admin, port) = (free_port(), free_port());
+    let mut bootstrap = Bootstrap::example("examples/envoy/rlqs.yaml");
+    bootstrap
+        .set_admin_port(admin)
+        .set_cluster_port("backend", upstream.port())
+        .set_cluster_port("tollgate", tollgate.port())
+        .set_listener("ingress", port);
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).expect("a directory per Envoy");
+    (
+        Envoy::start(&envoy_binary(), &dir, &bootstrap.text(), admin),
+        port,
+    )
+}
+
+/// Admitted and refused requests through one Envoy.
+#[derive(Default)]
+struct Tally {
+    admitted: AtomicU64,
+    limited: AtomicU64,
+}
+
+/// One request for `tenant` through the Envoy on `port`; counted in `tally`.
+fn request(port: u16, tenant: &str, tally: &Tally) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let response = try_get(addr, "/", &[("x-tenant", tenant)]).expect("Envoy answers");
+    match response.status {
+        200 => tally.admitted.fetch_add(1, Ordering::Relaxed),
+        429 => tally.limited.fetch_add(1, Ordering::Relaxed),
+        other => panic!("unexpected status {other}: {response:#?}"),
+    };
+}
+
+/// Sends `tenant`'s requests through both Envoys, `weights` of them each
+/// round (a round goes to the first, then the second), from two threads,
+/// until `budget` has passed (at most 20 000 rounds); the tallies and the time taken.
+fn drive(
+    ports: [u16; 2],
+    tenant: &str,
+    weights: [u32; 2],
+    budget: Duration,
+) -> ([Tally; 2], Duration) {
+    let tallies = Arc::new([Tally::default(), Tally::default()]);
+    let start = CLOCK.now();
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            let tallies = Arc::clone(&tallies);
+            scope.spawn(move || {
+                for _ in 0..20_000 {
+                    if CLOCK.now().saturating_since(start) >= budget {
+                        break;
+                    }
+                    for (i, port) in ports.iter().enumerate() {
+                        for _ in 0..weights[i] {
+                            request(*port, tenant, &tallies[i]);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = CLOCK.now().saturating_since(start);
+    (
+        Arc::into_inner(tallies).expect("the threads ended"),
+        elapsed,
+    )
+}
+
+fn admitted(tallies: &[Tally; 2]) -> [u64; 2] {
+    [0, 1].map(|i| tallies[i].admitted.load(Ordering::Relaxed))
+}
+
+/// The stated bound on what a fleet admits above `rate × t`: one second of
+/// the rate (the token buckets' capacities sum to at most the rate) and
+/// one more for what goes through before a bucket's first assignment and
+/// while a share moves between Envoys.
+fn bound(t: Duration) -> u64 {
+    (RATE as f64 * t.as_secs_f64()).ceil() as u64 + 2 * RATE
+}
+
+#[test]
+fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
+    let dir = TempDir::new("rlqs-e2e");
+    let upstream = Upstream::spawn();
+    let tollgate = LoggedChild::serve(
+        &repository_file("examples/envoy/limits"),
+        dir.0.join("tollgate.log"),
+    );
+    let (first, first_port) = start_envoy(&dir.0, "first", upstream.addr, tollgate.addr);
+    let (second, second_port) = start_envoy(&dir.0, "second", upstream.addr, tollgate.addr);
+    let ports = [first_port, second_port];
+    let logs = || {
+        format!(
+            "tollgate:\n{}\nfirst envoy:\n{}\nsecond envoy:\n{}",
+            log_tail(&tollgate.log),
+            log_tail(&first.log),
+            log_tail(&second.log)
+        )
+    };
+
+    // Even demand: the pair together stays within the rate and uses it.
+    let (tallies, took) = drive(ports, "even", [1, 1], Duration::from_secs(4));
+    let [a, b] = admitted(&tallies);
+    let limited: u64 = tallies
+        .iter()
+        .map(|t| t.limited.load(Ordering::Relaxed))
+        .sum();
+    eprintln!(
+        "even demand: {a} + {b} admitted, {limited} limited in {took:?} (rate × t = {:.0})",
+        RATE as f64 * took.as_secs_f64()
+    );
+    assert!(limited > 0, "demand above the rate is limited; {}", logs());
+    assert!(
+        a + b <= bound(took),
+        "{a} + {b} admitted in {took:?}, over the bound {}; {}",
+        bound(took),
+        logs()
+    );
+    assert!(
+        (a + b) as f64 >= RATE as f64 * (took.as_secs_f64() - 2.0) * 0.5,
+        "{a} + {b} admitted in {took:?}: the fleet is starved; {}",
+        logs()
+    );
+
+    // Nine requests in ten on the first Envoy: after three reports its share follows.
+    let _ = drive(ports, "skewed", [9, 1], Duration::from_secs(3));
+    let (tallies, took) = drive(ports, "skewed", [9, 1], Duration::from_secs(3));
+    let [a, b] = admitted(&tallies);
+    eprintln!("nine in ten on the first: {a} + {b} admitted in {took:?}");
+    assert!(
+        a + b <= bound(took),
+        "{a} + {b} admitted in {took:?}; {}",
+        logs()
+    );
+    assert!(
+        a * 100 >= (a + b) * 65,
+        "the busy Envoy got {a} of {}; {}",
+        a + b,
+        logs()
+    );
+}
+
+/// `tollgate serve` of `limits` with its gRPC listener on `grpc_port`.
+fn serve_on(limits: &Path, grpc_port: u16, log: std::path::PathBuf) -> LoggedChild {
+    let mut command = tollgate_testkit::tollgate::tollgate(&["serve", "--config"]);
+    command.arg(limits).args([
+        "--grpc-addr",
+        &format!("127.0.0.1:{grpc_port}"),
+        "--http-addr",
+        "127.0.0.1:0",
+        "--log-level",
+        "warn",
+    ]);
+    LoggedChild::spawn(command, log, false)
+}
+
+#[test]
+fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
+    let dir = TempDir::new("rlqs-rules");
+    let limits = dir.0.join("limits");
+    std::fs::create_dir_all(&limits).expect("a limits directory");
+    std::fs::write(
+        limits.join("quota.yaml"),
+        format!(
+            "domain: quota\ndescriptors:\n  - key: name\n    value: api\n    descriptors:\n      - key: tenant\n        value: blocked\n        rate_limit: {{unit: second, requests_per_unit: 0}}\n      - key: tenant\n        value: open\n        rate_limit: {{unlimited: true}}\n      - key: tenant\n        rate_limit: {{unit: second, requests_per_unit: {RATE}}}\n"
+        ),
+    )
+    .expect("the limits file is written");
+    let upstream = Upstream::spawn();
+    let grpc_port = free_port();
+    let mut tollgate = serve_on(&limits, grpc_port, dir.0.join("tollgate.log"));
+    let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
+    let logs = |tollgate: &LoggedChild| {
+        format!(
+            "tollgate:\n{}\nenvoy:\n{}",
+            log_tail(&tollgate.log),
+            log_tail(&envoy.log)
+        )
+    };
+    let tally = Tally::default();
+
+    // A bucket whose rule allows 0: denied from its first assignment on.
+    let deadline = CLOCK.now().saturating_add(Duration::from_secs(5));
+    while tally.limited.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
+        request(port, "blocked", &tally);
+    }
+    assert!(
+        tally.limited.load(Ordering::Relaxed) > 0,
+        "never denied; {}",
+        logs(&tollgate)
+    );
+    let before = tally.admitted.load(Ordering::Relaxed);
+    for _ in 0..20 {
+        request(port, "blocked", &tally);
+    }
+    assert_eq!(
+        tally.admitted.load(Ordering::Relaxed),
+        before,
+        "deny-all holds; {}",
+        logs(&tollgate)
+    );
+
+    // An unlimited bucket: everything passes, far above any rate.
+    let open = Tally::default();
+    let start = CLOCK.now();
+    for _ in 0..400 {
+        request(port, "open", &open);
+    }
+    let took = CLOCK.now().saturating_since(start);
+    assert_eq!(
+        open.limited.load(Ordering::Relaxed),
+        0,
+        "allow-all holds; {}",
+        logs(&tollgate)
+    );
+    assert!(
+        open.admitted.load(Ordering::Relaxed) > bound(took),
+        "400 in {took:?} is above any share"
+    );
+
+    // A limited bucket, then the service stopped: Envoy keeps the last
+    // assignment (reuse_last_assignment), so the limit holds.
+    let _ = drive([port, port], "steady", [1, 0], Duration::from_secs(2));
+    tollgate.child.stop();
+    let (tallies, took) = drive([port, port], "steady", [1, 0], Duration::from_secs(2));
+    let [a, _] = admitted(&tallies);
+    eprintln!("service stopped: {a} admitted in {took:?}");
+    assert!(
+        tallies[0].limited.load(Ordering::Relaxed) > 0,
+        "still limited with the service stopped"
+    );
+    assert!(
+        a <= bound(took),
+        "{a} admitted in {took:?} with the service stopped"
+    );
+
+    // Restarted on the same port: Envoy reopens its stream at a report
+    // tick once its connection retries reach the new process (seconds),
+    // then a new bucket gets its assignment from it.
+    tollgate = serve_on(&limits, grpc_port, dir.0.join("tollgate-2.log"));
+    let reopened = Tally::default();
+    let deadline = CLOCK.now().saturating_add(Duration::from_secs(20));
+    while reopened.limited.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
+        request(port, "after-restart", &reopened);
+    }
+    assert!(
+        reopened.limited.load(Ordering::Relaxed) > 0,
+        "no assignment from the restarted service; {}",
+        logs(&tollgate)
+    );
+    let (tallies, took) = drive(
+        [port, port],
+        "after-restart",
+        [1, 0],
+        Duration::from_secs(3),
+    );
+    let [a, _] = admitted(&tallies);
+    eprintln!("after the restart: {a} admitted in {took:?}");
+    assert!(
+        a <= bound(took),
+        "{a} admitted in {took:?} after the restart; {}",
+        logs(&tollgate)
+    );
+}
