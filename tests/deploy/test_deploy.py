@@ -196,6 +196,22 @@ class Istio(unittest.TestCase):
         self.assertEqual(envoy_grpc["authority"], host)
         self.assertEqual(ratelimit[0]["typed_config"]["domain"], "edge")
 
+    def test_the_quota_filter_asks_the_tollgate_service(self):
+        service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
+        grpc = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc")
+        host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
+        quota = [
+            patch["patch"]["value"]
+            for f in self.filters()
+            for patch in f["spec"]["configPatches"]
+            if patch["patch"]["value"].get("name") == "envoy.filters.http.rate_limit_quota"
+        ]
+        self.assertEqual(len(quota), 1)
+        envoy_grpc = quota[0]["typed_config"]["rlqs_server"]["envoy_grpc"]
+        self.assertEqual(envoy_grpc["cluster_name"], f"outbound|{grpc}||{host}")
+        self.assertEqual(envoy_grpc["authority"], host)
+        self.assertEqual(quota[0]["typed_config"]["domain"], "edge")
+
 
 class Image(unittest.TestCase):
     def setUp(self):

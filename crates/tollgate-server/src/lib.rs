@@ -19,6 +19,7 @@
 pub mod bounds;
 pub mod build_info;
 pub mod engine;
+pub mod failure_log;
 pub mod grpc;
 pub mod http;
 pub mod metric_key;

@@ -26,6 +26,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::collections::HashMap;
 
+use crate::failure_log::FailureLog;
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
 use tollgate_core::lease::LeasePolicy;
 use tollgate_core::{AnyAlgorithm, Clock, Decision, Outcome, Timestamp};
@@ -345,6 +346,8 @@ pub struct RemoteStore {
     last_decision: AtomicU64,
     options: RemoteOptions,
     stats: StoreStats,
+    /// Store failures logged at warn, rate-limited.
+    failures: FailureLog,
 }
 
 impl RemoteStore {
@@ -371,6 +374,7 @@ impl RemoteStore {
             last_decision: AtomicU64::new(0),
             options,
             stats: StoreStats::default(),
+            failures: FailureLog::default(),
         })
     }
 
@@ -447,7 +451,7 @@ impl RemoteStore {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 self.stats.fallback.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure(clock.now());
-                tracing::debug!(error = %e, "counter store call failed");
+                self.failures.record(clock.now(), &e);
                 Err(e)
             }
         }

@@ -51,6 +51,9 @@ use crate::CommandError;
 /// The arguments of `tollgate bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// How log lines, warnings and errors are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// What to load.
     #[command(subcommand)]
     pub target: BenchTarget,

@@ -23,6 +23,9 @@ use crate::tls_args::ClientTlsArgs;
     after_help = "Exit status: 0 OK, 3 OVER_LIMIT, 1 error (unreachable, rejected), 2 usage."
 )]
 pub struct CheckArgs {
+    /// How log lines, warnings and errors are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// The service's address.
     #[arg(
         long,

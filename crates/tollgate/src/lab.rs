@@ -17,6 +17,9 @@ use crate::CommandError;
     tollgate lab --addr 127.0.0.1:0     # any free port; the address is printed\n  \
     tollgate lab --redis redis://127.0.0.1:6379   # runs decide on Redis with the production script")]
 pub struct LabArgs {
+    /// How log lines, warnings and errors are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// Where to serve the page. Loopback by default: the lab has no authentication.
     #[arg(
         long,
@@ -36,10 +39,10 @@ pub struct LabArgs {
 /// Runs `tollgate lab` until Ctrl-C or SIGTERM.
 pub fn run(args: &LabArgs) -> Result<(), CommandError> {
     if !args.addr.ip().is_loopback() {
-        eprintln!(
-            "warning: serving the lab on {}, which is not loopback: anyone who can reach it can run simulations",
+        crate::logging::warning(&format!(
+            "serving the lab on {}, which is not loopback: anyone who can reach it can run simulations",
             args.addr
-        );
+        ));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

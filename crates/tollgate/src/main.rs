@@ -14,6 +14,7 @@ mod check;
 mod generate;
 mod lab;
 mod limits_args;
+mod logging;
 mod proxy;
 mod serve;
 mod simulate;
@@ -91,6 +92,18 @@ impl fmt::Display for CommandError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // serve and proxy install their own subscriber (their level and format flags).
+    let tool_logs = match &cli.command {
+        Command::Simulate(args) => Some((tracing::Level::WARN, args.log.log_format)),
+        Command::Validate(args) => Some((tracing::Level::WARN, args.log.log_format)),
+        Command::Check(args) => Some((tracing::Level::WARN, args.log.log_format)),
+        Command::Bench(args) => Some((tracing::Level::WARN, args.log.log_format)),
+        Command::Lab(args) => Some((tracing::Level::INFO, args.log.log_format)),
+        Command::Serve(_) | Command::Proxy(_) | Command::Completions(_) | Command::Man(_) => None,
+    };
+    if let Some((level, format)) = tool_logs {
+        logging::init(level, format);
+    }
     let result = match &cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Validate(args) => validate::run(args),
@@ -109,7 +122,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            logging::error(&error.to_string());
             error.exit_code()
         }
     }

@@ -1,6 +1,6 @@
 //! `tollgate proxy`: the HTTP sidecar / edge proxy with Envoy's local and global rate-limit filters.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,6 +76,9 @@ pub struct ProxyArgs {
     /// The most verbose level logged on stderr [default: info].
     #[arg(long, env = "TOLLGATE_PROXY_LOG_LEVEL", value_name = "LEVEL")]
     pub log_level: Option<tracing::Level>,
+    /// How log lines are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 impl ProxyArgs {
@@ -95,11 +98,10 @@ impl ProxyArgs {
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
 pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(args.log_level.unwrap_or(tracing::Level::INFO))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    crate::logging::init(
+        args.log_level.unwrap_or(tracing::Level::INFO),
+        args.log.log_format,
+    );
     let source = match (&args.config, args.listen, args.upstream) {
         (Some(path), None, None) => ConfigSource::File(path.clone()),
         (None, Some(listen), Some(upstream)) => ConfigSource::Sidecar {

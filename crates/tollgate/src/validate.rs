@@ -16,6 +16,9 @@ pub struct ValidateArgs {
     /// How the files are read.
     #[command(flatten)]
     pub limits: LimitsArgs,
+    /// How diagnostics and errors are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
 }
 
 /// Loads the limits at `args.path`, prints each diagnostic on stderr and a summary on stdout.
@@ -29,7 +32,7 @@ pub fn run(args: &ValidateArgs) -> Result<(), CommandError> {
         CommandError::Usage(format!("cannot read {}: {error}", args.path.display()))
     })?;
     for diagnostic in loaded.diagnostics.all() {
-        eprintln!("{diagnostic}");
+        crate::logging::diagnostic(diagnostic);
     }
     let errors = loaded.diagnostics.error_count();
     let warnings = loaded.diagnostics.warning_count();

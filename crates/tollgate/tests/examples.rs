@@ -2,9 +2,11 @@
 //! against Tollgate: `examples/envoy/local.yaml` (and the same filter in
 //! `tollgate proxy`), `examples/envoy/both.yaml`, the filter and route
 //! actions inside `deploy/istio/global/ratelimit.yaml` (taken out of the
-//! EnvoyFilters and put into the global example's listener), and the
-//! per-pod Istio filters of `examples/istio/`. `examples/envoy/global.yaml`
-//! is run by `tests/envoy.rs`. The limits ConfigMap of `deploy/kubernetes`
+//! EnvoyFilters and put into the global example's listener), the rate
+//! limit quota filter of `deploy/istio/rlqs/quota.yaml` (in the RLQS
+//! example's listener), and the per-pod Istio filters of `examples/istio/`.
+//! `examples/envoy/global.yaml` is run by `tests/envoy.rs`,
+//! `examples/envoy/rlqs.yaml` by `tests/rlqs.rs`. The limits ConfigMap of `deploy/kubernetes`
 //! is `examples/limits` and validates.
 //!
 //! Everything listens on 127.0.0.1; every wait and loop is bounded.
@@ -330,5 +332,48 @@ fn the_istio_local_examples_run_in_envoy() {
         }
         let refused = refused.unwrap_or_else(|| panic!("{file}: no 429 within one second"));
         assert_eq!(refused.header("x-local-rate-limit"), Some("true"), "{file}");
+    }
+}
+
+#[test]
+fn the_istio_rlqs_example_runs_in_envoy_against_tollgate() {
+    let dir = TempDir::new("example-istio-rlqs");
+    let upstream = Upstream::spawn();
+    let tollgate = LoggedChild::serve(&configmap_limits(dir.path()), dir.0.join("tollgate.log"));
+
+    let documents = yaml_documents("deploy/istio/rlqs/quota.yaml");
+    let filter = patch_value(&documents, "HTTP_FILTER");
+    assert_eq!(filter["name"], "envoy.filters.http.rate_limit_quota");
+    let typed_config = filter["typed_config"].clone();
+    let cluster_name = typed_config["rlqs_server"]["envoy_grpc"]["cluster_name"]
+        .as_str()
+        .expect("the RLQS cluster")
+        .to_owned();
+
+    // The RLQS example's listener with the EnvoyFilter's filter, and the
+    // tollgate cluster under Istio's name.
+    let mut bootstrap = Bootstrap::example("examples/envoy/rlqs.yaml");
+    bootstrap.set_cluster_port("tollgate", tollgate.addr.port());
+    let cluster = bootstrap.cluster("tollgate");
+    cluster["name"] = cluster_name.clone().into();
+    cluster["load_assignment"]["cluster_name"] = cluster_name.into();
+    *bootstrap.http_filter("ingress", "envoy.filters.http.rate_limit_quota") = typed_config;
+    let (envoy, addr) = start(&mut bootstrap, dir.path(), upstream.addr);
+
+    // path=/login: 3 a minute. The requests before the first assignment
+    // pass (ALLOW_ALL, about one round trip); then the pod's share, all 3
+    // while it is alone: at most twice the limit in all (docs/quota.md).
+    let (passed, refused, _) =
+        until_refused(50, Stopwatch::start(), |_| get(&envoy, addr, "/login", &[]));
+    assert!(
+        passed <= 2 * 3,
+        "{passed} passed before the first 429; tollgate log:\n{}\nenvoy log:\n{}",
+        log_tail(&tollgate.log),
+        log_tail(&envoy.log)
+    );
+    assert_eq!(refused.status, 429);
+    // Other paths match no bucket and pass.
+    for _ in 0..10 {
+        assert_eq!(get(&envoy, addr, "/other", &[]).status, 200);
     }
 }

@@ -16,6 +16,7 @@ use tollgate_server::store::RemoteOptions;
 use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
 
 use crate::limits_args::LimitsArgs;
+pub use crate::logging::LogFormat;
 use crate::tls_args::ServeTlsArgs;
 
 use super::*;
@@ -296,13 +297,4 @@ pub(super) fn parse_offset(text: &str) -> Result<i64, String> {
     let d = tollgate_core::duration::parse_duration(magnitude).map_err(|e| e.to_string())?;
     let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
     Ok(if negative { -nanos } else { nanos })
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Plain lines for people: time, level, message, fields.
-    #[default]
-    Text,
-    /// One JSON object per line: `timestamp`, `level`, `fields.message`, the other fields.
-    Json,
 }

@@ -9,7 +9,7 @@ mod combine;
 #[cfg(test)]
 mod tests;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,13 +47,7 @@ use combine::*;
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
     // A second initialisation (only possible in tests) keeps the first subscriber.
-    let logs = tracing_subscriber::fmt()
-        .with_max_level(settings.log_level)
-        .with_writer(std::io::stderr);
-    let _ = match settings.log_format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => logs.json().with_ansi(false).try_init(),
-    };
+    crate::logging::init(settings.log_level, settings.log_format);
     for note in &settings.notes {
         tracing::info!("{note}");
     }
@@ -79,7 +73,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         Ok(ok) => ok,
         Err(diagnostics) => {
             for diagnostic in diagnostics.all() {
-                eprintln!("{diagnostic}");
+                crate::logging::diagnostic(diagnostic);
             }
             return Err(CommandError::Failed(format!(
                 "{} has errors; not starting",
@@ -88,7 +82,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         }
     };
     for diagnostic in warnings.all() {
-        eprintln!("{diagnostic}");
+        crate::logging::diagnostic(diagnostic);
     }
     if rules.rule_count() == 0 && !args.limits.allow_empty_config {
         tracing::warn!(

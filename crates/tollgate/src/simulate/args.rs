@@ -20,6 +20,9 @@ use crate::CommandError;
     tollgate simulate --compare sliding_window,sliding_log --limit 100 --window 1s --traffic poisson --arrival-rate 110 --duration 1h\n  \
     tollgate simulate --algorithm token-bucket --max-tokens 5 --tokens-per-fill 2 --fill-interval 1s --arrival-rate 10 --duration 10s --redis redis://127.0.0.1:6379")]
 pub struct SimulateArgs {
+    /// How log lines, warnings and errors are written.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
     /// The algorithm to simulate.
     #[arg(
         long,
