@@ -180,37 +180,34 @@ class Istio(unittest.TestCase):
                     self.assertIn(patch["patch"]["operation"], {"INSERT_BEFORE", "MERGE"})
                     self.assertEqual(patch["match"]["context"], "SIDECAR_INBOUND")
 
-    def test_the_global_filter_asks_the_tollgate_service(self):
+    def assert_asks_tollgate(self, filter_name, envoy_grpc_of):
+        """The one EnvoyFilter value named `filter_name` asks the tollgate Service, domain `edge`."""
         service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
         grpc = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc")
         host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
-        ratelimit = [
+        values = [
             patch["patch"]["value"]
             for f in self.filters()
             for patch in f["spec"]["configPatches"]
-            if patch["patch"]["value"].get("name") == "envoy.filters.http.ratelimit"
+            if patch["patch"]["value"].get("name") == filter_name
         ]
-        self.assertEqual(len(ratelimit), 1)
-        envoy_grpc = ratelimit[0]["typed_config"]["rate_limit_service"]["grpc_service"]["envoy_grpc"]
+        self.assertEqual(len(values), 1)
+        envoy_grpc = envoy_grpc_of(values[0]["typed_config"])
         self.assertEqual(envoy_grpc["cluster_name"], f"outbound|{grpc}||{host}")
         self.assertEqual(envoy_grpc["authority"], host)
-        self.assertEqual(ratelimit[0]["typed_config"]["domain"], "edge")
+        self.assertEqual(values[0]["typed_config"]["domain"], "edge")
+
+    def test_the_global_filter_asks_the_tollgate_service(self):
+        self.assert_asks_tollgate(
+            "envoy.filters.http.ratelimit",
+            lambda config: config["rate_limit_service"]["grpc_service"]["envoy_grpc"],
+        )
 
     def test_the_quota_filter_asks_the_tollgate_service(self):
-        service = next(s for s in by_kind("Service") if s["metadata"]["name"] == "tollgate")
-        grpc = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "grpc")
-        host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
-        quota = [
-            patch["patch"]["value"]
-            for f in self.filters()
-            for patch in f["spec"]["configPatches"]
-            if patch["patch"]["value"].get("name") == "envoy.filters.http.rate_limit_quota"
-        ]
-        self.assertEqual(len(quota), 1)
-        envoy_grpc = quota[0]["typed_config"]["rlqs_server"]["envoy_grpc"]
-        self.assertEqual(envoy_grpc["cluster_name"], f"outbound|{grpc}||{host}")
-        self.assertEqual(envoy_grpc["authority"], host)
-        self.assertEqual(quota[0]["typed_config"]["domain"], "edge")
+        self.assert_asks_tollgate(
+            "envoy.filters.http.rate_limit_quota",
+            lambda config: config["rlqs_server"]["envoy_grpc"],
+        )
 
 
 class Image(unittest.TestCase):
