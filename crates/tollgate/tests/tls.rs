@@ -132,3 +132,98 @@ fn a_rotated_certificate_is_served_without_a_restart() {
         "the old certificate is gone"
     );
 }
+
+/// A proxy config whose global limit asks `rls` over TLS with `tls` (a YAML flow mapping), `failure_mode_deny: true`.
+fn proxy_over_tls(upstream: std::net::SocketAddr, rls: &str, tls: &str) -> String {
+    format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nglobal_ratelimit:\n  domain: edge\n  rate_limit_service: {{address: \"{rls}\", tls: {tls}}}\n  timeout: 2s\n  failure_mode_deny: true\n  status_on_error: {{code: 503}}\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limits:\n      - actions:\n          - request_headers: {{header_name: x-key, descriptor_key: api_key}}\n"
+    )
+}
+
+#[test]
+fn the_proxy_asks_the_service_over_mutual_tls_and_refuses_a_server_of_another_ca() {
+    let dir = TempDir::new("proxy-rls-tls");
+    let ca = TestCa::new(dir.path(), "mesh");
+    install(&ca.issue("server", &["127.0.0.1", "localhost"]), dir.path());
+    let client = ca.issue("proxy", &["proxy.mesh.local"]);
+    let stranger = TestCa::new(dir.path(), "stranger");
+    let server = serve_tls(
+        dir.path(),
+        &["--tls-client-ca", ca.ca().to_str().expect("UTF-8")],
+        &[],
+    );
+    let rls = server.address();
+    let upstream = tollgate_testkit::upstream::Upstream::spawn();
+    let path = |p: &Path| p.to_str().expect("UTF-8").to_owned();
+    let start = |name: &str, tls: String| {
+        let file = dir.0.join(format!("{name}.yaml"));
+        std::fs::write(&file, proxy_over_tls(upstream.addr, &rls, &tls)).expect("written");
+        tollgate_testkit::tollgate::LoggedChild::proxy(
+            &[
+                "--config",
+                file.to_str().expect("UTF-8"),
+                "--log-level",
+                "warn",
+            ],
+            dir.0.join(format!("{name}.log")),
+            false,
+        )
+    };
+
+    // Mutual TLS: the service's answers hold (api_key: a token bucket of 10
+    // a second): 15 quick requests admit 10 plus what refilled meanwhile.
+    let trusted = start(
+        "trusted",
+        format!(
+            "{{ca: \"{}\", cert: \"{}\", key: \"{}\"}}",
+            path(ca.ca()),
+            path(&client.cert),
+            path(&client.key)
+        ),
+    );
+    let clock = tollgate_testkit::budget::Stopwatch::start();
+    let admitted = (0..15)
+        .filter(|_| {
+            tollgate_testkit::http::get(trusted.addr, "/", &[("x-key", "k1")]).status == 200
+        })
+        .count();
+    let refilled = (clock.elapsed().as_secs_f64() * 10.0).ceil() as usize;
+    assert!(
+        (10..=10 + refilled).contains(&admitted),
+        "{admitted} of 15 admitted in {:?}; log:\n{}",
+        clock.elapsed(),
+        tollgate_testkit::process::log_tail(&trusted.log)
+    );
+
+    // A service certificate of another CA: no answer, so failure_mode_deny's 503.
+    let wary = start("wary", format!("{{ca: \"{}\"}}", path(stranger.ca())));
+    let refused = tollgate_testkit::http::get(wary.addr, "/", &[("x-key", "k2")]);
+    assert_eq!(refused.status, 503, "{refused:#?}");
+    // No client certificate: the service refuses the handshake, the same 503.
+    let anonymous = start("anonymous", format!("{{ca: \"{}\"}}", path(ca.ca())));
+    assert_eq!(
+        tollgate_testkit::http::get(anonymous.addr, "/", &[("x-key", "k2")]).status,
+        503
+    );
+
+    // A key without its certificate is a config error naming the field.
+    let file = dir.0.join("broken.yaml");
+    std::fs::write(
+        &file,
+        proxy_over_tls(
+            upstream.addr,
+            &rls,
+            &format!("{{key: \"{}\"}}", path(&client.key)),
+        ),
+    )
+    .expect("written");
+    let output = tollgate(&["proxy", "--config", file.to_str().expect("UTF-8")])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rate_limit_service.tls: missing the client certificate"),
+        "{stderr}"
+    );
+}

@@ -308,6 +308,24 @@ pub struct GlobalRateLimitConfig {
 pub struct RateLimitServiceConfig {
     /// `ip:port`.
     pub address: SocketAddr,
+    /// TLS towards the service (Envoy's `UpstreamTlsContext` in spirit); plain HTTP/2 without it.
+    #[serde(default)]
+    pub tls: Option<RlsTlsConfig>,
+}
+
+/// TLS towards the rate limit service: the CA its certificate must chain
+/// to, an optional client certificate (mutual TLS), the name to check.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlsTlsConfig {
+    /// PEM CA bundle the service's certificate must chain to (default: the system's trust store).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM client certificate chain to present; needs `key`.
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM private key of `cert`.
+    pub key: Option<std::path::PathBuf>,
+    /// The name sent as SNI and checked against the service's certificate (default: the address's IP).
+    pub server_name: Option<String>,
 }
 
 /// The 429/503 contract beyond Envoy's fields.

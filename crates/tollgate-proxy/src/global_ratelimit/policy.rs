@@ -9,7 +9,9 @@ use tollgate_protocol::rls::convert::wire_request;
 use tollgate_protocol::rls::model::{self, RateLimitRequest};
 use tollgate_protocol::rls::wire;
 
-use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig, envoy};
+use tollgate_tls::{ALPN_H2, ClientTlsFiles};
+
+use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig, RateLimitServiceConfig, envoy};
 use crate::descriptors::{self, Descriptor, DescriptorRule};
 use crate::local_ratelimit::HeaderToAdd;
 
@@ -62,14 +64,8 @@ impl GlobalRateLimit {
             &at.key("enable_x_ratelimit_headers"),
         )?;
         let stage = envoy::stage(config.stage, &at.key("stage"))?;
-        let client =
-            RlsClient::connect_lazy(format!("http://{}", config.rate_limit_service.address))
-                .map_err(|e| {
-                    at.key("rate_limit_service")
-                        .key("address")
-                        .error(e.to_string())
-                })?
-                .with_timeout(timeout);
+        let client = rls_client(&config.rate_limit_service, &at.key("rate_limit_service"))?
+            .with_timeout(timeout);
         Ok(GlobalRateLimit {
             domain: config.domain.clone(),
             address: config.rate_limit_service.address,
@@ -132,4 +128,26 @@ impl GlobalRateLimit {
 /// The RLS model's descriptors for the proxy's: the same entries and costs (`hits_addend`).
 pub fn rls_descriptors(descriptors: &[Descriptor]) -> Vec<model::Descriptor> {
     descriptors.to_vec()
+}
+
+/// The client of the service `config` names: plain HTTP/2, or TLS (with a
+/// client certificate when given) when it has a `tls` block. A file that
+/// cannot be read or used is an error at the `tls` field.
+fn rls_client(config: &RateLimitServiceConfig, at: &ConfigPath) -> Result<RlsClient, FieldError> {
+    let address = config.address;
+    let client = match &config.tls {
+        None => RlsClient::connect_lazy(format!("http://{address}")),
+        Some(tls) => {
+            let connector = ClientTlsFiles {
+                ca: tls.ca.clone(),
+                cert: tls.cert.clone(),
+                key: tls.key.clone(),
+                server_name: tls.server_name.clone(),
+            }
+            .connector(&[ALPN_H2])
+            .map_err(|e| at.key("tls").error(e.to_string()))?;
+            RlsClient::connect_lazy_tls(format!("https://{address}"), connector)
+        }
+    };
+    client.map_err(|e| at.key("address").error(e.to_string()))
 }
