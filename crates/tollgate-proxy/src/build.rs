@@ -23,6 +23,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tollgate_shed::concurrency::ConcurrencyLimitLayer;
 use tollgate_shed::priority::PriorityLayer;
+use tollgate_tls::{ALPN_H2, ALPN_HTTP1, DEFAULT_HANDSHAKE_TIMEOUT, ServerTlsFiles, TlsAcceptor};
 use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
@@ -130,7 +131,7 @@ impl std::fmt::Debug for Route {
 }
 
 /// One listener as configured.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ListenerSpec {
     /// Where it listens.
     pub address: SocketAddr,
@@ -138,7 +139,22 @@ pub struct ListenerSpec {
     pub name: String,
     /// What it allows a client connection.
     pub limits: ListenerLimits,
+    /// TLS on its connections, its files read (`None`: plain).
+    pub tls: Option<TlsAcceptor>,
 }
+
+impl PartialEq for ListenerSpec {
+    /// The same listener: the same address, name, limits and TLS files.
+    fn eq(&self, other: &Self) -> bool {
+        self.address == other.address
+            && self.name == other.name
+            && self.limits == other.limits
+            && self.tls.as_ref().map(TlsAcceptor::files)
+                == other.tls.as_ref().map(TlsAcceptor::files)
+    }
+}
+
+impl Eq for ListenerSpec {}
 
 /// One configuration generation: what requests are routed with.
 pub struct Runtime {
@@ -254,6 +270,20 @@ pub fn build(
                 limits: ListenerLimits::default()
                     .with(&LimitSettings::from(l), &at)
                     .map_err(in_file)?,
+                tls: l
+                    .tls
+                    .as_ref()
+                    .map(|tls| {
+                        let files = ServerTlsFiles {
+                            cert: tls.cert.clone(),
+                            key: tls.key.clone(),
+                            client_ca: tls.client_ca.clone(),
+                            client_sans: tls.client_sans.clone(),
+                        };
+                        TlsAcceptor::new(files, &[ALPN_H2, ALPN_HTTP1], DEFAULT_HANDSHAKE_TIMEOUT)
+                            .map_err(|e| in_file(at.key("tls").error(e.to_string())))
+                    })
+                    .transpose()?,
             })
         })
         .collect::<Result<Vec<_>, ConfigError>>()?;

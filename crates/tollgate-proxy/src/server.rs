@@ -25,7 +25,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tollgate_runtime::{
     AbortOnDrop, AcceptOptions, ConfigWatcher, ConnectionLimit, DEFAULT_DEBOUNCE, EveryEntry,
-    Shutdown, serve_connections,
+    Shutdown, serve_connections, watch_tls,
 };
 use tower::ServiceExt;
 
@@ -244,16 +244,19 @@ pub async fn serve<F>(
         proxy
             .metrics
             .watch_connections(&spec.name, Arc::clone(&limit));
+        // A certificate that changes on disk is served from the next handshake.
+        let tls_reloading = spec.tls.as_ref().map(|tls| watch_tls(tls, "proxy"));
         let options = AcceptOptions {
             name: "proxy",
             drain_timeout: Some(drain),
             connection_limit: Some(limit),
-            tls: None,
+            tls: spec.tls.clone(),
         };
         let proxy = Arc::clone(&proxy);
         let stopped = stop.stopped();
         let limits = spec.limits;
         servers.push(tokio::spawn(async move {
+            let _tls_reloading = tls_reloading;
             let builder = connection_builder(&limits);
             serve_connections(listener, stopped, options, move |stream, peer| {
                 let scope = Arc::new(ConnectionScope::default());

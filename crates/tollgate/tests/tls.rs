@@ -227,3 +227,105 @@ fn the_proxy_asks_the_service_over_mutual_tls_and_refuses_a_server_of_another_ca
         "{stderr}"
     );
 }
+
+/// One GET of `/` over TLS to `addr` with `files` offering `alpn`: the status, or why there is none.
+fn https_get(
+    addr: std::net::SocketAddr,
+    files: &tollgate_tls::ClientTlsFiles,
+    alpn: &'static [u8],
+) -> Result<u16, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let connector = files.connector(&[alpn]).map_err(|e| e.to_string())?;
+        let stream = connector
+            .connect_to("127.0.0.1", addr.port())
+            .await
+            .map_err(|e| e.to_string())?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let request = http::Request::get("/")
+            .header("host", "localhost")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("a request");
+        let response = if alpn == tollgate_tls::ALPN_H2 {
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            sender.send_request(request).await
+        } else {
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            sender.send_request(request).await
+        };
+        response
+            .map(|r| r.status().as_u16())
+            .map_err(|e| e.to_string())
+    })
+}
+
+#[test]
+fn the_proxy_serves_its_listener_over_mutual_tls_on_http1_and_h2() {
+    let dir = TempDir::new("proxy-listener-tls");
+    let ca = TestCa::new(dir.path(), "edge");
+    let server = ca.issue("proxy", &["127.0.0.1", "localhost"]);
+    let client = ca.issue("client", &["client.edge.local"]);
+    let stranger = TestCa::new(dir.path(), "stranger").issue("client", &["client.edge.local"]);
+    let upstream = tollgate_testkit::upstream::Upstream::spawn();
+    let path = |p: &Path| p.to_str().expect("UTF-8").to_owned();
+    let file = dir.0.join("proxy.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "listeners:\n  - address: 127.0.0.1:0\n    tls: {{cert: \"{}\", key: \"{}\", client_ca: \"{}\"}}\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{}\"}}]\nroutes:\n  - name: all\n    cluster: backend\n",
+            path(&server.cert),
+            path(&server.key),
+            path(ca.ca()),
+            upstream.addr
+        ),
+    )
+    .expect("written");
+    let proxy = tollgate_testkit::tollgate::LoggedChild::proxy(
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.0.join("proxy.log"),
+        false,
+    );
+    let files = |client: Option<&Issued>| tollgate_tls::ClientTlsFiles {
+        ca: Some(ca.ca().to_path_buf()),
+        cert: client.map(|c| c.cert.clone()),
+        key: client.map(|c| c.key.clone()),
+        server_name: None,
+    };
+    for alpn in [tollgate_tls::ALPN_HTTP1, tollgate_tls::ALPN_H2] {
+        assert_eq!(
+            https_get(proxy.addr, &files(Some(&client)), alpn),
+            Ok(200),
+            "ALPN {alpn:?}"
+        );
+    }
+    assert!(
+        https_get(proxy.addr, &files(None), tollgate_tls::ALPN_HTTP1).is_err(),
+        "no client certificate"
+    );
+    assert!(
+        https_get(
+            proxy.addr,
+            &files(Some(&stranger)),
+            tollgate_tls::ALPN_HTTP1
+        )
+        .is_err(),
+        "another CA's client"
+    );
+    // Plain HTTP to a TLS listener gets no answer.
+    assert!(tollgate_testkit::http::try_get(proxy.addr, "/", &[]).is_err());
+}

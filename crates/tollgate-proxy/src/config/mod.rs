@@ -153,6 +153,24 @@ pub struct ListenerConfig {
     pub max_connections: Option<usize>,
     /// The largest request head in KiB (default 60, Envoy's); a larger one gets 431.
     pub max_request_headers_kb: Option<u32>,
+    /// TLS on this listener (HTTP/1.1 and HTTP/2 by ALPN); plain HTTP without it.
+    #[serde(default)]
+    pub tls: Option<ListenerTlsConfig>,
+}
+
+/// A listener's TLS: its certificate, and optionally the CA its clients' certificates must chain to.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerTlsConfig {
+    /// PEM certificate chain, reloaded when the file changes.
+    pub cert: std::path::PathBuf,
+    /// PEM private key, reloaded with the certificate.
+    pub key: std::path::PathBuf,
+    /// PEM CA bundle: clients must present a certificate of it (mutual TLS).
+    pub client_ca: Option<std::path::PathBuf>,
+    /// With `client_ca`: the DNS or IP SANs a client certificate must name one of (empty: any).
+    #[serde(default)]
+    pub client_sans: Vec<String>,
 }
 
 /// The admin listener.
