@@ -31,7 +31,7 @@ use tower::util::BoxCloneSyncService;
 use crate::ProxyBody;
 use crate::config::{
     self, ConcurrencyLimitConfig, ConfigError, ConfigPath, FieldError, LimitSettings,
-    ListenerLimits, ProxyConfig, ResponseContractConfig,
+    ListenerLimits, ProxyConfig, ResponseContractConfig, UpstreamTlsConfig,
 };
 use crate::context::RequestContext;
 use crate::descriptors;
@@ -355,16 +355,20 @@ pub fn build(
                 })
             })
             .transpose()?;
-        clusters.push(Arc::new(Cluster::new(
-            &c.name,
-            endpoints,
-            balancer,
-            hash_key_header,
-            c.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-            c.http2,
-            c.max_idle_per_endpoint
-                .unwrap_or(DEFAULT_MAX_IDLE_PER_ENDPOINT),
-        )));
+        clusters.push(Arc::new(
+            Cluster::new(
+                &c.name,
+                endpoints,
+                balancer,
+                hash_key_header,
+                c.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                c.http2,
+                c.max_idle_per_endpoint
+                    .unwrap_or(DEFAULT_MAX_IDLE_PER_ENDPOINT),
+                c.tls.as_ref().map(UpstreamTlsConfig::files).as_ref(),
+            )
+            .map_err(|e| in_file(at.key("tls").error(e.to_string())))?,
+        ));
     }
     let listener_policy = local_policy(
         file,

@@ -33,6 +33,25 @@ pub struct ClientTlsFiles {
 impl ClientTlsFiles {
     /// Reads the files and builds a connector offering `alpn` (in order of preference).
     pub fn connector(&self, alpn: &[&[u8]]) -> Result<TlsConnector, TlsError> {
+        let config = self.client_config(alpn)?;
+        let server_name = self
+            .server_name
+            .as_ref()
+            .map(|name| {
+                ServerName::try_from(name.clone())
+                    .map_err(|_| TlsError::BadName { name: name.clone() })
+            })
+            .transpose()?;
+        Ok(TlsConnector {
+            inner: tokio_rustls::TlsConnector::from(config),
+            server_name,
+        })
+    }
+
+    /// Reads the files and builds the rustls client configuration offering
+    /// `alpn`, for a client that makes its own connections (an HTTPS pool);
+    /// `server_name` is then the caller's to use.
+    pub fn client_config(&self, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, TlsError> {
         let roots = match &self.ca {
             Some(ca) => pem::roots(ca)?,
             None => Arc::new(system_roots()),
@@ -58,18 +77,7 @@ impl ClientTlsFiles {
             }
         };
         config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
-        let server_name = self
-            .server_name
-            .as_ref()
-            .map(|name| {
-                ServerName::try_from(name.clone())
-                    .map_err(|_| TlsError::BadName { name: name.clone() })
-            })
-            .transpose()?;
-        Ok(TlsConnector {
-            inner: tokio_rustls::TlsConnector::from(Arc::new(config)),
-            server_name,
-        })
+        Ok(Arc::new(config))
     }
 }
 

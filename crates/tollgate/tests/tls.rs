@@ -329,3 +329,81 @@ fn the_proxy_serves_its_listener_over_mutual_tls_on_http1_and_h2() {
     // Plain HTTP to a TLS listener gets no answer.
     assert!(tollgate_testkit::http::try_get(proxy.addr, "/", &[]).is_err());
 }
+
+#[test]
+fn the_proxy_forwards_to_a_cluster_over_mutual_tls_and_refuses_an_endpoint_of_another_ca() {
+    let dir = TempDir::new("proxy-cluster-tls");
+    let ca = TestCa::new(dir.path(), "mesh");
+    let server = ca.issue("inner", &["127.0.0.1", "inner.mesh.local"]);
+    let client = ca.issue("outer", &["outer.mesh.local"]);
+    let stranger = TestCa::new(dir.path(), "stranger");
+    let upstream = tollgate_testkit::upstream::Upstream::spawn();
+    let path = |p: &Path| p.to_str().expect("UTF-8").to_owned();
+    let start = |name: &str, yaml: String| {
+        let file = dir.0.join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml).expect("written");
+        tollgate_testkit::tollgate::LoggedChild::proxy(
+            &[
+                "--config",
+                file.to_str().expect("UTF-8"),
+                "--log-level",
+                "warn",
+            ],
+            dir.0.join(format!("{name}.log")),
+            false,
+        )
+    };
+    // The inner proxy: a mutual-TLS listener in front of the plain upstream.
+    let inner = start(
+        "inner",
+        format!(
+            "listeners:\n  - address: 127.0.0.1:0\n    tls: {{cert: \"{}\", key: \"{}\", client_ca: \"{}\"}}\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{}\"}}]\nroutes:\n  - name: all\n    cluster: backend\n",
+            path(&server.cert),
+            path(&server.key),
+            path(ca.ca()),
+            upstream.addr
+        ),
+    );
+    let outer_config = |tls: String| {
+        format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - name: inner\n    endpoints: [{{address: \"{}\"}}]\n    tls: {tls}\nroutes:\n  - name: all\n    cluster: inner\n",
+            inner.addr
+        )
+    };
+    // The outer proxy reaches it over TLS, presenting its client certificate;
+    // the endpoint's name is checked as inner.mesh.local, HTTP/1.1 and h2 both.
+    for http2 in [false, true] {
+        let outer = start(
+            &format!("outer-h2-{http2}"),
+            outer_config(format!(
+                "{{ca: \"{}\", cert: \"{}\", key: \"{}\", server_name: inner.mesh.local}}\n    http2: {http2}",
+                path(ca.ca()),
+                path(&client.cert),
+                path(&client.key)
+            )),
+        );
+        let response = tollgate_testkit::http::get(outer.addr, "/through", &[]);
+        assert_eq!(
+            response.status,
+            200,
+            "http2 {http2}: {response:#?}; log:\n{}",
+            tollgate_testkit::process::log_tail(&outer.log)
+        );
+        assert_eq!(response.body, "upstream ok");
+    }
+    // An endpoint whose certificate is of another CA: no connection, 503.
+    let wary = start(
+        "wary",
+        outer_config(format!("{{ca: \"{}\"}}", path(stranger.ca()))),
+    );
+    assert_eq!(tollgate_testkit::http::get(wary.addr, "/", &[]).status, 503);
+    // Without a client certificate the inner listener refuses the handshake: 503 too.
+    let anonymous = start(
+        "anonymous",
+        outer_config(format!("{{ca: \"{}\"}}", path(ca.ca()))),
+    );
+    assert_eq!(
+        tollgate_testkit::http::get(anonymous.addr, "/", &[]).status,
+        503
+    );
+}

@@ -214,6 +214,9 @@ pub struct ClusterConfig {
     pub circuit_breaker: Option<tollgate_upstream::CircuitBreakerConfig>,
     /// Active HTTP health checks.
     pub health_check: Option<tollgate_upstream::HealthCheckConfig>,
+    /// TLS to the endpoints (the same fields as the rate limit service's `tls`); plain without it.
+    #[serde(default)]
+    pub tls: Option<UpstreamTlsConfig>,
 }
 
 /// One endpoint.
@@ -328,14 +331,15 @@ pub struct RateLimitServiceConfig {
     pub address: SocketAddr,
     /// TLS towards the service (Envoy's `UpstreamTlsContext` in spirit); plain HTTP/2 without it.
     #[serde(default)]
-    pub tls: Option<RlsTlsConfig>,
+    pub tls: Option<UpstreamTlsConfig>,
 }
 
-/// TLS towards the rate limit service: the CA its certificate must chain
-/// to, an optional client certificate (mutual TLS), the name to check.
+/// TLS towards a server (the rate limit service, a cluster's endpoints):
+/// the CA its certificate must chain to, an optional client certificate
+/// (mutual TLS), the name to check.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RlsTlsConfig {
+pub struct UpstreamTlsConfig {
     /// PEM CA bundle the service's certificate must chain to (default: the system's trust store).
     pub ca: Option<std::path::PathBuf>,
     /// PEM client certificate chain to present; needs `key`.
@@ -344,6 +348,18 @@ pub struct RlsTlsConfig {
     pub key: Option<std::path::PathBuf>,
     /// The name sent as SNI and checked against the service's certificate (default: the address's IP).
     pub server_name: Option<String>,
+}
+
+impl UpstreamTlsConfig {
+    /// The files, as the TLS crate reads them.
+    pub fn files(&self) -> tollgate_tls::ClientTlsFiles {
+        tollgate_tls::ClientTlsFiles {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            server_name: self.server_name.clone(),
+        }
+    }
 }
 
 /// The 429/503 contract beyond Envoy's fields.

@@ -25,9 +25,12 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::ServerName;
+use tollgate_tls::{ClientTlsFiles, TlsError};
 use tollgate_upstream::balance::SelectedEndpoint;
 use tower::Service;
 
@@ -57,12 +60,37 @@ pub struct Cluster {
     pub balancer: tollgate_upstream::Cluster,
     /// The ring-hash key header, if any (else the client address).
     pub hash_key_header: Option<http::HeaderName>,
-    client: Client<HttpConnector, RequestBody>,
+    client: Pool,
     http2: bool,
 }
 
+/// A cluster's connection pool: plain TCP, or TLS (`https`) when the cluster has `tls`.
+#[derive(Clone, Debug)]
+enum Pool {
+    Plain(Client<HttpConnector, RequestBody>),
+    Tls(Client<HttpsConnector<HttpConnector>, RequestBody>),
+}
+
+impl Pool {
+    fn scheme(&self) -> &'static str {
+        match self {
+            Pool::Plain(_) => "http",
+            Pool::Tls(_) => "https",
+        }
+    }
+
+    fn request(&self, request: Request<RequestBody>) -> hyper_util::client::legacy::ResponseFuture {
+        match self {
+            Pool::Plain(client) => client.request(request),
+            Pool::Tls(client) => client.request(request),
+        }
+    }
+}
+
 impl Cluster {
-    /// A cluster with its own pool, picking endpoints with `balancer`.
+    /// A cluster with its own pool, picking endpoints with `balancer`; over
+    /// TLS to its endpoints when `tls` is given (whose files must load).
+    #[expect(clippy::too_many_arguments, reason = "one per cluster setting")]
     pub fn new(
         name: &str,
         endpoints: Vec<Endpoint>,
@@ -71,23 +99,52 @@ impl Cluster {
         connect_timeout: Duration,
         http2: bool,
         max_idle_per_endpoint: usize,
-    ) -> Self {
+        tls: Option<&ClientTlsFiles>,
+    ) -> Result<Self, TlsError> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
             .http2_only(http2)
             .pool_max_idle_per_host(max_idle_per_endpoint)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
-        Cluster {
+            .pool_idle_timeout(Duration::from_secs(60));
+        let client = match tls {
+            None => Pool::Plain(builder.build(connector)),
+            Some(files) => {
+                // The connector offers the ALPN protocols itself (h2 and http/1.1, or h2 only).
+                let config = (*files.client_config(&[])?).clone();
+                connector.enforce_http(false);
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(config)
+                    .https_only();
+                let https = match &files.server_name {
+                    Some(name) => {
+                        let name = ServerName::try_from(name.clone())
+                            .map_err(|_| TlsError::BadName { name: name.clone() })?;
+                        https.with_server_name_resolver(FixedServerNameResolver::new(name))
+                    }
+                    None => https,
+                };
+                let https = if http2 {
+                    https.enable_http2().wrap_connector(connector)
+                } else {
+                    https
+                        .enable_http1()
+                        .enable_http2()
+                        .wrap_connector(connector)
+                };
+                Pool::Tls(builder.build(https))
+            }
+        };
+        Ok(Cluster {
             name: Arc::from(name),
             endpoints,
             balancer,
             hash_key_header,
             client,
             http2,
-        }
+        })
     }
 }
 
@@ -187,7 +244,7 @@ impl Service<Request<Incoming>> for Forward {
                 .map_or("/", |p| p.as_str())
                 .to_owned();
             parts.uri = Uri::builder()
-                .scheme("http")
+                .scheme(cluster.client.scheme())
                 .authority(authority)
                 .path_and_query(path)
                 .build()

@@ -9,7 +9,7 @@ use tollgate_protocol::rls::convert::wire_request;
 use tollgate_protocol::rls::model::{self, RateLimitRequest};
 use tollgate_protocol::rls::wire;
 
-use tollgate_tls::{ALPN_H2, ClientTlsFiles};
+use tollgate_tls::ALPN_H2;
 
 use crate::config::{ConfigPath, FieldError, GlobalRateLimitConfig, RateLimitServiceConfig, envoy};
 use crate::descriptors::{self, Descriptor, DescriptorRule};
@@ -138,14 +138,10 @@ fn rls_client(config: &RateLimitServiceConfig, at: &ConfigPath) -> Result<RlsCli
     let client = match &config.tls {
         None => RlsClient::connect_lazy(format!("http://{address}")),
         Some(tls) => {
-            let connector = ClientTlsFiles {
-                ca: tls.ca.clone(),
-                cert: tls.cert.clone(),
-                key: tls.key.clone(),
-                server_name: tls.server_name.clone(),
-            }
-            .connector(&[ALPN_H2])
-            .map_err(|e| at.key("tls").error(e.to_string()))?;
+            let connector = tls
+                .files()
+                .connector(&[ALPN_H2])
+                .map_err(|e| at.key("tls").error(e.to_string()))?;
             RlsClient::connect_lazy_tls(format!("https://{address}"), connector)
         }
     };
