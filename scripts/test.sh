@@ -89,7 +89,8 @@ ensure_envoy
 export TOLLGATE_ENVOY="$PWD/$VENV/bin/envoy"
 
 # The deployment files' test (tests/deploy) validates the Kubernetes manifests
-# against the Kubernetes schemas offline and reads the Dockerfile.
+# against the Kubernetes schemas offline, renders the Helm chart with Helm's
+# Go SDK (helm-python-sdk) and reads the Dockerfile.
 DEPLOY_PACKAGES=("kubernetes-validate==1.37.0" "dockerfile-parse==2.0.1" "helm-python-sdk==0.2.2")
 if ! "$VENV/bin/python" -c 'import kubernetes_validate, dockerfile_parse, helm_python' >/dev/null 2>&1; then
     log "installing ${DEPLOY_PACKAGES[*]} into $VENV"
@@ -114,7 +115,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo test"
 cargo test --workspace --locked
 
-log "deployment files: manifests, chart values, Dockerfile (tests/deploy)"
+log "deployment files: manifests, the Helm chart rendered, Dockerfile (tests/deploy)"
 TOLLGATE_BIN="$PWD/target/debug/tollgate" "$VENV/bin/python" -m unittest discover -s tests/deploy -v
 
 log "loom model checks of the store's atomic step"
