@@ -89,3 +89,38 @@ impl Collector for RlqsCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::registry::Registry;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::rlqs::RlqsOptions;
+
+    #[test]
+    fn the_gauges_and_counters_follow_the_book() {
+        let book = Arc::new(QuotaBook::new(RlqsOptions {
+            max_streams: 7,
+            max_buckets: 9,
+            ..RlqsOptions::default()
+        }));
+        let (tx, _rx) = mpsc::channel(4);
+        book.open(tx).expect("a stream");
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(RlqsCollector::new(Arc::clone(&book))));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for line in [
+            "ratelimit_rlqs_streams 1",
+            "ratelimit_rlqs_streams_limit 7",
+            "ratelimit_rlqs_buckets 0",
+            "ratelimit_rlqs_buckets_limit 9",
+            "ratelimit_rlqs_assignments_total 0",
+            "ratelimit_rlqs_reported_requests_total{decision=\"allowed\"} 0",
+            "ratelimit_rlqs_reported_requests_total{decision=\"denied\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+    }
+}
