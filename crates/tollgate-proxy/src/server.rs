@@ -23,11 +23,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tollgate_runtime::trace_context;
 use tollgate_runtime::{
     AbortOnDrop, AcceptOptions, ConfigWatcher, ConnectionLimit, DEFAULT_DEBOUNCE, EveryEntry,
     Shutdown, serve_connections, watch_tls,
 };
 use tower::ServiceExt;
+use tracing::Instrument;
 
 use crate::build::{self, ListenerSpec, Runtime};
 use crate::config::{self, ConfigError, ListenerLimits, ProxyConfig};
@@ -275,7 +277,27 @@ pub async fn serve<F>(
                     let scope = Arc::clone(&scope);
                     async move {
                         let max_head = limits.max_request_header_bytes;
-                        let response = proxy.handle(request, scope, peer, max_head).await;
+                        let response = if trace_context::enabled() {
+                            // With tracing on: one server span per request,
+                            // continuing the client's trace (`traceparent`).
+                            let span = tracing::info_span!(
+                                target: trace_context::TARGET,
+                                "proxy",
+                                otel.kind = "server",
+                                http.request.method = %request.method(),
+                                url.path = %request.uri().path(),
+                                http.response.status_code = tracing::field::Empty,
+                            );
+                            trace_context::continue_from(&span, request.headers());
+                            let response = proxy
+                                .handle(request, scope, peer, max_head)
+                                .instrument(span.clone())
+                                .await;
+                            span.record("http.response.status_code", response.status().as_u16());
+                            response
+                        } else {
+                            proxy.handle(request, scope, peer, max_head).await
+                        };
                         Ok::<_, Infallible>(response.map(|body| InFlight::new(body, in_flight)))
                     }
                 });

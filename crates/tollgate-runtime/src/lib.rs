@@ -12,6 +12,8 @@
 //!   connections it keeps open; with a `TlsAcceptor` (tollgate-tls) each
 //!   connection is TLS, and [`watch_tls`] reloads its certificate when the
 //!   files change or on SIGHUP.
+//! * [`trace_context`]: whether tracing is on, and W3C trace context taken
+//!   from a request's headers and passed on to the next hop.
 //!
 //! This crate must not know about limits, rules, engines, Redis, HTTP routes
 //! or the proxy's config format: a caller says which paths hold its
@@ -26,6 +28,7 @@ mod shutdown;
 mod signal;
 mod task;
 mod tls_reload;
+pub mod trace_context;
 mod watcher;
 
 pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};

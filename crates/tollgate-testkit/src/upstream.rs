@@ -1,5 +1,5 @@
 //! A loopback upstream for proxy tests: `200 upstream ok` to every request, one thread per
-//! connection, keep-alive; `GET /echo…` answers with the request's `x-*` headers, one per line.
+//! connection, keep-alive; `GET /echo…` answers with the request's `x-*` and `traceparent` headers, one per line.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -12,7 +12,7 @@ use std::thread::{self, JoinHandle};
 use crate::http::{CONNECT_TIMEOUT, IO_TIMEOUT};
 
 /// The test's upstream: `200 upstream ok` to every request, one thread per
-/// connection, keep-alive; `GET /echo…` answers with the request's `x-*`
+/// connection, keep-alive; `GET /echo…` answers with the request's `x-*` and `traceparent`
 /// headers, one per line. Counts the requests it answered.
 #[derive(Debug)]
 pub struct Upstream {
@@ -89,7 +89,7 @@ fn serve_upstream_connection(stream: TcpStream, count: &AtomicUsize) {
                 if name == "transfer-encoding" && value.to_ascii_lowercase().contains("chunked") {
                     chunked = true;
                 }
-                if name.starts_with("x-") {
+                if name.starts_with("x-") || name == "traceparent" {
                     echoed.push_str(&format!("{name}: {}\n", value.trim()));
                 }
             }

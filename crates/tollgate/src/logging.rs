@@ -10,6 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 use tollgate_rules::{Diagnostic, Severity};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::telemetry::TraceLayer;
 
 /// How log lines are written on stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -41,14 +47,29 @@ static JSON: AtomicBool = AtomicBool::new(false);
 
 /// Installs the log subscriber for `level` and `format` on stderr (a second call keeps the first).
 pub fn init(level: tracing::Level, format: LogFormat) {
-    let logs = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr);
-    let installed = match format {
-        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => logs.json().with_ansi(false).try_init(),
+    init_with(level, format, None);
+}
+
+/// [`init`], and with `traces` the layer that exports the request spans.
+pub fn init_with(level: tracing::Level, format: LogFormat, traces: Option<TraceLayer>) {
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_filter(LevelFilter::from_level(level))
+            .boxed(),
+        LogFormat::Json => logs
+            .json()
+            .with_ansi(false)
+            .with_filter(LevelFilter::from_level(level))
+            .boxed(),
     };
-    if installed.is_ok() {
+    let layers: Vec<TraceLayer> = std::iter::once(logs).chain(traces).collect();
+    if tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .is_ok()
+    {
         JSON.store(format == LogFormat::Json, Ordering::Relaxed);
     }
 }

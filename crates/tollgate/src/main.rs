@@ -18,6 +18,7 @@ mod logging;
 mod proxy;
 mod serve;
 mod simulate;
+mod telemetry;
 mod tls_args;
 mod upstream_env;
 mod upstream_redis;

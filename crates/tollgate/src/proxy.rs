@@ -79,6 +79,9 @@ pub struct ProxyArgs {
     /// How log lines are written.
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
+    /// OpenTelemetry tracing.
+    #[command(flatten)]
+    pub tracing: crate::telemetry::TracingArgs,
 }
 
 impl ProxyArgs {
@@ -98,9 +101,28 @@ impl ProxyArgs {
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
 pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
-    crate::logging::init(
+    if args.worker_threads == Some(0) {
+        return Err(CommandError::Usage(
+            "--worker-threads must be at least 1".to_owned(),
+        ));
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("tollgate-proxy");
+    if let Some(n) = args.worker_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = builder
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    // The exporter's client runs on the runtime; it flushes when `_traces` drops.
+    let (trace_layer, _traces) = {
+        let _entered = runtime.enter();
+        crate::telemetry::start(&args.tracing)?.unzip()
+    };
+    crate::logging::init_with(
         args.log_level.unwrap_or(tracing::Level::INFO),
         args.log.log_format,
+        trace_layer,
     );
     let source = match (&args.config, args.listen, args.upstream) {
         (Some(path), None, None) => ConfigSource::File(path.clone()),
@@ -116,19 +138,6 @@ pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
             ));
         }
     };
-    if args.worker_threads == Some(0) {
-        return Err(CommandError::Usage(
-            "--worker-threads must be at least 1".to_owned(),
-        ));
-    }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name("tollgate-proxy");
-    if let Some(n) = args.worker_threads {
-        builder.worker_threads(n);
-    }
-    let runtime = builder
-        .build()
-        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     runtime.block_on(serve(source, args))
 }
 

@@ -259,8 +259,12 @@ pub const VARIABLES: &[Variable] = &[
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         "ratelimit_service_response_time_seconds is in seconds",
     ),
-    // Tracing.
-    refused_when_true("TRACING_ENABLED", "Tollgate does not export traces"),
+    // Tracing (OTLP over gRPC; see crate::telemetry).
+    honoured("TRACING_ENABLED", "false"),
+    honoured("TRACING_EXPORTER_PROTOCOL", "http"),
+    honoured("TRACING_SERVICE_NAME", "RateLimit"),
+    honoured("TRACING_SAMPLING_RATE", "1"),
+    honoured("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 ];
 
 /// Families of upstream variables, by prefix, and what Tollgate does with them.
@@ -287,11 +291,11 @@ pub const FAMILIES: &[(&str, Disposition)] = &[
     ),
     (
         "TRACING_",
-        Disposition::NoEffect("read only with TRACING_ENABLED=true"),
+        Disposition::NoEffect("Tollgate sends service.name only (no namespace or instance id)"),
     ),
     (
         "OTEL_EXPORTER_OTLP_",
-        Disposition::NoEffect("read only with TRACING_ENABLED=true"),
+        Disposition::NoEffect("Tollgate reads OTEL_EXPORTER_OTLP_ENDPOINT only"),
     ),
 ];
 
@@ -418,13 +422,13 @@ mod tests {
         let count = names.len();
         names.dedup();
         assert_eq!(names.len(), count, "a variable is listed twice");
-        // A row wins over its family (TRACING_ENABLED is refused, other TRACING_* are not).
+        // A row wins over its family (TRACING_ENABLED is read, TRACING_SERVICE_NAMESPACE is not).
         assert!(matches!(
             disposition("TRACING_ENABLED"),
-            Some(Disposition::RefusedWhenTrue(_))
+            Some(Disposition::Honoured)
         ));
         assert!(matches!(
-            disposition("TRACING_SERVICE_NAME"),
+            disposition("TRACING_SERVICE_NAMESPACE"),
             Some(Disposition::NoEffect(_))
         ));
     }

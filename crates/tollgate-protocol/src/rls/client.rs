@@ -70,7 +70,17 @@ impl RlsClient {
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        let call = self.call(request);
+        self.should_rate_limit_with(request, http::HeaderMap::new())
+            .await
+    }
+
+    /// [`RlsClient::should_rate_limit`] with `metadata` sent along (a trace's `traceparent`).
+    pub async fn should_rate_limit_with(
+        &self,
+        request: RateLimitRequest,
+        metadata: http::HeaderMap,
+    ) -> Result<RateLimitResponse, Status> {
+        let call = self.call(request, metadata);
         match self.timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
                 Err(Status::deadline_exceeded(format!(
@@ -81,7 +91,11 @@ impl RlsClient {
         }
     }
 
-    async fn call(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    async fn call(
+        &self,
+        request: RateLimitRequest,
+        metadata: http::HeaderMap,
+    ) -> Result<RateLimitResponse, Status> {
         let mut client = tonic::client::Grpc::new(self.channel.clone());
         client
             .ready()
@@ -90,7 +104,11 @@ impl RlsClient {
         let codec = RlsCodec::<RateLimitRequest, RateLimitResponse>::default();
         client
             .unary(
-                Request::new(request),
+                Request::from_parts(
+                    tonic::metadata::MetadataMap::from_headers(metadata),
+                    tonic::Extensions::default(),
+                    request,
+                ),
                 PathAndQuery::from_static(SHOULD_RATE_LIMIT_PATH),
                 codec,
             )

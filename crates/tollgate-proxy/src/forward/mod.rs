@@ -30,9 +30,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::ServerName;
+use tollgate_runtime::trace_context;
 use tollgate_tls::{ClientTlsFiles, TlsError};
 use tollgate_upstream::balance::SelectedEndpoint;
 use tower::Service;
+use tracing::Instrument;
 
 use self::error::UpstreamError;
 use self::request_body::{BodyFault, RequestBody};
@@ -255,6 +257,21 @@ impl Service<Request<Incoming>> for Forward {
                 Version::HTTP_11
             };
             parts.extensions = http::Extensions::new();
+            // With tracing on, the upstream call is a client span, and the
+            // upstream gets its trace context.
+            let span = if trace_context::enabled() {
+                let span = tracing::info_span!(
+                    target: trace_context::TARGET,
+                    "upstream",
+                    otel.kind = "client",
+                    cluster = %cluster.name,
+                    server.address = %parts.uri.authority().map_or("", |a| a.as_str()),
+                );
+                trace_context::pass_on(&span, &mut parts.headers);
+                span
+            } else {
+                tracing::Span::none()
+            };
             let fault = BodyFault::default();
             let client = cluster.client.clone();
             let sent = async {
@@ -272,7 +289,8 @@ impl Service<Request<Incoming>> for Forward {
                             UpstreamError::Reset(e.to_string())
                         })
                     })
-            };
+            }
+            .instrument(span);
             let result = match timeout {
                 Some(limit) => match tokio::time::timeout(limit, sent).await {
                     Ok(result) => result,

@@ -118,8 +118,13 @@ impl GlobalRateLimit {
             descriptors: rls_descriptors(descriptors),
             hits_addend: 0,
         };
+        // With tracing on, the service continues the request's trace.
+        let mut metadata = http::HeaderMap::new();
+        if tollgate_runtime::trace_context::enabled() {
+            tollgate_runtime::trace_context::pass_on(&tracing::Span::current(), &mut metadata);
+        }
         self.client
-            .should_rate_limit(wire_request(&request))
+            .should_rate_limit_with(wire_request(&request), metadata)
             .await
             .map_err(|status| format!("{}: {}", status.code(), status.message()))
     }

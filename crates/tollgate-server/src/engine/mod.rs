@@ -60,6 +60,8 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use tollgate_runtime::trace_context;
+use tracing::Instrument;
 
 use tollgate_core::duration::ceil_seconds;
 use tollgate_core::{AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit};
@@ -406,10 +408,28 @@ impl<C: Clock> Engine<C> {
             .collect();
         let periods: Vec<Duration> = plan.counters.iter().map(|c| c.lease).collect();
         let mut decisions = Vec::with_capacity(counters.len());
-        match remote
+        // With tracing on, the store call is a child span of the check; a
+        // fallback shows as the `on_store_error` event inside it.
+        let store_span = if trace_context::enabled() {
+            tracing::info_span!(
+                target: trace_context::TARGET,
+                "store",
+                store = "redis",
+                counters = counters.len()
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let checked = remote
             .check_batch(&self.clock, &counters, &periods, &mut decisions)
-            .await
-        {
+            .instrument(store_span.clone())
+            .await;
+        if let Err(error) = &checked {
+            store_span.in_scope(|| {
+                tracing::info!(target: trace_context::TARGET, %error, "on_store_error");
+            });
+        }
+        match checked {
             Ok(()) => {
                 let refunds = self.stopped_increments(&plan, &decisions);
                 if !refunds.is_empty() {

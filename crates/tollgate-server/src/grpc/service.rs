@@ -33,6 +33,9 @@ use tonic::codegen::http;
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
+use tollgate_runtime::trace_context;
+use tracing::Instrument;
+
 use crate::engine::{Engine, EngineError};
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
@@ -202,6 +205,45 @@ impl<C: Clock> NamedService for RateLimitGrpc<C> {
     const NAME: &'static str = SERVICE_NAME;
 }
 
+impl<C: Clock + 'static> RateLimitGrpc<C> {
+    /// Answers one call inside a `ShouldRateLimit` span that continues the
+    /// caller's trace (its `traceparent` metadata) and records the answer.
+    async fn traced(
+        self,
+        request: Request<wire::RateLimitRequest>,
+    ) -> Result<Response<wire::RateLimitResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        let span = tracing::info_span!(
+            target: trace_context::TARGET,
+            "ShouldRateLimit",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = SERVICE_NAME,
+            ratelimit.domain = %request.domain,
+            ratelimit.descriptors = request.descriptors.len(),
+            ratelimit.overall = tracing::field::Empty,
+        );
+        trace_context::continue_from(&span, &metadata.into_headers());
+        let answer = if self.engine.load().remote().is_none() {
+            span.in_scope(|| self.decide(request))
+        } else {
+            self.decide_shared(request).instrument(span.clone()).await
+        };
+        match &answer {
+            Ok(response) => span.record(
+                "ratelimit.overall",
+                if response.overall_code == wire::CODE_OVER_LIMIT {
+                    "OVER_LIMIT"
+                } else {
+                    "OK"
+                },
+            ),
+            Err(status) => span.record("ratelimit.overall", status.code().description()),
+        };
+        answer.map(Response::new)
+    }
+}
+
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -214,6 +256,9 @@ impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<
     >;
 
     fn call(&mut self, request: Request<wire::RateLimitRequest>) -> Self::Future {
+        if trace_context::enabled() {
+            return Either::Right(Box::pin(self.clone().traced(request)));
+        }
         if self.engine.load().remote().is_none() {
             return Either::Left(std::future::ready(
                 self.decide(request.into_inner()).map(Response::new),

@@ -89,6 +89,9 @@ pub struct ServeArgs {
     /// object per line for a log collector [default: text].
     #[arg(long, env = "TOLLGATE_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// OpenTelemetry tracing.
+    #[command(flatten)]
+    pub tracing: crate::telemetry::TracingArgs,
     /// Add the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
     /// headers to every answer with a limit (upstream's
     /// LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER,

@@ -73,6 +73,8 @@ pub(super) struct Settings {
     pub(super) shadow_mode: bool,
     pub(super) log_level: tracing::Level,
     pub(super) log_format: LogFormat,
+    /// Tracing, with upstream's `TRACING_*` variables applied.
+    pub(super) tracing: crate::telemetry::TracingArgs,
     pub(super) near_limit_ratio: f64,
     pub(super) headers: HeaderOptions,
 }
@@ -196,6 +198,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
         log_format,
+        tracing: args.tracing.with_upstream(env)?,
         near_limit_ratio,
         headers,
     })

@@ -46,8 +46,18 @@ use combine::*;
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate-worker")
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    // The exporter's client runs on the runtime; it flushes when `_traces` drops.
+    let (trace_layer, _traces) = {
+        let _entered = runtime.enter();
+        crate::telemetry::start(&settings.tracing)?.unzip()
+    };
     // A second initialisation (only possible in tests) keeps the first subscriber.
-    crate::logging::init(settings.log_level, settings.log_format);
+    crate::logging::init_with(settings.log_level, settings.log_format, trace_layer);
     for note in &settings.notes {
         tracing::info!("{note}");
     }
@@ -100,11 +110,6 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     );
 
     let engine_options = args.engine_options(&settings);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tollgate-worker")
-        .build()
-        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     // Follows the system wall clock (re-read every millisecond, never going
     // back): the in-memory counters and the Redis store's `local` fallback
     // both decide on it. See tollgate_core::clock for steps of the wall.

@@ -293,6 +293,23 @@ fn honoured_case(name: &str) -> HonouredCase {
         "LOG_FORMAT" => (vec![("LOG_FORMAT", "json")], |s| {
             s.log_format == LogFormat::Json
         }),
+        "TRACING_ENABLED" | "TRACING_EXPORTER_PROTOCOL" => (
+            vec![
+                ("TRACING_ENABLED", "true"),
+                ("TRACING_EXPORTER_PROTOCOL", "grpc"),
+            ],
+            |s| s.tracing.enabled,
+        ),
+        "TRACING_SERVICE_NAME" => (vec![("TRACING_SERVICE_NAME", "edge-rls")], |s| {
+            s.tracing.tracing_service_name.as_deref() == Some("edge-rls")
+        }),
+        "TRACING_SAMPLING_RATE" => (vec![("TRACING_SAMPLING_RATE", "0.25")], |s| {
+            s.tracing.tracing_sampling_rate == Some(0.25)
+        }),
+        // Read by clap as the --otlp-endpoint flag's variable, not from UpstreamEnv.
+        "OTEL_EXPORTER_OTLP_ENDPOINT" => (vec![], |s| {
+            s.tracing.otlp_endpoint == "http://127.0.0.1:4317"
+        }),
         "RUNTIME_ROOT" => (vec![("RUNTIME_ROOT", "/data")], |s| {
             s.config == Path::new("/data/config")
         }),

@@ -1,0 +1,163 @@
+//! OpenTelemetry tracing for `serve` and `proxy`: spans exported over OTLP/gRPC, off by default, with W3C trace context.
+//!
+//! With `--tracing` (or upstream's `TRACING_ENABLED=true` for `serve`), a
+//! check and a proxied request each make a span (a child of the caller's
+//! trace when its `traceparent` header says so), the store call and the
+//! upstream call make child spans, and warnings inside them become span
+//! events. Spans go in batches to `--otlp-endpoint`
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, default `http://127.0.0.1:4317`) and the
+//! rest are flushed at shutdown. Off, no span is made at all.
+
+use std::time::Duration;
+
+use clap::Args;
+use clap::builder::BoolishValueParser;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::Layer;
+use tracing_subscriber::registry::Registry;
+
+use crate::CommandError;
+
+/// How long the exporter may take to send what is left at shutdown.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The tracing flags of `serve` and `proxy`.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct TracingArgs {
+    /// Export spans over OTLP/gRPC (upstream's `TRACING_ENABLED`).
+    #[arg(long = "tracing", env = "TOLLGATE_TRACING", value_parser = BoolishValueParser::new())]
+    pub enabled: bool,
+    /// Where spans go: an OTLP/gRPC collector.
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:4317"
+    )]
+    pub otlp_endpoint: String,
+    /// The `service.name` of the spans [default: tollgate; `serve`: upstream's `TRACING_SERVICE_NAME` when set].
+    #[arg(long, env = "TOLLGATE_TRACING_SERVICE_NAME", value_name = "NAME")]
+    pub tracing_service_name: Option<String>,
+    /// The share of new traces recorded, 0 to 1; a caller's sampled trace is
+    /// always followed [default: 1; `serve`: upstream's `TRACING_SAMPLING_RATE` when set].
+    #[arg(long, env = "TOLLGATE_TRACING_SAMPLING_RATE", value_name = "RATE", value_parser = sampling_rate)]
+    pub tracing_sampling_rate: Option<f64>,
+}
+
+impl TracingArgs {
+    /// These flags, completed by upstream's `TRACING_*` variables where a flag is not given.
+    pub fn with_upstream(
+        &self,
+        env: &crate::upstream_env::UpstreamEnv,
+    ) -> Result<TracingArgs, CommandError> {
+        let upstream_on = env
+            .get("TRACING_ENABLED")
+            .and_then(crate::upstream_env::parse_bool)
+            .unwrap_or(false);
+        match env.get("TRACING_EXPORTER_PROTOCOL") {
+            Some(protocol) if !protocol.trim().eq_ignore_ascii_case("grpc") => {
+                return Err(CommandError::Usage(format!(
+                    "TRACING_EXPORTER_PROTOCOL={protocol:?}: Tollgate exports OTLP over gRPC only (grpc)"
+                )));
+            }
+            // Upstream's default is http: its endpoint would be an OTLP/HTTP one.
+            None if upstream_on && !self.enabled => {
+                return Err(CommandError::Usage(
+                    "TRACING_ENABLED=true without TRACING_EXPORTER_PROTOCOL means OTLP over HTTP upstream; Tollgate exports OTLP over gRPC: set TRACING_EXPORTER_PROTOCOL=grpc and an OTLP/gRPC endpoint".to_owned(),
+                ));
+            }
+            _ => {}
+        }
+        let rate = match (self.tracing_sampling_rate, env.get("TRACING_SAMPLING_RATE")) {
+            (Some(rate), _) => Some(rate),
+            (None, Some(text)) => Some(
+                sampling_rate(text)
+                    .map_err(|e| CommandError::Usage(format!("TRACING_SAMPLING_RATE: {e}")))?,
+            ),
+            (None, None) => None,
+        };
+        Ok(TracingArgs {
+            enabled: self.enabled || upstream_on,
+            otlp_endpoint: self.otlp_endpoint.clone(),
+            tracing_service_name: self
+                .tracing_service_name
+                .clone()
+                .or_else(|| env.get("TRACING_SERVICE_NAME").map(str::to_owned)),
+            tracing_sampling_rate: rate,
+        })
+    }
+}
+
+fn sampling_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if (0.0..=1.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(format!("{rate} is not between 0 and 1"))
+    }
+}
+
+/// The exporter, flushed and shut down when dropped.
+#[derive(Debug)]
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for Traces {
+    fn drop(&mut self) {
+        if let Err(error) = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
+            tracing::warn!(%error, "spans were lost at shutdown");
+        }
+    }
+}
+
+/// A layer that turns the request spans into OpenTelemetry spans.
+pub type TraceLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// Starts the exporter `args` describe, when tracing is on: the layer to
+/// install and the guard that flushes at shutdown. Needs a Tokio runtime.
+pub fn start(args: &TracingArgs) -> Result<Option<(TraceLayer, Traces)>, CommandError> {
+    if !args.enabled {
+        return Ok(None);
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(args.otlp_endpoint.clone())
+        .build()
+        .map_err(|error| {
+            CommandError::Usage(format!("--otlp-endpoint {}: {error}", args.otlp_endpoint))
+        })?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            args.tracing_sampling_rate.unwrap_or(1.0),
+        ))))
+        .with_resource(
+            Resource::builder()
+                .with_service_name(
+                    args.tracing_service_name
+                        .clone()
+                        .unwrap_or_else(|| "tollgate".to_owned()),
+                )
+                .build(),
+        )
+        .build();
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let tracer = provider.tracer("tollgate");
+    // The request spans and what happens inside them (warnings become span events).
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+            meta.target() == tollgate_runtime::trace_context::TARGET
+                || *meta.level() <= tracing::Level::WARN
+        }))
+        .boxed();
+    tollgate_runtime::trace_context::enable();
+    Ok(Some((layer, Traces { provider })))
+}

@@ -1,0 +1,275 @@
+//! OpenTelemetry tracing end to end: `tollgate proxy` and `tollgate serve` with `--tracing` export their spans over OTLP/gRPC to a collector started here, continue the client's W3C trace, and pass it on to the upstream and to the rate limit service.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use parking_lot::Mutex;
+use tollgate_testkit::bootstrap::repository_file;
+use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::http::get;
+use tollgate_testkit::ports::free_port;
+use tollgate_testkit::process::log_tail;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::{LoggedChild, tollgate};
+use tollgate_testkit::upstream::Upstream;
+
+/// One span as the collector got it.
+#[derive(Clone, Debug)]
+struct Received {
+    service: String,
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent: String,
+}
+
+/// An OTLP/gRPC trace collector keeping every span it is sent.
+#[derive(Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<Received>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mut spans = self.spans.lock();
+        for resource in request.into_inner().resource_spans {
+            let service = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| a.value.as_ref())
+                .map(|v| format!("{:?}", v.value))
+                .unwrap_or_default();
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    spans.push(Received {
+                        service: service.clone(),
+                        name: span.name.clone(),
+                        trace_id: hex(&span.trace_id),
+                        span_id: hex(&span.span_id),
+                        parent: hex(&span.parent_span_id),
+                    });
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// Starts the collector on a free loopback port, on a runtime of its own (kept while the guard lives).
+fn start_collector() -> (Collector, SocketAddr, tokio::runtime::Runtime) {
+    let collector = Collector::default();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let service = TraceServiceServer::new(collector.clone());
+    runtime.spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve(addr)
+            .await;
+    });
+    (collector, addr, runtime)
+}
+
+/// Waits (at most 20 s) until the collector holds spans named `names` of trace `trace_id`.
+fn wait_for(collector: &Collector, trace_id: &str, names: &[&str]) -> Vec<Received> {
+    let clock = Stopwatch::start();
+    loop {
+        let spans: Vec<Received> = collector
+            .spans
+            .lock()
+            .iter()
+            .filter(|s| s.trace_id == trace_id)
+            .cloned()
+            .collect();
+        if names.iter().all(|n| spans.iter().any(|s| s.name == *n)) {
+            return spans;
+        }
+        assert!(
+            clock.elapsed() < Duration::from_secs(20),
+            "spans {names:?} of trace {trace_id} never arrived; got {spans:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() {
+    let (collector, collector_addr, _collector_runtime) = start_collector();
+    let endpoint = format!("http://{collector_addr}");
+    let dir = TempDir::new("tracing");
+    let upstream = Upstream::spawn();
+    // The batch exporter sends every 100 ms (OTEL_BSP_SCHEDULE_DELAY), not every 5 s.
+    let mut serve = tollgate(&["serve", "--config"]);
+    serve
+        .arg(repository_file("examples/limits"))
+        .args([
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log-level",
+            "warn",
+        ])
+        .args([
+            "--tracing",
+            "--otlp-endpoint",
+            &endpoint,
+            "--tracing-service-name",
+            "rls",
+        ])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let rls = LoggedChild::spawn(serve, dir.0.join("serve.log"), false);
+    let config = dir.0.join("proxy.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nglobal_ratelimit:\n  domain: edge\n  rate_limit_service: {{address: \"{}\"}}\n  timeout: 2s\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{}\"}}]\nroutes:\n  - name: all\n    cluster: backend\n    rate_limits:\n      - actions:\n          - request_headers: {{header_name: x-key, descriptor_key: api_key}}\n",
+            rls.addr, upstream.addr
+        ),
+    )
+    .expect("written");
+    let mut proxy = tollgate(&["proxy", "--config"]);
+    proxy
+        .arg(&config)
+        .args([
+            "--log-level",
+            "warn",
+            "--tracing",
+            "--otlp-endpoint",
+            &endpoint,
+        ])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let proxy = LoggedChild::spawn(proxy, dir.0.join("proxy.log"), false);
+
+    // A client in a sampled trace.
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let response = get(
+        proxy.addr,
+        "/echo",
+        &[("traceparent", &traceparent), ("x-key", "k")],
+    );
+    assert_eq!(
+        response.status,
+        200,
+        "{response:#?}; proxy log:\n{}",
+        log_tail(&proxy.log)
+    );
+    // The upstream got the same trace, from the proxy's upstream span.
+    let passed_on = response
+        .body
+        .lines()
+        .find_map(|line| line.strip_prefix("traceparent: "))
+        .unwrap_or_else(|| panic!("no traceparent upstream: {response:#?}"))
+        .to_owned();
+    assert!(
+        passed_on.starts_with(&format!("00-{trace_id}-")),
+        "{passed_on}"
+    );
+    assert!(passed_on.ends_with("-01"), "still sampled: {passed_on}");
+    assert_ne!(
+        passed_on, traceparent,
+        "a span of the proxy's own is the parent"
+    );
+
+    let spans = wait_for(
+        &collector,
+        trace_id,
+        &["proxy", "upstream", "ShouldRateLimit"],
+    );
+    let one = |name: &str| spans.iter().find(|s| s.name == name).expect("seen").clone();
+    let (server, client, check) = (one("proxy"), one("upstream"), one("ShouldRateLimit"));
+    assert_eq!(
+        server.parent, "00f067aa0ba902b7",
+        "the client's span is the proxy span's parent"
+    );
+    assert_eq!(
+        client.parent, server.span_id,
+        "the upstream call is a child of the request"
+    );
+    assert_eq!(
+        check.parent, server.span_id,
+        "the check continues the request's trace"
+    );
+    assert!(
+        passed_on.contains(&client.span_id),
+        "the upstream's parent is the upstream span"
+    );
+    assert!(check.service.contains("rls"), "{check:?}");
+    assert!(server.service.contains("tollgate"), "{server:?}");
+
+    // Without a client trace, a request starts its own; without --tracing nothing is made.
+    let response = get(proxy.addr, "/", &[("x-key", "k")]);
+    assert_eq!(response.status, 200);
+}
+
+/// `tollgate serve` on `dir`'s `limits.yaml` with upstream's variables `env`: its exit code and stderr (it must not start).
+fn refused_start(dir: &TempDir, flags: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = tollgate(&[
+        "serve",
+        "--config",
+        "limits.yaml",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]);
+    command
+        .args(flags)
+        .current_dir(&dir.0)
+        .envs(env.iter().copied());
+    let output = command.output().expect("runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn upstreams_tracing_variables_switch_it_on_and_an_http_exporter_is_refused() {
+    let dir = TempDir::new("tracing-env");
+    std::fs::write(dir.0.join("limits.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n").expect("written");
+    for (flags, env, named) in [
+        (
+            &[][..],
+            &[
+                ("TRACING_ENABLED", "true"),
+                ("TRACING_EXPORTER_PROTOCOL", "http"),
+            ][..],
+            "TRACING_EXPORTER_PROTOCOL=\"http\"",
+        ),
+        // Upstream's default protocol (http) is refused too, saying what to set.
+        (
+            &[][..],
+            &[("TRACING_ENABLED", "true")][..],
+            "set TRACING_EXPORTER_PROTOCOL=grpc",
+        ),
+        (
+            &["--tracing-sampling-rate", "2"][..],
+            &[][..],
+            "not between 0 and 1",
+        ),
+    ] {
+        let (code, stderr) = refused_start(&dir, flags, env);
+        assert_eq!(code, Some(2), "{env:?} {flags:?}: {stderr}");
+        assert!(stderr.contains(named), "{env:?} {flags:?}: {stderr}");
+    }
+}
