@@ -28,6 +28,7 @@ struct Received {
     trace_id: String,
     span_id: String,
     parent: String,
+    events: Vec<String>,
 }
 
 /// An OTLP/gRPC trace collector keeping every span it is sent.
@@ -61,6 +62,7 @@ impl TraceService for Collector {
                         trace_id: hex(&span.trace_id),
                         span_id: hex(&span.span_id),
                         parent: hex(&span.parent_span_id),
+                        events: span.events.iter().map(|e| e.name.clone()).collect(),
                     });
                 }
             }
@@ -214,6 +216,10 @@ fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() 
         "the upstream's parent is the upstream span"
     );
     assert!(check.service.contains("rls"), "{check:?}");
+    assert!(
+        check.events.iter().any(|e| e == "rules matched"),
+        "{check:?}"
+    );
     assert!(server.service.contains("tollgate"), "{server:?}");
 
     // Without a client trace, a request starts its own; without --tracing nothing is made.

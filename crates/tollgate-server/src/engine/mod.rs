@@ -212,6 +212,19 @@ struct Plan<'r> {
     counters: Vec<PlannedCounter>,
 }
 
+/// With tracing on, the rule match as an event of the check's span: how
+/// many counters the matched rules put to the store (no descriptor values).
+fn trace_matched(plan: &Plan<'_>) {
+    if trace_context::enabled() {
+        tracing::info!(
+            target: trace_context::TARGET,
+            descriptors = plan.work.len(),
+            counters = plan.counters.len(),
+            "rules matched"
+        );
+    }
+}
+
 impl<C: Clock> Engine<C> {
     /// An engine for `rules` with in-memory counters, a fresh store for each algorithm they use.
     pub fn new(rules: Arc<RuleSet>, options: EngineOptions, clock: C) -> Self {
@@ -337,6 +350,7 @@ impl<C: Clock> Engine<C> {
     ) -> Result<RateLimitResponse, EngineError> {
         let now = self.clock.now();
         let plan = self.plan(request)?;
+        trace_matched(&plan);
         if self.remote.is_some() {
             return Ok(self.fall_back(plan, now));
         }
@@ -398,6 +412,7 @@ impl<C: Clock> Engine<C> {
             return self.should_rate_limit(request);
         };
         let plan = self.plan(request)?;
+        trace_matched(&plan);
         if plan.counters.is_empty() {
             return Ok(self.finish(plan, &[]));
         }
