@@ -107,8 +107,17 @@ fn admitted(tallies: &[Tally; 2]) -> [u64; 2] {
 /// one more for what goes through before a bucket's first assignment and
 /// while a share moves between Envoys.
 fn bound(t: Duration) -> u64 {
-    (RATE as f64 * t.as_secs_f64()).ceil() as u64 + 2 * RATE
+    bound_at(RATE, t)
 }
+
+/// [`bound`] for a rate of `rate` per second.
+fn bound_at(rate: u64, t: Duration) -> u64 {
+    (rate as f64 * t.as_secs_f64()).ceil() as u64 + 2 * rate
+}
+
+/// The per-second rate of the `slow*` tenants of the second test: low
+/// enough that even a slow machine's requests go over it.
+const SLOW: u64 = 1;
 
 #[test]
 fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
@@ -194,7 +203,7 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
     std::fs::write(
         limits.join("quota.yaml"),
         format!(
-            "domain: quota\ndescriptors:\n  - key: name\n    value: api\n    descriptors:\n      - key: tenant\n        value: blocked\n        rate_limit: {{unit: second, requests_per_unit: 0}}\n      - key: tenant\n        value: open\n        rate_limit: {{unlimited: true}}\n      - key: tenant\n        rate_limit: {{unit: second, requests_per_unit: {RATE}}}\n"
+            "domain: quota\ndescriptors:\n  - key: name\n    value: api\n    descriptors:\n      - key: tenant\n        value: blocked\n        rate_limit: {{unit: second, requests_per_unit: 0}}\n      - key: tenant\n        value: open\n        rate_limit: {{unlimited: true}}\n      - key: tenant\n        value: slow*\n        rate_limit: {{unit: second, requests_per_unit: {SLOW}}}\n      - key: tenant\n        rate_limit: {{unit: second, requests_per_unit: {RATE}}}\n"
         ),
     )
     .expect("the limits file is written");
@@ -232,29 +241,30 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
         logs(&tollgate)
     );
 
-    // An unlimited bucket: everything passes, far above any rate.
-    let open = Tally::default();
-    let start = CLOCK.now();
-    for _ in 0..400 {
+    // An unlimited bucket: everything passes, while a limited one asked at
+    // the same pace in the same time is limited.
+    let (open, compare) = (Tally::default(), Tally::default());
+    for _ in 0..200 {
         request(port, "open", &open);
+        request(port, "slow-compare", &compare);
     }
-    let took = CLOCK.now().saturating_since(start);
     assert_eq!(
         open.limited.load(Ordering::Relaxed),
         0,
         "allow-all holds; {}",
         logs(&tollgate)
     );
+    assert_eq!(open.admitted.load(Ordering::Relaxed), 200);
     assert!(
-        open.admitted.load(Ordering::Relaxed) > bound(took),
-        "400 in {took:?} is above any share"
+        compare.limited.load(Ordering::Relaxed) > 0,
+        "the same pace is over a limit"
     );
 
     // A limited bucket, then the service stopped: Envoy keeps the last
     // assignment (reuse_last_assignment), so the limit holds.
-    let _ = drive([port, port], "steady", [1, 0], Duration::from_secs(2));
+    let _ = drive([port, port], "slow-steady", [1, 0], Duration::from_secs(2));
     tollgate.child.stop();
-    let (tallies, took) = drive([port, port], "steady", [1, 0], Duration::from_secs(2));
+    let (tallies, took) = drive([port, port], "slow-steady", [1, 0], Duration::from_secs(2));
     let [a, _] = admitted(&tallies);
     eprintln!("service stopped: {a} admitted in {took:?}");
     assert!(
@@ -262,7 +272,7 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
         "still limited with the service stopped"
     );
     assert!(
-        a <= bound(took),
+        a <= bound_at(SLOW, took),
         "{a} admitted in {took:?} with the service stopped"
     );
 
@@ -273,23 +283,18 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
     let reopened = Tally::default();
     let deadline = CLOCK.now().saturating_add(Duration::from_secs(20));
     while reopened.limited.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
-        request(port, "after-restart", &reopened);
+        request(port, "slow-restart", &reopened);
     }
     assert!(
         reopened.limited.load(Ordering::Relaxed) > 0,
         "no assignment from the restarted service; {}",
         logs(&tollgate)
     );
-    let (tallies, took) = drive(
-        [port, port],
-        "after-restart",
-        [1, 0],
-        Duration::from_secs(3),
-    );
+    let (tallies, took) = drive([port, port], "slow-restart", [1, 0], Duration::from_secs(3));
     let [a, _] = admitted(&tallies);
     eprintln!("after the restart: {a} admitted in {took:?}");
     assert!(
-        a <= bound(took),
+        a <= bound_at(SLOW, took),
         "{a} admitted in {took:?} after the restart; {}",
         logs(&tollgate)
     );
