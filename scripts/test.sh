@@ -11,7 +11,8 @@ log() { printf '\n==> %s\n' "$*"; }
 # System packages the tests need, as "command:debian-package" pairs: the C
 # linker rustc calls, Python for the Envoy virtualenv, Chromium and Node for
 # the lab's browser test, redis-server and redis-cli for the Redis tests, and
-# openssl for the Redis TLS test's certificates.
+# openssl for the Redis TLS test's certificates, and nginx for the limit_req
+# differential test.
 REQUIRED_COMMANDS=(
     "cc:gcc"
     "python3:python3"
@@ -21,6 +22,7 @@ REQUIRED_COMMANDS=(
     "redis-server:redis-server"
     "redis-cli:redis-tools"
     "openssl:openssl"
+    "nginx:nginx"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's

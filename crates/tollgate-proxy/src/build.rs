@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use tollgate_protocol::rls::RlsClient;
 use tollgate_shed::concurrency::ConcurrencyLimitLayer;
 use tollgate_shed::priority::PriorityLayer;
 use tollgate_tls::{ALPN_H2, ALPN_HTTP1, DEFAULT_HANDSHAKE_TIMEOUT, ServerTlsFiles, TlsAcceptor};
@@ -38,6 +39,8 @@ use crate::descriptors;
 use crate::error::ProxyError;
 use crate::forward::{Cluster, Endpoint, Forward};
 use crate::global_ratelimit::{GlobalRateLimit, GlobalRateLimitLayer};
+use crate::limit_req::policy::DEFAULT_MAX_WAITING;
+use crate::limit_req::{LimitReqLayer, LimitReqPolicy};
 use crate::local_ratelimit::{
     LocalLimiter, LocalRateLimitLayer, LocalRateLimitPolicy, SharedClock,
 };
@@ -241,12 +244,15 @@ fn local_policy(
         .map_err(|e| ConfigError::field(&source, e))
 }
 
-/// Builds a runtime from `config` (read from `file`); everything is checked before anything is used.
+/// Builds a runtime from `config` (read from `file`); everything is
+/// checked before anything is used. `in_process` is the rate limit service
+/// this proxy runs itself, if any (`rate_limit_service: {in_process: true}`).
 pub fn build(
     config: &ProxyConfig,
     file: &Path,
     clock: &SharedClock,
     metrics: &Metrics,
+    in_process: Option<&RlsClient>,
 ) -> Result<Runtime, ConfigError> {
     let base = file.parent().unwrap_or(Path::new("."));
     let mut watched = vec![file.to_path_buf()];
@@ -384,7 +390,9 @@ pub fn build(
     let global = config
         .global_ratelimit
         .as_ref()
-        .map(|g| GlobalRateLimit::compile(g, &root.key("global_ratelimit")).map(Arc::new))
+        .map(|g| {
+            GlobalRateLimit::compile(g, in_process, &root.key("global_ratelimit")).map(Arc::new)
+        })
         .transpose()
         .map_err(in_file)?;
     let default_contract = contract(config.rate_limit_response.as_ref());
@@ -453,10 +461,26 @@ pub fn build(
             .as_ref()
             .map(|c| concurrency_layer(c, &at.key("concurrency_limit")).map_err(in_file))
             .transpose()?;
+        let route_name = r.name.clone().unwrap_or_else(|| format!("route{i}"));
+        let limit_req_layer = r
+            .limit_req
+            .as_ref()
+            .map(|c| {
+                let stats = metrics.limit_req.stats(
+                    &route_name,
+                    &r.cluster,
+                    c.max_waiting.unwrap_or(DEFAULT_MAX_WAITING),
+                );
+                LimitReqPolicy::compile(c, Arc::clone(clock), stats, &at.key("limit_req"))
+                    .map(|p| LimitReqLayer::new(Arc::new(p)))
+                    .map_err(in_file)
+            })
+            .transpose()?;
         let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
         // Every layer errs with ProxyError: no conversion between them.
         let stack = ServiceBuilder::new()
             .option_layer(local_layer)
+            .option_layer(limit_req_layer)
             .option_layer(priority_layer)
             .option_layer(concurrency_layer)
             .option_layer(global_layer)

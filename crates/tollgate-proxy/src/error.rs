@@ -14,6 +14,7 @@ use tollgate_upstream::PickError;
 
 use crate::forward::error::UpstreamError;
 use crate::global_ratelimit::error::{GlobalRateLimited, RateLimitServiceFailed};
+use crate::limit_req::LimitReqRejected;
 use crate::local_ratelimit::error::LocalRateLimited;
 
 /// Why the proxy answered a request itself.
@@ -23,6 +24,8 @@ pub enum ProxyError {
     LocalRateLimited(LocalRateLimited),
     /// The global rate limit service said OVER_LIMIT.
     GlobalRateLimited(GlobalRateLimited),
+    /// The route's `limit_req` rejected the request.
+    LimitReqRejected(LimitReqRejected),
     /// The global rate limit service failed and `failure_mode_deny` is set.
     RateLimitServiceFailed(RateLimitServiceFailed),
     /// The upstream could not answer.
@@ -49,6 +52,7 @@ impl fmt::Display for ProxyError {
         match self {
             ProxyError::LocalRateLimited(e) => e.fmt(f),
             ProxyError::GlobalRateLimited(e) => e.fmt(f),
+            ProxyError::LimitReqRejected(e) => e.fmt(f),
             ProxyError::RateLimitServiceFailed(e) => e.fmt(f),
             ProxyError::Upstream(e) => e.fmt(f),
             ProxyError::Shed(shed) => write!(f, "overloaded: {shed}"),

@@ -23,6 +23,7 @@ pub mod forward;
 pub mod global_ratelimit;
 pub mod hits_addend;
 pub mod idle;
+pub mod limit_req;
 pub mod local_ratelimit;
 pub mod metrics;
 pub mod reply;

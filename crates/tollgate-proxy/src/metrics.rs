@@ -84,6 +84,8 @@ pub struct Metrics {
     /// The most requests a route's priority line holds (`queue.max_queued`).
     pub priority_queue_limit: Family<RouteLabels, Gauge>,
     priority_lines: parking_lot::Mutex<Vec<(RouteLabels, tollgate_shed::priority::PriorityLayer)>>,
+    /// Every route's `limit_req` series.
+    pub limit_req: crate::limit_req::LimitReqFamilies,
 }
 
 impl Default for Metrics {
@@ -169,7 +171,9 @@ impl Metrics {
             "The most requests a route's priority line holds (queue.max_queued)",
             priority_queue_limit.clone(),
         );
+        let limit_req = crate::limit_req::LimitReqFamilies::register(&mut registry);
         Metrics {
+            limit_req,
             registry,
             requests,
             local_rate_limited: local,
@@ -219,6 +223,17 @@ impl Metrics {
             .get_or_create(&labels)
             .set(gauge_value(limit.max()));
         self.listeners.lock().push((labels, limit));
+    }
+
+    /// These metrics with `collector`'s too, under the same prefix (the
+    /// store of the proxy's own limits: decisions by path, Redis calls, leases).
+    #[must_use]
+    pub fn with_collector(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        self.registry.register_collector(collector);
+        self
     }
 
     /// The OpenMetrics text.
@@ -359,7 +374,9 @@ impl RouteCounters {
             ProxyError::RateLimitServiceFailed(_) => self.rate_limit_service_denied.inc(),
             ProxyError::Upstream(e) => self.responses[ResponseClass::of(e) as usize].inc(),
             ProxyError::Shed(_) => self.shed.inc(),
-            ProxyError::NoRoute
+            // Counted by the layer, with its delays (`limit_req_*`).
+            ProxyError::LimitReqRejected(_)
+            | ProxyError::NoRoute
             | ProxyError::BadRequest(_)
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::Internal(_) => 0,

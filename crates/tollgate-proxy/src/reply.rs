@@ -9,6 +9,9 @@
 //!   `x-envoy-ratelimited: true`, X-RateLimit-*, `Retry-After` when enabled.
 //! * gRPC requests get HTTP 200 with `grpc-status` 14 (or 8) and
 //!   `grpc-message`, for both.
+//! * `limit_req`: its `status` (429) with `Retry-After` (when one more
+//!   request of the key would pass, or the wait it was refused), body
+//!   `rate limited: …` as `text/plain`.
 //! * RLS failure with `failure_mode_deny`: `status_on_error` (500), empty body.
 //! * Load shedding (`concurrency_limit`, `priority_shedding`): 503 + `Retry-After`.
 //! * Upstream failures: 503 (with `Retry-After` while a breaker is open), or
@@ -179,6 +182,27 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                 denial.body
             };
             reply(denial.status, headers, body)
+        }
+        ProxyError::LimitReqRejected(rejected) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                RETRY_AFTER,
+                HeaderValue::from(contract.retry_after(rejected.retry_after)),
+            );
+            if grpc {
+                return grpc_reply(14, "request_rate_limited", headers);
+            }
+            let body = if contract.problem_json {
+                headers.insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static("application/problem+json"),
+                );
+                problem(rejected.status, &rejected.to_string(), &[])
+            } else {
+                headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                rejected.to_string().into_bytes()
+            };
+            reply(rejected.status, headers, body)
         }
         ProxyError::RateLimitServiceFailed(failure) => {
             if grpc {

@@ -23,6 +23,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tollgate_protocol::rls::RlsClient;
 use tollgate_runtime::trace_context;
 use tollgate_runtime::{
     AbortOnDrop, AcceptOptions, ConfigWatcher, ConnectionLimit, DEFAULT_DEBOUNCE, EveryEntry,
@@ -62,12 +63,17 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    /// Reads and builds a runtime.
-    pub fn load(&self, clock: &SharedClock, metrics: &Metrics) -> Result<Runtime, ConfigError> {
+    /// Reads and builds a runtime; `in_process` is the rate limit service this proxy runs, if any.
+    pub fn load(
+        &self,
+        clock: &SharedClock,
+        metrics: &Metrics,
+        in_process: Option<&RlsClient>,
+    ) -> Result<Runtime, ConfigError> {
         match self {
             ConfigSource::File(path) => {
                 let config = config::load_proxy_file(path)?;
-                build::build(&config, path, clock, metrics)
+                build::build(&config, path, clock, metrics, in_process)
             }
             ConfigSource::Sidecar {
                 listen,
@@ -83,7 +89,7 @@ impl ConfigSource {
                 config.local_ratelimit_file = local_ratelimit.clone();
                 config.admin = admin.map(|address| config::AdminConfig { address });
                 let anchor = PathBuf::from("./<flags>");
-                build::build(&config, &anchor, clock, metrics)
+                build::build(&config, &anchor, clock, metrics, in_process)
             }
         }
     }
@@ -94,6 +100,8 @@ pub struct Proxy {
     live: ArcSwap<Runtime>,
     source: ConfigSource,
     clock: SharedClock,
+    /// The rate limit service in this process (`--limits`), if any.
+    in_process: Option<RlsClient>,
     /// The metrics.
     pub metrics: Arc<Metrics>,
     draining: AtomicBool,
@@ -110,12 +118,25 @@ impl std::fmt::Debug for Proxy {
 impl Proxy {
     /// Loads the configuration once; an error here stops the start.
     pub fn load(source: ConfigSource, clock: SharedClock) -> Result<Arc<Self>, ConfigError> {
-        let metrics = Arc::new(Metrics::new());
-        let runtime = source.load(&clock, &metrics)?;
+        Proxy::load_with(source, clock, None, Metrics::new())
+    }
+
+    /// [`Proxy::load`] with a rate limit service in this process, which a
+    /// global rate limit with `rate_limit_service: {in_process: true}`
+    /// calls, and the metrics to serve (with that service's).
+    pub fn load_with(
+        source: ConfigSource,
+        clock: SharedClock,
+        in_process: Option<RlsClient>,
+        metrics: Metrics,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let metrics = Arc::new(metrics);
+        let runtime = source.load(&clock, &metrics, in_process.as_ref())?;
         Ok(Arc::new(Proxy {
             live: ArcSwap::from_pointee(runtime),
             source,
             clock,
+            in_process,
             metrics,
             draining: AtomicBool::new(false),
         }))
@@ -128,7 +149,10 @@ impl Proxy {
 
     /// Reloads the configuration: all or nothing; on error the running one stays.
     pub fn reload(&self) -> Result<(), ConfigError> {
-        match self.source.load(&self.clock, &self.metrics) {
+        match self
+            .source
+            .load(&self.clock, &self.metrics, self.in_process.as_ref())
+        {
             Ok(runtime) => {
                 let old = self.live.load();
                 if runtime.listeners != old.listeners || runtime.admin != old.admin {

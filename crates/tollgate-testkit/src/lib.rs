@@ -20,6 +20,7 @@ pub mod budget;
 pub mod envoy;
 pub mod fuzz;
 pub mod http;
+pub mod nginx;
 pub mod pki;
 pub mod ports;
 pub mod process;

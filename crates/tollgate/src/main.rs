@@ -14,8 +14,10 @@ mod check;
 mod generate;
 mod lab;
 mod limits_args;
+mod limits_file;
 mod logging;
 mod proxy;
+mod proxy_limits;
 mod serve;
 mod simulate;
 mod telemetry;
@@ -54,7 +56,7 @@ enum Command {
     /// Serve the live lab: a web page that runs algorithms against simulated traffic.
     Lab(lab::LabArgs),
     /// Run the HTTP sidecar / edge proxy: Envoy local_ratelimit semantics, Istio EnvoyFilters, the global RLS.
-    Proxy(proxy::ProxyArgs),
+    Proxy(Box<proxy::ProxyArgs>),
     /// Write the completion script for a shell on stdout (bash, zsh, fish, elvish, powershell).
     Completions(generate::CompletionsArgs),
     /// Write the man page of `tollgate` (or of one subcommand) on stdout, in roff.

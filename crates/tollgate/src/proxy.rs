@@ -10,7 +10,10 @@ use clap::Args;
 use tokio::net::TcpListener;
 use tollgate_core::{Clock, MonotonicClock};
 use tollgate_proxy::config::{ConfigPath, LimitSettings};
+use tollgate_proxy::metrics::Metrics;
 use tollgate_proxy::{ConfigSource, Proxy};
+
+use crate::proxy_limits::ProxyLimits;
 
 use crate::CommandError;
 
@@ -82,6 +85,9 @@ pub struct ProxyArgs {
     /// OpenTelemetry tracing.
     #[command(flatten)]
     pub tracing: crate::telemetry::TracingArgs,
+    /// The proxy's own limits (`rate_limit_service: {in_process: true}`).
+    #[command(flatten)]
+    pub limits: crate::proxy_limits::ProxyLimitsArgs,
 }
 
 impl ProxyArgs {
@@ -143,8 +149,18 @@ pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
 
 async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandError> {
     let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-    let proxy =
-        Proxy::load(source.clone(), clock).map_err(|e| CommandError::Failed(e.to_string()))?;
+    let own_limits = ProxyLimits::start(&args.limits).await?;
+    let mut metrics = Metrics::new();
+    if let Some(collector) = own_limits.as_ref().and_then(ProxyLimits::store_collector) {
+        metrics = metrics.with_collector(Box::new(collector));
+    }
+    let proxy = Proxy::load_with(
+        source.clone(),
+        clock,
+        own_limits.as_ref().map(ProxyLimits::client),
+        metrics,
+    )
+    .map_err(|e| CommandError::Failed(e.to_string()))?;
     let runtime = proxy.runtime();
     let mut listeners = Vec::new();
     let mut lines = Vec::new();
@@ -196,6 +212,9 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
         args.drain_timeout,
     )
     .await;
+    if let Some(own_limits) = &own_limits {
+        own_limits.return_leases().await;
+    }
     tracing::info!("drained; exiting");
     Ok(())
 }

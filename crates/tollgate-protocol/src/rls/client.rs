@@ -2,9 +2,15 @@
 //!
 //! Used by `tollgate check`, `tollgate bench rls` and the proxy's global
 //! rate limit. The answer is the whole wire response, including
-//! `request_headers_to_add` and `raw_body`.
+//! `request_headers_to_add` and `raw_body`. A client may also call a
+//! service in this process ([`InProcessService`], [`RlsClient::in_process`]):
+//! the same request and answer, with no encoding and no network hop.
 
+use std::fmt::Debug;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -15,12 +21,38 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 use super::codec::RlsCodec;
+use super::convert::{engine_request, wire_request};
+use super::model;
 use super::wire::{RateLimitRequest, RateLimitResponse, SHOULD_RATE_LIMIT_PATH};
+
+/// An answer of an [`InProcessService`], still to come.
+pub type InProcessAnswer = Pin<Box<dyn Future<Output = Result<RateLimitResponse, Status>> + Send>>;
+
+/// A rate limit service running in this process: `ShouldRateLimit` as a
+/// function call on the model request (nothing encoded or converted on the
+/// way in), with the request's metadata (a trace's `traceparent`).
+pub trait InProcessService: Send + Sync + Debug {
+    /// Answers one request as the gRPC service would.
+    fn should_rate_limit(
+        &self,
+        request: model::RateLimitRequest,
+        metadata: http::HeaderMap,
+    ) -> InProcessAnswer;
+}
+
+/// Where a client's calls go.
+#[derive(Clone, Debug)]
+enum Transport {
+    /// A gRPC channel.
+    Channel(Channel),
+    /// A service in this process.
+    InProcess(Arc<dyn InProcessService>),
+}
 
 /// A client of Envoy's `RateLimitService`; cheap to clone (the channel is shared).
 #[derive(Clone, Debug)]
 pub struct RlsClient {
-    channel: Channel,
+    transport: Transport,
     timeout: Option<Duration>,
 }
 
@@ -28,9 +60,22 @@ impl RlsClient {
     /// A client calling on `channel`, with no deadline of its own.
     pub fn new(channel: Channel) -> Self {
         RlsClient {
-            channel,
+            transport: Transport::Channel(channel),
             timeout: None,
         }
+    }
+
+    /// A client calling `service` in this process, with no deadline of its own.
+    pub fn in_process(service: Arc<dyn InProcessService>) -> Self {
+        RlsClient {
+            transport: Transport::InProcess(service),
+            timeout: None,
+        }
+    }
+
+    /// True when the calls go to a service in this process.
+    pub fn is_in_process(&self) -> bool {
+        matches!(self.transport, Transport::InProcess(_))
     }
 
     /// A client for `uri` (`http://host:port`) whose channel connects on the
@@ -65,6 +110,40 @@ impl RlsClient {
         self.timeout
     }
 
+    /// [`RlsClient::should_rate_limit_with`] for a model request: a service
+    /// in this process takes it as it is, a channel gets its wire form.
+    pub async fn should_rate_limit_model(
+        &self,
+        request: model::RateLimitRequest,
+        metadata: http::HeaderMap,
+    ) -> Result<RateLimitResponse, Status> {
+        match &self.transport {
+            Transport::InProcess(service) => {
+                let call = service.should_rate_limit(request, metadata);
+                self.bounded(call).await
+            }
+            Transport::Channel(_) => {
+                self.should_rate_limit_with(wire_request(&request), metadata)
+                    .await
+            }
+        }
+    }
+
+    /// `call`, bounded by this client's deadline if it has one.
+    async fn bounded(
+        &self,
+        call: impl Future<Output = Result<RateLimitResponse, Status>>,
+    ) -> Result<RateLimitResponse, Status> {
+        match self.timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                Err(Status::deadline_exceeded(format!(
+                    "no answer within {limit:?}"
+                )))
+            }),
+            None => call.await,
+        }
+    }
+
     /// Sends one `ShouldRateLimit` call; past the deadline, `DEADLINE_EXCEEDED`.
     pub async fn should_rate_limit(
         &self,
@@ -80,15 +159,7 @@ impl RlsClient {
         request: RateLimitRequest,
         metadata: http::HeaderMap,
     ) -> Result<RateLimitResponse, Status> {
-        let call = self.call(request, metadata);
-        match self.timeout {
-            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
-                Err(Status::deadline_exceeded(format!(
-                    "no answer within {limit:?}"
-                )))
-            }),
-            None => call.await,
-        }
+        self.bounded(self.call(request, metadata)).await
     }
 
     async fn call(
@@ -96,7 +167,15 @@ impl RlsClient {
         request: RateLimitRequest,
         metadata: http::HeaderMap,
     ) -> Result<RateLimitResponse, Status> {
-        let mut client = tonic::client::Grpc::new(self.channel.clone());
+        let channel = match &self.transport {
+            Transport::Channel(channel) => channel.clone(),
+            Transport::InProcess(service) => {
+                return service
+                    .should_rate_limit(engine_request(request), metadata)
+                    .await;
+            }
+        };
+        let mut client = tonic::client::Grpc::new(channel);
         client
             .ready()
             .await

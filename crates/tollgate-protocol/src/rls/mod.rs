@@ -18,7 +18,7 @@ pub mod model;
 pub mod wire;
 
 pub use caps::{CapError, RequestCaps};
-pub use client::RlsClient;
+pub use client::{InProcessAnswer, InProcessService, RlsClient};
 pub use codec::RlsCodec;
 pub use headers::{HeaderOptions, Jitter, LimitHeaderNames, Rendered, ResponseHeaders};
 pub use model::{

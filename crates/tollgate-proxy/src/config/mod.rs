@@ -263,6 +263,37 @@ pub struct RouteConfig {
     pub concurrency_limit: Option<ConcurrencyLimitConfig>,
     /// Priority classes with reserved in-flight capacity (503 + Retry-After when shed).
     pub priority_shedding: Option<tollgate_shed::priority::PriorityConfig>,
+    /// nginx's `limit_req`: a leaky bucket per key that delays requests
+    /// within the burst (or passes them, `nodelay`) and rejects beyond it.
+    pub limit_req: Option<LimitReqConfig>,
+}
+
+/// A route's `limit_req` (nginx's `limit_req_zone` + `limit_req`, same semantics).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitReqConfig {
+    /// The steady rate, nginx's syntax: `10r/s` or `30r/m`.
+    pub rate: String,
+    /// Requests above the rate a key may have in excess (default 0).
+    #[serde(default)]
+    pub burst: u64,
+    /// nginx `delay=N`: the first N excess requests pass at once, later ones wait.
+    pub delay: Option<u64>,
+    /// nginx `nodelay`: every request within the burst passes at once (a policer).
+    #[serde(default)]
+    pub nodelay: bool,
+    /// The key: this request header's value (absent: empty key); without it, the trusted client address (nginx's `$binary_remote_addr`).
+    pub key_header: Option<String>,
+    /// The status of a rejected request (default 429; nginx's `limit_req_status` defaults to 503).
+    pub status: Option<u16>,
+    /// The most keys tracked; past it the least recently used key is dropped (default 100 000).
+    pub max_keys: Option<usize>,
+    /// The most requests waiting their turn on this route at once; past it a
+    /// request that would wait is rejected (default 10 000).
+    pub max_waiting: Option<usize>,
+    /// nginx `limit_req_dry_run`: count what would be delayed or rejected, delay and reject nothing.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// A route's per-key concurrency limit.
@@ -287,7 +318,8 @@ pub struct ConcurrencyLimitConfig {
 pub struct GlobalRateLimitConfig {
     /// The RLS domain.
     pub domain: String,
-    /// The RLS address (`ip:port`, plain-text gRPC).
+    /// The RLS: its address (gRPC, TLS optional), or `in_process` (the
+    /// limits `tollgate proxy --limits` loaded, decided in this process).
     pub rate_limit_service: RateLimitServiceConfig,
     /// The call's deadline (default 20 ms; `0s` = none).
     #[serde(
@@ -327,11 +359,16 @@ pub struct GlobalRateLimitConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitServiceConfig {
-    /// `ip:port`.
-    pub address: SocketAddr,
+    /// `ip:port`; needed unless `in_process`.
+    pub address: Option<SocketAddr>,
     /// TLS towards the service (Envoy's `UpstreamTlsContext` in spirit); plain HTTP/2 without it.
     #[serde(default)]
     pub tls: Option<UpstreamTlsConfig>,
+    /// Decide in this process from the limits and store `tollgate proxy
+    /// --limits` set up (quota leases and quick-deny on Redis): no call per
+    /// request. Excludes `address` and `tls`.
+    #[serde(default)]
+    pub in_process: bool,
 }
 
 /// TLS towards a server (the rate limit service, a cluster's endpoints):

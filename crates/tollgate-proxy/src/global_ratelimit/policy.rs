@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tollgate_protocol::rls::RlsClient;
-use tollgate_protocol::rls::convert::wire_request;
 use tollgate_protocol::rls::model::{self, RateLimitRequest};
 use tollgate_protocol::rls::wire;
 
@@ -23,8 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(20);
 pub struct GlobalRateLimit {
     /// The RLS domain.
     pub domain: String,
-    /// The RLS address.
-    pub address: SocketAddr,
+    /// The RLS address (None: the service runs in this process).
+    pub address: Option<SocketAddr>,
     client: RlsClient,
     /// Deny when the call fails.
     pub failure_mode_deny: bool,
@@ -49,8 +48,14 @@ pub struct GlobalRateLimit {
 }
 
 impl GlobalRateLimit {
-    /// Compiles the filter config; the channel connects lazily (needs a Tokio runtime).
-    pub fn compile(config: &GlobalRateLimitConfig, at: &ConfigPath) -> Result<Self, FieldError> {
+    /// Compiles the filter config; the channel connects lazily (needs a
+    /// Tokio runtime). `in_process` is the service of `rate_limit_service:
+    /// {in_process: true}`, if this proxy runs one.
+    pub fn compile(
+        config: &GlobalRateLimitConfig,
+        in_process: Option<&RlsClient>,
+        at: &ConfigPath,
+    ) -> Result<Self, FieldError> {
         if config.domain.is_empty() {
             return Err(at.key("domain").error("must not be empty"));
         }
@@ -64,8 +69,18 @@ impl GlobalRateLimit {
             &at.key("enable_x_ratelimit_headers"),
         )?;
         let stage = envoy::stage(config.stage, &at.key("stage"))?;
-        let client = rls_client(&config.rate_limit_service, &at.key("rate_limit_service"))?
-            .with_timeout(timeout);
+        let client = rls_client(
+            &config.rate_limit_service,
+            in_process,
+            &at.key("rate_limit_service"),
+        )?;
+        // A decision in this process is bounded by the store's own timeout
+        // (`--store-timeout`), not by a timer per request.
+        let client = if client.is_in_process() {
+            client.with_timeout(None)
+        } else {
+            client.with_timeout(timeout)
+        };
         Ok(GlobalRateLimit {
             domain: config.domain.clone(),
             address: config.rate_limit_service.address,
@@ -124,7 +139,7 @@ impl GlobalRateLimit {
             tollgate_runtime::trace_context::pass_on(&tracing::Span::current(), &mut metadata);
         }
         self.client
-            .should_rate_limit_with(wire_request(&request), metadata)
+            .should_rate_limit_model(request, metadata)
             .await
             .map_err(|status| format!("{}: {}", status.code(), status.message()))
     }
@@ -136,10 +151,31 @@ pub fn rls_descriptors(descriptors: &[Descriptor]) -> Vec<model::Descriptor> {
 }
 
 /// The client of the service `config` names: plain HTTP/2, or TLS (with a
-/// client certificate when given) when it has a `tls` block. A file that
-/// cannot be read or used is an error at the `tls` field.
-fn rls_client(config: &RateLimitServiceConfig, at: &ConfigPath) -> Result<RlsClient, FieldError> {
-    let address = config.address;
+/// client certificate when given) when it has a `tls` block, or the
+/// service in this process. A file that cannot be read or used is an error
+/// at the `tls` field; `in_process` without a service here names the flag.
+fn rls_client(
+    config: &RateLimitServiceConfig,
+    in_process: Option<&RlsClient>,
+    at: &ConfigPath,
+) -> Result<RlsClient, FieldError> {
+    if config.in_process {
+        if config.address.is_some() || config.tls.is_some() {
+            return Err(at
+                .key("in_process")
+                .error("excludes `address` and `tls`: the service runs in this process"));
+        }
+        return in_process.cloned().ok_or_else(|| {
+            at.key("in_process").error(
+                "this proxy decides no limits itself: start it with --limits FILE (and --redis-url for a limit shared by several proxies)",
+            )
+        });
+    }
+    let Some(address) = config.address else {
+        return Err(at
+            .key("address")
+            .error("is missing: give the service's `ip:port`, or `in_process: true`"));
+    };
     let client = match &config.tls {
         None => RlsClient::connect_lazy(format!("http://{address}")),
         Some(tls) => {

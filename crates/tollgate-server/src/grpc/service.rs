@@ -145,6 +145,21 @@ impl<C: Clock> RateLimitGrpc<C> {
         self.respond(&engine, &request, answer, start)
     }
 
+    /// Answers one model request (in memory or through the shared store).
+    pub async fn decide_model(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<wire::RateLimitResponse, Status> {
+        let start = self.metrics.as_ref().map(|m| m.start());
+        let engine = self.engine.load();
+        let answer = if engine.remote().is_none() {
+            engine.should_rate_limit(&request)
+        } else {
+            engine.decide(&request).await
+        };
+        self.respond(&engine, &request, answer, start)
+    }
+
     /// The wire answer for an engine answer, counted in the metrics.
     fn respond(
         &self,
@@ -325,4 +340,27 @@ fn framing_errors_are_invalid_argument(
         headers.insert("grpc-status", http::HeaderValue::from_static("3"));
     }
     response
+}
+
+/// The proxy's in-process global rate limit: the same answer as over gRPC, without the hop or a conversion.
+impl<C: Clock + 'static> tollgate_protocol::rls::InProcessService for RateLimitGrpc<C> {
+    fn should_rate_limit(
+        &self,
+        request: RateLimitRequest,
+        metadata: http::HeaderMap,
+    ) -> tollgate_protocol::rls::InProcessAnswer {
+        let service = self.clone();
+        if trace_context::enabled() {
+            let span = tracing::info_span!(
+                target: trace_context::TARGET,
+                "ShouldRateLimit",
+                otel.kind = "internal",
+                ratelimit.domain = %request.domain,
+                ratelimit.descriptors = request.descriptors.len(),
+            );
+            trace_context::continue_from(&span, &metadata);
+            return Box::pin(async move { service.decide_model(request).await }.instrument(span));
+        }
+        Box::pin(async move { service.decide_model(request).await })
+    }
 }

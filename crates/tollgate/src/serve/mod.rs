@@ -24,7 +24,7 @@ use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metrics::{ConfigStats, Metrics};
-use tollgate_server::reload::{self, read_config};
+use tollgate_server::reload;
 use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
 use tollgate_server::statsd::StatsdFlusher;
 use tollgate_server::store::{RemoteOptions, RemoteStore};
@@ -73,41 +73,16 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         allow_empty: options.allow_empty || settings.force_start_without_initial_config,
         ..options
     };
-    let read = read_config(config_path, start_options).map_err(|error| {
-        CommandError::Failed(format!("cannot read {}: {error}", config_path.display()))
-    })?;
-    let config_hash = read.hash;
-    let loaded = read.loaded;
-    let file_count = loaded.file_count;
-    let (rules, warnings) = match loaded.into_result() {
-        Ok(ok) => ok,
-        Err(diagnostics) => {
-            for diagnostic in diagnostics.all() {
-                crate::logging::diagnostic(diagnostic);
-            }
-            return Err(CommandError::Failed(format!(
-                "{} has errors; not starting",
-                config_path.display()
-            )));
-        }
-    };
-    for diagnostic in warnings.all() {
-        crate::logging::diagnostic(diagnostic);
-    }
+    let crate::limits_file::StartRules {
+        rules,
+        hash: config_hash,
+    } = crate::limits_file::read_at_start(config_path, start_options)?;
     if rules.rule_count() == 0 && !args.limits.allow_empty_config {
         tracing::warn!(
             config = %config_path.display(),
             "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
         );
     }
-    tracing::info!(
-        config = %config_path.display(),
-        files = file_count,
-        domains = rules.domain_count(),
-        rules = rules.rule_count(),
-        hash = %format_args!("{config_hash:016x}"),
-        "limits loaded"
-    );
 
     let engine_options = args.engine_options(&settings);
     // Follows the system wall clock (re-read every millisecond, never going

@@ -1,0 +1,267 @@
+//! `tollgate proxy --limits`: the global rate limit decided in the proxy itself; two proxies leasing from one real Redis keep the fleet's limit exactly, with a few Redis calls.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate_testkit::http::get;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::{LoggedChild, tollgate};
+use tollgate_testkit::upstream::Upstream;
+
+/// The leased algorithms.
+const LEASED: [&str; 4] = ["fixed_window", "token_bucket", "gcra", "leaky_bucket"];
+
+/// One rule per leased algorithm, keyed by the `x-algorithm` header: `limit` per day.
+fn limits(limit: u64) -> String {
+    let mut yaml = String::from("domain: fleet\ndescriptors:\n");
+    for algorithm in LEASED {
+        let burst = if algorithm == "leaky_bucket" {
+            format!(", burst: {}", limit - 1)
+        } else {
+            String::new()
+        };
+        yaml.push_str(&format!(
+            "  - key: algorithm\n    value: {algorithm}\n    on_store_error: deny\n    rate_limit: {{unit: day, requests_per_unit: {limit}, algorithm: {algorithm}{burst}}}\n"
+        ));
+    }
+    yaml
+}
+
+/// A proxy config whose global rate limit is decided in the proxy, one descriptor from `x-algorithm`.
+fn proxy_config(upstream: SocketAddr) -> String {
+    format!(
+        "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nglobal_ratelimit:\n  domain: fleet\n  rate_limit_service: {{in_process: true}}\n  timeout: 2s\n  enable_x_ratelimit_headers: DRAFT_VERSION_03\nclusters:\n  - name: backend\n    endpoints: [{{address: \"{upstream}\"}}]\nroutes:\n  - name: api\n    cluster: backend\n    rate_limits:\n      - actions:\n          - request_headers: {{header_name: x-algorithm, descriptor_key: algorithm}}\n"
+    )
+}
+
+/// `tollgate proxy --config CONFIG --limits LIMITS` with `extra` flags, logging to `name.log`.
+fn proxy(dir: &TempDir, config: &Path, limits: &Path, extra: &[&str], name: &str) -> LoggedChild {
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("UTF-8"),
+        "--limits",
+        limits.to_str().expect("UTF-8"),
+        "--log-level",
+        "warn",
+    ];
+    args.extend_from_slice(extra);
+    LoggedChild::proxy(&args, dir.0.join(format!("{name}.log")), true)
+}
+
+/// Script calls (EVAL/EVALSHA) Redis has run so far, from INFO commandstats.
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Demand above the limit through every proxy: 32 clients each, each
+/// sending until its proxy has answered 16 denials or `cap` requests.
+/// Returns (admitted, requests sent).
+fn saturate(proxies: &[SocketAddr], algorithm: &str, cap: u64) -> (u64, u64) {
+    let admitted = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        for &proxy in proxies {
+            let denials = Arc::new(AtomicU64::new(0));
+            let calls = Arc::new(AtomicU64::new(0));
+            for _ in 0..32 {
+                let (admitted, sent, denials, calls) = (
+                    Arc::clone(&admitted),
+                    Arc::clone(&sent),
+                    Arc::clone(&denials),
+                    Arc::clone(&calls),
+                );
+                scope.spawn(move || {
+                    while denials.load(Ordering::Relaxed) < 16
+                        && calls.fetch_add(1, Ordering::Relaxed) < cap
+                    {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        let response = get(proxy, "/", &[("x-algorithm", algorithm)]);
+                        match response.status {
+                            200 => {
+                                admitted.fetch_add(1, Ordering::Relaxed);
+                            }
+                            429 => {
+                                assert_eq!(
+                                    response.header("x-envoy-ratelimited"),
+                                    Some("true"),
+                                    "{response:?}"
+                                );
+                                denials.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => panic!("{algorithm}: unexpected answer {response:?}"),
+                        }
+                    }
+                });
+            }
+        }
+    });
+    (
+        admitted.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed),
+    )
+}
+
+#[test]
+fn two_proxies_leasing_from_one_redis_never_pass_the_fleet_limit_and_rarely_call_redis() {
+    let redis = RedisServer::start();
+    std::thread::sleep(
+        redis.wait_clear_of_window_end(Duration::from_secs(86_400), Duration::from_secs(120)),
+    );
+    let dir = TempDir::new("proxy-limits-fleet");
+    let upstream = Upstream::spawn();
+    let limit = 600;
+    let limits = dir.write("limits.yaml", &limits(limit));
+    let config = dir.write("proxy.yaml", &proxy_config(upstream.addr));
+    let url = redis.url();
+    let flags = [
+        "--store",
+        url.as_str(),
+        "--store-timeout",
+        "2s",
+        "--lease-period",
+        "1h",
+        "--expected-instances",
+        "2",
+    ];
+    let a = proxy(&dir, &config, &limits, &flags, "a");
+    let b = proxy(&dir, &config, &limits, &flags, "b");
+    for algorithm in LEASED {
+        let calls_before = script_calls(&redis);
+        let (admitted, sent) = saturate(&[a.addr, b.addr], algorithm, limit);
+        let calls = script_calls(&redis) - calls_before;
+        eprintln!(
+            "{algorithm}: {admitted} of {limit} admitted, {sent} requests, {calls} Redis calls"
+        );
+        assert!(
+            admitted <= limit,
+            "{algorithm}: {admitted} admitted over a fleet limit of {limit}"
+        );
+        // Each proxy's last grant may be stranded while the other spends its
+        // own: at most limit / (2 × instances) each (the share divisor).
+        assert!(
+            admitted >= limit - 2 * (limit / 4),
+            "{algorithm}: {admitted} admitted, under the stated bound"
+        );
+        assert!(
+            calls * 4 < sent,
+            "{algorithm}: {calls} Redis calls for {sent} requests; leases should answer most"
+        );
+    }
+    let metrics = get(a.admin.expect("an admin address"), "/metrics", &[]).body;
+    let leased = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tollgate_proxy_ratelimit_store_decisions_total{path=\"leased\"} ")
+        })
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no leased decisions in {metrics}"));
+    assert!(leased > 0, "{metrics}");
+}
+
+#[test]
+fn a_proxy_alone_keeps_its_limit_in_memory_and_reloads_it() {
+    let dir = TempDir::new("proxy-limits-memory");
+    let upstream = Upstream::spawn();
+    let limits = dir.write("limits.yaml", &limits(3));
+    let config = dir.write("proxy.yaml", &proxy_config(upstream.addr));
+    let p = proxy(&dir, &config, &limits, &[], "memory");
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| get(p.addr, "/", &[("x-algorithm", "fixed_window")]).status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let limited = get(p.addr, "/", &[("x-algorithm", "fixed_window")]);
+    assert_eq!(limited.header("x-ratelimit-remaining"), Some("0"));
+    // No descriptor, no limit.
+    assert_eq!(get(p.addr, "/", &[]).status, 200);
+
+    // A broken limits file keeps the running rules; a good one replaces them.
+    std::fs::write(&limits, "domain: fleet\ndescriptors: [oops").expect("written");
+    let mut still = 0;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        still += u32::from(get(p.addr, "/", &[("x-algorithm", "fixed_window")]).status == 429);
+    }
+    assert_eq!(still, 20, "a bad file keeps the running limit");
+    std::fs::write(&limits, limits_yaml_unlimited()).expect("written");
+    let reloaded = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        get(p.addr, "/", &[("x-algorithm", "fixed_window")]).status == 200
+    });
+    assert!(reloaded, "the new limits file took effect");
+}
+
+/// A limits file whose `fixed_window` rule allows 1000 per day.
+fn limits_yaml_unlimited() -> String {
+    limits(1000)
+}
+
+#[test]
+fn in_process_without_limits_or_with_an_address_is_refused_at_start() {
+    let dir = TempDir::new("proxy-limits-refused");
+    let config = dir.write(
+        "proxy.yaml",
+        &proxy_config("127.0.0.1:9".parse().expect("addr")),
+    );
+    let output = tollgate(&["proxy", "--config", config.to_str().expect("UTF-8")])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("global_ratelimit.rate_limit_service.in_process")
+            && stderr.contains("--limits"),
+        "{stderr}"
+    );
+
+    let both = proxy_config("127.0.0.1:9".parse().expect("addr")).replace(
+        "{in_process: true}",
+        "{in_process: true, address: \"127.0.0.1:1\"}",
+    );
+    let config = dir.write("both.yaml", &both);
+    let limits = dir.write("limits.yaml", &limits(3));
+    let output = tollgate(&[
+        "proxy",
+        "--config",
+        config.to_str().expect("UTF-8"),
+        "--limits",
+        limits.to_str().expect("UTF-8"),
+    ])
+    .output()
+    .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("excludes `address`"), "{stderr}");
+
+    let bad_limits = dir.write("bad.yaml", "domain: fleet\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
+    let output = tollgate(&[
+        "proxy",
+        "--config",
+        dir.0.join("proxy.yaml").to_str().expect("UTF-8"),
+        "--limits",
+        bad_limits.to_str().expect("UTF-8"),
+    ])
+    .output()
+    .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml:") && stderr.contains("has errors; not starting"),
+        "{stderr}"
+    );
+}
