@@ -17,6 +17,10 @@ use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 /// `reset_after` is the time to the window's end, which is also the
 /// `retry_after` of a denied request.
 ///
+/// Staggered windows ([`FixedWindow::stagger_phase`]) are the same algorithm
+/// decided at `now + phase` for each key: every key still counts whole
+/// windows of length `W`, only their edges differ from key to key.
+///
 /// A refund gives units back while the window is open; a window that a
 /// denial has closed stays closed until it ends, and refunds change nothing
 /// in it (upstream would subtract from its higher real count, which almost
@@ -75,6 +79,17 @@ impl FixedWindow {
     /// The window length.
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
+    }
+
+    /// The offset of a staggered key's windows, from a hash of the key: a
+    /// whole number of microseconds in `[0, window)`, so a key's windows
+    /// start at `k·W − phase` and keys spread their resets evenly over a
+    /// window instead of all resetting on the epoch's `k·W`. The store
+    /// decides such a key at `now + phase` (microseconds, the resolution of
+    /// Redis `TIME`, so memory and Redis agree).
+    pub fn stagger_phase(&self, key_hash: u64) -> u64 {
+        let window_us = (self.window / 1_000).max(1);
+        (key_hash % window_us) * 1_000
     }
 
     /// `state`, kept by `from` (a fixed window with another limit), as this

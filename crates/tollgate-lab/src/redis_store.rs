@@ -176,6 +176,7 @@ impl SimulatedRedisStore {
             algorithm: self.algorithm,
             hits,
             give_back: false,
+            phase_ns: 0,
         };
         let time = SuppliedTime {
             at,
@@ -230,6 +231,7 @@ impl SimulatedStore for SimulatedRedisStore {
                         algorithm: self.algorithm,
                         hits: cost,
                         give_back: false,
+                        phase_ns: 0,
                     };
                     let time = SuppliedTime {
                         at,

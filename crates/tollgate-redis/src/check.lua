@@ -1,6 +1,6 @@
 -- Tollgate: decides and consumes every counter of one request in one atomic call.
 --
--- KEYS[k] is a counter; ARGV holds 6 values per counter, in KEYS order:
+-- KEYS[k] is a counter; ARGV holds 7 values per counter, in KEYS order:
 --   group  all-or-nothing group (one descriptor of the request)
 --   op     'c' consume, 'r' give back
 --   kind   's' schedule (token bucket, GCRA, leaky bucket: interval ns, capacity)
@@ -8,11 +8,13 @@
 --          (window in whole microseconds, limit)
 --   hits   units to consume or give back (0 = check only)
 --   p1, p2 the algorithm's parameters as above
+--   phase  a fixed window's stagger in microseconds (0: epoch-aligned): the
+--          key's windows start at k*window - phase
 -- Returns 4 integers per counter: outcome (0 allowed, 1 denied, 2 can never
 -- pass), remaining, reset-after ns, retry-after ns.
 --
 -- Optional supplied time (the lab's virtual clock; production never passes
--- it): when ARGV holds 3 values after the counters' (#KEYS * 6 + 3), they are
+-- it): when ARGV holds 3 values after the counters' (#KEYS * 7 + 3), they are
 --   secs, nanos  the time to decide at, instead of Redis TIME
 --   ttl_ms       the TTL every key written gets, instead of its freshness
 --
@@ -29,7 +31,7 @@
 
 local now_s, now_us, now_sub_ns
 local fixed_ttl = nil
-local supplied = #KEYS * 6
+local supplied = #KEYS * 7
 if #ARGV == supplied + 3 then
   now_s = tonumber(ARGV[supplied + 1])
   now_sub_ns = tonumber(ARGV[supplied + 2])
@@ -116,7 +118,8 @@ local function schedule(key, op, hits, interval, capacity)
 end
 
 -- Fixed window: the state is the window number and its count.
-local function fixed(key, op, hits, window, limit)
+local function fixed(key, op, hits, window, limit, phase)
+  local now_total_us = now_total_us + phase
   local index = math.floor(now_total_us / window)
   local st = redis.call('HMGET', key, 'i', 'c')
   local count = 0
@@ -334,13 +337,13 @@ local results = {}
 local writes = {}
 local denied = {}
 for k = 1, #KEYS do
-  local a = (k - 1) * 6
+  local a = (k - 1) * 7
   local decide = kinds[ARGV[a + 3]]
   if not decide then
     return redis.error_reply('tollgate: unknown counter kind ' .. tostring(ARGV[a + 3]))
   end
   local r, write = decide(KEYS[k], ARGV[a + 2], tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]))
+    tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
   if r[1] ~= 0 then denied[ARGV[a + 1]] = true end
   writes[k] = write
   for j = 1, 4 do
@@ -348,7 +351,7 @@ for k = 1, #KEYS do
   end
 end
 for k = 1, #KEYS do
-  local a = (k - 1) * 6
+  local a = (k - 1) * 7
   if writes[k] and (not denied[ARGV[a + 1]] or ARGV[a + 3] == 'f') then
     writes[k]()
   end

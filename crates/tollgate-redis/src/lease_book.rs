@@ -405,5 +405,6 @@ fn counter_of(key: &[u8], tag: u64, algorithm: AnyAlgorithm) -> Counter<'_> {
         algorithm,
         hits: 0,
         give_back: false,
+        phase_ns: 0,
     }
 }

@@ -309,6 +309,7 @@ impl RedisStore {
                 .arg(c.hits)
                 .arg(params.p1)
                 .arg(params.p2)
+                .arg(c.phase_ns / 1_000)
                 .arg(ns / 1_000_000_000)
                 .arg(ns % 1_000_000_000)
                 .arg(
@@ -406,7 +407,8 @@ impl RedisStore {
                 .arg(params.kind)
                 .arg(c.hits)
                 .arg(params.p1)
-                .arg(params.p2);
+                .arg(params.p2)
+                .arg(c.phase_ns / 1_000);
         }
         if let Some(time) = time {
             let ns = time.at.as_nanos();

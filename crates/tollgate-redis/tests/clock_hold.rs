@@ -55,6 +55,7 @@ async fn decide(store: &RedisStore, algorithm: AnyAlgorithm, when: Timestamp) ->
         algorithm,
         hits: 1,
         give_back: false,
+        phase_ns: 0,
     };
     let time = SuppliedTime {
         at: when,

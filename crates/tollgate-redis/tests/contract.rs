@@ -38,6 +38,7 @@ fn counter(key: &[u8], algorithm: AnyAlgorithm, hits: u64) -> Counter<'_> {
         algorithm,
         hits,
         give_back: false,
+        phase_ns: 0,
     }
 }
 
@@ -264,6 +265,29 @@ async fn concurrent_callers_get_exactly_the_limit<S: CounterStore + 'static>(sto
     }
 }
 
+async fn a_phase_moves_a_fixed_windows_edges_by_exactly_that_much<S: CounterStore>(store: &S) {
+    let window = FixedWindow::new(5, HOUR).unwrap().into();
+    let phase = Duration::from_secs(20 * 60) + Duration::from_micros(7);
+    let aligned = counter(b"phase-aligned", window, 1);
+    let shifted = Counter {
+        group: 1,
+        phase_ns: u64::try_from(phase.as_nanos()).unwrap(),
+        ..counter(b"phase-shifted", window, 1)
+    };
+    // One batch: both decided at the same instant of the store's clock.
+    let d = check(store, &[aligned, shifted]).await;
+    assert!(d[0].is_allowed() && d[1].is_allowed());
+    let hour = HOUR.as_nanos() as i128;
+    let difference = (d[0].reset_after().as_nanos() as i128
+        - d[1].reset_after().as_nanos() as i128)
+        .rem_euclid(hour);
+    assert_eq!(
+        difference,
+        phase.as_nanos() as i128,
+        "the shifted window ends {phase:?} before the aligned one (modulo the window)"
+    );
+}
+
 fn memory() -> MemoryCounters {
     MemoryCounters::new(
         five_per_hour(),
@@ -322,6 +346,7 @@ contract!(
     give_back_returns_units,
     a_shaper_reports_its_delay,
     keys_do_not_share_counters,
+    a_phase_moves_a_fixed_windows_edges_by_exactly_that_much,
 );
 
 /// Redis only: every counter key expires by itself once its state is fresh again.

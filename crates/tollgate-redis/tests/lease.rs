@@ -23,6 +23,7 @@ fn counter(key: &[u8], algorithm: AnyAlgorithm, hits: u64, give_back: bool) -> C
         algorithm,
         hits,
         give_back,
+        phase_ns: 0,
     }
 }
 

@@ -26,6 +26,7 @@ async fn the_master_named_by_sentinel_keeps_the_counters() {
         algorithm: tb,
         hits: 1,
         give_back: false,
+        phase_ns: 0,
     };
     let mut out = Vec::new();
     let now = Timestamp::from_secs(1);

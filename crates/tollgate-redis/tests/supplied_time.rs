@@ -17,6 +17,7 @@ fn counter(key: &[u8], algorithm: AnyAlgorithm, hits: u64) -> Counter<'_> {
         algorithm,
         hits,
         give_back: false,
+        phase_ns: 0,
     }
 }
 

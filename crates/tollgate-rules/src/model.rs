@@ -140,6 +140,9 @@ pub struct Rule {
     /// store (zero: exact, one store call per request); `None` takes the
     /// service's default (`--lease-period`).
     pub lease: Option<std::time::Duration>,
+    /// `stagger`: each key's fixed windows start at an offset from a hash of
+    /// the key, so keys do not all reset at the same instant (fixed windows only).
+    pub stagger: bool,
     /// `detailed_metric`: statistics name the request's values.
     pub detailed_metric: bool,
     /// `quota_mode`: an over-limit status of this rule makes the request

@@ -724,6 +724,7 @@ mod tests {
             algorithm,
             hits: 1,
             give_back,
+            phase_ns: 0,
         };
         let sent = Timestamp::from_secs(1_000);
         let denied = Decision::from_parts(Outcome::Denied, 5, 0, 20_000_000_000, 20_000_000_000);

@@ -46,6 +46,22 @@ pub struct Counter<'a> {
     pub hits: u64,
     /// Give `hits` back instead of consuming them.
     pub give_back: bool,
+    /// How far ahead of the store's clock this counter decides, in
+    /// nanoseconds: a staggered fixed window's offset (0 for all others), so
+    /// its windows start at `k·W − phase` instead of on the epoch's `k·W`.
+    pub phase_ns: u64,
+}
+
+impl Counter<'_> {
+    /// The time this counter decides at when the store's clock reads `now`.
+    #[inline]
+    pub fn at(&self, now: Timestamp) -> Timestamp {
+        if self.phase_ns == 0 {
+            now
+        } else {
+            now.saturating_add(std::time::Duration::from_nanos(self.phase_ns))
+        }
+    }
 }
 
 /// Anything that can be read as a [`Counter`], so a caller can hand a store
@@ -349,12 +365,13 @@ impl MemoryCounters {
         let mut any_denied = false;
         for c in counters {
             let c = c.as_counter();
+            let at = c.at(now);
             let decision = self
                 .with_store(c.algorithm, now, |store| {
                     if c.give_back {
-                        store.refund(c.key, now, c.hits)
+                        store.refund(c.key, at, c.hits)
                     } else {
-                        store.check(c.key, now, c.hits)
+                        store.check(c.key, at, c.hits)
                     }
                 })
                 .unwrap_or_else(|| refused(&c));
@@ -376,7 +393,9 @@ impl MemoryCounters {
                 && c.hits > 0
                 && !counts_denied(&c.algorithm)
             {
-                let _ = self.with_store(c.algorithm, now, |store| store.refund(c.key, now, c.hits));
+                let _ = self.with_store(c.algorithm, now, |store| {
+                    store.refund(c.key, c.at(now), c.hits)
+                });
             }
         }
     }

@@ -95,6 +95,7 @@ impl<St: CounterStore> Policy<St> {
                 algorithm: entry.limit.algorithm,
                 hits: cost,
                 give_back: false,
+                phase_ns: 0,
             })
             .collect();
         let mut decisions = Vec::with_capacity(counters.len());

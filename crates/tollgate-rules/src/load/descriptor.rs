@@ -23,6 +23,8 @@ struct DescriptorFields<'n> {
     shadow_mode: bool,
     on_store_error: StoreErrorPolicy,
     lease: Option<std::time::Duration>,
+    /// `stagger: true`, with where it was written.
+    stagger: Option<Position>,
     detailed_metric: bool,
     quota_mode: bool,
     /// `value_to_metric` and `share_threshold` (with where it was written).
@@ -127,6 +129,9 @@ impl Loader {
             .iter()
             .filter_map(|block| self.load_limit(context, block))
             .collect();
+        if let Some(position) = fields.stagger {
+            self.check_stagger(file, position, &limits);
+        }
         let mut children = Level::default();
         if let Some(list) = fields.children {
             self.load_level(context, rules, &mut children, &own_path, &own_options, list);
@@ -137,6 +142,7 @@ impl Loader {
             shadow_mode: fields.shadow_mode,
             on_store_error: fields.on_store_error,
             lease: fields.lease,
+            stagger: fields.stagger.is_some(),
             detailed_metric: fields.detailed_metric,
             quota_mode: fields.quota_mode,
             levels: own_options,
@@ -206,6 +212,11 @@ impl Loader {
                             .map_err(|e| format!("`lease` {e}"))
                     });
                 }
+                "stagger" => {
+                    fields.stagger = self
+                        .bool_value(file, node, "stagger")
+                        .then_some(node.position)
+                }
                 "detailed_metric" => {
                     fields.detailed_metric = self.bool_value(file, node, "detailed_metric")
                 }
@@ -222,6 +233,33 @@ impl Loader {
             }
         }
         fields
+    }
+
+    /// Reports a `stagger: true` (at `position`) that would shift nothing:
+    /// on a descriptor without a limit, or beside a limit that is not a
+    /// fixed window (only fixed windows have edges to stagger).
+    fn check_stagger(&mut self, file: &Path, position: Position, limits: &[Limit]) {
+        if limits.is_empty() {
+            self.diagnostics.error(
+                file,
+                position,
+                "`stagger` needs a `rate_limit` on the same descriptor: it shifts that limit's fixed windows",
+            );
+            return;
+        }
+        if let Some(other) = limits.iter().find(|l| {
+            !l.is_unlimited() && l.algorithm_kind != crate::algorithm::AlgorithmKind::FixedWindow
+        }) {
+            self.diagnostics.error(
+                file,
+                position,
+                format!(
+                    "`stagger` shifts fixed windows only, and this descriptor's limit on line {} uses {}; remove `stagger` or use `algorithm: fixed_window`",
+                    other.position.line,
+                    other.algorithm_kind
+                ),
+            );
+        }
     }
 
     /// Adds the blocks of a `rate_limits` list to `blocks`, or reports that it is not a list.

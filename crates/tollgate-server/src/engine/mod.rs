@@ -64,7 +64,9 @@ use tollgate_runtime::trace_context;
 use tracing::Instrument;
 
 use tollgate_core::duration::ceil_seconds;
-use tollgate_core::{AnyAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit};
+use tollgate_core::{
+    AnyAlgorithm, AnyWordAlgorithm, Clock, Decision, FixedWindow, Outcome, Timestamp, Unit,
+};
 use tollgate_protocol::rls::model::{
     Code, CurrentLimit, DescriptorStatus, LimitOverride, RateLimitRequest, RateLimitResponse,
 };
@@ -190,6 +192,8 @@ struct PlannedCounter {
     give_back: bool,
     /// The lease period of its rule in a shared store (zero: exact).
     lease: Duration,
+    /// A staggered fixed window's offset (nanoseconds; 0 for the rest).
+    phase_ns: u64,
 }
 
 impl AsCounter for PlannedCounter {
@@ -202,6 +206,7 @@ impl AsCounter for PlannedCounter {
             algorithm: self.algorithm,
             hits: self.hits,
             give_back: self.give_back,
+            phase_ns: self.phase_ns,
         }
     }
 }
@@ -528,6 +533,7 @@ impl<C: Clock> Engine<C> {
                     hits,
                     give_back,
                     lease: Duration::ZERO,
+                    phase_ns: 0,
                 });
                 Work::Override {
                     limit: limit.clone(),
@@ -554,6 +560,17 @@ impl<C: Clock> Engine<C> {
                             else {
                                 continue;
                             };
+                            // A staggered window stays exact: a lease ends
+                            // with the window, and each key's window ends
+                            // at its own instant.
+                            let (phase_ns, lease) = match algorithm {
+                                AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(window))
+                                    if rule.stagger =>
+                                {
+                                    (window.stagger_phase(tag), Duration::ZERO)
+                                }
+                                _ => (0, rule.lease.unwrap_or(default_lease)),
+                            };
                             plan.counters.push(PlannedCounter {
                                 group,
                                 limit_index,
@@ -562,7 +579,8 @@ impl<C: Clock> Engine<C> {
                                 algorithm,
                                 hits,
                                 give_back,
-                                lease: rule.lease.unwrap_or(default_lease),
+                                lease,
+                                phase_ns,
                             });
                         }
                         Work::Rule {

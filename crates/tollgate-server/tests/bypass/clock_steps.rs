@@ -81,6 +81,7 @@ async fn redis_decide(target: &Target, limit: &Limit, at: Timestamp) -> Outcome 
         algorithm: limit.algorithm.expect("a limited rule"),
         hits: 1,
         give_back: false,
+        phase_ns: 0,
     };
     let time = SuppliedTime {
         at,
