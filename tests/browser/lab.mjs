@@ -7,7 +7,8 @@
 // every chart received points and that the summary table shows the server's
 // own figures (fetched from /api/summary with the same parameters), saves a
 // screenshot, runs a shaper and checks its delay chart and the state line's
-// legend (whose key it reads), then uploads a CSV trace from the page and replays it. Exits
+// legend (whose key it reads), runs the fleet (local, global and leased lanes)
+// and checks the leased lane's figures, then uploads a CSV trace from the page and replays it. Exits
 // non-zero with a message on the first failure.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -122,6 +123,30 @@ try {
   check(stateLegend.includes("units queued (still draining) — client 1's key"), `the queue line names its key: ${stateLegend}`);
   await page.fill('input[name=clients]', '1');
   await page.fill('input[name=state_client]', '0');
+
+  // The fleet: local sidecars, one global limit, and instances leasing from it.
+  await page.selectOption('select[name=mode]', 'fleet');
+  await page.selectOption('select[name=algorithm]', 'fixed_window');
+  await page.fill('input[name=limit]', '100');
+  await page.fill('input[name=window_ms]', '1000');
+  await page.selectOption('select[name=traffic]', 'steady');
+  await page.fill('input[name=arrival_rate]', '400');
+  await page.fill('input[name=duration_ms]', '10000');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'fleet');
+  const fleetLabels = await page.evaluate(() => window.lab.plan.lanes.map((l) => l.label));
+  check(JSON.stringify(fleetLabels) === JSON.stringify(['local ×4', 'global', 'leased ×4']),
+    `the fleet runs local, global and leased lanes: ${fleetLabels}`);
+  const fleetQuery = await page.evaluate(() => window.lab.query);
+  check(fleetQuery.includes('lease_ms=1000'), `the lease period is a parameter: ${fleetQuery}`);
+  const fleetSummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), fleetQuery);
+  const [, fleetGlobal, fleetLeased] = fleetSummary.lanes;
+  check(fleetLeased.admitted <= fleetGlobal.admitted,
+    `the leased lane never admits more than the global one: ${fleetLeased.admitted} > ${fleetGlobal.admitted}`);
+  const calls = await page.textContent('#fleet-leased-calls');
+  const perDecision = Number(calls.split('/')[1]);
+  check(perDecision > 0 && perDecision < 0.2, `the leased lane calls the store on a few decisions: ${calls}`);
+  check((await page.textContent('#fleet-leased-rate')).endsWith('req/s'), 'the leased rate is shown');
 
   // A replayed trace: upload a CSV from the page, run it, and compare with the server.
   const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));

@@ -235,7 +235,13 @@ impl LeaseBook {
             }
             entry.ledger.observe(c.hits, now);
             let want = entry.ledger.wanted(now);
-            if want > 0 && !entry.granting && entry.ledger.usable(now) < c.hits.max(1) {
+            // Fewer than `divisor` units left: the grant would be 0 units
+            // (see `grant_units`), so asking would only cost a call.
+            if want > 0
+                && !entry.granting
+                && d.remaining() >= self.divisor
+                && entry.ledger.usable(now) < c.hits.max(1)
+            {
                 entry.granting = true;
                 asks.push(GrantAsk {
                     key: c.key.to_vec(),

@@ -357,3 +357,33 @@ async fn a_hot_key_costs_a_few_redis_calls_and_a_cold_key_no_more_than_the_exact
         "one call per cold check"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_fewer_units_left_than_a_share_never_asks_for_a_grant() {
+    // 10 per hour among 8 instances: a grant is at most 1/16 of what is
+    // left, so it is always 0 units and asking would only cost a call.
+    let redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    let clock = ManualClock::new(Timestamp::from_secs(1_000_000));
+    let engine = fleet(&redis.url(), 8, &rules(10, "1h"), &clock)
+        .await
+        .remove(0);
+    // The first call loads the script (a NOSCRIPT, then the load).
+    assert!(is_ok(&engine, &request("fixed_window", "warm-up")).await);
+    for algorithm in LEASED {
+        let request = request(algorithm, "few");
+        let before = script_calls(&redis);
+        let mut admitted = 0;
+        for _ in 0..12 {
+            admitted += u64::from(is_ok(&engine, &request).await);
+        }
+        let calls = script_calls(&redis) - before;
+        assert_eq!(admitted, 10, "{algorithm}");
+        // One exact call per admitted check, one for the first denial; the
+        // last denial is answered by the quick-deny cache.
+        assert!(
+            calls <= 11,
+            "{algorithm}: {calls} Redis calls for 12 checks of a key too small to lease"
+        );
+    }
+}

@@ -115,6 +115,49 @@ fn every_algorithm_decides_on_redis_as_in_memory_tick_by_tick() {
 }
 
 #[test]
+fn leased_lanes_decide_on_redis_as_in_memory_with_the_same_store_calls() {
+    let server = RedisServer::start();
+    let redis = RedisStores::connect_blocking(&server.url()).expect("connects");
+    let second = Duration::from_secs(1);
+    let lanes = vec![
+        Lane::leased(
+            "fixed_window leased",
+            FixedWindow::new(100, second).unwrap(),
+            4,
+            second,
+        ),
+        Lane::leased(
+            "token_bucket leased",
+            TokenBucket::new(100, 100, second).unwrap(),
+            4,
+            second,
+        ),
+    ];
+    // One busy key, 4 times over its limit: 8000 requests over 4 instances.
+    let leased = Scenario {
+        lanes,
+        clients: 1,
+        ..scenario(Traffic::steady(400.0).unwrap(), 3)
+    };
+    assert_same_decisions(&leased, &redis, "leased");
+    let calls = |stores: &dyn StoreFactory| -> Vec<Option<u64>> {
+        leased
+            .run(stores, |_| {})
+            .expect("the run completes")
+            .lanes
+            .iter()
+            .map(|l| l.store_calls)
+            .collect()
+    };
+    let in_memory = calls(&MemoryStores);
+    assert_eq!(in_memory, calls(&redis));
+    assert!(
+        in_memory[0].unwrap() < 8000 / 5,
+        "the fixed window's leases save calls: {in_memory:?} for 8000 requests"
+    );
+}
+
+#[test]
 fn decision_by_decision_the_outcomes_and_remaining_units_match() {
     let server = RedisServer::start();
     let redis = RedisStores::connect_blocking(&server.url()).expect("connects");

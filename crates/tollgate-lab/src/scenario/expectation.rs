@@ -152,6 +152,17 @@ fn explain(lane: &Lane, rate: f64, allowance: u64, steady: f64, stores: f64) -> 
             format!("Exactly {allowance} in any window, never more; {settles}.")
         }
     };
+    if let super::Placement::Leased {
+        instances,
+        period_ns,
+    } = lane.placement
+    {
+        let period = std::time::Duration::from_nanos(period_ns).as_secs_f64();
+        return format!(
+            "{core} {instances} instances share one store and take leases of about their rate × {} s from it: never more than the global cap, a little less while units sit in other instances' leases, and far fewer store calls.",
+            format_rate(period)
+        );
+    }
     if stores > 1.0 {
         format!(
             "{core} Each of {stores:.0} sidecars applies it locally, so the fleet admits up to {stores:.0}× the configured cap."

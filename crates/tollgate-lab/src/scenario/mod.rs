@@ -2,7 +2,8 @@
 //!
 //! A [`Scenario`] sends the same arrivals through several [`Lane`]s at once —
 //! to compare algorithms on one trace, or a fleet of sidecars with local
-//! buckets against one global bucket — spreads them over several clients
+//! buckets against one global bucket and against instances leasing from
+//! one global store (`leased`) — spreads them over several clients
 //! (each its own key), and reports aggregates per tick of virtual time as it
 //! goes. A [`crate::Simulation`] is the one-lane, one-key case.
 //!
@@ -11,6 +12,7 @@
 //! alone in `expectation`.
 
 mod expectation;
+mod leased;
 mod model;
 mod report;
 mod runner;

@@ -43,6 +43,16 @@ pub enum Placement {
         /// How many instances (1 to [`MAX_SIDECARS`]).
         sidecars: u32,
     },
+    /// `instances` instances behind a round-robin balancer sharing one
+    /// store, each taking quota leases from it for `period_ns` and spending
+    /// them locally (`tollgate serve --lease-period`): see
+    /// [`super::leased`].
+    Leased {
+        /// How many instances (1 to [`MAX_SIDECARS`]).
+        instances: u32,
+        /// The lease period, in nanoseconds (above 0).
+        period_ns: u64,
+    },
 }
 
 impl Placement {
@@ -51,6 +61,7 @@ impl Placement {
         match self {
             Placement::Global => 1,
             Placement::Local { sidecars } => *sidecars,
+            Placement::Leased { .. } => 1,
         }
     }
 }
@@ -92,6 +103,24 @@ impl Lane {
             label: label.into(),
             algorithm: algorithm.into(),
             placement: Placement::Local { sidecars },
+            judged_against_exact: true,
+        }
+    }
+
+    /// A lane whose `instances` lease `algorithm`'s budget from one shared store for `period`.
+    pub fn leased(
+        label: impl Into<String>,
+        algorithm: impl Into<AnyAlgorithm>,
+        instances: u32,
+        period: Duration,
+    ) -> Self {
+        Lane {
+            label: label.into(),
+            algorithm: algorithm.into(),
+            placement: Placement::Leased {
+                instances,
+                period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            },
             judged_against_exact: true,
         }
     }
@@ -176,6 +205,21 @@ impl Scenario {
             ));
         }
         for lane in &self.lanes {
+            if let Placement::Leased {
+                instances,
+                period_ns,
+            } = lane.placement
+            {
+                if !(1..=MAX_SIDECARS).contains(&instances) {
+                    return Err(ConfigError::new(
+                        "instances",
+                        format!("{instances} is not between 1 and {MAX_SIDECARS}"),
+                    ));
+                }
+                if period_ns == 0 {
+                    return Err(ConfigError::new("lease_period", "must be above 0"));
+                }
+            }
             if let Placement::Local { sidecars } = lane.placement
                 && !(1..=MAX_SIDECARS).contains(&sidecars)
             {

@@ -102,6 +102,12 @@ pub struct LaneTick {
     pub max_delay_ns: u64,
     /// A few of the tick's decisions: the first ones, and the first rejection.
     pub samples: Vec<SampledDecision>,
+    /// A leased lane: calls to the shared store in the tick (exact decisions and grants).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_calls: Option<u64>,
+    /// A leased lane: units held in the instances' leases at the tick's end, still spendable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leased_units: Option<u64>,
 }
 
 /// What happened during one tick of virtual time, in every lane.
@@ -143,6 +149,10 @@ pub struct LaneReport {
     pub over_admitted: Option<u64>,
     /// Requests this lane rejected although the exact window had room for them.
     pub under_admitted: Option<u64>,
+    /// A leased lane: calls to the shared store over the run (exact decisions
+    /// and grants); a global lane makes one per request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_calls: Option<u64>,
 }
 
 /// Why a scenario run gave no report.

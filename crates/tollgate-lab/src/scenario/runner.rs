@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
 
+use super::leased::LeasedFleet;
 use super::{
     Counts, Lane, LaneDecision, LaneReport, LaneTick, Placement, RunError, RunReport,
     SampledDecision, Scenario, Tick,
@@ -237,6 +238,8 @@ struct LaneState {
     admitted_in_window: AdmittedWindow,
     /// For window algorithms in a global placement: each key's exact window of admitted units.
     exact: Option<ExactWindows>,
+    /// In a leased placement: the instances' leases on the one store.
+    fleet: Option<LeasedFleet>,
 }
 
 /// Each key's admitted units over the last window, to judge decisions against the exact log.
@@ -257,7 +260,9 @@ impl LaneState {
                 | AnyAlgorithm::Word(AnyWordAlgorithm::SlidingWindow(_))
                 | AnyAlgorithm::SlidingLog(_)
         );
-        let judged = is_window && lane.placement == Placement::Global;
+        // A leased lane never admits more than the global one: judge it too.
+        let judged =
+            is_window && matches!(lane.placement, Placement::Global | Placement::Leased { .. });
         let exact = (judged && lane.judged_against_exact).then(|| ExactWindows {
             window: algorithm.window(),
             limit: algorithm.capacity(),
@@ -279,6 +284,17 @@ impl LaneState {
             sampled_rejection: false,
             admitted_in_window: AdmittedWindow::new(algorithm.window()),
             exact,
+            fleet: match lane.placement {
+                Placement::Leased {
+                    instances,
+                    period_ns,
+                } => Some(LeasedFleet::new(
+                    algorithm,
+                    instances,
+                    Duration::from_nanos(period_ns),
+                )),
+                _ => None,
+            },
         }
     }
 
@@ -287,6 +303,9 @@ impl LaneState {
         self.max_delay_ns = 0;
         self.samples.clear();
         self.sampled_rejection = false;
+        if let Some(fleet) = &mut self.fleet {
+            fleet.tick_calls = 0;
+        }
     }
 
     fn decide(
@@ -302,6 +321,13 @@ impl LaneState {
             cost,
             ..
         } = *request;
+        if let Some(fleet) = &mut self.fleet {
+            // Round robin over the instances, which share the one store.
+            let instance = (arrival % fleet.instances() as u64) as usize;
+            let decision = fleet.decide(self.stores[0].as_mut(), instance, client, at, cost);
+            self.record(request, 0, decision, samples_per_tick, on_decision);
+            return;
+        }
         // A round-robin balancer: arrival k goes to sidecar k mod N.
         let sidecar = (arrival % self.stores.len() as u64) as usize;
         let decision = self.stores[sidecar].check(client, at, cost);
@@ -312,6 +338,13 @@ impl LaneState {
     /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
     /// them in arrival order as [`LaneState::decide`] would.
     fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
+        if self.fleet.is_some() {
+            // Each decision depends on the leases the ones before it left: one by one.
+            for request in requests {
+                self.decide(request, samples_per_tick, None);
+            }
+            return;
+        }
         let sidecars = self.stores.len();
         let mut decisions = vec![None; requests.len()];
         let mut batch = Vec::new();
@@ -426,6 +459,8 @@ impl LaneState {
             state_level: levels / self.stores.len() as f64,
             max_delay_ns: self.max_delay_ns,
             samples: self.samples.clone(),
+            store_calls: self.fleet.as_ref().map(|f| f.tick_calls),
+            leased_units: self.fleet.as_ref().map(|f| f.outstanding(tick_end)),
         }
     }
 
@@ -450,6 +485,7 @@ impl LaneState {
             limit: self.algorithm.capacity(),
             over_admitted: self.exact.as_ref().map(|e| e.over),
             under_admitted: self.exact.as_ref().map(|e| e.under),
+            store_calls: self.fleet.as_ref().map(|f| f.calls),
         }
     }
 }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use tollgate_core::{
-    AnyAlgorithm, DelayMode, FixedWindow, LeakyBucket, NANOS_PER_SEC, Outcome, SlidingLog,
-    SlidingWindow, Timestamp, TokenBucket,
+    AnyAlgorithm, AnyWordAlgorithm, DelayMode, FixedWindow, LeakyBucket, NANOS_PER_SEC, Outcome,
+    SlidingLog, SlidingWindow, Timestamp, TokenBucket,
 };
 
 use super::*;
@@ -155,6 +155,74 @@ fn a_local_fleet_admits_sidecars_times_the_cap_and_a_global_limit_holds() {
             local.counts.admitted
         );
         assert!(local.counts.admitted as f64 <= expect[0].ceiling);
+    }
+}
+
+#[test]
+fn a_leased_lane_holds_the_global_cap_with_few_store_calls() {
+    // 4 instances, 1 s leases, 5000 req/s offered for 10 s on one key.
+    let window = FixedWindow::new(1000, secs(1)).unwrap();
+    let bucket = TokenBucket::new(1000, 1000, secs(1)).unwrap();
+    for algorithm in [AnyAlgorithm::from(window), AnyAlgorithm::from(bucket)] {
+        let lanes = vec![
+            Lane::global("global", algorithm),
+            Lane::leased("leased", algorithm, 4, secs(1)),
+        ];
+        let scenario = Scenario::new(Traffic::steady(5000.0).unwrap(), secs(10), lanes);
+        let (report, ticks) = collect(&scenario);
+        let (global, leased) = (&report.lanes[0], &report.lanes[1]);
+        assert!(
+            leased.counts.admitted <= global.counts.admitted,
+            "{algorithm:?}: leased {} over the exact {}",
+            leased.counts.admitted,
+            global.counts.admitted
+        );
+        assert!(
+            leased.counts.admitted * 100 >= global.counts.admitted * 97,
+            "{algorithm:?}: leased {} of the exact {}",
+            leased.counts.admitted,
+            global.counts.admitted
+        );
+        if matches!(
+            algorithm,
+            AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_))
+        ) {
+            // The run starts on a whole second, so each window is 10 ticks of 100 ms.
+            for window in ticks.chunks(10) {
+                let admitted: u64 = window.iter().map(|t| t.lanes[1].counts.admitted).sum();
+                assert!(
+                    admitted <= 1000,
+                    "{admitted} admitted in one window of 1000"
+                );
+            }
+        }
+        let calls = leased
+            .store_calls
+            .expect("a leased lane counts its store calls");
+        // Never more than the exact path's one call per request (a grant
+        // that could only be 0 units is not asked for) ...
+        assert!(
+            calls <= leased.counts.arrivals,
+            "{algorithm:?}: {calls} store calls for {} requests",
+            leased.counts.arrivals
+        );
+        // ... and far fewer where the budget is counted in windows. A
+        // bucket five times over its rate is empty: each token is taken by
+        // one exact call, and there is nothing to lease.
+        if matches!(
+            algorithm,
+            AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(_))
+        ) {
+            assert!(
+                calls * 20 < leased.counts.arrivals,
+                "{calls} store calls for {} requests",
+                leased.counts.arrivals
+            );
+        }
+        assert_eq!(global.store_calls, None);
+        let per_tick: u64 = ticks.iter().map(|t| t.lanes[1].store_calls.unwrap()).sum();
+        assert_eq!(per_tick, calls);
+        assert!(ticks.iter().any(|t| t.lanes[1].leased_units.unwrap() > 0));
     }
 }
 

@@ -119,6 +119,8 @@ pub const FIELDS: &[Field] = &[
     // The client whose key the state line reads (below clients).
     int("state_client", 0.0, 99.0, 0.0),
     int("sidecars", 1.0, MAX_SIDECARS as f64, 4.0),
+    // Fleet mode's leased lane: the quota lease period.
+    int("lease_ms", 10.0, 60_000.0, 1_000.0),
     int("cost", 1.0, 1_000.0, 1.0),
     int("samples", 0.0, 16.0, 4.0),
     int("start", 0.0, 9_000_000_000.0, 1_700_000_000.0),
@@ -167,7 +169,8 @@ pub enum Mode {
     Single,
     /// Several algorithms on the same arrivals, side by side.
     Compare,
-    /// One algorithm local on N sidecars against the same one global.
+    /// One algorithm local on N sidecars, the same one global, and N
+    /// instances leasing from the global one.
     Fleet,
 }
 
@@ -217,6 +220,13 @@ pub fn parse_with_replays(
                 sidecars,
             ));
             lanes.push(Lane::global("global", algorithm));
+            descriptions.push(descriptions[0].clone());
+            lanes.push(Lane::leased(
+                format!("leased ×{sidecars}"),
+                algorithm,
+                sidecars,
+                p.millis("lease_ms")?,
+            ));
             descriptions.push(descriptions[0].clone());
         } else {
             lanes.push(Lane::global(*name, algorithm));
@@ -504,7 +514,7 @@ fn build_traffic(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Simulation;
+    use crate::{Placement, Simulation};
 
     fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
         query
@@ -551,8 +561,15 @@ mod tests {
             .iter()
             .map(|l| l.label.as_str())
             .collect();
-        assert_eq!(labels, vec!["local ×7", "global"]);
-        assert_eq!(run.descriptions.len(), 2);
+        assert_eq!(labels, vec!["local ×7", "global", "leased ×7"]);
+        assert_eq!(run.descriptions.len(), 3);
+        assert_eq!(
+            run.scenario.lanes[2].placement,
+            Placement::Leased {
+                instances: 7,
+                period_ns: 1_000_000_000
+            }
+        );
     }
 
     #[test]

@@ -167,6 +167,18 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "URL", help_heading = "Run")]
     pub(super) redis: Option<String>,
 
+    /// Run each algorithm as a fleet of `--instances` instances that take
+    /// quota leases of this period from one shared store (the in-memory store,
+    /// or `--redis`), as `tollgate serve --lease-period` does, instead of one
+    /// instance deciding every request on the store. The summary adds the
+    /// store calls per decision.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Run")]
+    pub(super) lease_period: Option<Duration>,
+
+    /// With --lease-period: how many instances share the store (round robin).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "lease_period", value_parser = clap::value_parser!(u32).range(1..=15), help_heading = "Run")]
+    pub(super) instances: u32,
+
     /// Print the summary as JSON instead of text.
     #[arg(long, help_heading = "Output")]
     pub(super) json: bool,

@@ -29,7 +29,8 @@ impl Plan {
         let single = args.algorithm.is_some()
             && args.clients == 1
             && args.traffic != TrafficName::Replay
-            && args.redis.is_none();
+            && args.redis.is_none()
+            && args.lease_period.is_none();
         let chosen: Vec<AlgorithmName> = match args.algorithm {
             Some(one) => vec![one],
             None => args.compare.clone(),
@@ -41,7 +42,15 @@ impl Plan {
         let mut descriptions = Vec::new();
         for &name in &chosen {
             let (algorithm, description) = build_algorithm(args, name, args.algorithm.is_some())?;
-            let lane = Lane::global(name.name(), algorithm);
+            let lane = match args.lease_period {
+                Some(period) => Lane::leased(
+                    format!("{} leased ×{}", name.name(), args.instances),
+                    algorithm,
+                    args.instances,
+                    period,
+                ),
+                None => Lane::global(name.name(), algorithm),
+            };
             // A single run's summary has no comparison with the exact log.
             lanes.push(if single { lane.unjudged() } else { lane });
             descriptions.push(description);

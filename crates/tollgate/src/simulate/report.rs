@@ -164,6 +164,24 @@ impl Comparison {
                 format_duration(Duration::from_nanos(r.window_ns)),
                 r.limit
             ));
+            if let (
+                Some(calls),
+                tollgate_lab::Placement::Leased {
+                    instances,
+                    period_ns,
+                },
+            ) = (r.store_calls, r.placement)
+            {
+                text.push_str(&format!(
+                    "  leased     {instances} instances, leases of {}: {calls} store calls ({:.4} per decision)\n",
+                    format_duration(Duration::from_nanos(period_ns)),
+                    if r.counts.arrivals == 0 {
+                        0.0
+                    } else {
+                        calls as f64 / r.counts.arrivals as f64
+                    }
+                ));
+            }
             if let (Some(over), Some(under)) = (r.over_admitted, r.under_admitted) {
                 let share = |n: u64| {
                     if self.arrivals == 0 {
@@ -253,9 +271,14 @@ impl StoreUsed {
         elapsed: Duration,
     ) -> Self {
         // One call per decision of every lane (two with --decisions, which reads the
-        // key's state after each), one per state read of every store and tick.
+        // key's state after each), one per state read of every store and tick; a
+        // leased lane counts its own (a grant once, its check-only read not).
         let per_decision = if decisions { 2 } else { 1 };
-        let calls = report.arrivals * report.lanes.len() as u64 * per_decision
+        let calls = report
+            .lanes
+            .iter()
+            .map(|l| l.store_calls.unwrap_or(report.arrivals) * per_decision)
+            .sum::<u64>()
             + report.ticks
                 * report
                     .lanes

@@ -57,6 +57,7 @@ function updateVisibility() {
     el.hidden = !el.dataset.traffic.split(' ').includes(traffic);
   }
   document.getElementById('sidecars-value').textContent = field('sidecars').value;
+  document.getElementById('lease-value').textContent = field('lease_ms').value;
 }
 
 function isShown(el) {
@@ -130,8 +131,9 @@ function showPlan(plan) {
     document.getElementById('fleet-local-cap').textContent =
       `${fmt(local.expectation.effective_rate, 2)} req/s (cap × ${local.sidecars})`;
     document.getElementById('fleet-global-cap').textContent = `${fmt(global.expectation.effective_rate, 2)} req/s`;
-    document.getElementById('fleet-local-rate').textContent = '';
-    document.getElementById('fleet-global-rate').textContent = '';
+    for (const id of ['fleet-local-rate', 'fleet-global-rate', 'fleet-leased-rate', 'fleet-leased-calls', 'fleet-leased-units']) {
+      document.getElementById(id).textContent = '';
+    }
   }
 }
 
@@ -152,6 +154,12 @@ function showReport(report) {
   if (lab.plan && lab.plan.mode === 'fleet') {
     document.getElementById('fleet-local-rate').textContent = `${fmt(report.lanes[0].admitted_rate, 2)} req/s`;
     document.getElementById('fleet-global-rate').textContent = `${fmt(report.lanes[1].admitted_rate, 2)} req/s`;
+    const leased = report.lanes[2];
+    if (leased) {
+      document.getElementById('fleet-leased-rate').textContent = `${fmt(leased.admitted_rate, 2)} req/s`;
+      const perDecision = leased.arrivals ? leased.store_calls / leased.arrivals : 0;
+      document.getElementById('fleet-leased-calls').textContent = `1 / ${fmt(perDecision, 3)}`;
+    }
   }
 }
 
@@ -259,6 +267,10 @@ function onTick(tick) {
     lane.cumAdmitted.push(t.total.admitted);
     lane.cumArrivals.push(t.total.arrivals);
   });
+  const leased = tick.lanes[2];
+  if (lab.plan.mode === 'fleet' && leased && leased.leased_units !== undefined) {
+    document.getElementById('fleet-leased-units').textContent = fmt(leased.leased_units);
+  }
   logSamples(tick);
   setStatus('running', `Running… ${fmt(seconds, 1)} s of ${fmt(lab.plan.duration_ns / 1e9, 1)} s` +
     (tick.skipped ? ` (${tick.skipped} ticks skipped to keep up)` : ''));
@@ -439,8 +451,8 @@ document.getElementById('replay-file').addEventListener('change', (e) => {
 form.addEventListener('submit', startRun);
 form.addEventListener('input', (e) => {
   updateVisibility();
-  // In fleet mode the sidecar slider reruns, so the drift shows as N changes.
-  if (e.target.name === 'sidecars' && lab.plan && lab.plan.mode === 'fleet' && lab.state !== 'idle') {
+  // In fleet mode the sidecar and lease sliders rerun, so the drift shows as they change.
+  if ((e.target.name === 'sidecars' || e.target.name === 'lease_ms') && lab.plan && lab.plan.mode === 'fleet' && lab.state !== 'idle') {
     startRun();
   } else if (lab.state !== 'running') {
     refreshExpectation();
