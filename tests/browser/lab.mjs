@@ -8,7 +8,8 @@
 // own figures (fetched from /api/summary with the same parameters), saves a
 // screenshot, runs a shaper and checks its delay chart and the state line's
 // legend (whose key it reads), runs the fleet (local, global and leased lanes)
-// and checks the leased lane's figures, then uploads a CSV trace from the page and replays it. Exits
+// and checks the leased lane's figures, runs a retry storm and checks its
+// table against the server, then uploads a CSV trace from the page and replays it. Exits
 // non-zero with a message on the first failure.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -147,6 +148,32 @@ try {
   const perDecision = Number(calls.split('/')[1]);
   check(perDecision > 0 && perDecision < 0.2, `the leased lane calls the store on a few decisions: ${calls}`);
   check((await page.textContent('#fleet-leased-rate')).endsWith('req/s'), 'the leased rate is shown');
+
+  // A retry storm: the same limit, three kinds of clients.
+  await page.selectOption('select[name=mode]', 'storm');
+  await page.selectOption('select[name=algorithm]', 'fixed_window');
+  await page.fill('input[name=limit]', '50');
+  await page.fill('input[name=window_ms]', '10000');
+  await page.fill('input[name=arrival_rate]', '20');
+  await page.fill('input[name=duration_ms]', '60000');
+  await page.fill('input[name=max_retries]', '5');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'storm');
+  check(await page.isVisible('#storm-table'), 'the storm table is shown');
+  const storm = await page.$$eval('#storm-table tbody tr', (rows) => rows.map((row) => ({
+    label: row.dataset.lane,
+    load: Number(row.querySelector('[data-name="load"]').dataset.value),
+    admitted: Number(row.querySelector('[data-name="admitted"]').dataset.value),
+  })));
+  check(storm.length === 3, `three kinds of clients: ${JSON.stringify(storm)}`);
+  const stormQuery = await page.evaluate(() => window.lab.query);
+  const stormSummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), stormQuery);
+  stormSummary.lanes.forEach((lane, i) => {
+    check(storm[i].load === lane.arrivals && storm[i].admitted === lane.admitted,
+      `storm lane ${lane.label}: the page shows ${JSON.stringify(storm[i])}, the server says ${lane.arrivals}/${lane.admitted}`);
+  });
+  check(storm[0].load > storm[1].load && storm[1].load > storm[2].load,
+    `retrying at once loads the limiter most, adaptive clients least: ${JSON.stringify(storm)}`);
 
   // A replayed trace: upload a CSV from the page, run it, and compare with the server.
   const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));

@@ -11,6 +11,7 @@
 //! run reports in `report`, and the figures computed from the parameters
 //! alone in `expectation`.
 
+mod clients;
 mod expectation;
 mod leased;
 mod model;
@@ -21,8 +22,8 @@ mod tests;
 
 pub use expectation::Expectation;
 pub use model::{
-    Lane, MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS,
-    Placement, Scenario,
+    ClientBehavior, Lane, MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_RETRIES, MAX_SAMPLES_PER_TICK,
+    MAX_SIDECARS, MAX_TICKS, Placement, Scenario,
 };
 pub use report::{
     Counts, LaneDecision, LaneReport, LaneTick, RunError, RunReport, SampledDecision, Tick,

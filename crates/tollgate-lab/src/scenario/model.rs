@@ -15,6 +15,9 @@ pub const MAX_CLIENTS: u32 = 1_000;
 /// The most sidecars a fleet lane may have.
 pub const MAX_SIDECARS: u32 = 15;
 
+/// The most times a lane's clients retry one request.
+pub const MAX_RETRIES: u32 = 20;
+
 /// The most lanes one scenario runs side by side.
 pub const MAX_LANES: usize = 8;
 
@@ -66,6 +69,46 @@ impl Placement {
     }
 }
 
+/// What a lane's clients do with a refused request (429): the other side of the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ClientBehavior {
+    /// Each request is sent once, whatever the answer (the default).
+    Once,
+    /// A refused request is sent again after `delay_ns` (about a round
+    /// trip), ignoring `Retry-After`, up to `max_retries` times.
+    RetryAtOnce {
+        /// Retries of one request, at most.
+        max_retries: u32,
+        /// The wait before each retry, in nanoseconds.
+        delay_ns: u64,
+    },
+    /// A refused request waits its `Retry-After` plus full jitter
+    /// (`tollgate-client`'s exponential backoff, 100 ms doubling), then is
+    /// sent again, up to `max_retries` times.
+    HonourRetryAfter {
+        /// Retries of one request, at most.
+        max_retries: u32,
+    },
+    /// As [`ClientBehavior::HonourRetryAfter`], behind Google SRE's
+    /// adaptive throttling (`tollgate-client`'s `AdaptiveThrottle`, two
+    /// minutes of history): a new request is dropped by the client, before it
+    /// reaches the limit, with probability `max(0, (requests − K·accepts) / (requests + 1))`.
+    Adaptive {
+        /// Retries of one request, at most.
+        max_retries: u32,
+        /// The throttle's `K` (2 in the book).
+        k: f64,
+    },
+}
+
+impl ClientBehavior {
+    /// Whether refused requests come back (or clients throttle themselves).
+    pub fn is_closed_loop(&self) -> bool {
+        !matches!(self, ClientBehavior::Once)
+    }
+}
+
 /// One algorithm applied to the scenario's arrivals, in one placement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lane {
@@ -80,6 +123,8 @@ pub struct Lane {
     /// every key's window of admissions, so a run that does not report the
     /// judgement leaves it off.
     pub judged_against_exact: bool,
+    /// What the lane's clients do with a refusal.
+    pub clients: ClientBehavior,
 }
 
 impl Lane {
@@ -90,6 +135,7 @@ impl Lane {
             algorithm: algorithm.into(),
             placement: Placement::Global,
             judged_against_exact: true,
+            clients: ClientBehavior::Once,
         }
     }
 
@@ -104,6 +150,7 @@ impl Lane {
             algorithm: algorithm.into(),
             placement: Placement::Local { sidecars },
             judged_against_exact: true,
+            clients: ClientBehavior::Once,
         }
     }
 
@@ -122,7 +169,14 @@ impl Lane {
                 period_ns: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
             },
             judged_against_exact: true,
+            clients: ClientBehavior::Once,
         }
+    }
+
+    /// This lane with clients that treat a refusal as `clients` says.
+    pub fn with_clients(mut self, clients: ClientBehavior) -> Self {
+        self.clients = clients;
+        self
     }
 
     /// This lane without the judgement against the exact log.
@@ -205,6 +259,28 @@ impl Scenario {
             ));
         }
         for lane in &self.lanes {
+            match lane.clients {
+                ClientBehavior::Once => {}
+                ClientBehavior::RetryAtOnce { max_retries, .. }
+                | ClientBehavior::HonourRetryAfter { max_retries }
+                | ClientBehavior::Adaptive { max_retries, .. }
+                    if max_retries > MAX_RETRIES =>
+                {
+                    return Err(ConfigError::new(
+                        "max_retries",
+                        format!(
+                            "{max_retries} is more than the {MAX_RETRIES} retries a client makes"
+                        ),
+                    ));
+                }
+                ClientBehavior::Adaptive { k, .. } if !(k.is_finite() && k > 0.0) => {
+                    return Err(ConfigError::new(
+                        "k",
+                        format!("{k} is not a number above 0"),
+                    ));
+                }
+                _ => {}
+            }
             if let Placement::Leased {
                 instances,
                 period_ns,

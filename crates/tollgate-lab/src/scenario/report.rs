@@ -108,6 +108,12 @@ pub struct LaneTick {
     /// A leased lane: units held in the instances' leases at the tick's end, still spendable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leased_units: Option<u64>,
+    /// Closed-loop clients: refused requests sent again in the tick (part of `arrivals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u64>,
+    /// Adaptive clients: new requests their throttle dropped in the tick (not in `arrivals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped_by_clients: Option<u64>,
 }
 
 /// What happened during one tick of virtual time, in every lane.
@@ -153,6 +159,15 @@ pub struct LaneReport {
     /// and grants); a global lane makes one per request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_calls: Option<u64>,
+    /// Closed-loop clients: refused requests sent again (part of `arrivals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u64>,
+    /// Adaptive clients: new requests their throttle dropped (not in `arrivals`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped_by_clients: Option<u64>,
+    /// Closed-loop clients: requests given up after their last retry was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gave_up: Option<u64>,
 }
 
 /// Why a scenario run gave no report.

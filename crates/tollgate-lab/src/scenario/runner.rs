@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
 
+use super::clients::ClientSide;
 use super::leased::LeasedFleet;
 use super::{
     Counts, Lane, LaneDecision, LaneReport, LaneTick, Placement, RunError, RunReport,
@@ -158,6 +159,15 @@ impl Runner {
                 lane.decide_tick(&requests, self.samples_per_tick);
             }
         }
+        for lane in &mut self.lanes {
+            lane.decide_retries(
+                end_ns,
+                self.samples_per_tick,
+                on_decision
+                    .as_mut()
+                    .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
+            );
+        }
         let tick_end = Timestamp::from_nanos(self.start.as_nanos() + end_ns);
         let lanes = self
             .lanes
@@ -240,6 +250,11 @@ struct LaneState {
     exact: Option<ExactWindows>,
     /// In a leased placement: the instances' leases on the one store.
     fleet: Option<LeasedFleet>,
+    /// Closed-loop clients: refused requests come back as retries.
+    clients: Option<ClientSide>,
+    /// The run's first instant and each request's cost (for retries).
+    start: Timestamp,
+    cost: u64,
 }
 
 /// Each key's admitted units over the last window, to judge decisions against the exact log.
@@ -295,6 +310,12 @@ impl LaneState {
                 )),
                 _ => None,
             },
+            clients: lane
+                .clients
+                .is_closed_loop()
+                .then(|| ClientSide::new(lane.clients, scenario.seed)),
+            start: scenario.start,
+            cost: scenario.cost,
         }
     }
 
@@ -306,6 +327,59 @@ impl LaneState {
         if let Some(fleet) = &mut self.fleet {
             fleet.tick_calls = 0;
         }
+        if let Some(clients) = &mut self.clients {
+            clients.begin_tick();
+        }
+    }
+
+    /// Decides the retries due before `end_ns` (virtual nanoseconds since the start), in time order.
+    fn decide_retries(
+        &mut self,
+        end_ns: u64,
+        samples_per_tick: usize,
+        mut on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        loop {
+            let Some(retry) = self.clients.as_mut().and_then(|c| c.next_due(end_ns)) else {
+                return;
+            };
+            let request = Request {
+                arrival: retry.arrival,
+                offset_ns: retry.at_ns,
+                at: Timestamp::from_nanos(self.start.as_nanos().saturating_add(retry.at_ns)),
+                client: retry.client,
+                cost: self.cost,
+            };
+            self.decide_attempt(
+                &request,
+                retry.attempt,
+                samples_per_tick,
+                on_decision
+                    .as_mut()
+                    .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
+            );
+        }
+    }
+
+    /// Decides one send of a request (attempt 0 is the first) and tells the clients the answer.
+    fn decide_attempt(
+        &mut self,
+        request: &Request,
+        attempt: u32,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) {
+        let decision = self.decide_placed(request, samples_per_tick, on_decision);
+        if let Some(clients) = &mut self.clients {
+            clients.answered(
+                &decision,
+                request.arrival,
+                request.client,
+                request.at,
+                request.offset_ns,
+                attempt,
+            );
+        }
     }
 
     fn decide(
@@ -314,6 +388,34 @@ impl LaneState {
         samples_per_tick: usize,
         on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
     ) {
+        let Some(clients) = &mut self.clients else {
+            self.decide_placed(request, samples_per_tick, on_decision);
+            return;
+        };
+        // Closed loop: the retries due first, then this new request, unless
+        // its client's throttle drops it.
+        let mut on_decision = on_decision;
+        if let super::clients::Send::Dropped = clients.admit_new(request.client, request.at) {
+            self.decide_retries(request.offset_ns, samples_per_tick, on_decision);
+            return;
+        }
+        self.decide_retries(
+            request.offset_ns,
+            samples_per_tick,
+            on_decision
+                .as_mut()
+                .map(|f| &mut **f as &mut dyn FnMut(&LaneDecision<'_>)),
+        );
+        self.decide_attempt(request, 0, samples_per_tick, on_decision);
+    }
+
+    /// Decides one request on the lane's store(s) and counts it; its decision.
+    fn decide_placed(
+        &mut self,
+        request: &Request,
+        samples_per_tick: usize,
+        on_decision: Option<&mut dyn FnMut(&LaneDecision<'_>)>,
+    ) -> Decision {
         let Request {
             arrival,
             at,
@@ -326,20 +428,21 @@ impl LaneState {
             let instance = (arrival % fleet.instances() as u64) as usize;
             let decision = fleet.decide(self.stores[0].as_mut(), instance, client, at, cost);
             self.record(request, 0, decision, samples_per_tick, on_decision);
-            return;
+            return decision;
         }
         // A round-robin balancer: arrival k goes to sidecar k mod N.
         let sidecar = (arrival % self.stores.len() as u64) as usize;
         let decision = self.stores[sidecar].check(client, at, cost);
         self.record(request, sidecar, decision, samples_per_tick, on_decision);
+        decision
     }
 
     /// Decides a tick's `requests` store by store, each store's in one
     /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
     /// them in arrival order as [`LaneState::decide`] would.
     fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
-        if self.fleet.is_some() {
-            // Each decision depends on the leases the ones before it left: one by one.
+        if self.fleet.is_some() || self.clients.is_some() {
+            // Each decision depends on the leases or retries the ones before it left: one by one.
             for request in requests {
                 self.decide(request, samples_per_tick, None);
             }
@@ -461,6 +564,8 @@ impl LaneState {
             samples: self.samples.clone(),
             store_calls: self.fleet.as_ref().map(|f| f.tick_calls),
             leased_units: self.fleet.as_ref().map(|f| f.outstanding(tick_end)),
+            retries: self.clients.as_ref().map(|c| c.tick_retries),
+            dropped_by_clients: self.clients.as_ref().map(|c| c.tick_dropped),
         }
     }
 
@@ -486,6 +591,9 @@ impl LaneState {
             over_admitted: self.exact.as_ref().map(|e| e.over),
             under_admitted: self.exact.as_ref().map(|e| e.under),
             store_calls: self.fleet.as_ref().map(|f| f.calls),
+            retries: self.clients.as_ref().map(|c| c.retries),
+            dropped_by_clients: self.clients.as_ref().map(|c| c.dropped),
+            gave_up: self.clients.as_ref().map(|c| c.gave_up),
         }
     }
 }

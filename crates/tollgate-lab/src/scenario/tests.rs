@@ -226,6 +226,67 @@ fn a_leased_lane_holds_the_global_cap_with_few_store_calls() {
     }
 }
 
+/// The three closed-loop lanes of a retry storm on `algorithm`.
+fn storm_lanes(algorithm: AnyAlgorithm, max_retries: u32) -> Vec<Lane> {
+    vec![
+        Lane::global("at once", algorithm).with_clients(ClientBehavior::RetryAtOnce {
+            max_retries,
+            delay_ns: 10_000_000,
+        }),
+        Lane::global("retry-after", algorithm)
+            .with_clients(ClientBehavior::HonourRetryAfter { max_retries }),
+        Lane::global("adaptive", algorithm).with_clients(ClientBehavior::Adaptive {
+            max_retries,
+            k: 2.0,
+        }),
+    ]
+}
+
+#[test]
+fn a_retry_storm_multiplies_the_load_unless_clients_wait_or_throttle() {
+    // 50 per 10 s window, 20 req/s offered for 60 s: twice the limit.
+    let window = FixedWindow::new(50, secs(10)).unwrap();
+    let scenario = Scenario::new(
+        Traffic::steady(20.0).unwrap(),
+        secs(60),
+        storm_lanes(window.into(), 5),
+    );
+    let (report, ticks) = collect(&scenario);
+    let base = report.arrivals;
+    for (i, lane) in report.lanes.iter().enumerate() {
+        // Every decision is a new request that was sent, or a retry.
+        assert_eq!(
+            lane.counts.arrivals,
+            base - lane.dropped_by_clients.unwrap() + lane.retries.unwrap(),
+            "{}",
+            lane.label
+        );
+        // Whatever the clients do, the limit holds: 50 per window, 6 windows.
+        assert!(lane.counts.admitted <= 300, "{}", lane.label);
+        let per_tick: u64 = ticks.iter().map(|t| t.lanes[i].retries.unwrap()).sum();
+        assert_eq!(per_tick, lane.retries.unwrap());
+    }
+    let (at_once, retry_after, adaptive) = (&report.lanes[0], &report.lanes[1], &report.lanes[2]);
+    // Retrying at once multiplies the load on the limiter without admitting
+    // more, and loses more requests for good (their retries all land in the
+    // window that refused them).
+    assert!(
+        2 * at_once.counts.arrivals > 3 * retry_after.counts.arrivals,
+        "at once {} vs Retry-After {}",
+        at_once.counts.arrivals,
+        retry_after.counts.arrivals
+    );
+    assert!(at_once.counts.admitted <= retry_after.counts.admitted);
+    assert!(at_once.gave_up.unwrap() > 5 * retry_after.gave_up.unwrap());
+    // Waiting for Retry-After turns refusals into admissions in the next window.
+    assert!(retry_after.counts.admitted >= 290, "{retry_after:?}");
+    // The throttle drops requests before they are sent, so the limiter sees fewer.
+    assert!(adaptive.dropped_by_clients.unwrap() > 0);
+    assert!(adaptive.counts.arrivals < retry_after.counts.arrivals);
+    // The same seed, the same storm.
+    assert_eq!(collect(&scenario).0, report);
+}
+
 #[test]
 fn clients_have_their_own_keys() {
     // Four clients share 40 req/s; each has its own 1/s bucket of 5.

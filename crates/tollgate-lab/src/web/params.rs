@@ -12,8 +12,8 @@ use serde::Serialize;
 use tollgate_core::{AnyAlgorithm, DelayMode, Timestamp};
 
 use crate::{
-    AlgorithmName, AlgorithmSpec, ArrivalSource, Lane, MAX_SIDECARS, Replay, Scenario, SpecError,
-    TrafficName, TrafficSpec,
+    AlgorithmName, AlgorithmSpec, ArrivalSource, ClientBehavior, Lane, MAX_RETRIES, MAX_SIDECARS,
+    Replay, Scenario, SpecError, TrafficName, TrafficSpec,
 };
 
 /// How many uploaded traces the lab keeps (the oldest goes first).
@@ -121,6 +121,9 @@ pub const FIELDS: &[Field] = &[
     int("sidecars", 1.0, MAX_SIDECARS as f64, 4.0),
     // Fleet mode's leased lane: the quota lease period.
     int("lease_ms", 10.0, 60_000.0, 1_000.0),
+    // Retry-storm mode: retries per refused request, and the at-once clients' wait.
+    int("max_retries", 0.0, MAX_RETRIES as f64, 5.0),
+    int("retry_delay_ms", 1.0, 10_000.0, 10.0),
     int("cost", 1.0, 1_000.0, 1.0),
     int("samples", 0.0, 16.0, 4.0),
     int("start", 0.0, 9_000_000_000.0, 1_700_000_000.0),
@@ -130,7 +133,7 @@ pub const FIELDS: &[Field] = &[
 
 /// The text fields and the values each accepts (the first is the default).
 pub const CHOICES: &[(&str, &[&str])] = &[
-    ("mode", &["single", "compare", "fleet"]),
+    ("mode", &["single", "compare", "fleet", "storm"]),
     ("algorithm", &ALGORITHM_NAMES),
     ("leaky_mode", &["shaper", "policer"]),
     ("traffic", &TRAFFIC_NAMES),
@@ -172,6 +175,9 @@ pub enum Mode {
     /// One algorithm local on N sidecars, the same one global, and N
     /// instances leasing from the global one.
     Fleet,
+    /// One algorithm, three kinds of clients: retrying at once, honouring
+    /// Retry-After with jitter, and throttling themselves (SRE adaptive).
+    Storm,
 }
 
 /// A checked run request: the scenario and how fast to play it.
@@ -201,6 +207,7 @@ pub fn parse_with_replays(
     let mode = match p.choice("mode")? {
         "compare" => Mode::Compare,
         "fleet" => Mode::Fleet,
+        "storm" => Mode::Storm,
         _ => Mode::Single,
     };
     let names: Vec<&str> = match mode {
@@ -227,6 +234,34 @@ pub fn parse_with_replays(
                 sidecars,
                 p.millis("lease_ms")?,
             ));
+            descriptions.push(descriptions[0].clone());
+        } else if mode == Mode::Storm {
+            let max_retries = p.int("max_retries")? as u32;
+            let delay_ns =
+                u64::try_from(p.millis("retry_delay_ms")?.as_nanos()).unwrap_or(u64::MAX);
+            for (label, clients) in [
+                (
+                    "retry at once",
+                    ClientBehavior::RetryAtOnce {
+                        max_retries,
+                        delay_ns,
+                    },
+                ),
+                (
+                    "Retry-After + jitter",
+                    ClientBehavior::HonourRetryAfter { max_retries },
+                ),
+                (
+                    "adaptive (K = 2)",
+                    ClientBehavior::Adaptive {
+                        max_retries,
+                        k: 2.0,
+                    },
+                ),
+            ] {
+                lanes.push(Lane::global(label, algorithm).with_clients(clients));
+            }
+            descriptions.push(descriptions[0].clone());
             descriptions.push(descriptions[0].clone());
         } else {
             lanes.push(Lane::global(*name, algorithm));
@@ -570,6 +605,29 @@ mod tests {
                 period_ns: 1_000_000_000
             }
         );
+    }
+
+    #[test]
+    fn storm_runs_one_limit_behind_three_kinds_of_clients() {
+        let run = parse(&pairs(&[("mode", "storm"), ("max_retries", "3")])).unwrap();
+        let clients: Vec<ClientBehavior> = run.scenario.lanes.iter().map(|l| l.clients).collect();
+        assert_eq!(
+            clients,
+            vec![
+                ClientBehavior::RetryAtOnce {
+                    max_retries: 3,
+                    delay_ns: 10_000_000
+                },
+                ClientBehavior::HonourRetryAfter { max_retries: 3 },
+                ClientBehavior::Adaptive {
+                    max_retries: 3,
+                    k: 2.0
+                },
+            ]
+        );
+        assert_eq!(run.descriptions.len(), 3);
+        let error = parse(&pairs(&[("mode", "storm"), ("max_retries", "21")])).unwrap_err();
+        assert_eq!(error.field, "max_retries", "{error:?}");
     }
 
     #[test]

@@ -123,6 +123,9 @@ function showPlan(plan) {
     li.textContent = `${lane.label} (${lane.description}): ${e.explanation}`;
     explanations.append(li);
   });
+  const storm = document.getElementById('storm');
+  storm.hidden = plan.mode !== 'storm';
+  document.querySelector('#storm-table tbody').replaceChildren();
   const fleet = document.getElementById('fleet');
   fleet.hidden = plan.mode !== 'fleet';
   if (plan.mode === 'fleet') {
@@ -151,6 +154,22 @@ function showReport(report) {
     set('rejected', fmt(lane.denied + lane.exceeded), lane.denied + lane.exceeded);
     set('acceptance', pct(lane.acceptance_rate), lane.acceptance_rate);
   });
+  if (lab.plan && lab.plan.mode === 'storm') {
+    const body = document.querySelector('#storm-table tbody');
+    body.replaceChildren(...report.lanes.map((lane) => {
+      const row = document.createElement('tr');
+      row.dataset.lane = lane.label;
+      for (const [name, value] of [['label', lane.label], ['load', lane.arrivals], ['retries', lane.retries],
+        ['dropped', lane.dropped_by_clients], ['gave_up', lane.gave_up], ['admitted', lane.admitted]]) {
+        const td = document.createElement('td');
+        td.dataset.name = name;
+        td.textContent = typeof value === 'number' ? fmt(value) : value;
+        if (typeof value === 'number') td.dataset.value = value;
+        row.append(td);
+      }
+      return row;
+    }));
+  }
   if (lab.plan && lab.plan.mode === 'fleet') {
     document.getElementById('fleet-local-rate').textContent = `${fmt(report.lanes[0].admitted_rate, 2)} req/s`;
     document.getElementById('fleet-global-rate').textContent = `${fmt(report.lanes[1].admitted_rate, 2)} req/s`;
