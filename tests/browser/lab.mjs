@@ -174,6 +174,14 @@ try {
   });
   check(storm[0].load > storm[1].load && storm[1].load > storm[2].load,
     `retrying at once loads the limiter most, adaptive clients least: ${JSON.stringify(storm)}`);
+  // Staggered windows: the same storm over 10 keys whose windows start apart.
+  await page.fill('input[name=clients]', '10');
+  await page.selectOption('select[name=stagger]', 'on');
+  await page.click('#run-start');
+  await page.waitForFunction(() => window.lab.state === 'done' && window.lab.query.includes('stagger=on'));
+  check(!(await page.isVisible('#error')), `no error with staggered windows: ${await page.textContent('#error')}`);
+  await page.selectOption('select[name=stagger]', 'off');
+  await page.fill('input[name=clients]', '1');
 
   // A replayed trace: upload a CSV from the page, run it, and compare with the server.
   const times = Array.from({ length: 300 }, (_, k) => (1_700_000_000 + k * 0.02 + (k % 7) * 0.001).toFixed(3));

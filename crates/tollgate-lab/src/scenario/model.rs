@@ -125,6 +125,9 @@ pub struct Lane {
     pub judged_against_exact: bool,
     /// What the lane's clients do with a refusal.
     pub clients: ClientBehavior,
+    /// A fixed window staggered per key (`stagger: true` in a limits file):
+    /// each client's windows start at its own offset.
+    pub stagger: bool,
 }
 
 impl Lane {
@@ -136,6 +139,7 @@ impl Lane {
             placement: Placement::Global,
             judged_against_exact: true,
             clients: ClientBehavior::Once,
+            stagger: false,
         }
     }
 
@@ -151,6 +155,7 @@ impl Lane {
             placement: Placement::Local { sidecars },
             judged_against_exact: true,
             clients: ClientBehavior::Once,
+            stagger: false,
         }
     }
 
@@ -170,12 +175,19 @@ impl Lane {
             },
             judged_against_exact: true,
             clients: ClientBehavior::Once,
+            stagger: false,
         }
     }
 
     /// This lane with clients that treat a refusal as `clients` says.
     pub fn with_clients(mut self, clients: ClientBehavior) -> Self {
         self.clients = clients;
+        self
+    }
+
+    /// This lane's fixed windows staggered per key, as `stagger: true` does in a limits file.
+    pub fn staggered(mut self) -> Self {
+        self.stagger = true;
         self
     }
 
@@ -259,6 +271,17 @@ impl Scenario {
             ));
         }
         for lane in &self.lanes {
+            if lane.stagger
+                && !matches!(
+                    lane.algorithm,
+                    AnyAlgorithm::Word(tollgate_core::AnyWordAlgorithm::FixedWindow(_))
+                )
+            {
+                return Err(ConfigError::new(
+                    "stagger",
+                    "staggers fixed windows only; choose the fixed window",
+                ));
+            }
             match lane.clients {
                 ClientBehavior::Once => {}
                 ClientBehavior::RetryAtOnce { max_retries, .. }

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, NANOS_PER_SEC, Outcome, Timestamp};
+use tollgate_core::{
+    AnyAlgorithm, AnyWordAlgorithm, Decision, FixedWindow, NANOS_PER_SEC, Outcome, Timestamp,
+};
 
 use super::clients::ClientSide;
 use super::leased::LeasedFleet;
@@ -255,6 +257,17 @@ struct LaneState {
     /// The run's first instant and each request's cost (for retries).
     start: Timestamp,
     cost: u64,
+    /// A staggered fixed window: each key decides at its own offset.
+    stagger: Option<FixedWindow>,
+}
+
+/// A client's key hash for its stagger offset (SplitMix64's finalizer; the
+/// service hashes the descriptor instead, which the simulation has not).
+fn key_hash(client: u64) -> u64 {
+    let mut z = client.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Each key's admitted units over the last window, to judge decisions against the exact log.
@@ -316,6 +329,22 @@ impl LaneState {
                 .then(|| ClientSide::new(lane.clients, scenario.seed)),
             start: scenario.start,
             cost: scenario.cost,
+            stagger: match algorithm {
+                AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(window)) if lane.stagger => {
+                    Some(window)
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// The time `client`'s key decides at when the clock reads `at` (later by its offset when staggered).
+    fn keyed_time(&self, client: u64, at: Timestamp) -> Timestamp {
+        match &self.stagger {
+            Some(window) => at.saturating_add(std::time::Duration::from_nanos(
+                window.stagger_phase(key_hash(client)),
+            )),
+            None => at,
         }
     }
 
@@ -423,6 +452,7 @@ impl LaneState {
             cost,
             ..
         } = *request;
+        let at = self.keyed_time(client, at);
         if let Some(fleet) = &mut self.fleet {
             // Round robin over the instances, which share the one store.
             let instance = (arrival % fleet.instances() as u64) as usize;
@@ -522,7 +552,8 @@ impl LaneState {
             }
         }
         if let Some(on_decision) = on_decision {
-            let level = self.stores[sidecar].state_level(client, at);
+            let keyed = self.keyed_time(client, at);
+            let level = self.stores[sidecar].state_level(client, keyed);
             on_decision(&LaneDecision {
                 lane: &self.label,
                 client,
@@ -551,10 +582,11 @@ impl LaneState {
     fn end_tick(&mut self, state_client: u64, tick_end: Timestamp) -> LaneTick {
         self.total.add(&self.tick);
         // One read per sidecar (at most 15), however many clients there are.
+        let keyed_end = self.keyed_time(state_client, tick_end);
         let levels: f64 = self
             .stores
             .iter_mut()
-            .map(|store| store.state_level(state_client, tick_end))
+            .map(|store| store.state_level(state_client, keyed_end))
             .sum();
         LaneTick {
             counts: self.tick,

@@ -288,6 +288,39 @@ fn a_retry_storm_multiplies_the_load_unless_clients_wait_or_throttle() {
 }
 
 #[test]
+fn staggered_windows_spread_the_second_wave_over_the_window() {
+    // 10 clients, 10 per 10 s window each, 20 req/s in all for 40 s; their
+    // clients honour Retry-After, so refusals come back when a window reopens.
+    let window = FixedWindow::new(10, secs(10)).unwrap();
+    let peak_and_admitted = |stagger: bool| {
+        let mut lane = Lane::global("retry-after", window)
+            .with_clients(ClientBehavior::HonourRetryAfter { max_retries: 5 });
+        if stagger {
+            lane = lane.staggered();
+        }
+        let mut scenario = Scenario::new(Traffic::steady(20.0).unwrap(), secs(40), vec![lane]);
+        scenario.clients = 10;
+        scenario.tick = secs(1);
+        let (report, ticks) = collect(&scenario);
+        let peak = ticks[10..]
+            .iter()
+            .map(|t| t.lanes[0].counts.arrivals)
+            .max()
+            .unwrap();
+        (peak, report.lanes[0].counts.admitted)
+    };
+    let (aligned_peak, aligned_admitted) = peak_and_admitted(false);
+    let (staggered_peak, staggered_admitted) = peak_and_admitted(true);
+    assert!(
+        staggered_peak * 2 < aligned_peak,
+        "the wave spreads: {staggered_peak} per second at most, against {aligned_peak} when every key resets at once"
+    );
+    // Each key still gets its 10 per window of its own: at most 5 windows
+    // touch a 40 s run per key (4 whole, and parts of a fifth).
+    assert!(aligned_admitted <= 400 && staggered_admitted <= 500);
+}
+
+#[test]
 fn clients_have_their_own_keys() {
     // Four clients share 40 req/s; each has its own 1/s bucket of 5.
     let bucket = TokenBucket::new(5, 1, secs(1)).unwrap();
@@ -538,6 +571,17 @@ fn replay_reads_a_csv_of_timestamps() {
             .to_string()
             .contains("line 1")
     );
+}
+
+#[test]
+fn stagger_on_a_bucket_is_rejected_naming_stagger() {
+    let bucket = TokenBucket::new(10, 10, secs(1)).unwrap();
+    let scenario = Scenario::new(
+        Traffic::steady(5.0).unwrap(),
+        secs(1),
+        vec![Lane::global("bucket", bucket).staggered()],
+    );
+    assert_eq!(scenario.validate().unwrap_err().parameter(), "stagger");
 }
 
 #[test]

@@ -136,6 +136,7 @@ pub const CHOICES: &[(&str, &[&str])] = &[
     ("mode", &["single", "compare", "fleet", "storm"]),
     ("algorithm", &ALGORITHM_NAMES),
     ("leaky_mode", &["shaper", "policer"]),
+    ("stagger", &["off", "on"]),
     ("traffic", &TRAFFIC_NAMES),
 ];
 
@@ -265,6 +266,24 @@ pub fn parse_with_replays(
             descriptions.push(descriptions[0].clone());
         } else {
             lanes.push(Lane::global(*name, algorithm));
+        }
+    }
+    if p.choice("stagger")? == "on" {
+        let mut any = false;
+        for lane in lanes.iter_mut().filter(|l| {
+            matches!(
+                l.algorithm,
+                AnyAlgorithm::Word(tollgate_core::AnyWordAlgorithm::FixedWindow(_))
+            )
+        }) {
+            lane.stagger = true;
+            any = true;
+        }
+        if !any {
+            return Err(ParamError::new(
+                "stagger",
+                "staggers fixed windows only; choose the fixed window",
+            ));
         }
     }
     let duration = p.millis("duration_ms")?;
