@@ -5,8 +5,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use tollgate_core::{
-    AnyAlgorithm, ConfigError, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow,
-    TokenBucket,
+    AnyAlgorithm, ConfigError, DelayMode, FixedWindow, Gcra, LeakyBucket, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 
 /// Which algorithm a limit counts with.
@@ -23,7 +23,8 @@ pub enum AlgorithmKind {
     SlidingWindow,
     /// The exact sliding log.
     SlidingLog,
-    /// A leaky bucket policer (nginx `limit_req … nodelay`).
+    /// A leaky bucket: a policer (nginx `limit_req … nodelay`), or with
+    /// `delay` a shaper (nginx's default, or `delay=N`).
     LeakyBucket,
 }
 
@@ -77,7 +78,7 @@ impl FromStr for AlgorithmKind {
 /// Why a limit's algorithm cannot be built: the limits file's field at fault, and the whole message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BuildError {
-    /// `requests_per_unit`, `burst` or `window`.
+    /// `requests_per_unit`, `burst`, `delay` or `window`.
     pub(crate) field: &'static str,
     /// What is wrong, naming the algorithm and the field.
     pub(crate) message: String,
@@ -92,7 +93,16 @@ impl AlgorithmKind {
         requests: u64,
         window: Duration,
         burst: Option<u64>,
+        delay: Option<u64>,
     ) -> Result<AnyAlgorithm, BuildError> {
+        if delay.is_some() && self != AlgorithmKind::LeakyBucket {
+            return Err(BuildError {
+                field: "delay",
+                message: format!(
+                    "`delay` shapes a `leaky_bucket` only, and this limit is a `{self}`; remove `delay` or use `algorithm: leaky_bucket`"
+                ),
+            });
+        }
         let built: Result<AnyAlgorithm, ConfigError> = match self {
             AlgorithmKind::FixedWindow => FixedWindow::new(requests, window).map(Into::into),
             AlgorithmKind::TokenBucket => {
@@ -104,13 +114,22 @@ impl AlgorithmKind {
             AlgorithmKind::SlidingWindow => SlidingWindow::new(requests, window).map(Into::into),
             AlgorithmKind::SlidingLog => SlidingLog::new(requests, window).map(Into::into),
             AlgorithmKind::LeakyBucket => {
-                LeakyBucket::policer(requests, window, burst.unwrap_or(0)).map(Into::into)
+                // Without `delay` a policer (nginx `nodelay`); `delay: 0`
+                // delays every request above the rate (nginx's default),
+                // `delay: N` lets N pass at once first (nginx `delay=N`).
+                let mode = match delay {
+                    None => DelayMode::NoDelay,
+                    Some(0) => DelayMode::Delay,
+                    Some(n) => DelayMode::DelayAfter(n),
+                };
+                LeakyBucket::new(requests, window, burst.unwrap_or(0), mode).map(Into::into)
             }
         };
         built.map_err(|e| {
             let field = match e.parameter() {
                 "limit" | "rate" | "tokens_per_fill" => "requests_per_unit",
                 "max_tokens" | "burst" => "burst",
+                "delay" => "delay",
                 _ => "window",
             };
             let message = format!(

@@ -1,8 +1,9 @@
 //! Tollgate's limits files: loading, validation with file:line:column messages, and the descriptor matcher.
 //!
 //! A limits file in envoyproxy/ratelimit's format loads unchanged into a
-//! [`RuleSet`]; Tollgate's extensions (`algorithm`, `burst`,
-//! `unit_multiplier`, `window`, `rate_limits`) ride on the same tree. Every
+//! [`RuleSet`]; Tollgate's extensions (`algorithm`, `burst`, `delay`,
+//! `unit_multiplier`, `window`, `rate_limits`, and on a descriptor
+//! `on_store_error`, `lease`, `stagger`) ride on the same tree. Every
 //! problem becomes a [`Diagnostic`] naming its file, line and column, and all
 //! of them are collected before loading fails. This crate knows nothing of
 //! how counters are stored; [`Rule::counter_key`] only names them.

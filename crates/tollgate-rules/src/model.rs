@@ -87,6 +87,9 @@ pub struct Limit {
     pub algorithm_kind: AlgorithmKind,
     /// `burst`, when the file sets it.
     pub burst: Option<u64>,
+    /// `delay`, when the file sets it: a leaky bucket that shapes (delays
+    /// admitted requests above the rate) instead of policing.
+    pub delay: Option<u64>,
     /// The algorithm, built at load time, or `None` when `unlimited: true`.
     pub algorithm: Option<AnyAlgorithm>,
     /// Where the block starts.
@@ -106,7 +109,10 @@ impl Limit {
         let window = self.window?.duration();
         let requests = u64::from(self.requests_per_unit).div_ceil(instances).max(1);
         let burst = self.burst.map(|b| b.div_ceil(instances).max(1));
-        self.algorithm_kind.build(requests, window, burst).ok()
+        let delay = self.delay.map(|d| d.div_ceil(instances));
+        self.algorithm_kind
+            .build(requests, window, burst, delay)
+            .ok()
     }
 
     /// Whether this limit is `unlimited: true` (never counted, always OK).

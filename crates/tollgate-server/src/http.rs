@@ -14,7 +14,8 @@
 //!   `hits` is what each descriptor costs (1 when absent; 0 checks without
 //!   consuming, like a descriptor `hits_addend` of 0), and
 //!   answers `{"allowed":…,"statuses":[…]}` with 200 or 429, plus the
-//!   configured response headers ([`ResponseHeaders`]) as HTTP headers.
+//!   configured response headers ([`ResponseHeaders`]) as HTTP headers; a
+//!   leaky-bucket shaper's wait is `delay_ms` (the caller holds the request).
 //! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness) and
 //!   `GET /readyz` (200 while the readiness flag is set, 503 once shutdown
 //!   starts).
@@ -391,6 +392,10 @@ impl<'de> Deserialize<'de> for OrderedEntries {
 #[derive(Debug, Serialize)]
 struct CheckResponse {
     allowed: bool,
+    /// A leaky-bucket shaper's wait: hold the request this long before
+    /// serving it (the endpoint answers at once; the caller waits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
     statuses: Vec<CheckStatus>,
 }
 
@@ -460,6 +465,8 @@ async fn check_endpoint<C: Clock + 'static>(
     };
     let body = CheckResponse {
         allowed: response.overall == Code::Ok,
+        delay_ms: (!response.delay.is_zero())
+            .then(|| u64::try_from(response.delay.as_millis()).unwrap_or(u64::MAX)),
         statuses: response.statuses.iter().map(check_status).collect(),
     };
     let mut reply = json_response(status_for(response.overall), &body);

@@ -251,6 +251,8 @@ pub struct Metrics {
     store: SharedStore,
     duration: Family<ApiLabels, Histogram>,
     response_time: Family<MethodLabels, Histogram>,
+    /// How long shaped answers were held (a leaky bucket with `delay`).
+    shaped: Histogram,
     /// Response times (seconds) not yet sent to statsd, when statsd is on.
     pending_timings: Option<Mutex<Vec<f64>>>,
     near_limit_ratio: f64,
@@ -271,6 +273,12 @@ impl Metrics {
             (|| Histogram::new(UPSTREAM_BUCKETS)) as fn() -> Histogram,
         );
         registry.register_collector(Box::new(RuleStatsCollector(Arc::clone(&rules))));
+        let shaped = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "ratelimit_shaped_delay_seconds",
+            "How long the service held OK answers a leaky-bucket shaper (`delay`) delayed; its count is the delayed requests",
+            shaped.clone(),
+        );
         registry.register(
             "ratelimit_service_response_time_seconds",
             "Time to answer one gRPC rate limit call",
@@ -289,6 +297,7 @@ impl Metrics {
             store: SharedStore::default(),
             duration,
             response_time,
+            shaped,
             pending_timings: None,
             near_limit_ratio: if near_limit_ratio.is_finite() {
                 near_limit_ratio.clamp(0.0, 1.0)
@@ -379,6 +388,11 @@ impl Metrics {
                 }
             }
         }
+    }
+
+    /// Counts one OK answer held `held` for a leaky-bucket shaper.
+    pub fn observe_shaped(&self, held: std::time::Duration) {
+        self.shaped.observe(held.as_secs_f64());
     }
 
     /// Counts one call refused as invalid (upstream's `service_error`).

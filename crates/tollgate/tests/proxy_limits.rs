@@ -265,3 +265,106 @@ fn in_process_without_limits_or_with_an_address_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// Four requests at once through `proxy` on the `x-algorithm: shape` descriptor:
+/// each one's status, the delay header and how long it took, slowest last.
+fn shaped_burst(proxy: SocketAddr) -> Vec<(u16, Option<u64>, Duration)> {
+    let connections: Vec<tollgate_testkit::http::Connection> = (0..4)
+        .map(|_| {
+            let connection = tollgate_testkit::http::Connection::open(proxy);
+            // Warm the connection on a path with no descriptor.
+            let warm = connection.send("GET", "/", &[]).expect("warm-up");
+            assert_eq!(warm.status, 200);
+            connection
+        })
+        .collect();
+    let start = std::sync::Barrier::new(4);
+    let mut seen: Vec<(u16, Option<u64>, Duration)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = connections
+            .iter()
+            .map(|connection| {
+                let start = &start;
+                scope.spawn(move || {
+                    start.wait();
+                    let sent = tollgate_testkit::budget::Stopwatch::start();
+                    let response = connection
+                        .send("GET", "/", &[("x-algorithm", "shape")])
+                        .expect("an answer");
+                    (
+                        response.status,
+                        response
+                            .header("x-tollgate-delay-ms")
+                            .and_then(|v| v.parse().ok()),
+                        sent.elapsed(),
+                    )
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("joined"))
+            .collect()
+    });
+    seen.sort_by_key(|s| s.2);
+    seen
+}
+
+/// Checks a shaped burst: all pass, three wait about 100, 200 and 300 ms, and say so.
+fn assert_shaped(how: &str, seen: &[(u16, Option<u64>, Duration)]) {
+    assert!(seen.iter().all(|s| s.0 == 200), "{how}: {seen:?}");
+    let told: Vec<u64> = seen.iter().filter_map(|s| s.1).collect();
+    assert_eq!(told.len(), 3, "{how}: three requests waited: {seen:?}");
+    for (_, delay, took) in seen {
+        if let Some(ms) = delay {
+            // Held at least as long as it says (a few ms of clock granularity aside).
+            assert!(
+                *took + Duration::from_millis(5) >= Duration::from_millis(*ms),
+                "{how}: said {ms} ms, took {took:?}"
+            );
+        }
+    }
+    let mut sorted = told.clone();
+    sorted.sort_unstable();
+    // The waits are the bucket's steps, 100 ms apart (within the arrivals' spread).
+    assert!(
+        sorted[0] >= 50 && sorted[2] >= 250 && sorted[2] <= 300,
+        "{how}: waits {sorted:?}"
+    );
+}
+
+#[test]
+fn a_shaping_limits_file_holds_requests_in_the_proxy_and_through_tollgate_serve() {
+    let dir = TempDir::new("proxy-limits-shape");
+    let upstream = Upstream::spawn();
+    let limits = dir.write(
+        "limits.yaml",
+        "domain: fleet\ndescriptors:\n  - key: algorithm\n    value: shape\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 3, delay: 0}\n",
+    );
+    // In the proxy itself.
+    let config = dir.write("proxy.yaml", &proxy_config(upstream.addr));
+    let p = proxy(&dir, &config, &limits, &[], "in-process");
+    assert_shaped("in process", &shaped_burst(p.addr));
+
+    // Through `tollgate serve`, which holds its OK answer for the wait; the
+    // proxy's timeout must be longer than the longest wait.
+    let serve = LoggedChild::serve(&limits, dir.path().join("serve.log"));
+    let remote = proxy_config(upstream.addr).replace(
+        "rate_limit_service: {in_process: true}\n  timeout: 2s",
+        &format!(
+            "rate_limit_service: {{address: \"{}\"}}\n  timeout: 2s",
+            serve.addr
+        ),
+    );
+    let remote = dir.write("remote.yaml", &remote);
+    let r = LoggedChild::proxy(
+        &[
+            "--config",
+            remote.to_str().expect("UTF-8"),
+            "--log-level",
+            "warn",
+        ],
+        dir.path().join("remote.log"),
+        false,
+    );
+    assert_shaped("through tollgate serve", &shaped_burst(r.addr));
+}

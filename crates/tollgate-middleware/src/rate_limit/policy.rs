@@ -133,6 +133,7 @@ impl<St: CounterStore> Policy<St> {
                 .zip(&decisions)
                 .map(|(entry, decision)| status(&entry.limit, decision))
                 .collect(),
+            delay: std::time::Duration::ZERO,
         };
         let rendered = self.headers.render(&descriptors, &response);
         if over {

@@ -200,6 +200,8 @@ pub fn model_response(response: &wire::RateLimitResponse) -> RateLimitResponse {
     RateLimitResponse {
         overall: code_of(response.overall_code).unwrap_or(Code::Ok),
         statuses: response.statuses.iter().map(model_status).collect(),
+        // Held by the service, not sent.
+        delay: std::time::Duration::ZERO,
     }
 }
 

@@ -139,4 +139,8 @@ pub struct RateLimitResponse {
     pub overall: Code,
     /// One status per request descriptor, in request order.
     pub statuses: Vec<DescriptorStatus>,
+    /// How long to hold an OK request before passing it on: the longest
+    /// wait a leaky-bucket shaper (`delay`) gave it; zero otherwise. The
+    /// RLS wire has no field for it: the service holds its answer this long.
+    pub delay: std::time::Duration,
 }

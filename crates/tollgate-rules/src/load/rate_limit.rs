@@ -27,6 +27,8 @@ struct RateLimitFields {
     replaces: Vec<(String, Position)>,
     algorithm_kind: AlgorithmKind,
     burst: Option<(u64, Position)>,
+    /// `delay` (leaky bucket only): a shaper that lets this many excess requests pass at once.
+    delay: Option<(u64, Position)>,
     multiplier: Option<(u32, Position)>,
     window: Option<(Duration, Position)>,
     /// Where `unit: unknown` was written: no unit, valid only beside `unlimited: true`.
@@ -48,6 +50,7 @@ impl RateLimitFields {
             window,
             algorithm_kind: self.algorithm_kind,
             burst: self.burst.map(|(b, _)| b),
+            delay: self.delay.map(|(d, _)| d),
             algorithm,
             position,
         }
@@ -102,6 +105,7 @@ impl Loader {
             replaces: Vec::new(),
             algorithm_kind: AlgorithmKind::default(),
             burst: None,
+            delay: None,
             multiplier: None,
             window: None,
             unknown_unit: None,
@@ -155,6 +159,13 @@ impl Loader {
                     let n = self.integer_value(file, node, field, 0, i128::from(u64::MAX));
                     if let Some(n) = n {
                         fields.burst = Some((n as u64, node.position));
+                    }
+                    n.is_some()
+                }
+                "delay" => {
+                    let n = self.integer_value(file, node, field, 0, i128::from(u64::MAX));
+                    if let Some(n) = n {
+                        fields.delay = Some((n as u64, node.position));
                     }
                     n.is_some()
                 }
@@ -360,7 +371,8 @@ impl Loader {
         }
         let requests = u64::from(fields.requests_per_unit);
         let burst = fields.burst.map(|(b, _)| b);
-        match kind.build(requests, length.duration(), burst) {
+        let delay = fields.delay.map(|(d, _)| d);
+        match kind.build(requests, length.duration(), burst, delay) {
             Ok(algorithm) => {
                 // A misspelt `requests_per_unit` has its own error already.
                 if fields.requests_position.is_none()
@@ -378,6 +390,7 @@ impl Loader {
                 let position = match error.field {
                     "requests_per_unit" => fields.requests_position,
                     "burst" => fields.burst.map(|(_, p)| p),
+                    "delay" => fields.delay.map(|(_, p)| p),
                     _ => fields
                         .unit
                         .map(|(_, p)| p)

@@ -55,6 +55,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "replaces",
     "algorithm",
     "burst",
+    "delay",
     "unit_multiplier",
     "window",
 ];

@@ -617,7 +617,17 @@ impl<C: Clock> Engine<C> {
                 }
             })
             .collect();
-        self.respond(statuses, &quota)
+        let mut response = self.respond(statuses, &quota);
+        if response.overall == Code::Ok {
+            // A shaper admitted it with a wait: the longest one holds the request.
+            response.delay = decisions
+                .iter()
+                .filter(|d| d.is_allowed())
+                .map(Decision::delay)
+                .max()
+                .unwrap_or_default();
+        }
+        response
     }
 
     /// How each descriptor counts towards the overall code (upstream's quota mode).
@@ -714,7 +724,11 @@ impl<C: Clock> Engine<C> {
         } else {
             Code::Ok
         };
-        RateLimitResponse { overall, statuses }
+        RateLimitResponse {
+            overall,
+            statuses,
+            delay: Duration::ZERO,
+        }
     }
 }
 

@@ -41,6 +41,29 @@ use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
 use crate::rlqs::{QuotaBook, RlqsOptions};
 
+/// The header an OK answer delayed by a leaky-bucket shaper carries: the wait in milliseconds.
+pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
+
+/// A decided call: the wire answer, and how long to hold it before sending
+/// (a leaky-bucket shaper's wait; zero otherwise).
+#[derive(Clone, Debug)]
+pub struct Answer {
+    /// The answer.
+    pub response: wire::RateLimitResponse,
+    /// How long the service holds it: the request waits its turn.
+    pub hold: std::time::Duration,
+}
+
+impl Answer {
+    /// The answer once its hold has passed.
+    pub async fn delivered(self) -> wire::RateLimitResponse {
+        if !self.hold.is_zero() {
+            tokio::time::sleep(self.hold).await;
+        }
+        self.response
+    }
+}
+
 /// Envoy's `envoy.service.ratelimit.v3.RateLimitService`, answered by an [`Engine`]; cheap to clone.
 ///
 /// It answers from a [`LiveEngine`], loading the engine in service once per
@@ -122,10 +145,7 @@ impl<C: Clock> RateLimitGrpc<C> {
     }
 
     /// Answers one decoded call.
-    pub fn decide(
-        &self,
-        request: wire::RateLimitRequest,
-    ) -> Result<wire::RateLimitResponse, Status> {
+    pub fn decide(&self, request: wire::RateLimitRequest) -> Result<Answer, Status> {
         let start = self.metrics.as_ref().map(|m| m.start());
         let request = engine_request(request);
         let engine = self.engine.load();
@@ -134,10 +154,7 @@ impl<C: Clock> RateLimitGrpc<C> {
     }
 
     /// Answers one decoded call through the engine's shared store (Redis).
-    pub async fn decide_shared(
-        &self,
-        request: wire::RateLimitRequest,
-    ) -> Result<wire::RateLimitResponse, Status> {
+    pub async fn decide_shared(&self, request: wire::RateLimitRequest) -> Result<Answer, Status> {
         let start = self.metrics.as_ref().map(|m| m.start());
         let request = engine_request(request);
         let engine = self.engine.load();
@@ -146,10 +163,7 @@ impl<C: Clock> RateLimitGrpc<C> {
     }
 
     /// Answers one model request (in memory or through the shared store).
-    pub async fn decide_model(
-        &self,
-        request: RateLimitRequest,
-    ) -> Result<wire::RateLimitResponse, Status> {
+    pub async fn decide_model(&self, request: RateLimitRequest) -> Result<Answer, Status> {
         let start = self.metrics.as_ref().map(|m| m.start());
         let engine = self.engine.load();
         let answer = if engine.remote().is_none() {
@@ -167,7 +181,7 @@ impl<C: Clock> RateLimitGrpc<C> {
         request: &RateLimitRequest,
         answer: Result<RateLimitResponse, EngineError>,
         start: Option<Timestamp>,
-    ) -> Result<wire::RateLimitResponse, Status> {
+    ) -> Result<Answer, Status> {
         if let (Some(metrics), Some(start)) = (&self.metrics, start) {
             match &answer {
                 Ok(response) => metrics.observe(engine.rules(), request, response),
@@ -185,7 +199,20 @@ impl<C: Clock> RateLimitGrpc<C> {
                     .map(|(key, value)| wire::HeaderValue { key, value })
                     .collect();
                 wire.raw_body = rendered.raw_body.unwrap_or_default();
-                Ok(wire)
+                if !response.delay.is_zero() {
+                    // A shaper's wait, visible to the client the request reaches.
+                    wire.response_headers_to_add.push(wire::HeaderValue {
+                        key: DELAY_HEADER.to_owned(),
+                        value: response.delay.as_millis().to_string(),
+                    });
+                    if let Some(metrics) = &self.metrics {
+                        metrics.observe_shaped(response.delay);
+                    }
+                }
+                Ok(Answer {
+                    response: wire,
+                    hold: response.delay,
+                })
             }
             Err(EngineError::InvalidArgument(message)) => {
                 tracing::debug!(domain = %request.domain, %message, "invalid ShouldRateLimit request");
@@ -244,6 +271,10 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
         } else {
             self.decide_shared(request).instrument(span.clone()).await
         };
+        let answer = match answer {
+            Ok(answer) => Ok(answer.delivered().await),
+            Err(status) => Err(status),
+        };
         match &answer {
             Ok(response) => span.record(
                 "ratelimit.overall",
@@ -275,16 +306,19 @@ impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<
             return Either::Right(Box::pin(self.clone().traced(request)));
         }
         if self.engine.load().remote().is_none() {
-            return Either::Left(std::future::ready(
-                self.decide(request.into_inner()).map(Response::new),
-            ));
+            return match self.decide(request.into_inner()) {
+                Ok(answer) if !answer.hold.is_zero() => Either::Right(Box::pin(async move {
+                    Ok(Response::new(answer.delivered().await))
+                })),
+                answered => Either::Left(std::future::ready(
+                    answered.map(|answer| Response::new(answer.response)),
+                )),
+            };
         }
         let service = self.clone();
         Either::Right(Box::pin(async move {
-            service
-                .decide_shared(request.into_inner())
-                .await
-                .map(Response::new)
+            let answer = service.decide_shared(request.into_inner()).await?;
+            Ok(Response::new(answer.delivered().await))
         }))
     }
 }
@@ -359,8 +393,11 @@ impl<C: Clock + 'static> tollgate_protocol::rls::InProcessService for RateLimitG
                 ratelimit.descriptors = request.descriptors.len(),
             );
             trace_context::continue_from(&span, &metadata);
-            return Box::pin(async move { service.decide_model(request).await }.instrument(span));
+            return Box::pin(
+                async move { Ok(service.decide_model(request).await?.delivered().await) }
+                    .instrument(span),
+            );
         }
-        Box::pin(async move { service.decide_model(request).await })
+        Box::pin(async move { Ok(service.decide_model(request).await?.delivered().await) })
     }
 }

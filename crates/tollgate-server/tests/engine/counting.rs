@@ -504,3 +504,65 @@ fn override_stores_beyond_the_bound_are_refused_until_one_is_all_fresh() {
     assert_eq!(with_override(7), (Code::Ok, 6));
     assert_eq!(engine.override_store_count(), 2);
 }
+
+#[test]
+fn a_leaky_bucket_with_delay_shapes_requests_within_the_burst_and_refuses_beyond() {
+    // 10 per second, burst 3: from idle one passes, three wait 100, 200 and
+    // 300 ms (nginx's `limit_req burst=3`), the fifth is over.
+    let (engine, _clock) = engine_at(
+        "domain: shape\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 3, delay: 0}\n",
+        0,
+    );
+    let req = request("shape", vec![descriptor(&[("k", "v")])]);
+    let seen: Vec<(Code, Duration)> = (0..5)
+        .map(|_| {
+            let r = call(&engine, &req);
+            (r.overall, r.delay)
+        })
+        .collect();
+    let ms = Duration::from_millis;
+    assert_eq!(
+        seen,
+        [
+            (Code::Ok, ms(0)),
+            (Code::Ok, ms(100)),
+            (Code::Ok, ms(200)),
+            (Code::Ok, ms(300)),
+            (Code::OverLimit, ms(0)),
+        ]
+    );
+    // `delay: 2` (nginx `delay=2`): two more pass at once before any waits.
+    let (engine, _) = engine_at(
+        "domain: shape\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 3, delay: 2}\n",
+        0,
+    );
+    let delays: Vec<Duration> = (0..4).map(|_| call(&engine, &req).delay).collect();
+    assert_eq!(delays, [ms(0), ms(0), ms(0), ms(100)]);
+    // The policer (no `delay`) never delays.
+    let (engine, _) = engine_at(
+        "domain: shape\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 3}\n",
+        0,
+    );
+    assert!((0..4).all(|_| call(&engine, &req).delay.is_zero()));
+}
+
+#[test]
+fn delay_on_another_algorithm_or_beyond_the_burst_is_an_error_at_delay() {
+    for (yaml, wanted) in [
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, delay: 0}\n",
+            "`delay` shapes a `leaky_bucket` only",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 2, delay: 3}\n",
+            "`delay`",
+        ),
+    ] {
+        let loaded = load_sources([(Path::new("d.yaml"), yaml)], LoadOptions::default());
+        let text = loaded.diagnostics.to_string();
+        assert!(
+            loaded.diagnostics.has_errors() && text.contains(wanted),
+            "{text}"
+        );
+    }
+}

@@ -120,6 +120,7 @@ fn render_emits_only_what_is_switched_on() {
             0,
             49_750,
         )],
+        delay: std::time::Duration::ZERO,
     };
     let off = ResponseHeaders::new(HeaderOptions::default(), Jitter::seeded(1));
     assert_eq!(off.render(&descriptors, &over), Rendered::default());
@@ -161,6 +162,7 @@ fn render_emits_only_what_is_switched_on() {
     let ok = RateLimitResponse {
         overall: Code::Ok,
         statuses: vec![status(Code::Ok, Some(limit("login", 3, 60)), 1, 49_750)],
+        delay: std::time::Duration::ZERO,
     };
     let rendered = all.render(&descriptors, &ok);
     assert_eq!(rendered.headers.len(), 5);
@@ -168,6 +170,7 @@ fn render_emits_only_what_is_switched_on() {
     let none = RateLimitResponse {
         overall: Code::Ok,
         statuses: vec![no_limit()],
+        delay: std::time::Duration::ZERO,
     };
     assert_eq!(all.render(&descriptors, &none), Rendered::default());
 }
