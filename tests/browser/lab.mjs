@@ -136,8 +136,8 @@ try {
   await page.click('#run-start');
   await page.waitForFunction(() => window.lab.state === 'done' && window.lab.plan.mode === 'fleet');
   const fleetLabels = await page.evaluate(() => window.lab.plan.lanes.map((l) => l.label));
-  check(JSON.stringify(fleetLabels) === JSON.stringify(['local ×4', 'global', 'leased ×4']),
-    `the fleet runs local, global and leased lanes: ${fleetLabels}`);
+  check(JSON.stringify(fleetLabels) === JSON.stringify(['local ×4', 'global', 'leased ×4', 'RLQS ×4']),
+    `the fleet runs local, global, leased and RLQS lanes: ${fleetLabels}`);
   const fleetQuery = await page.evaluate(() => window.lab.query);
   check(fleetQuery.includes('lease_ms=1000'), `the lease period is a parameter: ${fleetQuery}`);
   const fleetSummary = await page.evaluate(async (q) => (await fetch(`/api/summary?${q}`)).json(), fleetQuery);
@@ -148,6 +148,9 @@ try {
   const perDecision = Number(calls.split('/')[1]);
   check(perDecision > 0 && perDecision < 0.2, `the leased lane calls the store on a few decisions: ${calls}`);
   check((await page.textContent('#fleet-leased-rate')).endsWith('req/s'), 'the leased rate is shown');
+  const fleetQuota = fleetSummary.lanes[3];
+  check(fleetQuota.reports > 0 && (await page.textContent('#fleet-quota-rate')).endsWith('req/s'),
+    `the RLQS lane reports usage and its rate is shown: ${JSON.stringify(fleetQuota)}`);
 
   // A retry storm: the same limit, three kinds of clients.
   await page.selectOption('select[name=mode]', 'storm');

@@ -164,6 +164,16 @@ fn explain(lane: &Lane, rate: f64, allowance: u64, steady: f64, stores: f64) -> 
             "{core} Its clients throttle themselves (SRE adaptive throttling, K = {k}): once refusals pile up they drop new requests before sending them, and retry the rest after Retry-After plus jitter (up to {max_retries} times)."
         ),
     };
+    if let super::Placement::Quota {
+        envoys, report_ns, ..
+    } = lane.placement
+    {
+        let every = std::time::Duration::from_nanos(report_ns).as_secs_f64();
+        return format!(
+            "{core} {envoys} Envoys enforce their shares locally (no call per request) and report usage every {} s; the shares follow demand at the next reports, and each new assignment starts full, so the fleet can pass the cap by what reassignments hand out.",
+            format_rate(every)
+        );
+    }
     if let super::Placement::Leased {
         instances,
         period_ns,

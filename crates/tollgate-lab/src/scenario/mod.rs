@@ -2,8 +2,9 @@
 //!
 //! A [`Scenario`] sends the same arrivals through several [`Lane`]s at once —
 //! to compare algorithms on one trace, or a fleet of sidecars with local
-//! buckets against one global bucket and against instances leasing from
-//! one global store (`leased`) — spreads them over several clients
+//! buckets against one global bucket, against instances leasing from one
+//! global store (`leased`) and against Envoys sharing it by the rate limit
+//! quota protocol (`quota`) — spreads them over several clients
 //! (each its own key), and reports aggregates per tick of virtual time as it
 //! goes. A [`crate::Simulation`] is the one-lane, one-key case.
 //!
@@ -15,6 +16,7 @@ mod clients;
 mod expectation;
 mod leased;
 mod model;
+mod quota;
 mod report;
 mod runner;
 #[cfg(test)]

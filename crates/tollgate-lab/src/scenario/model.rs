@@ -56,6 +56,17 @@ pub enum Placement {
         /// The lease period, in nanoseconds (above 0).
         period_ns: u64,
     },
+    /// `envoys` Envoys with the rate limit quota filter: each enforces its
+    /// share of the limit locally and reports usage every `report_ns`,
+    /// after which the shares are split again by demand (see [`super::quota`]).
+    Quota {
+        /// How many Envoys (1 to [`MAX_SIDECARS`]).
+        envoys: u32,
+        /// The report interval, in nanoseconds (above 0).
+        report_ns: u64,
+        /// Requests per thousand that go to the first Envoy; the rest round robin over all.
+        hot_permille: u32,
+    },
 }
 
 impl Placement {
@@ -65,6 +76,8 @@ impl Placement {
             Placement::Global => 1,
             Placement::Local { sidecars } => *sidecars,
             Placement::Leased { .. } => 1,
+            // The Envoys decide alone; the store is kept for the state line only.
+            Placement::Quota { .. } => 1,
         }
     }
 }
@@ -185,6 +198,24 @@ impl Lane {
         self
     }
 
+    /// A lane of `envoys` Envoys sharing `algorithm`'s limit by the rate limit quota protocol.
+    pub fn quota(
+        label: impl Into<String>,
+        algorithm: impl Into<AnyAlgorithm>,
+        envoys: u32,
+        report: Duration,
+        hot_permille: u32,
+    ) -> Self {
+        Lane {
+            placement: Placement::Quota {
+                envoys,
+                report_ns: u64::try_from(report.as_nanos()).unwrap_or(u64::MAX),
+                hot_permille,
+            },
+            ..Lane::global(label, algorithm)
+        }
+    }
+
     /// This lane's fixed windows staggered per key, as `stagger: true` does in a limits file.
     pub fn staggered(mut self) -> Self {
         self.stagger = true;
@@ -303,6 +334,28 @@ impl Scenario {
                     ));
                 }
                 _ => {}
+            }
+            if let Placement::Quota {
+                envoys,
+                report_ns,
+                hot_permille,
+            } = lane.placement
+            {
+                if !(1..=MAX_SIDECARS).contains(&envoys) {
+                    return Err(ConfigError::new(
+                        "envoys",
+                        format!("{envoys} is not between 1 and {MAX_SIDECARS}"),
+                    ));
+                }
+                if report_ns == 0 {
+                    return Err(ConfigError::new("report_interval", "must be above 0"));
+                }
+                if hot_permille > 1000 {
+                    return Err(ConfigError::new(
+                        "hot_share",
+                        format!("{hot_permille}‰ is more than all of the requests"),
+                    ));
+                }
             }
             if let Placement::Leased {
                 instances,

@@ -114,6 +114,9 @@ pub struct LaneTick {
     /// Adaptive clients: new requests their throttle dropped in the tick (not in `arrivals`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_by_clients: Option<u64>,
+    /// A quota lane: usage reports the Envoys sent in the tick (one per Envoy and key each interval).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reports: Option<u64>,
 }
 
 /// What happened during one tick of virtual time, in every lane.
@@ -168,6 +171,9 @@ pub struct LaneReport {
     /// Closed-loop clients: requests given up after their last retry was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gave_up: Option<u64>,
+    /// A quota lane: usage reports sent over the run (the only calls it makes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reports: Option<u64>,
 }
 
 /// Why a scenario run gave no report.

@@ -10,6 +10,7 @@ use tollgate_core::{
 
 use super::clients::ClientSide;
 use super::leased::LeasedFleet;
+use super::quota::QuotaFleet;
 use super::{
     Counts, Lane, LaneDecision, LaneReport, LaneTick, Placement, RunError, RunReport,
     SampledDecision, Scenario, Tick,
@@ -259,6 +260,8 @@ struct LaneState {
     cost: u64,
     /// A staggered fixed window: each key decides at its own offset.
     stagger: Option<FixedWindow>,
+    /// In a quota placement: the Envoys and their assignments.
+    quota: Option<QuotaFleet>,
 }
 
 /// A client's key hash for its stagger offset (SplitMix64's finalizer; the
@@ -329,6 +332,19 @@ impl LaneState {
                 .then(|| ClientSide::new(lane.clients, scenario.seed)),
             start: scenario.start,
             cost: scenario.cost,
+            quota: match lane.placement {
+                Placement::Quota {
+                    envoys,
+                    report_ns,
+                    hot_permille,
+                } => Some(QuotaFleet::new(
+                    algorithm,
+                    envoys,
+                    Duration::from_nanos(report_ns),
+                    hot_permille,
+                )),
+                _ => None,
+            },
             stagger: match algorithm {
                 AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(window)) if lane.stagger => {
                     Some(window)
@@ -358,6 +374,9 @@ impl LaneState {
         }
         if let Some(clients) = &mut self.clients {
             clients.begin_tick();
+        }
+        if let Some(quota) = &mut self.quota {
+            quota.tick_reports = 0;
         }
     }
 
@@ -453,6 +472,13 @@ impl LaneState {
             ..
         } = *request;
         let at = self.keyed_time(client, at);
+        if let Some(quota) = &mut self.quota {
+            quota.report_until(request.offset_ns);
+            let envoy = quota.envoy_of(arrival);
+            let decision = quota.decide(envoy, client, at, cost);
+            self.record(request, envoy, decision, samples_per_tick, on_decision);
+            return decision;
+        }
         if let Some(fleet) = &mut self.fleet {
             // Round robin over the instances, which share the one store.
             let instance = (arrival % fleet.instances() as u64) as usize;
@@ -471,7 +497,7 @@ impl LaneState {
     /// [`SimulatedStore::check_many`] (pipelined on Redis), then counts
     /// them in arrival order as [`LaneState::decide`] would.
     fn decide_tick(&mut self, requests: &[Request], samples_per_tick: usize) {
-        if self.fleet.is_some() || self.clients.is_some() {
+        if self.fleet.is_some() || self.clients.is_some() || self.quota.is_some() {
             // Each decision depends on the leases or retries the ones before it left: one by one.
             for request in requests {
                 self.decide(request, samples_per_tick, None);
@@ -598,6 +624,7 @@ impl LaneState {
             leased_units: self.fleet.as_ref().map(|f| f.outstanding(tick_end)),
             retries: self.clients.as_ref().map(|c| c.tick_retries),
             dropped_by_clients: self.clients.as_ref().map(|c| c.tick_dropped),
+            reports: self.quota.as_ref().map(|q| q.tick_reports),
         }
     }
 
@@ -626,6 +653,7 @@ impl LaneState {
             retries: self.clients.as_ref().map(|c| c.retries),
             dropped_by_clients: self.clients.as_ref().map(|c| c.dropped),
             gave_up: self.clients.as_ref().map(|c| c.gave_up),
+            reports: self.quota.as_ref().map(|q| q.reports),
         }
     }
 }

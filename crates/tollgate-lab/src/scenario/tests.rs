@@ -321,6 +321,42 @@ fn staggered_windows_spread_the_second_wave_over_the_window() {
 }
 
 #[test]
+fn an_rlqs_lane_holds_about_the_cap_and_its_shares_follow_demand() {
+    // 100 per second among 4 Envoys, 400 req/s offered for 30 s, reports every second.
+    let bucket = TokenBucket::new(100, 100, secs(1)).unwrap();
+    for hot in [0, 900] {
+        let lanes = vec![
+            Lane::global("global", bucket),
+            Lane::quota("rlqs", bucket, 4, secs(1), hot),
+        ];
+        let scenario = Scenario::new(Traffic::steady(400.0).unwrap(), secs(30), lanes);
+        let (report, ticks) = collect(&scenario);
+        let (global, quota) = (&report.lanes[0], &report.lanes[1]);
+        // Over the cap by what reassignments hand out (a new assignment
+        // starts full): 3 % with even demand, 8 % with 90 % on one Envoy.
+        assert!(
+            quota.counts.admitted * 100 <= global.counts.admitted * 112,
+            "hot {hot}: {} against {}",
+            quota.counts.admitted,
+            global.counts.admitted
+        );
+        // And close to it once the shares follow demand.
+        assert!(
+            quota.counts.admitted * 10 >= global.counts.admitted * 8,
+            "hot {hot}: {} against {}",
+            quota.counts.admitted,
+            global.counts.admitted
+        );
+        assert_eq!(
+            quota.reports,
+            Some(29 * 4),
+            "a report per Envoy each second"
+        );
+        assert!(ticks.iter().any(|t| t.lanes[1].reports.unwrap() > 0));
+    }
+}
+
+#[test]
 fn clients_have_their_own_keys() {
     // Four clients share 40 req/s; each has its own 1/s bucket of 5.
     let bucket = TokenBucket::new(5, 1, secs(1)).unwrap();

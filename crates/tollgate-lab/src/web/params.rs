@@ -121,6 +121,9 @@ pub const FIELDS: &[Field] = &[
     int("sidecars", 1.0, MAX_SIDECARS as f64, 4.0),
     // Fleet mode's leased lane: the quota lease period.
     int("lease_ms", 10.0, 60_000.0, 1_000.0),
+    // Fleet mode's RLQS lane: the Envoys' report interval, and the share of requests on the first.
+    int("report_ms", 100.0, 60_000.0, 1_000.0),
+    int("hot_share", 0.0, 100.0, 0.0),
     // Retry-storm mode: retries per refused request, and the at-once clients' wait.
     int("max_retries", 0.0, MAX_RETRIES as f64, 5.0),
     int("retry_delay_ms", 1.0, 10_000.0, 10.0),
@@ -234,6 +237,14 @@ pub fn parse_with_replays(
                 algorithm,
                 sidecars,
                 p.millis("lease_ms")?,
+            ));
+            descriptions.push(descriptions[0].clone());
+            lanes.push(Lane::quota(
+                format!("RLQS ×{sidecars}"),
+                algorithm,
+                sidecars,
+                p.millis("report_ms")?,
+                (p.int("hot_share")? * 10) as u32,
             ));
             descriptions.push(descriptions[0].clone());
         } else if mode == Mode::Storm {
@@ -615,8 +626,8 @@ mod tests {
             .iter()
             .map(|l| l.label.as_str())
             .collect();
-        assert_eq!(labels, vec!["local ×7", "global", "leased ×7"]);
-        assert_eq!(run.descriptions.len(), 3);
+        assert_eq!(labels, vec!["local ×7", "global", "leased ×7", "RLQS ×7"]);
+        assert_eq!(run.descriptions.len(), 4);
         assert_eq!(
             run.scenario.lanes[2].placement,
             Placement::Leased {

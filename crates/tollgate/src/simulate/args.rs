@@ -179,6 +179,21 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "N", default_value_t = 4, requires = "lease_period", value_parser = clap::value_parser!(u32).range(1..=15), help_heading = "Run")]
     pub(super) instances: u32,
 
+    /// Run each algorithm as this many Envoys sharing it by the rate limit
+    /// quota protocol (RLQS): each enforces its share locally and reports
+    /// usage every `--report-interval`, and the shares are split again by
+    /// demand, as `tollgate serve` does. The summary adds the reports sent.
+    #[arg(long, value_name = "N", conflicts_with = "lease_period", value_parser = clap::value_parser!(u32).range(1..=15), help_heading = "Run")]
+    pub(super) rlqs: Option<u32>,
+
+    /// With --rlqs: how often each Envoy reports its usage.
+    #[arg(long, value_name = "DUR", default_value = "1s", value_parser = parse_duration, requires = "rlqs", help_heading = "Run")]
+    pub(super) report_interval: Duration,
+
+    /// With --rlqs: the percentage of requests that go to the first Envoy (the rest round robin over all).
+    #[arg(long, value_name = "PCT", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100), requires = "rlqs", help_heading = "Run")]
+    pub(super) hot_share: u32,
+
     /// Print the summary as JSON instead of text.
     #[arg(long, help_heading = "Output")]
     pub(super) json: bool,

@@ -30,7 +30,8 @@ impl Plan {
             && args.clients == 1
             && args.traffic != TrafficName::Replay
             && args.redis.is_none()
-            && args.lease_period.is_none();
+            && args.lease_period.is_none()
+            && args.rlqs.is_none();
         let chosen: Vec<AlgorithmName> = match args.algorithm {
             Some(one) => vec![one],
             None => args.compare.clone(),
@@ -42,14 +43,21 @@ impl Plan {
         let mut descriptions = Vec::new();
         for &name in &chosen {
             let (algorithm, description) = build_algorithm(args, name, args.algorithm.is_some())?;
-            let lane = match args.lease_period {
-                Some(period) => Lane::leased(
+            let lane = match (args.lease_period, args.rlqs) {
+                (Some(period), _) => Lane::leased(
                     format!("{} leased ×{}", name.name(), args.instances),
                     algorithm,
                     args.instances,
                     period,
                 ),
-                None => Lane::global(name.name(), algorithm),
+                (None, Some(envoys)) => Lane::quota(
+                    format!("{} RLQS ×{envoys}", name.name()),
+                    algorithm,
+                    envoys,
+                    args.report_interval,
+                    args.hot_share * 10,
+                ),
+                (None, None) => Lane::global(name.name(), algorithm),
             };
             // A single run's summary has no comparison with the exact log.
             lanes.push(if single { lane.unjudged() } else { lane });

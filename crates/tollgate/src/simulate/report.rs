@@ -182,6 +182,18 @@ impl Comparison {
                     }
                 ));
             }
+            if let (
+                Some(reports),
+                tollgate_lab::Placement::Quota {
+                    envoys, report_ns, ..
+                },
+            ) = (r.reports, r.placement)
+            {
+                text.push_str(&format!(
+                    "  rlqs       {envoys} Envoys reporting every {}: {reports} usage reports, no call per request\n",
+                    format_duration(Duration::from_nanos(report_ns)),
+                ));
+            }
             if let (Some(over), Some(under)) = (r.over_admitted, r.under_admitted) {
                 let share = |n: u64| {
                     if self.arrivals == 0 {
@@ -277,7 +289,11 @@ impl StoreUsed {
         let calls = report
             .lanes
             .iter()
-            .map(|l| l.store_calls.unwrap_or(report.arrivals) * per_decision)
+            .map(|l| match l.placement {
+                // Envoys sharing by RLQS decide alone.
+                tollgate_lab::Placement::Quota { .. } => 0,
+                _ => l.store_calls.unwrap_or(report.arrivals) * per_decision,
+            })
             .sum::<u64>()
             + report.ticks
                 * report

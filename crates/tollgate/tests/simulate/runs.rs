@@ -493,3 +493,56 @@ fn ramp_spike_replay_and_clients_are_simulated() {
     let admitted = number(&clients["lanes"][0], "admitted");
     assert!((54..=60).contains(&admitted), "{admitted}");
 }
+
+#[test]
+fn fleets_lease_from_one_store_or_share_by_rlqs() {
+    let bucket = [
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "100",
+        "--window",
+        "1s",
+        "--arrival-rate",
+        "400",
+        "--duration",
+        "10s",
+    ];
+    let with = |rest: &[&str]| {
+        let mut args = bucket.to_vec();
+        args.extend_from_slice(rest);
+        summary(&args)
+    };
+    // Leased: exactly the window's limit, with a call on a few decisions.
+    let leased = with(&["--lease-period", "1s", "--instances", "4"]);
+    let lane = &leased["lanes"][0];
+    assert_eq!(number(lane, "admitted"), 1000);
+    let calls = number(lane, "store_calls");
+    assert!(calls * 5 < number(lane, "arrivals"), "{calls} store calls");
+    // RLQS: no call per request, a report per Envoy each second. With even
+    // demand the fleet stays near the cap; with 90 % on one Envoy, shares
+    // change at most reports and each new assignment starts full, so the
+    // fleet passes the cap by what those fresh buckets hold (docs/quota.md).
+    let even = with(&["--rlqs", "4"]);
+    let lane = &even["lanes"][0];
+    assert_eq!(number(lane, "reports"), 9 * 4);
+    let admitted = number(lane, "admitted");
+    assert!((800..=1250).contains(&admitted), "even: {admitted}");
+    let skewed = with(&["--rlqs", "4", "--hot-share", "90"]);
+    let admitted = number(&skewed["lanes"][0], "admitted");
+    assert!((800..=1400).contains(&admitted), "skewed: {admitted}");
+    // They exclude each other.
+    let both = simulate(&[
+        "--algorithm",
+        "fixed-window",
+        "--limit",
+        "100",
+        "--window",
+        "1s",
+        "--lease-period",
+        "1s",
+        "--rlqs",
+        "2",
+    ]);
+    assert!(!both.status.success());
+}

@@ -134,7 +134,8 @@ function showPlan(plan) {
     document.getElementById('fleet-local-cap').textContent =
       `${fmt(local.expectation.effective_rate, 2)} req/s (cap × ${local.sidecars})`;
     document.getElementById('fleet-global-cap').textContent = `${fmt(global.expectation.effective_rate, 2)} req/s`;
-    for (const id of ['fleet-local-rate', 'fleet-global-rate', 'fleet-leased-rate', 'fleet-leased-calls', 'fleet-leased-units']) {
+    for (const id of ['fleet-local-rate', 'fleet-global-rate', 'fleet-leased-rate', 'fleet-leased-calls', 'fleet-leased-units',
+      'fleet-quota-rate', 'fleet-quota-reports']) {
       document.getElementById(id).textContent = '';
     }
   }
@@ -178,6 +179,11 @@ function showReport(report) {
       document.getElementById('fleet-leased-rate').textContent = `${fmt(leased.admitted_rate, 2)} req/s`;
       const perDecision = leased.arrivals ? leased.store_calls / leased.arrivals : 0;
       document.getElementById('fleet-leased-calls').textContent = `1 / ${fmt(perDecision, 3)}`;
+    }
+    const quota = report.lanes[3];
+    if (quota) {
+      document.getElementById('fleet-quota-rate').textContent = `${fmt(quota.admitted_rate, 2)} req/s`;
+      document.getElementById('fleet-quota-reports').textContent = fmt(quota.reports);
     }
   }
 }
