@@ -18,6 +18,10 @@
 //! In every case `Σ sᵢ ≤ R` (the sums are floored) and `sᵢ ≥ f`; under
 //! contention `sᵢ ≤ dᵢ + f`. The shares are a function of the latest demands only,
 //! so a shift of demand moves them at the next report that shows it.
+//!
+//! [`steady_shares`] puts them in force with hysteresis: a share within a
+//! tenth of the one in force keeps it (a client's token bucket restarts full
+//! on every change), still never summing past `R`.
 
 /// Each client's share of `rate` for its reported `demands` (same order), by the module's rule.
 pub fn fair_shares(rate: u64, demands: &[u64]) -> Vec<u64> {
@@ -40,9 +44,87 @@ pub fn fair_shares(rate: u64, demands: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// The shares to put in force: [`fair_shares`], except that a share within
+/// a tenth of the one in force (`held[i]`, `None` for a new client) keeps
+/// it, whether it would grow or fall, and the sum stays at most `rate`.
+///
+/// A client enforces its share as a token bucket that restarts full
+/// whenever the share changes, so a share that moves by a token or two at
+/// every report would hand out a fresh bucket each time. Holding a small
+/// fall back can make the shares sum past `rate`; the excess is then taken
+/// first from the growth of the shares that grow (down to what they hold),
+/// then by letting the held falls happen after all. So the sum never passes
+/// `rate`, and a share changes only when it moves by more than a tenth or
+/// the others need its room.
+pub fn steady_shares(rate: u64, demands: &[u64], held: &[Option<u64>]) -> Vec<u64> {
+    let fair = fair_shares(rate, demands);
+    let within_a_tenth = |old: u64, new: u64| old.abs_diff(new).saturating_mul(10) <= old;
+    let mut kept: Vec<u64> = fair
+        .iter()
+        .zip(held)
+        .map(|(&new, &old)| match old {
+            Some(old) if within_a_tenth(old, new) => old,
+            _ => new,
+        })
+        .collect();
+    let mut excess = kept
+        .iter()
+        .fold(0u64, |sum, &k| sum.saturating_add(k))
+        .saturating_sub(rate);
+    // First from the growth of the shares that grow.
+    for (k, old) in kept.iter_mut().zip(held) {
+        if excess == 0 {
+            break;
+        }
+        let floor = old.unwrap_or(0);
+        if *k > floor {
+            let take = (*k - floor).min(excess);
+            *k -= take;
+            excess -= take;
+        }
+    }
+    // Then the falls held back happen after all.
+    for (k, &new) in kept.iter_mut().zip(&fair) {
+        if excess == 0 {
+            break;
+        }
+        if *k > new {
+            let take = (*k - new).min(excess);
+            *k -= take;
+            excess -= take;
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_move_keeps_the_share_in_force_and_a_large_one_does_not() {
+        // Fair: [83, 8, 8]. 80 → 83 is within a tenth: kept; 5 → 8 is not.
+        assert_eq!(
+            steady_shares(100, &[900, 5, 5], &[Some(80), Some(5), Some(8)]),
+            vec![80, 8, 8]
+        );
+        // A fall of 85 → 83 is held back too, as the sum allows.
+        assert_eq!(
+            steady_shares(100, &[900, 5, 5], &[Some(85), Some(8), Some(7)]),
+            vec![85, 8, 7],
+            "held at 85 the sum would be 101: the growth of 7 → 8 pays for it"
+        );
+        // When no growth can pay, the fall happens after all.
+        assert_eq!(
+            steady_shares(100, &[900, 5, 5], &[Some(85), Some(8), Some(8)]),
+            vec![84, 8, 8]
+        );
+        // A new client takes its fair share; the others make room.
+        assert_eq!(
+            steady_shares(100, &[300, 300], &[Some(100), None]),
+            vec![50, 50]
+        );
+    }
 
     #[test]
     fn room_for_all_shares_the_spare_evenly() {
@@ -71,6 +153,14 @@ mod tests {
             demands in proptest::collection::vec(0u64..2_000_000, 0..50),
         ) {
             let shares = fair_shares(rate, &demands);
+            // Whatever is in force, the steady shares never sum past the rate either.
+            let held: Vec<Option<u64>> = demands
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| (i % 3 != 0).then_some(d % (rate + 1)))
+                .collect();
+            let steady = steady_shares(rate, &demands, &held);
+            proptest::prop_assert!(steady.iter().sum::<u64>() <= rate);
             proptest::prop_assert_eq!(shares.len(), demands.len());
             proptest::prop_assert!(shares.iter().sum::<u64>() <= rate);
             let floor = rate / (demands.len() as u64 * 4).max(1);

@@ -4,12 +4,12 @@
 //! request against it with no call. Every report interval each Envoy
 //! reports what it saw per key (allowed plus denied, scaled to the limit's
 //! window `W`), and the shares of the limit's `R` units per `W` are split
-//! again with [`fair_shares`], the function the service runs: a floor of
-//! `⌊R / 4n⌋` each, the rest by demand, never more than `R` in all. A share
+//! again with [`steady_shares`], the function the service runs: a floor of
+//! `⌊R / 4n⌋` each, the rest by demand, never more than `R` in all, and a
+//! share within a tenth of the one in force kept. A share
 //! `s` becomes the service's token bucket: `max(1, ⌊C × s / R⌋)` tokens
 //! (`C` the limit's capacity), refilled with `⌊s × F / W⌋` every
-//! `F = ⌈W⌉` whole seconds. A share that grows by less than a tenth keeps
-//! the assignment in force; a changed assignment starts full, as Envoy's
+//! `F = ⌈W⌉` whole seconds. A changed assignment starts full, as Envoy's
 //! does. What is simplified: every Envoy reports at the same instants and
 //! gets its new share at once (the service answers a grown share at that
 //! Envoy's next report, so the real fleet is a little slower to follow).
@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate_core::fair_share::fair_shares;
+use tollgate_core::fair_share::steady_shares;
 use tollgate_core::{AnyAlgorithm, Decision, Timestamp, TokenBucket, WordAlgorithm};
 
 /// One Envoy's assignment for one key: its bucket and state.
@@ -130,7 +130,13 @@ impl QuotaFleet {
                         .map_or(0, |a| (a.seen as f64 * scale).round() as u64)
                 })
                 .collect();
-            let shares = fair_shares(self.rate, &demands);
+            let held: Vec<Option<u64>> = self
+                .envoys
+                .iter()
+                .map(|e| e.get(&key).map(|a| a.share).filter(|&s| s != u64::MAX))
+                .collect();
+            // As the service: a share within a tenth of the one in force keeps it.
+            let shares = steady_shares(self.rate, &demands, &held);
             for (envoy, share) in shares.into_iter().enumerate() {
                 let fresh_bucket = self.bucket_for(share);
                 let assignment = self.envoys[envoy].entry(key).or_insert(Assignment {
@@ -139,15 +145,6 @@ impl QuotaFleet {
                     state: 0,
                     seen: 0,
                 });
-                // As the service: a share that grows by less than a tenth
-                // keeps the assignment in force.
-                let old = assignment.share;
-                let share =
-                    if old != u64::MAX && share >= old && (share - old).saturating_mul(10) <= old {
-                        old
-                    } else {
-                        share
-                    };
                 if assignment.share != share {
                     let bucket = fresh_bucket;
                     // A new assignment starts full, as Envoy's token bucket does.

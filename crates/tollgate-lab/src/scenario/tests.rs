@@ -332,10 +332,10 @@ fn an_rlqs_lane_holds_about_the_cap_and_its_shares_follow_demand() {
         let scenario = Scenario::new(Traffic::steady(400.0).unwrap(), secs(30), lanes);
         let (report, ticks) = collect(&scenario);
         let (global, quota) = (&report.lanes[0], &report.lanes[1]);
-        // Over the cap by what reassignments hand out (a new assignment
-        // starts full): 3 % with even demand, 8 % with 90 % on one Envoy.
+        // Within the stated bound: the cap, plus the first assignments'
+        // full buckets (one second of rate), plus one more.
         assert!(
-            quota.counts.admitted * 100 <= global.counts.admitted * 112,
+            quota.counts.admitted <= global.counts.admitted + 2 * 100,
             "hot {hot}: {} against {}",
             quota.counts.admitted,
             global.counts.admitted

@@ -4,15 +4,16 @@
 //! the rules ([`super::bucket`]) and, for a shared bucket (same rule
 //! counter, any number of Envoys), records the reporter's demand per window
 //! `d = (allowed + denied) × W / max(elapsed, 1 s)` and splits the rate with
-//! [`fair_share`]. Each Envoy gets a token bucket of its share `s`:
+//! [`tollgate_core::fair_share`]. Each Envoy gets a token bucket of its share `s`:
 //! `max_tokens = ⌊burst × s / R⌋` (at least 1), `tokens_per_fill = ⌊s ×
 //! F / W⌋` every `F = ⌈W⌉` whole seconds (Envoy 1.40 reads the fill
 //! interval in whole seconds), so its rate is at most `s` per window.
 //!
 //! A share that falls is pushed at once to its stream; one that grows is
-//! sent in the answer to that Envoy's own next report, and one that grows
-//! by less than a tenth keeps the assignment in force (Envoy keeps a token
-//! bucket's state only while its settings stay the same). So the rates in
+//! sent in the answer to that Envoy's own next report, and one that moves
+//! by less than a tenth, up or down, keeps the assignment in force
+//! ([`steady_shares`]; Envoy keeps a token bucket's state only while its
+//! settings stay the same, and restarts it full on a change). So the rates in
 //! force never sum past the rule's, but for the moment a decrease pushed
 //! to one Envoy and the increase it pays for are both on the wire, and an
 //! Envoy whose outbox is full (a client not reading) catches up at its next
@@ -34,7 +35,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
-use tollgate_core::fair_share::fair_shares;
+use tollgate_core::fair_share::steady_shares;
 use tollgate_rules::RuleSet;
 use tonic::Status;
 
@@ -373,14 +374,12 @@ impl QuotaBook {
             return;
         };
         let demands: Vec<u64> = shared.reporters.values().map(|r| r.demand).collect();
-        let shares = fair_shares(shared.rate.requests, &demands);
+        let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
+        // A share within a tenth of the one in force keeps it, up or down:
+        // Envoy restarts a token bucket full whenever its settings change.
+        let shares = steady_shares(shared.rate.requests, &demands, &held);
         let mut fell = Vec::new();
-        for ((&stream, reporter), share) in shared.reporters.iter_mut().zip(shares) {
-            let kept = match reporter.share {
-                // A share that grows by less than a tenth keeps the one in force.
-                Some(old) if share >= old && (share - old).saturating_mul(10) <= old => old,
-                _ => share,
-            };
+        for ((&stream, reporter), kept) in shared.reporters.iter_mut().zip(shares) {
             if reporter.share == Some(kept) {
                 continue;
             }

@@ -519,18 +519,20 @@ fn fleets_lease_from_one_store_or_share_by_rlqs() {
     assert_eq!(number(lane, "admitted"), 1000);
     let calls = number(lane, "store_calls");
     assert!(calls * 5 < number(lane, "arrivals"), "{calls} store calls");
-    // RLQS: no call per request, a report per Envoy each second. With even
-    // demand the fleet stays near the cap; with 90 % on one Envoy, shares
-    // change at most reports and each new assignment starts full, so the
-    // fleet passes the cap by what those fresh buckets hold (docs/quota.md).
+    // RLQS: no call per request, a report per Envoy each second, and within
+    // the stated bound (docs/quota.md): 1000 over 10 s, plus one second of
+    // rate for the first assignments' full buckets, plus one more. With 90 %
+    // on one Envoy its share wobbles at every report; shares within a tenth
+    // of the one in force are kept, or each wobble would hand out a fresh
+    // full bucket (1303 admitted before).
     let even = with(&["--rlqs", "4"]);
     let lane = &even["lanes"][0];
     assert_eq!(number(lane, "reports"), 9 * 4);
     let admitted = number(lane, "admitted");
-    assert!((800..=1250).contains(&admitted), "even: {admitted}");
+    assert!((800..=1200).contains(&admitted), "even: {admitted}");
     let skewed = with(&["--rlqs", "4", "--hot-share", "90"]);
     let admitted = number(&skewed["lanes"][0], "admitted");
-    assert!((800..=1400).contains(&admitted), "skewed: {admitted}");
+    assert!((800..=1200).contains(&admitted), "skewed: {admitted}");
     // They exclude each other.
     let both = simulate(&[
         "--algorithm",
