@@ -171,6 +171,17 @@ impl<C: Clock> LiveEngine<C> {
         self.current.load_full()
     }
 
+    /// At shutdown: gives the outstanding quota leases of the engine in
+    /// service back to the shared store, and logs how many units went back
+    /// (nothing to do with counters in memory).
+    pub async fn return_leases(&self) {
+        let engine = self.engine();
+        if let Some(remote) = engine.remote() {
+            let units = remote.return_leases(engine.now()).await;
+            tracing::info!(units, "outstanding leases returned");
+        }
+    }
+
     /// The configuration path, if it reloads from one.
     pub fn path(&self) -> Option<&Path> {
         self.source.as_ref().map(|s| s.path.as_path())

@@ -275,23 +275,6 @@ async fn a_reload_changing_the_limit_returns_the_leases_and_keeps_one_count() {
     assert_eq!(saturate(std::slice::from_ref(&lowered), &hot).await, 0);
 }
 
-/// Script calls (EVAL/EVALSHA) Redis has run so far, from INFO commandstats.
-fn script_calls(redis: &RedisServer) -> u64 {
-    redis
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_eval"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// `tasks` callers each checking `request` `each` times on `engine`; how many were admitted.
 async fn hammer(
     engine: &Arc<Engine<ManualClock>>,
@@ -333,26 +316,26 @@ async fn a_hot_key_costs_a_few_redis_calls_and_a_cold_key_no_more_than_the_exact
     // callers that find the lease spent wait for the grant on its way.
     let hot = request("fixed_window", "hot");
     assert_eq!(hammer(&engine, &hot, 64, 50).await, 64 * 50, "warm-up");
-    let before = script_calls(&redis);
+    let before = redis.script_calls();
     let checks = 64 * 200;
     let admitted = hammer(&engine, &hot, 64, 200).await;
     assert_eq!(
         admitted, checks,
         "far under the limit, every check is admitted"
     );
-    let calls = script_calls(&redis) - before;
+    let calls = redis.script_calls() - before;
     assert!(
         calls * 200 <= checks,
         "{calls} Redis calls for {checks} checks of one warm hot key: more than 1 in 200"
     );
 
     // Keys asked for once each: one exact call per check, no grant beside it.
-    let before = script_calls(&redis);
+    let before = redis.script_calls();
     for i in 0..500 {
         assert!(is_ok(&engine, &request("fixed_window", &format!("cold-{i}"))).await);
     }
     assert_eq!(
-        script_calls(&redis) - before,
+        redis.script_calls() - before,
         500,
         "one call per cold check"
     );
@@ -372,12 +355,12 @@ async fn a_key_with_fewer_units_left_than_a_share_never_asks_for_a_grant() {
     assert!(is_ok(&engine, &request("fixed_window", "warm-up")).await);
     for algorithm in LEASED {
         let request = request(algorithm, "few");
-        let before = script_calls(&redis);
+        let before = redis.script_calls();
         let mut admitted = 0;
         for _ in 0..12 {
             admitted += u64::from(is_ok(&engine, &request).await);
         }
-        let calls = script_calls(&redis) - before;
+        let calls = redis.script_calls() - before;
         assert_eq!(admitted, 10, "{algorithm}");
         // One exact call per admitted check, one for the first denial; the
         // last denial is answered by the quick-deny cache.

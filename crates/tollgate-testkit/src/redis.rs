@@ -153,6 +153,23 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Script calls (EVAL and EVALSHA) the server has run so far, from `INFO commandstats`.
+    #[must_use]
+    pub fn script_calls(&self) -> u64 {
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|line| line.starts_with("cmdstat_eval"))
+            .filter_map(|line| {
+                line.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     /// How long to wait until Redis's clock (`TIME`) is at least `margin`
     /// before the end of its epoch-aligned `window`: zero when it already is,
     /// else the rest of the window plus one second. A test on Redis's own

@@ -140,10 +140,6 @@ impl ProxyLimits {
 
     /// Gives the outstanding leases back to Redis (at shutdown).
     pub async fn return_leases(&self) {
-        let engine = self.live.engine();
-        if let Some(remote) = engine.remote() {
-            let units = remote.return_leases(engine.now()).await;
-            tracing::info!(units, "outstanding leases returned");
-        }
+        self.live.return_leases().await;
     }
 }

@@ -24,6 +24,23 @@ use std::time::Duration;
 use tollgate_core::fair_share::steady_shares;
 use tollgate_core::{AnyAlgorithm, Decision, Timestamp, TokenBucket, WordAlgorithm};
 
+/// The token bucket the service assigns for a share `share` of `rate` units
+/// per `window` of a limit of `capacity` (none for a share of 0).
+fn assigned_bucket(rate: u64, capacity: u64, window: Duration, share: u64) -> Option<TokenBucket> {
+    if share == 0 {
+        return None;
+    }
+    let fill_secs = window.as_secs_f64().ceil().max(1.0);
+    let per_fill = (share as f64 * fill_secs / window.as_secs_f64().max(1e-9)).floor() as u64;
+    let max_tokens = (capacity.saturating_mul(share) / rate.max(1)).max(1);
+    TokenBucket::new(
+        max_tokens,
+        per_fill.max(1),
+        Duration::from_secs_f64(fill_secs),
+    )
+    .ok()
+}
+
 /// One Envoy's assignment for one key: its bucket and state.
 #[derive(Clone, Copy, Debug)]
 struct Assignment {
@@ -79,33 +96,12 @@ impl QuotaFleet {
         if n == 1 {
             return 0;
         }
-        // A stateless hash of the index (SplitMix64's finalizer), as clients are drawn.
-        let mut z = arrival.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        if z % 1000 < self.hot_permille {
+        // A stateless hash of the index, as clients are drawn.
+        if super::runner::mix64(arrival) % 1000 < self.hot_permille {
             0
         } else {
             (arrival % n) as usize
         }
-    }
-
-    /// The token bucket the service assigns for a share `share` of the rate.
-    fn bucket_for(&self, share: u64) -> Option<TokenBucket> {
-        if share == 0 {
-            return None;
-        }
-        let fill_secs = self.window.as_secs_f64().ceil().max(1.0);
-        let per_fill =
-            (share as f64 * fill_secs / self.window.as_secs_f64().max(1e-9)).floor() as u64;
-        let max_tokens = (self.capacity.saturating_mul(share) / self.rate.max(1)).max(1);
-        TokenBucket::new(
-            max_tokens,
-            per_fill.max(1),
-            Duration::from_secs_f64(fill_secs),
-        )
-        .ok()
     }
 
     /// Reports due by `offset_ns` (nanoseconds since the start): the shares split again from demand.
@@ -138,7 +134,6 @@ impl QuotaFleet {
             // As the service: a share within a tenth of the one in force keeps it.
             let shares = steady_shares(self.rate, &demands, &held);
             for (envoy, share) in shares.into_iter().enumerate() {
-                let fresh_bucket = self.bucket_for(share);
                 let assignment = self.envoys[envoy].entry(key).or_insert(Assignment {
                     share: u64::MAX,
                     bucket: None,
@@ -146,7 +141,7 @@ impl QuotaFleet {
                     seen: 0,
                 });
                 if assignment.share != share {
-                    let bucket = fresh_bucket;
+                    let bucket = assigned_bucket(self.rate, self.capacity, self.window, share);
                     // A new assignment starts full, as Envoy's token bucket does.
                     *assignment = Assignment {
                         share,
@@ -164,11 +159,12 @@ impl QuotaFleet {
 
     /// Decides a request of `cost` for `key` at `at` on `envoy`, locally.
     pub(super) fn decide(&mut self, envoy: usize, key: u64, at: Timestamp, cost: u64) -> Decision {
-        let first = self.bucket_for(self.rate / self.envoys.len().max(1) as u64);
-        let assignment = self.envoys[envoy].entry(key).or_insert(Assignment {
+        let (rate, capacity, window) = (self.rate, self.capacity, self.window);
+        let equal = rate / self.envoys.len().max(1) as u64;
+        let assignment = self.envoys[envoy].entry(key).or_insert_with(|| Assignment {
             // Before the first report: an equal share (the service's first answer).
             share: u64::MAX,
-            bucket: first,
+            bucket: assigned_bucket(rate, capacity, window, equal),
             state: 0,
             seen: 0,
         });

@@ -31,13 +31,16 @@ fn client_of(index: u64, seed: u64, clients: u64) -> u64 {
     if clients == 1 {
         return 0;
     }
-    // SplitMix64's finalizer.
-    let mut z = index
-        .wrapping_add(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    mix64(index.wrapping_add(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))) % clients
+}
+
+/// SplitMix64's step and finalizer: a well-spread 64-bit hash of `x`, the
+/// lab's one stateless hash (clients, stagger offsets, Envoys).
+pub(super) fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) % clients
+    z ^ (z >> 31)
 }
 
 /// A scenario being run, one tick at a time.
@@ -264,15 +267,6 @@ struct LaneState {
     quota: Option<QuotaFleet>,
 }
 
-/// A client's key hash for its stagger offset (SplitMix64's finalizer; the
-/// service hashes the descriptor instead, which the simulation has not).
-fn key_hash(client: u64) -> u64 {
-    let mut z = client.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Each key's admitted units over the last window, to judge decisions against the exact log.
 struct ExactWindows {
     window: Duration,
@@ -358,7 +352,8 @@ impl LaneState {
     fn keyed_time(&self, client: u64, at: Timestamp) -> Timestamp {
         match &self.stagger {
             Some(window) => at.saturating_add(std::time::Duration::from_nanos(
-                window.stagger_phase(key_hash(client)),
+                // The service hashes the descriptor; a simulated client has only its number.
+                window.stagger_phase(mix64(client)),
             )),
             None => at,
         }

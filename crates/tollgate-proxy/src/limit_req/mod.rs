@@ -30,5 +30,5 @@ pub mod service;
 pub use error::LimitReqRejected;
 pub use layer::LimitReqLayer;
 pub use metrics::LimitReqFamilies;
-pub use policy::{DELAY_HEADER, LimitReqPolicy, LimitReqStats};
+pub use policy::{LimitReqPolicy, LimitReqStats};
 pub use service::LimitReqService;

@@ -19,9 +19,6 @@ use super::error::{LimitReqRejected, RejectReason};
 use crate::config::{ConfigPath, FieldError, LimitReqConfig};
 use crate::local_ratelimit::SharedClock;
 
-/// The response header that tells how long a delayed request waited, in milliseconds.
-pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
-
 /// Keys tracked per route unless `max_keys` says otherwise.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 

@@ -6,7 +6,9 @@ use std::task::{Context, Poll};
 use http::{HeaderValue, Request, Response};
 use tower::{Service, ServiceExt};
 
-use super::policy::{DELAY_HEADER, LimitReqPolicy, Verdict};
+use tollgate_protocol::rls::headers::DELAY_HEADER;
+
+use super::policy::{LimitReqPolicy, Verdict};
 use crate::context::RequestContext;
 use crate::error::ProxyError;
 

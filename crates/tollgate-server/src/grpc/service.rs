@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use futures_util::future::Either;
 use tollgate_core::{Clock, Timestamp};
 use tollgate_protocol::rls::convert::{engine_request, wire_response};
-use tollgate_protocol::rls::headers::ResponseHeaders;
+use tollgate_protocol::rls::headers::{DELAY_HEADER, ResponseHeaders};
 use tollgate_protocol::rls::model::{RateLimitRequest, RateLimitResponse};
 use tollgate_protocol::rls::wire::{self, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
 use tollgate_protocol::rls::{RequestCaps, RlsCodec};
@@ -40,9 +40,6 @@ use crate::engine::{Engine, EngineError};
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
 use crate::rlqs::{QuotaBook, RlqsOptions};
-
-/// The header an OK answer delayed by a leaky-bucket shaper carries: the wait in milliseconds.
-pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
 
 /// A decided call: the wire answer, and how long to hold it before sending
 /// (a leaky-bucket shaper's wait; zero otherwise).
@@ -155,22 +152,14 @@ impl<C: Clock> RateLimitGrpc<C> {
 
     /// Answers one decoded call through the engine's shared store (Redis).
     pub async fn decide_shared(&self, request: wire::RateLimitRequest) -> Result<Answer, Status> {
-        let start = self.metrics.as_ref().map(|m| m.start());
-        let request = engine_request(request);
-        let engine = self.engine.load();
-        let answer = engine.decide(&request).await;
-        self.respond(&engine, &request, answer, start)
+        self.decide_model(engine_request(request)).await
     }
 
     /// Answers one model request (in memory or through the shared store).
     pub async fn decide_model(&self, request: RateLimitRequest) -> Result<Answer, Status> {
         let start = self.metrics.as_ref().map(|m| m.start());
         let engine = self.engine.load();
-        let answer = if engine.remote().is_none() {
-            engine.should_rate_limit(&request)
-        } else {
-            engine.decide(&request).await
-        };
+        let answer = engine.decide(&request).await;
         self.respond(&engine, &request, answer, start)
     }
 

@@ -372,11 +372,7 @@ async fn serve(
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
     tokio::try_join!(grpc_server, http_server, debug_server)?;
-    let engine = live.engine();
-    if let Some(remote) = engine.remote() {
-        let units = remote.return_leases(engine.now()).await;
-        tracing::info!(units, "outstanding leases returned");
-    }
+    live.return_leases().await;
     if let Some(statsd) = statsd {
         // The last flush after the stop; a panic in it is not worth failing the exit.
         let _ = statsd.await;

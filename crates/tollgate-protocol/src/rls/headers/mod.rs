@@ -39,3 +39,8 @@ pub use raw_body::raw_body;
 pub use render::{HeaderOptions, LimitHeaderNames, Rendered, ResponseHeaders};
 pub use retry_after::{overall_retry_after, retry_after_seconds};
 pub use trio::limit_headers;
+
+/// The response header that says how long a shaper held a request, in
+/// milliseconds: a route's `limit_req` in the proxy, or a leaky bucket with
+/// `delay` in a limits file (the service's OK answer carries it).
+pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
