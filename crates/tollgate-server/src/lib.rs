@@ -24,6 +24,7 @@ pub mod grpc;
 pub mod http;
 pub mod metric_key;
 pub mod metrics;
+pub mod quick_deny;
 pub mod reload;
 pub mod rlqs;
 pub mod rule_stats;
