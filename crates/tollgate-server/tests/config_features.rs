@@ -46,6 +46,11 @@ async fn engine(backend: &Backend, yaml: &str, options: EngineOptions) -> Engine
     match backend {
         Backend::Memory => Engine::new(rules(yaml), options, clock),
         Backend::Redis(redis) => {
+            // Redis counts on its own clock: hour windows, clear of one's end.
+            tokio::time::sleep(
+                redis.wait_clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(60)),
+            )
+            .await;
             let store = RedisStore::connect(&redis.url(), Duration::from_secs(2))
                 .await
                 .expect("redis answers");

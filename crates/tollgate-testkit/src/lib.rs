@@ -6,7 +6,7 @@
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
-//! clock ([`budget`]), a test CA writing PEM files ([`pki`]), the fuzzers'
+//! clock ([`budget`]), waits clear of a fixed window's reset ([`window`]), a test CA writing PEM files ([`pki`]), the fuzzers'
 //! fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
 //!
@@ -30,3 +30,4 @@ pub mod redis_sentinel;
 pub mod scratch;
 pub mod tollgate;
 pub mod upstream;
+pub mod window;

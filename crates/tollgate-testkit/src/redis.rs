@@ -170,25 +170,19 @@ impl RedisServer {
             .sum()
     }
 
-    /// How long to wait until Redis's clock (`TIME`) is at least `margin`
-    /// before the end of its epoch-aligned `window`: zero when it already is,
-    /// else the rest of the window plus one second. A test on Redis's own
-    /// clock waits this out (at most `margin` + 1 s) so it sees one window.
+    /// How long to wait until Redis's clock (`TIME`) is more than `margin`
+    /// before the end of its epoch-aligned `window` (see
+    /// [`crate::window::wait_before_window_end`]). A test on Redis's own
+    /// clock waits this out so that it sees one window.
     #[must_use]
     pub fn wait_clear_of_window_end(&self, window: Duration, margin: Duration) -> Duration {
         let out = self.cli(&["TIME"]);
-        let secs: u64 = out
-            .lines()
-            .next()
-            .and_then(|l| l.trim().parse().ok())
-            .unwrap_or_else(|| panic!("TIME answered {out:?}"));
-        let into = secs % window.as_secs().max(1);
-        let left = window.as_secs() - into;
-        if left > margin.as_secs() {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(left + 1)
-        }
+        let mut fields = out.lines().map(|l| l.trim().parse::<u64>());
+        let (Some(Ok(secs)), Some(Ok(micros))) = (fields.next(), fields.next()) else {
+            panic!("TIME answered {out:?}");
+        };
+        let now = Duration::from_secs(secs) + Duration::from_micros(micros);
+        crate::window::wait_before_window_end(now, window, margin)
     }
 }
 

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use tollgate_client::{BackoffLayer, ClientPolicy};
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::window;
 use tower::{Layer, Service, ServiceExt};
 
 const LIMITS: &str = "domain: client\ndescriptors:\n  - key: job\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n";
@@ -47,7 +48,9 @@ async fn after_the_first_429_a_backoff_client_is_never_refused_and_finishes() {
     let http = server.line_after("http listening on ");
     let raw = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
 
-    // Another caller spends the window, so the layered client starts with a 429.
+    // Another caller spends the window, so the layered client starts with a
+    // 429: the five and the first attempt in one second.
+    window::wait_clear_of_window_end(Duration::from_secs(1), Duration::from_millis(500));
     for _ in 0..5 {
         raw.request(check(&http)).await.expect("serve answers");
     }

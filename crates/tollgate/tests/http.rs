@@ -1,6 +1,9 @@
 //! `tollgate serve` prints both listening lines and answers `/json` and `/metrics` on its HTTP address.
 
+use std::time::Duration;
+
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server, tollgate};
+use tollgate_testkit::window;
 
 /// `tollgate serve` on the example limits with free loopback ports.
 fn spawn_server() -> Server {
@@ -36,6 +39,8 @@ fn serve_answers_json_and_metrics_over_http() {
     assert!(http.starts_with("127.0.0.1:"), "{http}");
     assert_ne!(grpc, http);
 
+    // 3 logins a minute: the five below in one minute's window.
+    window::wait_clear_of_window_end(Duration::from_secs(60), Duration::from_secs(10));
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"path","value":"/login"}]}]}"#;
     let codes: Vec<u16> = (0..4)
         .map(|_| exchange(&http, "POST", "/json", body).0)
@@ -103,6 +108,8 @@ fn check_with_zero_hits_asks_without_consuming() {
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
+    // 3 logins a minute: every check below in one minute's window.
+    window::wait_clear_of_window_end(Duration::from_secs(60), Duration::from_secs(10));
     for _ in 0..4 {
         let out = check("0");
         assert!(out.contains(" remaining=3 "), "{out}");

@@ -17,6 +17,7 @@ use tollgate_testkit::process::{ChildGuard, log_tail};
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::LoggedChild;
 use tollgate_testkit::upstream::Upstream;
+use tollgate_testkit::window::{self, HOUR};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -291,6 +292,8 @@ fn the_global_limit_asks_tollgate_serve_and_follows_envoys_failure_modes() {
 #[test]
 fn a_request_costs_its_hits_addend_on_the_rate_limit_service() {
     let dir = TempDir::new("proxy-cost");
+    // 10 per hour, counted down below: all in one hour's window.
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
     let upstream = Upstream::spawn();
     let (_rls, rls_addr) = serve_rls(
         &dir,

@@ -11,6 +11,7 @@ use tollgate_testkit::redis::{RedisServer, redis_cli_bin};
 use tollgate_testkit::redis_cluster::RedisCluster;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
 use tonic::transport::Channel;
 
 const LIMITS: &str = "domain: c
@@ -95,6 +96,7 @@ async fn run(channel: &Channel, n: usize) -> (usize, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migrated_slot_keeps_its_counts_and_every_call_is_answered() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let cluster = RedisCluster::start();
     let scratch = TempDir::new("cluster-migrate");
     let config = scratch.limits(LIMITS);
@@ -136,6 +138,7 @@ async fn a_migrated_slot_keeps_its_counts_and_every_call_is_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_master_is_used_again() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let mut cluster = RedisCluster::start();
     let scratch = TempDir::new("cluster-restart");
     let config = scratch.limits(LIMITS);

@@ -11,6 +11,7 @@ use tollgate_testkit::budget::Stopwatch;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
 use tonic::transport::Channel;
 
 const LIMITS: &str = "domain: faults
@@ -78,6 +79,7 @@ fn threads_and_rss(pid: u32) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let mut redis = RedisServer::start();
     let scratch = TempDir::new("faults");
     let config = scratch.limits(LIMITS);
@@ -166,6 +168,7 @@ async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
 /// breaker stops paying it after three failures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_bounds_latency_while_redis_hangs() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let redis = RedisServer::start();
     let scratch = TempDir::new("hang");
     let config = scratch.limits(LIMITS);

@@ -14,6 +14,7 @@ use tollgate_testkit::ports::free_port;
 use tollgate_testkit::redis::{redis_cli_bin, redis_server_bin};
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
+use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
 
 /// Runs `openssl ARGS…` in `dir`, which must succeed.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -164,6 +165,7 @@ fn start_tls_redis(dir: &Path, client_certificates: bool) -> TlsRedis {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_live_in_a_tls_only_redis() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let scratch = TempDir::new("tls");
     certificates(&scratch.0);
     let redis = start_tls_redis(&scratch.0, false);
@@ -198,6 +200,7 @@ async fn counters_live_in_a_tls_only_redis() {
 /// the server refuses the handshake and `serve` does not start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstreams_redis_tls_variables_present_the_client_certificate() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let scratch = TempDir::new("mtls");
     certificates(&scratch.0);
     let redis = start_tls_redis(&scratch.0, true);

@@ -13,6 +13,7 @@ use tollgate_protocol::rls::{RlsClient, wire};
 
 use tollgate_testkit::process::forward_lines;
 use tollgate_testkit::tollgate::tollgate;
+use tollgate_testkit::window::{self, DAY, DAY_MARGIN, HOUR};
 
 /// How long one log line may take to arrive.
 const LINE_BUDGET: Duration = Duration::from_secs(10);
@@ -20,7 +21,7 @@ const LINE_BUDGET: Duration = Duration::from_secs(10);
 /// The most log lines read while waiting for one.
 const MAX_LINES: usize = 200;
 
-/// The limits file with `/login` allowing `login` requests a minute; `/keep` never changes.
+/// The limits file with `/login` allowing `login` requests an hour; `/keep` never changes.
 fn limits(login: u32) -> String {
     format!(
         "domain: edge
@@ -28,7 +29,7 @@ descriptors:
   - key: path
     value: /login
     rate_limit:
-      unit: minute
+      unit: hour
       requests_per_unit: {login}
   - key: path
     value: /keep
@@ -45,7 +46,7 @@ descriptors:
   - key: path
     value: /login
     rate_limit:
-      unit: minute
+      unit: hour
       requests_per_unit: lots
 ";
 
@@ -267,10 +268,12 @@ fn limit_of(status: &wire::DescriptorStatus) -> u32 {
         .map_or(0, |limit| limit.requests_per_unit)
 }
 
-/// Raises `/login` from 3 to 5 a minute, checks both counters carried on, then breaks the file and checks the old config keeps serving.
+/// Raises `/login` from 3 to 5 an hour, checks both counters carried on, then breaks the file and checks the old config keeps serving.
 ///
 /// With `single_file`, `--config` names `limits.yaml` rather than its directory.
 fn reload_with(style: Style, name: &str, single_file: bool) {
+    // Every count below is in one hour's window (and one day's: a day ends on an hour's end).
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
     let scratch = Scratch::new(name);
     let dir = &scratch.0;
     style.install(dir, &limits(3));
@@ -301,7 +304,7 @@ fn reload_with(style: Style, name: &str, single_file: bool) {
         "{seen:#?}"
     );
 
-    // The fourth login in the minute passes now: the limit is 5, and its
+    // The fourth login in the hour passes now: the limit is 5, and its
     // counter kept the 3 already counted (issue 13: a change of the rate
     // alone keeps the count, as upstream's does).
     let login = client.hit("/login");
@@ -348,6 +351,7 @@ fn a_single_file_config_follows_rename_replace_and_a_configmap_swap() {
 
 #[test]
 fn sighup_forces_a_reload_and_counters_survive() {
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
     let scratch = Scratch::new("sighup");
     Style::InPlace.install(&scratch.0, &limits(3));
     let server = Server::spawn(&scratch.0);
@@ -434,6 +438,8 @@ fn rewrite_and_wait(server: &Server, file: &Path, text: &str) -> (Vec<usize>, Du
 
 #[test]
 fn a_large_file_written_slowly_is_never_served_half_written_and_no_counter_restarts() {
+    // Counts per day: clear of the day's end by more than the test takes.
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let scratch = Scratch::new("slow-writer");
     let file = scratch.0.join("limits.yaml");
     std::fs::write(&file, large_limits(true, 0)).expect("written");
@@ -518,6 +524,8 @@ fn a_large_file_written_slowly_is_never_served_half_written_and_no_counter_resta
 
 #[test]
 fn on_redis_a_rule_that_drops_out_and_comes_back_keeps_its_count() {
+    // Counts per day: clear of the day's end by more than the test takes.
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let redis = tollgate_testkit::redis::RedisServer::start();
     let scratch = Scratch::new("redis-comeback");
     let file = scratch.0.join("limits.yaml");
@@ -549,6 +557,7 @@ fn on_redis_a_rule_that_drops_out_and_comes_back_keeps_its_count() {
 /// no file is refused like any empty configuration (limits stay on).
 #[test]
 fn force_start_without_initial_config_starts_empty_and_never_empties_later() {
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
     let scratch = Scratch::new("force-start");
     let server = Server::spawn_with(&scratch.0, &["--force-start-without-initial-config"]);
     let client = Client::connect(&server.addr);

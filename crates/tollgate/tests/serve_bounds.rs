@@ -9,6 +9,7 @@ use tollgate_testkit::http::{Connection, Response, get};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
+use tollgate_testkit::window::{self, HOUR};
 
 const BUDGET: Duration = Duration::from_secs(10);
 
@@ -78,6 +79,8 @@ fn store_bounds_from_variables_are_honoured_and_reported_as_gauges() {
             ("TOLLGATE_MAX_CONNECTIONS", "50"),
         ],
     );
+    // The override counts below are per hour: one hour's window for all of them.
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
     // Keys per store: 300 distinct users through a store of 64 keys.
     for user in 0..300 {
         assert_eq!(check(http, "user", &user.to_string()).status, 200);
@@ -145,6 +148,8 @@ fn the_quick_deny_cache_size_is_a_flag_and_a_gauge() {
     let dir = TempDir::new("serve-bounds-quick-deny");
     let url = redis.url();
     let (_server, http) = start(&dir, &["--store", &url, "--quick-deny-keys", "5"], &[]);
+    // 1 per hour on Redis's clock: each address's two checks in one window.
+    std::thread::sleep(redis.wait_clear_of_window_end(HOUR, Duration::from_secs(60)));
     assert_eq!(metric(http, "ratelimit_quick_deny_keys_limit"), 5);
     assert_eq!(metric(http, "ratelimit_quick_deny_keys"), 0);
     // Forty addresses over their 1 per hour: the cache keeps at most 5 of them.

@@ -15,6 +15,7 @@ use tollgate_testkit::redis_cluster::RedisCluster;
 use tollgate_testkit::redis_sentinel::Sentinel;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
+use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
 
 /// 2 per day for `k`; a store error denies, so only a working store admits anything.
 const LIMITS: &str = "domain: u
@@ -63,6 +64,7 @@ fn a_store_that_cannot_authenticate_stops_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_auth_wrong_stops_start_up_and_right_counts_in_redis() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let redis = password_protected_redis();
     let scratch = TempDir::new("auth");
     let config = scratch.limits(LIMITS);
@@ -107,6 +109,7 @@ async fn admits_two_of_five(name: &str, env: &[(&str, &str)]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_type_cluster_reads_a_list_of_nodes() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let cluster = RedisCluster::start();
     let url = cluster.url();
     let nodes = url.trim_start_matches("redis-cluster://");
@@ -120,6 +123,7 @@ async fn redis_type_cluster_reads_a_list_of_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_type_sentinel_reads_the_master_name_then_sentinels() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let master = RedisServer::start();
     let sentinel = Sentinel::start(&master);
     let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
@@ -166,6 +170,7 @@ fn read_statsd(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn use_statsd_sends_upstreams_stat_names_over_udp() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let socket = UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
     socket
         .set_read_timeout(Some(Duration::from_millis(200)))

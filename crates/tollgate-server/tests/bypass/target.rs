@@ -14,6 +14,7 @@ use tollgate_server::{Engine, EngineOptions, LiveEngine};
 use tollgate_store::StoreConfig;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::window::{DAY, DAY_MARGIN};
 
 /// Every rule's limit: five per day.
 pub const LIMIT: usize = 5;
@@ -98,6 +99,8 @@ impl Target {
             StoreKind::Memory => (Engine::new(Arc::new(rules), options, clock.clone()), None),
             StoreKind::Redis => {
                 let server = RedisServer::start();
+                // Day windows on Redis's clock: clear of midnight.
+                tokio::time::sleep(server.wait_clear_of_window_end(DAY, DAY_MARGIN)).await;
                 let redis = RedisStore::connect(&server.url(), Duration::from_secs(2))
                     .await
                     .expect("redis answers");
