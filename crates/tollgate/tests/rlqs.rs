@@ -1,4 +1,4 @@
-//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, and a service restart.
+//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, RLS callers on the same budget, and two services on one Redis.
 //!
 //! Envoy reports and is answered in real time (its reporting interval is
 //! 1 s), so the phases are bounded by request counts and wall-clock
@@ -117,6 +117,23 @@ fn bound_at(rate: u64, t: Duration) -> u64 {
 
 /// The per-second rate of the `slow*` tenants of the second test: low
 /// enough that even a slow machine's requests go over it.
+/// Asserts that `admitted` in `took` is within the bound at [`RATE`] and
+/// at least half the rate once the first two seconds (assignments
+/// settling) are past; `logs` tells why not.
+fn assert_bounded_and_fed(admitted: u64, took: Duration, logs: &dyn Fn() -> String) {
+    assert!(
+        admitted <= bound(took),
+        "{admitted} admitted in {took:?}, over the bound {}; {}",
+        bound(took),
+        logs()
+    );
+    assert!(
+        admitted as f64 >= RATE as f64 * (took.as_secs_f64() - 2.0) * 0.5,
+        "{admitted} admitted in {took:?}: the fleet is starved; {}",
+        logs()
+    );
+}
+
 const SLOW: u64 = 1;
 
 #[test]
@@ -151,17 +168,7 @@ fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
         RATE as f64 * took.as_secs_f64()
     );
     assert!(limited > 0, "demand above the rate is limited; {}", logs());
-    assert!(
-        a + b <= bound(took),
-        "{a} + {b} admitted in {took:?}, over the bound {}; {}",
-        bound(took),
-        logs()
-    );
-    assert!(
-        (a + b) as f64 >= RATE as f64 * (took.as_secs_f64() - 2.0) * 0.5,
-        "{a} + {b} admitted in {took:?}: the fleet is starved; {}",
-        logs()
-    );
+    assert_bounded_and_fed(a + b, took, &logs);
 
     // Nine requests in ten on the first Envoy: after three reports its share follows.
     let _ = drive(ports, "skewed", [9, 1], Duration::from_secs(3));
@@ -183,15 +190,29 @@ fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
 
 /// `tollgate serve` of `limits` with its gRPC listener on `grpc_port`.
 fn serve_on(limits: &Path, grpc_port: u16, log: std::path::PathBuf) -> LoggedChild {
+    serve_with(limits, grpc_port, 0, &[], log)
+}
+
+/// `tollgate serve` on `limits` with these ports (0: any) and `extra` flags.
+fn serve_with(
+    limits: &Path,
+    grpc_port: u16,
+    http_port: u16,
+    extra: &[&str],
+    log: std::path::PathBuf,
+) -> LoggedChild {
     let mut command = tollgate_testkit::tollgate::tollgate(&["serve", "--config"]);
-    command.arg(limits).args([
-        "--grpc-addr",
-        &format!("127.0.0.1:{grpc_port}"),
-        "--http-addr",
-        "127.0.0.1:0",
-        "--log-level",
-        "warn",
-    ]);
+    command
+        .arg(limits)
+        .args([
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc_port}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http_port}"),
+            "--log-level",
+            "warn",
+        ])
+        .args(extra);
     LoggedChild::spawn(command, log, false)
 }
 
@@ -298,4 +319,120 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
         "{a} admitted in {took:?} after the restart; {}",
         logs(&tollgate)
     );
+}
+
+/// One RLS check of `tenant` on serve's HTTP port (`/json`, upstream's form), counted in `tally`.
+fn rls_check(http_port: u16, tenant: &str, tally: &Tally) {
+    let body = format!(
+        r#"{{"domain":"quota","descriptors":[{{"entries":[{{"key":"name","value":"api"}},{{"key":"tenant","value":"{tenant}"}}]}}]}}"#
+    );
+    let response = tollgate_testkit::http::exchange(
+        &format!("127.0.0.1:{http_port}"),
+        "POST",
+        "/json",
+        &[("content-type", "application/json")],
+        &body,
+    );
+    match response.status {
+        200 => tally.admitted.fetch_add(1, Ordering::Relaxed),
+        429 => tally.limited.fetch_add(1, Ordering::Relaxed),
+        other => panic!("unexpected RLS status {other}: {response:#?}"),
+    };
+}
+
+#[test]
+fn rls_callers_and_envoys_on_rlqs_spend_one_budget() {
+    let dir = TempDir::new("rlqs-with-rls");
+    let upstream = Upstream::spawn();
+    let http_port = free_port();
+    let tollgate = serve_with(
+        &repository_file("examples/envoy/limits"),
+        free_port(),
+        http_port,
+        &[],
+        dir.0.join("tollgate.log"),
+    );
+    let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
+    // Envoy's requests and RLS checks of the same tenant, interleaved, on two threads.
+    let (through_envoy, through_rls) = (Tally::default(), Tally::default());
+    let start = CLOCK.now();
+    let budget = Duration::from_secs(4);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..20_000 {
+                    if CLOCK.now().saturating_since(start) >= budget {
+                        break;
+                    }
+                    request(port, "mixed", &through_envoy);
+                    rls_check(http_port, "mixed", &through_rls);
+                }
+            });
+        }
+    });
+    let took = CLOCK.now().saturating_since(start);
+    let (a, b) = (
+        through_envoy.admitted.load(Ordering::Relaxed),
+        through_rls.admitted.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "Envoy {a} + RLS {b} admitted in {took:?} (rate × t = {:.0})",
+        RATE as f64 * took.as_secs_f64()
+    );
+    let logs = || {
+        format!(
+            "tollgate:\n{}\nenvoy:\n{}",
+            log_tail(&tollgate.log),
+            log_tail(&envoy.log)
+        )
+    };
+    assert!(
+        a + b <= bound(took),
+        "Envoy {a} + RLS {b} admitted in {took:?}, over the bound {}; {}",
+        bound(took),
+        logs()
+    );
+    assert!(
+        a > 0 && b > 0,
+        "both kinds of caller got some: {a} and {b}; {}",
+        logs()
+    );
+}
+
+#[test]
+fn two_services_on_one_redis_hand_their_envoys_one_budget() {
+    let redis = tollgate_testkit::redis::RedisServer::start();
+    let dir = TempDir::new("rlqs-two-services");
+    let upstream = Upstream::spawn();
+    let store = redis.url();
+    let limits = repository_file("examples/envoy/limits");
+    let services = [0, 1].map(|i| {
+        serve_with(
+            &limits,
+            free_port(),
+            0,
+            &["--store", &store],
+            dir.0.join(format!("tollgate-{i}.log")),
+        )
+    });
+    let (first, first_port) = start_envoy(&dir.0, "first", upstream.addr, services[0].addr);
+    let (second, second_port) = start_envoy(&dir.0, "second", upstream.addr, services[1].addr);
+    let logs = || {
+        format!(
+            "tollgate 0:\n{}\ntollgate 1:\n{}\nfirst envoy:\n{}\nsecond envoy:\n{}",
+            log_tail(&services[0].log),
+            log_tail(&services[1].log),
+            log_tail(&first.log),
+            log_tail(&second.log)
+        )
+    };
+    let (tallies, took) = drive(
+        [first_port, second_port],
+        "fleet",
+        [1, 1],
+        Duration::from_secs(4),
+    );
+    let [a, b] = admitted(&tallies);
+    eprintln!("two services, one Redis: {a} + {b} admitted in {took:?}");
+    assert_bounded_and_fed(a + b, took, &logs);
 }

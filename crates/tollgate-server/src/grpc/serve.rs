@@ -112,6 +112,12 @@ where
         })
     });
     let quota_book = Arc::clone(service.quota_book());
+    // The quota service's shares are paid for from the budget RLS callers spend.
+    let quota_payer = tokio::spawn(crate::rlqs::pay_every(
+        Arc::clone(service.live_engine()),
+        Arc::clone(&quota_book),
+        crate::rlqs::PAY_TICK,
+    ));
     let services = GrpcServices {
         quota: RateLimitQuotaServiceServer::new(RlqsService::new(
             Arc::clone(service.live_engine()),
@@ -155,6 +161,7 @@ where
     if let Some(task) = store_watch {
         task.abort();
     }
+    quota_payer.abort();
     Ok(())
 }
 

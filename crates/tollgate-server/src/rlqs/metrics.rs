@@ -4,7 +4,10 @@
 //! * `ratelimit_rlqs_buckets` and `ratelimit_rlqs_buckets_limit` (`--rlqs-max-buckets`);
 //! * `ratelimit_rlqs_assignments_total`: bucket assignments sent;
 //! * `ratelimit_rlqs_reported_requests_total{decision="allowed|denied"}`:
-//!   what the Envoys reported deciding with their assignments.
+//!   what the Envoys reported deciding with their assignments;
+//! * `ratelimit_rlqs_budget_units_taken_total`: units taken from the
+//!   shared budget to pay for shares, and `ratelimit_rlqs_shares_cut_total`: shares cut to
+//!   what the budget had.
 
 use std::fmt;
 use std::sync::Arc;
@@ -74,6 +77,25 @@ impl Collector for RlqsCollector {
             None,
             MetricType::Counter,
         )?)?;
+        for (name, help, value) in [
+            (
+                "ratelimit_rlqs_budget_units_taken",
+                "Units taken from the shared budget (the rules' counters) to pay for shares before Envoys spend them",
+                &stats.units_taken,
+            ),
+            (
+                "ratelimit_rlqs_shares_cut",
+                "Shares cut because the shared budget had less than they cost",
+                &stats.shares_cut,
+            ),
+        ] {
+            ConstCounter::new(value.load(Ordering::Relaxed)).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
         let mut family = encoder.encode_descriptor(
             "ratelimit_rlqs_reported_requests",
             "Requests the Envoys reported deciding with their assignments",
@@ -119,6 +141,8 @@ mod tests {
             "ratelimit_rlqs_assignments_total 0",
             "ratelimit_rlqs_reported_requests_total{decision=\"allowed\"} 0",
             "ratelimit_rlqs_reported_requests_total{decision=\"denied\"} 0",
+            "ratelimit_rlqs_budget_units_taken_total 0",
+            "ratelimit_rlqs_shares_cut_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
         }

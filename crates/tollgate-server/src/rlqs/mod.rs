@@ -12,15 +12,23 @@
 //!   mode). What applies becomes a [`Policy`](bucket::Policy).
 //! * [`book`]: the buckets with the Envoys reporting them; each bucket's
 //!   rate is split among them by [`tollgate_core::fair_share`], and the
-//!   assignments that change are pushed to their streams.
+//!   assignments that change are pushed to their streams once paid for.
+//! * [`budget`] and [`payment`]: the shares are paid for from the rule's
+//!   counter in the engine's store, the budget RLS callers, leased
+//!   instances and other `tollgate serve` instances spend too: a new or
+//!   larger share's fresh bucket before it is sent, the shares in force
+//!   every [`PAY_TICK`].
 //! * [`RlqsService`]: the gRPC `StreamRateLimitQuotas` method, served on
 //!   the same port as RLS; [`RlqsCollector`] its metrics.
 
 pub mod book;
 pub mod bucket;
+pub mod budget;
 mod metrics;
+pub mod payment;
 mod service;
 
 pub use book::{QuotaBook, RlqsOptions};
+pub use budget::{PAY_TICK, pay_and_apply, pay_every, pay_round};
 pub use metrics::RlqsCollector;
 pub use service::RlqsService;

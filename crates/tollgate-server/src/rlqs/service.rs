@@ -1,4 +1,4 @@
-//! [`RlqsService`]: the gRPC method `StreamRateLimitQuotas`, one task per Envoy stream feeding the [`QuotaBook`].
+//! [`RlqsService`]: the gRPC method `StreamRateLimitQuotas`, one task per Envoy stream feeding the [`QuotaBook`]; what changes is paid for ([`super::budget`]) before it is sent.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use tollgate_core::Clock;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::book::QuotaBook;
+use super::budget::pay_and_apply;
 use crate::reload::LiveEngine;
 
 /// Responses queued for one stream before pushes to it are dropped (it catches up at its next report).
@@ -47,10 +48,14 @@ impl<C: Clock + 'static> RateLimitQuotaService for RlqsService<C> {
                 match reports.message().await {
                     Ok(Some(report)) => {
                         let rules = Arc::clone(engine.engine().rules());
-                        if let Err(status) = book.report(id, report, &rules) {
-                            tracing::warn!(error = %status.message(), "a rate limit quota stream was refused");
-                            book.fail(id, status);
-                            return;
+                        match book.report(id, report, &rules) {
+                            Ok(changes) => pay_and_apply(&engine, &book, changes).await,
+                            Err(status) => {
+                                tracing::warn!(error = %status.message(), "a rate limit quota stream was refused");
+                                let changes = book.fail(id, status);
+                                pay_and_apply(&engine, &book, changes).await;
+                                return;
+                            }
                         }
                     }
                     Ok(None) => break,
@@ -60,7 +65,8 @@ impl<C: Clock + 'static> RateLimitQuotaService for RlqsService<C> {
                     }
                 }
             }
-            book.close(id);
+            let changes = book.close(id);
+            pay_and_apply(&engine, &book, changes).await;
         });
         Ok(Response::new(ReceiverStream::new(responses)))
     }

@@ -1,17 +1,22 @@
-//! The quota book: every bucket the connected Envoys report, each shared bucket's rate split among its reporters, and the assignments to push when the split changes.
+//! The quota book: every bucket the connected Envoys report, each shared bucket's rate split among its reporters, and the assignments to send when the split changes.
 //!
 //! A stream reports usage per bucket; the book reads each bucket id against
 //! the rules ([`super::bucket`]) and, for a shared bucket (same rule
 //! counter, any number of Envoys), records the reporter's demand per window
 //! `d = (allowed + denied) × W / max(elapsed, 1 s)` and splits the rate with
-//! [`tollgate_core::fair_share`]. Each Envoy gets a token bucket of its share `s`:
-//! `max_tokens = ⌊burst × s / R⌋` (at least 1), `tokens_per_fill = ⌊s ×
-//! F / W⌋` every `F = ⌈W⌉` whole seconds (Envoy 1.40 reads the fill
-//! interval in whole seconds), so its rate is at most `s` per window.
+//! [`tollgate_core::fair_share`]. An Envoy's share is at most twice its
+//! demand (or the floor; its fair share at its first report, which says
+//! nothing of its rate yet): the budget is shared with RLS callers and
+//! other instances, so the spare rate is left to them. Each Envoy gets a
+//! token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋` (at least
+//! 1), `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole seconds
+//! (Envoy 1.40 reads the fill interval in whole seconds), so its rate is at
+//! most `s` per window.
 //!
-//! A share that falls is pushed at once to its stream; one that grows is
-//! sent in the answer to that Envoy's own next report, and one that moves
-//! by less than a tenth, up or down, keeps the assignment in force
+//! A share that falls is sent at once to its stream; one that grows is
+//! decided at that Envoy's own report and sent once its fresh bucket is
+//! paid for from the shared budget ([`changes`]), and one that moves by less
+//! than a tenth, up or down, keeps the assignment in force
 //! ([`steady_shares`]; Envoy keeps a token bucket's state only while its
 //! settings stay the same, and restarts it full on a change). So the rates in
 //! force never sum past the rule's, but for the moment a decrease pushed
@@ -40,6 +45,11 @@ use tollgate_rules::RuleSet;
 use tonic::Status;
 
 use super::bucket::{Policy, Rate, descriptor, policy};
+use super::payment::Balance;
+
+mod changes;
+
+pub use changes::{Changes, Payment};
 
 /// A stream's number in the book.
 pub type StreamId = u64;
@@ -84,6 +94,10 @@ pub struct RlqsStats {
     pub reported_allowed: AtomicU64,
     /// Requests the Envoys reported denied.
     pub reported_denied: AtomicU64,
+    /// Units taken from the shared budget to pay for the shares in force.
+    pub units_taken: AtomicU64,
+    /// Shares cut because the shared budget had less than they cost.
+    pub shares_cut: AtomicU64,
 }
 
 /// What the book tells one Envoy about one bucket.
@@ -119,6 +133,9 @@ struct Reporter {
     demand: u64,
     /// The share in force at that Envoy (last sent).
     share: Option<u64>,
+    /// The share the split gives it; above `share`, a growth waiting for
+    /// its fresh bucket to be paid for (at a report or a tick).
+    wanted: u64,
 }
 
 /// A rule counter's budget and the Envoys sharing it.
@@ -126,6 +143,12 @@ struct Reporter {
 struct Shared {
     rate: Rate,
     reporters: BTreeMap<StreamId, Reporter>,
+    /// What the shares in force prepaid from the shared budget ([`super::payment`]).
+    balance: Balance,
+    /// The domain and a bucket (as a descriptor) of the latest report on
+    /// this counter: what the service checks to take units of its budget.
+    domain: String,
+    entries: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -189,15 +212,16 @@ impl QuotaBook {
         Ok(id)
     }
 
-    /// Takes one usage report of stream `id`, answers it with the stream's
-    /// assignments for the buckets it reports and pushes the shares that
-    /// fell to the other streams; an error ends the stream (its status names the problem).
+    /// Takes one usage report of stream `id` and splits the shares again;
+    /// the answer to the report and the pushes of shares that fell wait in
+    /// the [`Changes`] until their fresh buckets are paid for
+    /// ([`QuotaBook::apply`]). An error ends the stream (its status names the problem).
     pub fn report(
         &self,
         id: StreamId,
         report: RateLimitQuotaUsageReports,
         rules: &RuleSet,
-    ) -> Result<(), Status> {
+    ) -> Result<Changes, Status> {
         if report.domain.is_empty() {
             return Err(Status::invalid_argument(
                 "a usage report has an empty domain",
@@ -221,6 +245,8 @@ impl QuotaBook {
         }
         let mut answered: Vec<Vec<(String, String)>> = Vec::new();
         let mut touched: HashSet<Vec<u8>> = HashSet::new();
+        let mut changed: Vec<(Vec<u8>, StreamId)> = Vec::new();
+        let mut grown: Vec<(Vec<u8>, StreamId)> = Vec::new();
         for usage in report.bucket_quota_usages {
             self.stats
                 .reported_allowed
@@ -258,8 +284,13 @@ impl QuotaBook {
                         .or_insert_with(|| Shared {
                             rate: rate.clone(),
                             reporters: BTreeMap::new(),
+                            balance: Balance::default(),
+                            domain: String::new(),
+                            entries: Vec::new(),
                         });
                     shared.rate = rate;
+                    shared.domain.clone_from(&report.domain);
+                    shared.entries.clone_from(&key);
                     shared
                         .reporters
                         .entry(id)
@@ -267,6 +298,7 @@ impl QuotaBook {
                         .or_insert(Reporter {
                             demand,
                             share: None,
+                            wanted: 0,
                         });
                     touched.insert(counter.clone());
                     (Assignment::Share(0), Some(counter))
@@ -274,6 +306,10 @@ impl QuotaBook {
             };
             let stream = inner.streams.get_mut(&id).expect("looked up above");
             if !stream.buckets.contains_key(&key) {
+                // A new bucket starts with a full token bucket: paid for like a change.
+                if let Some(counter) = &counter {
+                    grown.push((counter.clone(), id));
+                }
                 if inner.buckets >= self.options.max_buckets {
                     return Err(Status::resource_exhausted(format!(
                         "rate limit quota buckets: {} tracked, the most --rlqs-max-buckets allows",
@@ -295,30 +331,22 @@ impl QuotaBook {
         self.stats
             .buckets
             .store(inner.buckets as u64, Ordering::Relaxed);
-        let mut pushes: HashMap<StreamId, Vec<BucketAction>> = HashMap::new();
         for counter in touched {
-            self.rebalance(inner, &counter, id, &mut pushes);
+            self.rebalance(inner, &counter, id, &mut changed, &mut grown);
         }
-        let stream = &inner.streams[&id];
-        let mine: Vec<BucketAction> = answered
-            .iter()
-            .filter_map(|key| stream.buckets.get(key))
-            .map(|bucket| self.action(inner, id, bucket))
-            .collect();
-        pushes.entry(id).or_default().extend(mine);
-        self.send(inner, pushes);
-        Ok(())
+        Ok(self.changes(inner, Some((id, answered)), changed, grown))
     }
 
-    /// Forgets stream `id`: its shares go back to the others sharing its buckets.
-    pub fn close(&self, id: StreamId) {
+    /// Forgets stream `id`: its shares go back to the others sharing its
+    /// buckets (a share that falls meanwhile waits in the [`Changes`]).
+    pub fn close(&self, id: StreamId) -> Changes {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let Some(stream) = inner.streams.remove(&id) else {
-            return;
+            return Changes::default();
         };
         inner.buckets = inner.buckets.saturating_sub(stream.buckets.len());
-        let mut pushes = HashMap::new();
+        let mut changed = Vec::new();
         let counters: HashSet<Vec<u8>> = stream
             .buckets
             .into_values()
@@ -332,15 +360,15 @@ impl QuotaBook {
                     continue;
                 }
             }
-            self.rebalance(inner, &counter, id, &mut pushes);
+            self.rebalance(inner, &counter, id, &mut changed, &mut Vec::new());
         }
-        self.send(inner, pushes);
         self.stats
             .streams
             .store(inner.streams.len() as u64, Ordering::Relaxed);
         self.stats
             .buckets
             .store(inner.buckets as u64, Ordering::Relaxed);
+        self.changes(inner, None, changed, Vec::new())
     }
 
     /// Ends every stream (shutdown): their response streams finish.
@@ -354,21 +382,24 @@ impl QuotaBook {
         self.stats.buckets.store(0, Ordering::Relaxed);
     }
 
-    /// Ends stream `id` with `status`.
-    pub fn fail(&self, id: StreamId, status: Status) {
+    /// Ends stream `id` with `status` (then as [`QuotaBook::close`]).
+    pub fn fail(&self, id: StreamId, status: Status) -> Changes {
         if let Some(stream) = self.inner.lock().streams.get(&id) {
             let _ = stream.outbox.try_send(Err(status));
         }
-        self.close(id);
+        self.close(id)
     }
 
-    /// Splits `counter`'s rate again; the reporters other than `reporting` whose share fell are pushed theirs.
+    /// Splits `counter`'s rate again: `reporting`'s share falls at once
+    /// (into `changed`) or, new or larger, waits in `grown` for its fresh
+    /// bucket to be paid; every other reporter whose share fell goes into `changed`.
     fn rebalance(
         &self,
         inner: &mut Inner,
         counter: &[u8],
         reporting: StreamId,
-        pushes: &mut HashMap<StreamId, Vec<BucketAction>>,
+        changed: &mut Vec<(Vec<u8>, StreamId)>,
+        grown: &mut Vec<(Vec<u8>, StreamId)>,
     ) {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
@@ -378,31 +409,34 @@ impl QuotaBook {
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
         let shares = steady_shares(shared.rate.requests, &demands, &held);
-        let mut fell = Vec::new();
+        // Room to double, not the spare rate: the budget is shared with RLS
+        // callers and other instances, and the shares in force are paid for.
+        // A first report says nothing of the rate yet: its fair share.
+        let floor = shared.rate.requests / (4 * shared.reporters.len() as u64).max(1);
         for ((&stream, reporter), kept) in shared.reporters.iter_mut().zip(shares) {
-            if reporter.share == Some(kept) {
-                continue;
-            }
+            let kept = match reporter.share {
+                Some(_) if stream == reporting => {
+                    kept.min(reporter.demand.saturating_mul(2).max(floor))
+                }
+                _ => kept,
+            };
             if stream == reporting {
-                reporter.share = Some(kept);
+                reporter.wanted = kept;
+                match reporter.share {
+                    Some(old) if kept == old => {}
+                    Some(old) if kept < old => {
+                        reporter.share = Some(kept);
+                        changed.push((counter.to_vec(), stream));
+                    }
+                    _ => grown.push((counter.to_vec(), stream)),
+                }
             } else if reporter.share.is_some_and(|old| kept < old) {
                 // Another Envoy's share grows only at its own report (its
                 // answer); one that falls is pushed now.
                 reporter.share = Some(kept);
-                fell.push(stream);
+                reporter.wanted = reporter.wanted.min(kept);
+                changed.push((counter.to_vec(), stream));
             }
-        }
-        for stream in fell {
-            let Some(s) = inner.streams.get(&stream) else {
-                continue;
-            };
-            let actions: Vec<BucketAction> = s
-                .buckets
-                .values()
-                .filter(|b| b.counter.as_deref() == Some(counter))
-                .map(|b| self.action(inner, stream, b))
-                .collect();
-            pushes.entry(stream).or_default().extend(actions);
         }
     }
 
@@ -459,14 +493,23 @@ impl QuotaBook {
     }
 }
 
+/// The tokens Envoy starts a token bucket of `share` with (it starts full):
+/// `⌊burst × share / R⌋`, at least 1; none for a share of 0 (deny all).
+fn fresh_tokens(rate: &Rate, share: u64) -> u64 {
+    if share == 0 {
+        return 0;
+    }
+    let tokens = u128::from(rate.burst) * u128::from(share) / u128::from(rate.requests.max(1));
+    u64::try_from(tokens.max(1)).unwrap_or(u64::MAX)
+}
+
 /// Envoy's token bucket for a share of `share` requests per window of `rate`.
 fn token_bucket(rate: &Rate, share: u64) -> TokenBucket {
     let window = rate.window.as_nanos().max(1);
     let fill_seconds = rate.window.as_nanos().div_ceil(1_000_000_000).max(1);
     let per_fill = u128::from(share) * fill_seconds * 1_000_000_000 / window;
-    let max_tokens = u128::from(rate.burst) * u128::from(share) / u128::from(rate.requests.max(1));
     TokenBucket {
-        max_tokens: u32::try_from(max_tokens.max(1)).unwrap_or(u32::MAX),
+        max_tokens: u32::try_from(fresh_tokens(rate, share)).unwrap_or(u32::MAX),
         tokens_per_fill: Some(envoy_types::pb::google::protobuf::UInt32Value {
             value: u32::try_from(per_fill.max(1)).unwrap_or(u32::MAX),
         }),
@@ -485,124 +528,4 @@ fn protobuf_duration(d: Duration) -> envoy_types::pb::google::protobuf::Duration
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-    use tollgate_rules::{LoadOptions, load_sources};
-
-    use super::*;
-
-    fn rules() -> RuleSet {
-        let yaml = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
-        load_sources([(Path::new("q.yaml"), yaml)], LoadOptions::default()).rule_set
-    }
-
-    fn report(tenant: &str, allowed: u64, denied: u64) -> RateLimitQuotaUsageReports {
-        RateLimitQuotaUsageReports {
-            domain: "q".to_owned(),
-            bucket_quota_usages: vec![BucketQuotaUsage {
-                bucket_id: Some(BucketId {
-                    bucket: [("tenant".to_owned(), tenant.to_owned())].into(),
-                }),
-                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                num_requests_allowed: allowed,
-                num_requests_denied: denied,
-            }],
-        }
-    }
-
-    /// The per-second rate of the latest token bucket each outbox received (0 for deny-all), draining them.
-    fn rate(
-        rx: &mut mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>,
-        last: &mut u64,
-    ) -> u64 {
-        while let Ok(Ok(response)) = rx.try_recv() {
-            for action in response.bucket_action {
-                let Some(Action::QuotaAssignmentAction(a)) = action.bucket_action else {
-                    continue;
-                };
-                *last = match a.rate_limit_strategy.and_then(|s| s.strategy) {
-                    Some(Strategy::TokenBucket(b)) => {
-                        u64::from(b.tokens_per_fill.map_or(0, |v| v.value))
-                    }
-                    _ => 0,
-                };
-            }
-        }
-        *last
-    }
-
-    #[test]
-    fn shares_in_force_never_pass_the_rate_follow_demand_and_return_when_a_stream_ends() {
-        let book = QuotaBook::new(RlqsOptions::default());
-        let rules = rules();
-        let (tx1, mut rx1) = mpsc::channel(64);
-        let (tx2, mut rx2) = mpsc::channel(64);
-        let (one, two) = (book.open(tx1).unwrap(), book.open(tx2).unwrap());
-        let (mut r1, mut r2) = (0, 0);
-        book.report(one, report("a", 1, 0), &rules).unwrap();
-        assert_eq!(rate(&mut rx1, &mut r1), 100, "alone, the whole rate");
-        book.report(two, report("a", 1, 0), &rules).unwrap();
-        let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
-        assert!(s1 + s2 <= 100, "{s1} + {s2}");
-        assert!(s1 < 100, "the first one's share fell and was pushed");
-        // Demand shifts to the second: after each has reported, it holds most of the rate.
-        for _ in 0..3 {
-            book.report(one, report("a", 10, 0), &rules).unwrap();
-            book.report(two, report("a", 50, 400), &rules).unwrap();
-            let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
-            assert!(s1 + s2 <= 100, "{s1} + {s2}");
-        }
-        assert!(r2 >= 80, "the busy stream's share is {r2}");
-        // The second stream ends: the first gets the rate back at its next report.
-        book.close(two);
-        book.report(one, report("a", 10, 0), &rules).unwrap();
-        assert_eq!(rate(&mut rx1, &mut r1), 100);
-        assert_eq!(book.stats().streams.load(Ordering::Relaxed), 1);
-    }
-
-    #[test]
-    fn bad_reports_and_bounds_are_errors_naming_the_problem() {
-        let book = QuotaBook::new(RlqsOptions {
-            max_streams: 1,
-            max_buckets: 1,
-            ..RlqsOptions::default()
-        });
-        let rules = rules();
-        let (tx, _rx) = mpsc::channel(64);
-        let one = book.open(tx.clone()).unwrap();
-        let refused = book.open(tx).unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
-        assert!(
-            refused.message().contains("--rlqs-max-streams"),
-            "{}",
-            refused.message()
-        );
-        let mut empty = report("a", 1, 0);
-        empty.domain.clear();
-        assert_eq!(
-            book.report(one, empty, &rules).unwrap_err().code(),
-            tonic::Code::InvalidArgument
-        );
-        book.report(one, report("a", 1, 0), &rules).unwrap();
-        let mut other_domain = report("a", 1, 0);
-        other_domain.domain = "elsewhere".to_owned();
-        let status = book.report(one, other_domain, &rules).unwrap_err();
-        assert!(
-            status.message().contains("`elsewhere`"),
-            "{}",
-            status.message()
-        );
-        let status = book.report(one, report("b", 1, 0), &rules).unwrap_err();
-        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-        assert!(
-            status.message().contains("--rlqs-max-buckets"),
-            "{}",
-            status.message()
-        );
-    }
-}
+mod tests;

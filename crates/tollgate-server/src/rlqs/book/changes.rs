@@ -1,0 +1,304 @@
+//! Paying for shares before Envoys can spend them: a changed assignment's fresh bucket when it is sent, and the shares in force at every tick.
+//!
+//! Envoy starts every new assignment with a full token bucket of
+//! `⌊burst × s / R⌋` tokens, then adds `s × F / W` tokens every `F`
+//! seconds. Both are paid from the rule's counter in the shared store
+//! (see [`super::super::payment`]) before Envoy can spend them:
+//!
+//! * a report that gives an Envoy a new or larger share returns
+//!   [`Changes`] with what its fresh bucket costs, per counter: all its
+//!   tokens for a first assignment, the difference from the old bucket for
+//!   a larger one (the old bucket's refills were paid at the ticks). The
+//!   service takes the units, and [`QuotaBook::apply`] sends the
+//!   assignments, a growth cut to what was paid (a first assignment to
+//!   deny-all if nothing was); a growth that could not be paid waits for
+//!   the next tick. A share that falls is sent at once, unpaid. Envoy
+//!   restarts a bucket full on every change, so a change can hand back up
+//!   to the old bucket's tokens if they were spent: the bound in
+//!   `docs/quota.md` counts them;
+//! * every tick, [`QuotaBook::dues`] says what one tick of the shares in
+//!   force costs and [`QuotaBook::settle`] credits what the service took;
+//!   where it falls short, the shares that fit it stay (largest first) and
+//!   the others go to deny-all, so no cut hands out a fresh bucket nobody
+//!   paid for; then the growths still waiting try again.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+
+use super::super::bucket::Rate;
+use super::{Inner, QuotaBook, Shared, StreamId, fresh_tokens};
+
+/// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payment {
+    /// The rule counter.
+    counter: Vec<u8>,
+    /// The domain of the bucket to check.
+    pub domain: String,
+    /// A bucket on that counter, as a descriptor.
+    pub entries: Vec<(String, String)>,
+    /// For a tick, the shares in force, summed.
+    share: u64,
+    /// The units to take; 0 when nothing is owed.
+    pub units: u64,
+}
+
+/// A bucket of a stream, by its entries sorted by key.
+pub(super) type BucketKey = Vec<(String, String)>;
+
+/// The reporter to answer and the buckets its report named.
+pub(super) type Answer = (StreamId, Vec<BucketKey>);
+
+/// Assignments that changed, held until their fresh buckets are paid for.
+#[derive(Debug, Default)]
+#[must_use = "changed assignments are sent by QuotaBook::apply"]
+pub struct Changes {
+    /// The reporter to answer and its buckets, by their sorted entries.
+    answer: Option<Answer>,
+    /// The streams whose share of a counter changed.
+    changed: Vec<(Vec<u8>, StreamId)>,
+    /// Those of them whose share is new or larger: their fresh buckets are paid for.
+    grown: Vec<(Vec<u8>, StreamId)>,
+    /// What the fresh buckets cost, one payment per counter.
+    pub payments: Vec<Payment>,
+}
+
+impl QuotaBook {
+    /// The [`Changes`] for `changed` shares, of which `grown` are new or
+    /// larger (and the answer to `answer`'s report, if any): what the
+    /// grown ones' fresh buckets cost, per counter.
+    pub(super) fn changes(
+        &self,
+        inner: &Inner,
+        answer: Option<Answer>,
+        mut changed: Vec<(Vec<u8>, StreamId)>,
+        mut grown: Vec<(Vec<u8>, StreamId)>,
+    ) -> Changes {
+        changed.sort_unstable();
+        changed.dedup();
+        grown.sort_unstable();
+        grown.dedup();
+        let mut payments: Vec<Payment> = Vec::new();
+        for (counter, stream) in &grown {
+            let Some(shared) = inner.shared.get(counter) else {
+                continue;
+            };
+            let in_force = shared.reporters.get(stream).and_then(|r| r.share);
+            let tokens = growth_cost(&shared.rate, in_force, growth_target(shared, *stream))
+                * buckets_on(inner, *stream, counter);
+            match payments.iter_mut().find(|p| p.counter == *counter) {
+                Some(payment) => payment.units = payment.units.saturating_add(tokens),
+                None => payments.push(Payment {
+                    counter: counter.clone(),
+                    domain: shared.domain.clone(),
+                    entries: shared.entries.clone(),
+                    share: 0,
+                    units: tokens,
+                }),
+            }
+        }
+        Changes {
+            answer,
+            changed,
+            grown,
+            payments,
+        }
+    }
+
+    /// Sends `changes` once `taken[i]` units were taken for
+    /// `changes.payments[i]`: where they fall short, the grown shares of
+    /// that counter are scaled down to fit, or else set to 0 (deny all).
+    pub fn apply(&self, changes: Changes, taken: &[u64]) {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let mut changed = changes.changed;
+        for (payment, &units) in changes.payments.iter().zip(taken) {
+            self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
+            // The units taken, spent on the grown shares in turn.
+            let mut pool = units;
+            for (counter, stream) in changes.grown.iter().filter(|(c, _)| *c == payment.counter) {
+                let buckets = buckets_on(inner, *stream, counter).max(1);
+                let Some(shared) = inner.shared.get_mut(counter) else {
+                    continue;
+                };
+                let target = growth_target(shared, *stream);
+                let Some(reporter) = shared.reporters.get_mut(stream) else {
+                    continue;
+                };
+                let in_force = reporter.share;
+                let old_tokens = in_force.map_or(0, |old| fresh_tokens(&shared.rate, old));
+                let affordable = target.min(shares_for(&shared.rate, pool / buckets + old_tokens));
+                let grows = in_force.is_none_or(|old| affordable > old);
+                if grows {
+                    pool -= growth_cost(&shared.rate, in_force, affordable) * buckets;
+                    reporter.share = Some(affordable);
+                    changed.push((counter.clone(), *stream));
+                    if affordable < target {
+                        self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let mut buckets: HashMap<StreamId, HashSet<BucketKey>> = HashMap::new();
+        if let Some((stream, keys)) = changes.answer {
+            buckets.entry(stream).or_default().extend(keys);
+        }
+        for (counter, stream) in &changed {
+            if let Some(s) = inner.streams.get(stream) {
+                let keys = s
+                    .buckets
+                    .iter()
+                    .filter(|(_, b)| b.counter.as_ref() == Some(counter))
+                    .map(|(k, _)| k.clone());
+                buckets.entry(*stream).or_default().extend(keys);
+            }
+        }
+        let pushes: HashMap<StreamId, Vec<BucketAction>> = buckets
+            .into_iter()
+            .filter_map(|(stream, keys)| {
+                let s = inner.streams.get(&stream)?;
+                let actions = keys
+                    .iter()
+                    .filter_map(|k| s.buckets.get(k))
+                    .map(|b| self.action(inner, stream, b))
+                    .collect();
+                Some((stream, actions))
+            })
+            .collect();
+        self.send(inner, pushes);
+    }
+
+    /// What the shares in force cost for the next `tick`, per shared counter;
+    /// the service takes the units and passes what it got to [`QuotaBook::settle`].
+    pub fn dues(&self, tick: Duration) -> Vec<Payment> {
+        let inner = self.inner.lock();
+        inner
+            .shared
+            .iter()
+            .filter_map(|(counter, shared)| {
+                let share = shared
+                    .reporters
+                    .values()
+                    .filter_map(|r| r.share)
+                    .fold(0u64, u64::saturating_add);
+                (share > 0).then(|| Payment {
+                    counter: counter.clone(),
+                    domain: shared.domain.clone(),
+                    entries: shared.entries.clone(),
+                    share,
+                    units: shared.balance.units_due(share, tick, shared.rate.window),
+                })
+            })
+            .collect()
+    }
+
+    /// Credits `taken[i]` units to `payments[i]`'s counter and debits one
+    /// `tick` of its shares; where the units fall short, the shares are cut
+    /// to a split of what they cover (by demand): the [`Changes`] to pay for and apply.
+    pub fn settle(&self, payments: Vec<Payment>, taken: &[u64], tick: Duration) -> Changes {
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let mut changed = Vec::new();
+        let mut short: HashSet<&[u8]> = HashSet::new();
+        for (payment, &units) in payments.iter().zip(taken) {
+            self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
+            let Some(shared) = inner.shared.get_mut(&payment.counter) else {
+                continue;
+            };
+            // Shares that fell since the dues were read cost less, never more.
+            let share = shared
+                .reporters
+                .values()
+                .filter_map(|r| r.share)
+                .fold(0u64, u64::saturating_add)
+                .min(payment.share);
+            let covered = shared
+                .balance
+                .settle(units, share, tick, shared.rate.window);
+            if covered >= share {
+                continue;
+            }
+            short.insert(&payment.counter);
+            // The shares that fit what was paid stay as they are, largest
+            // first; the others go to 0 (deny all). A smaller share would
+            // be a fresh bucket with nothing paid for its tokens.
+            let mut by_size: Vec<(StreamId, u64)> = shared
+                .reporters
+                .iter()
+                .filter_map(|(&stream, r)| Some((stream, r.share?)))
+                .filter(|(_, share)| *share > 0)
+                .collect();
+            by_size.sort_by_key(|&(stream, share)| (std::cmp::Reverse(share), stream));
+            let mut room = covered;
+            for (stream, share) in by_size {
+                if share <= room {
+                    room -= share;
+                    continue;
+                }
+                if let Some(reporter) = shared.reporters.get_mut(&stream) {
+                    reporter.share = Some(0);
+                    self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
+                    changed.push((payment.counter.clone(), stream));
+                }
+            }
+        }
+        // Growths still waiting for their fresh buckets try again, where
+        // this tick's payment did not just come short.
+        let grown: Vec<(Vec<u8>, StreamId)> = inner
+            .shared
+            .iter()
+            .filter(|(counter, _)| !short.contains(counter.as_slice()))
+            .flat_map(|(counter, shared)| {
+                shared
+                    .reporters
+                    .iter()
+                    .filter(|(_, r)| r.share.is_none_or(|s| r.wanted > s))
+                    .map(|(stream, _)| (counter.clone(), *stream))
+            })
+            .collect();
+        self.changes(inner, None, changed, grown)
+    }
+}
+
+/// What `stream`'s share can grow to now: what it wants, within the rate
+/// less the shares in force at the others (so the shares never sum past it).
+fn growth_target(shared: &Shared, stream: StreamId) -> u64 {
+    let others = shared
+        .reporters
+        .iter()
+        .filter(|(s, _)| **s != stream)
+        .filter_map(|(_, r)| r.share)
+        .fold(0u64, u64::saturating_add);
+    let wanted = shared.reporters.get(&stream).map_or(0, |r| r.wanted);
+    wanted.min(shared.rate.requests.saturating_sub(others))
+}
+
+/// What growing a share from `in_force` to `target` costs: the new
+/// bucket's tokens, less the old bucket's (its refills were paid for at the
+/// ticks); all of them for a first assignment.
+fn growth_cost(rate: &Rate, in_force: Option<u64>, target: u64) -> u64 {
+    let old = in_force.map_or(0, |share| fresh_tokens(rate, share));
+    fresh_tokens(rate, target).saturating_sub(old)
+}
+
+/// The largest share whose fresh bucket costs at most `tokens` (the inverse of [`fresh_tokens`]).
+fn shares_for(rate: &Rate, tokens: u64) -> u64 {
+    if tokens == 0 {
+        return 0;
+    }
+    let share = u128::from(tokens) * u128::from(rate.requests) / u128::from(rate.burst.max(1));
+    u64::try_from(share).unwrap_or(u64::MAX)
+}
+
+/// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).
+fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
+    inner.streams.get(&stream).map_or(0, |s| {
+        s.buckets
+            .values()
+            .filter(|b| b.counter.as_deref() == Some(counter))
+            .count() as u64
+    })
+}

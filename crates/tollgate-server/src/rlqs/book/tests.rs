@@ -1,0 +1,237 @@
+//! The quota book's tests: shares split, paid for and sent, and bad reports refused.
+
+use std::path::Path;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use tollgate_rules::{LoadOptions, load_sources};
+
+use super::*;
+
+fn rules() -> RuleSet {
+    let yaml = "domain: q\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    load_sources([(Path::new("q.yaml"), yaml)], LoadOptions::default()).rule_set
+}
+
+type Outbox = mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>;
+
+/// A stream on `book`: its number and where its responses go.
+fn stream(book: &QuotaBook) -> (StreamId, Outbox) {
+    let (tx, rx) = mpsc::channel(64);
+    (book.open(tx).unwrap(), rx)
+}
+
+/// Reports and sends the changes as if the shared budget had every unit asked for.
+fn paid(book: &QuotaBook, id: StreamId, report: RateLimitQuotaUsageReports, rules: &RuleSet) {
+    let changes = book.report(id, report, rules).unwrap();
+    pay_in_full(book, changes);
+}
+
+/// Sends `changes` as if every unit they cost was taken.
+fn pay_in_full(book: &QuotaBook, changes: Changes) {
+    let taken: Vec<u64> = changes.payments.iter().map(|p| p.units).collect();
+    book.apply(changes, &taken);
+}
+
+fn report(tenant: &str, allowed: u64, denied: u64) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: "q".to_owned(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("tenant".to_owned(), tenant.to_owned())].into(),
+            }),
+            time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: allowed,
+            num_requests_denied: denied,
+        }],
+    }
+}
+
+/// The per-second rate of the latest token bucket each outbox received (0 for deny-all), draining them.
+fn rate(rx: &mut Outbox, last: &mut u64) -> u64 {
+    while let Ok(Ok(response)) = rx.try_recv() {
+        for action in response.bucket_action {
+            let Some(Action::QuotaAssignmentAction(a)) = action.bucket_action else {
+                continue;
+            };
+            *last = match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                Some(Strategy::TokenBucket(b)) => {
+                    u64::from(b.tokens_per_fill.map_or(0, |v| v.value))
+                }
+                _ => 0,
+            };
+        }
+    }
+    *last
+}
+
+#[test]
+fn shares_in_force_never_pass_the_rate_follow_demand_and_return_when_a_stream_ends() {
+    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
+    let (mut r1, mut r2) = (0, 0);
+    paid(&book, one, report("a", 1, 0), &rules);
+    assert_eq!(rate(&mut rx1, &mut r1), 100, "alone, the whole rate");
+    paid(&book, two, report("a", 1, 0), &rules);
+    let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
+    assert!(s1 + s2 <= 100, "{s1} + {s2}");
+    assert!(s1 < 100, "the first one's share fell and was pushed");
+    // Demand shifts to the second: after each has reported, it holds most of the rate.
+    for _ in 0..3 {
+        paid(&book, one, report("a", 10, 0), &rules);
+        paid(&book, two, report("a", 50, 400), &rules);
+        let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
+        assert!(s1 + s2 <= 100, "{s1} + {s2}");
+    }
+    assert!(r2 >= 80, "the busy stream's share is {r2}");
+    // The second stream ends: the first gets the rate back at its next report.
+    pay_in_full(&book, book.close(two));
+    paid(&book, one, report("a", 60, 0), &rules);
+    assert_eq!(rate(&mut rx1, &mut r1), 100);
+    // A quiet Envoy keeps room to double (or the floor), not the spare
+    // rate: the RLS callers sharing the budget keep the rest.
+    paid(&book, one, report("a", 5, 0), &rules);
+    assert_eq!(rate(&mut rx1, &mut r1), 25);
+    assert_eq!(book.stats().streams.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn the_shares_in_force_are_paid_each_tick_and_cut_to_what_the_budget_gave() {
+    const TICK: Duration = Duration::from_secs(1);
+    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
+    let (mut r1, mut r2) = (0, 0);
+    paid(&book, one, report("a", 300, 0), &rules);
+    paid(&book, two, report("a", 100, 0), &rules);
+    let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
+    assert_eq!(s1 + s2, 100, "{s1} + {s2}");
+    let before = book.stats().units_taken.load(Ordering::Relaxed);
+    // A tick of 100 a second costs 100 units, checked as the bucket's descriptor.
+    let dues = book.dues(TICK);
+    assert_eq!(dues.len(), 1);
+    assert_eq!(dues[0].units, 100);
+    assert_eq!(
+        (dues[0].domain.as_str(), dues[0].entries.as_slice()),
+        ("q", &[("tenant".to_owned(), "a".to_owned())][..])
+    );
+    let cuts = book.settle(dues, &[100], TICK);
+    assert!(cuts.payments.is_empty());
+    pay_in_full(&book, cuts);
+    assert_eq!(
+        (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)),
+        (s1, s2),
+        "paid: nothing changes"
+    );
+    // RLS callers spent 60 of the budget: 40 pay for the smaller share,
+    // which stays as it is; the larger goes to deny-all (a smaller bucket
+    // would be fresh tokens nobody paid for).
+    let dues = book.dues(TICK);
+    assert_eq!(dues[0].units, 100);
+    let cuts = book.settle(dues, &[40], TICK);
+    assert!(cuts.payments.is_empty());
+    pay_in_full(&book, cuts);
+    assert!(s1 > 40 && s2 <= 40, "{s1} + {s2}");
+    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (0, s2));
+    assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        book.stats().units_taken.load(Ordering::Relaxed) - before,
+        140
+    );
+    // Nothing left: every share is 0, a deny-all assignment.
+    let dues = book.dues(TICK);
+    assert_eq!(dues[0].units, s2);
+    pay_in_full(&book, book.settle(dues, &[0], TICK));
+    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (0, 0));
+    assert!(
+        book.dues(TICK).is_empty(),
+        "no share in force, nothing to pay"
+    );
+}
+
+#[test]
+fn a_new_or_larger_share_is_sent_only_as_far_as_its_fresh_bucket_was_paid() {
+    let book = QuotaBook::new(RlqsOptions::default());
+    let rules = rules();
+    let (tx, mut rx) = mpsc::channel(64);
+    let one = book.open(tx).unwrap();
+    let mut last = 0;
+    // The first report: the whole rate, whose bucket starts with 100 tokens.
+    let changes = book.report(one, report("a", 1, 0), &rules).unwrap();
+    assert_eq!(changes.payments.len(), 1);
+    assert_eq!(changes.payments[0].units, 100);
+    assert_eq!(
+        rate(&mut rx, &mut last),
+        0,
+        "nothing is sent before it is paid"
+    );
+    // The budget had 30: the share is 30.
+    book.apply(changes, &[30]);
+    assert_eq!(rate(&mut rx, &mut last), 30);
+    // Demand shows: the share would grow to 100, a bucket of 70 tokens more
+    // than the one in force; nothing is left: the 30 stay, the growth waits.
+    let changes = book.report(one, report("a", 30, 300), &rules).unwrap();
+    assert_eq!(changes.payments[0].units, 70);
+    book.apply(changes, &[0]);
+    assert_eq!(rate(&mut rx, &mut last), 30);
+    // A tick pays the 30 in force, then the waiting growth.
+    let tick = Duration::from_secs(1);
+    let dues = book.dues(tick);
+    assert_eq!(dues[0].units, 30);
+    let growth = book.settle(dues, &[30], tick);
+    assert_eq!(growth.payments[0].units, 70);
+    assert_eq!(
+        rate(&mut rx, &mut last),
+        30,
+        "nothing sent before it is paid"
+    );
+    book.apply(growth, &[70]);
+    assert_eq!(rate(&mut rx, &mut last), 100);
+    let changes = book.report(one, report("a", 100, 200), &rules).unwrap();
+    assert!(changes.payments.is_empty());
+    book.apply(changes, &[]);
+    assert_eq!(rate(&mut rx, &mut last), 100);
+    assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn bad_reports_and_bounds_are_errors_naming_the_problem() {
+    let book = QuotaBook::new(RlqsOptions {
+        max_streams: 1,
+        max_buckets: 1,
+        ..RlqsOptions::default()
+    });
+    let rules = rules();
+    let (tx, _rx) = mpsc::channel(64);
+    let one = book.open(tx.clone()).unwrap();
+    let refused = book.open(tx).unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("--rlqs-max-streams"),
+        "{}",
+        refused.message()
+    );
+    let mut empty = report("a", 1, 0);
+    empty.domain.clear();
+    assert_eq!(
+        book.report(one, empty, &rules).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    paid(&book, one, report("a", 1, 0), &rules);
+    let mut other_domain = report("a", 1, 0);
+    other_domain.domain = "elsewhere".to_owned();
+    let status = book.report(one, other_domain, &rules).unwrap_err();
+    assert!(
+        status.message().contains("`elsewhere`"),
+        "{}",
+        status.message()
+    );
+    let status = book.report(one, report("b", 1, 0), &rules).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        status.message().contains("--rlqs-max-buckets"),
+        "{}",
+        status.message()
+    );
+}

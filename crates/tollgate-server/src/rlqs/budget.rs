@@ -1,0 +1,118 @@
+//! Paying for the quota service's shares from the shared budget: units taken by checking a bucket's descriptor through the engine, as an RLS caller's would be, in whichever store holds the counters.
+//!
+//! [`pay_and_apply`] pays for the fresh buckets of changed assignments
+//! before they are sent; [`pay_every`] pays for the shares in force every
+//! [`PAY_TICK`] (see `book::changes` for what each covers).
+//!
+//! The engine decides in memory, on Redis, or from this instance's leases
+//! (it picks, as for RLS). Every limit the descriptor matches is charged, so
+//! a rule with several limits stays all-or-nothing.
+//!
+//! A fixed window counts a denied request's hits (upstream's counting), so
+//! asking for more than remains would spend the window for everyone. The
+//! take therefore first reads what remains with a check that consumes
+//! nothing (hits 0), then asks for at most that; if another caller spent it
+//! in between, the take is denied and counts 0 units for the share (the
+//! strict side: the others may lose those units, nobody gains any).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::Clock;
+use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitResponse};
+
+use super::book::{Changes, Payment, QuotaBook};
+use crate::engine::Engine;
+use crate::reload::LiveEngine;
+
+/// How often the shares in force are paid for from the shared budget.
+pub const PAY_TICK: Duration = Duration::from_secs(1);
+
+/// Pays one `tick` of every shared counter's shares in force; the shares
+/// the units do not cover are cut ([`QuotaBook::settle`]) and sent.
+pub async fn pay_round<C: Clock>(engine: &LiveEngine<C>, book: &QuotaBook, tick: Duration) {
+    let dues = book.dues(tick);
+    let taken = take_all(engine, &dues).await;
+    let cuts = book.settle(dues, &taken, tick);
+    pay_and_apply(engine, book, cuts).await;
+}
+
+/// Pays for the shares in force every `tick`, from now on (the first
+/// round at once); a round that runs late delays the next.
+pub async fn pay_every<C: Clock>(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook>, tick: Duration) {
+    let mut ticks = tokio::time::interval(tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        pay_round(&engine, &book, tick).await;
+    }
+}
+
+/// Takes what `changes` cost and sends them ([`QuotaBook::apply`]).
+pub async fn pay_and_apply<C: Clock>(engine: &LiveEngine<C>, book: &QuotaBook, changes: Changes) {
+    let taken = take_all(engine, &changes.payments).await;
+    book.apply(changes, &taken);
+}
+
+/// Takes each payment's units; the units each got.
+async fn take_all<C: Clock>(engine: &LiveEngine<C>, payments: &[Payment]) -> Vec<u64> {
+    let engine = engine.engine();
+    let mut taken = Vec::with_capacity(payments.len());
+    for payment in payments {
+        taken.push(take_units(&engine, &payment.domain, &payment.entries, payment.units).await);
+    }
+    taken
+}
+
+/// Takes up to `units` of the budget of `entries` in `domain`; the units taken.
+pub async fn take_units<C: Clock>(
+    engine: &Engine<C>,
+    domain: &str,
+    entries: &[(String, String)],
+    units: u64,
+) -> u64 {
+    if units == 0 {
+        return 0;
+    }
+    let ask = |hits: u64| RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: vec![Descriptor {
+            entries: entries.to_vec(),
+            hits_addend: Some(hits),
+            ..Descriptor::default()
+        }],
+        hits_addend: 0,
+    };
+    let remaining = match engine.decide(&ask(0)).await {
+        Ok(response) if passed(&response) => remaining(&response),
+        _ => 0,
+    };
+    let units = units.min(remaining);
+    if units == 0 {
+        return 0;
+    }
+    match engine.decide(&ask(units)).await {
+        Ok(response) if passed(&response) => units,
+        _ => 0,
+    }
+}
+
+/// What remains of the tightest limit a response reports (none: nothing limits it).
+fn remaining(response: &RateLimitResponse) -> u64 {
+    response
+        .statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .map(|s| u64::from(s.limit_remaining))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// Whether every limit passed, and not only by shadow mode (a rule's or the global one).
+fn passed(response: &RateLimitResponse) -> bool {
+    response.overall == Code::Ok
+        && response
+            .statuses
+            .iter()
+            .all(|s| s.code == Code::Ok && !s.shadowed)
+}

@@ -1,0 +1,207 @@
+//! The quota service spends the same budget as RLS callers and other instances: a new or larger share's fresh bucket is paid for before it is sent and the shares in force every tick, from the rule's counter, in memory or on a real Redis shared by two instances; what is not paid for is not handed out.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tollgate_core::{ManualClock, Timestamp};
+use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest};
+use tollgate_redis::RedisStore;
+use tollgate_rules::{LoadOptions, RuleSet, load_sources};
+use tollgate_server::rlqs::{QuotaBook, RlqsOptions, pay_and_apply, pay_round};
+use tollgate_server::store::{RemoteOptions, RemoteStore};
+use tollgate_server::{Engine, EngineOptions, LiveEngine};
+use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::redis::RedisServer;
+
+type Outbox = mpsc::Receiver<Result<RateLimitQuotaResponse, tonic::Status>>;
+
+fn rules(yaml: &str) -> Arc<RuleSet> {
+    let loaded = load_sources([(Path::new("q.yaml"), yaml)], LoadOptions::default());
+    assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+    Arc::new(loaded.rule_set)
+}
+
+/// A usage report for `tenant`, covering `seconds`.
+fn report(tenant: &str, allowed: u64, denied: u64, seconds: i64) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: "quota".to_owned(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("tenant".to_owned(), tenant.to_owned())].into(),
+            }),
+            time_elapsed: Some(envoy_types::pb::google::protobuf::Duration { seconds, nanos: 0 }),
+            num_requests_allowed: allowed,
+            num_requests_denied: denied,
+        }],
+    }
+}
+
+/// The token bucket's tokens per fill in the latest assignment received (0 for deny-all); `None` if none came.
+fn latest(outbox: &mut Outbox) -> Option<u64> {
+    let mut last = None;
+    while let Ok(Ok(response)) = outbox.try_recv() {
+        for action in response.bucket_action {
+            let Some(BucketAction::QuotaAssignmentAction(a)) = action.bucket_action else {
+                continue;
+            };
+            last = Some(match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                Some(Strategy::TokenBucket(b)) => {
+                    u64::from(b.tokens_per_fill.map_or(0, |v| v.value))
+                }
+                Some(Strategy::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => 0,
+                other => panic!("an unexpected assignment: {other:?}"),
+            });
+        }
+    }
+    last
+}
+
+/// [`latest`], when an assignment must have come.
+fn assigned(outbox: &mut Outbox) -> u64 {
+    latest(outbox).expect("an assignment was sent")
+}
+
+/// An RLS caller's check of one request for `tenant`.
+async fn rls_allows<C: tollgate_core::Clock>(engine: &LiveEngine<C>, tenant: &str) -> bool {
+    let request = RateLimitRequest {
+        domain: "quota".to_owned(),
+        descriptors: vec![Descriptor::new([("tenant", tenant)])],
+        hits_addend: 0,
+    };
+    engine
+        .engine()
+        .decide(&request)
+        .await
+        .expect("decided")
+        .overall
+        == Code::Ok
+}
+
+/// A stream on `book`: its number and where its answers go.
+fn stream(book: &QuotaBook) -> (u64, Outbox) {
+    let (tx, rx) = mpsc::channel(64);
+    (book.open(tx).expect("a stream"), rx)
+}
+
+const TICK: Duration = Duration::from_secs(1);
+
+/// Takes `report` on `book` and sends what it changed, paid for from the shared budget.
+async fn report_paid<C: tollgate_core::Clock>(
+    live: &LiveEngine<C>,
+    book: &QuotaBook,
+    envoy: u64,
+    report: RateLimitQuotaUsageReports,
+) {
+    let changes = book
+        .report(envoy, report, live.engine().rules())
+        .expect("a good report");
+    pay_and_apply(live, book, changes).await;
+}
+
+#[tokio::test]
+async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    let engine = Engine::new(rules(yaml), EngineOptions::default(), clock.clone());
+    let live = LiveEngine::fixed(Arc::new(engine));
+    let book = QuotaBook::new(RlqsOptions::default());
+    let (envoy, mut outbox) = stream(&book);
+
+    // RLS callers spend 70 of this second's 100.
+    for _ in 0..70 {
+        assert!(rls_allows(&live, "acme").await);
+    }
+    // The Envoy's first report would get the whole rate, a bucket that
+    // starts with 100 tokens; 30 are left to pay for it, so its share is 30.
+    report_paid(&live, &book, envoy, report("acme", 1, 0, 0)).await;
+    assert_eq!(assigned(&mut outbox), 30);
+    // Those 30 left the budget before the Envoy spends them: the RLS callers are over.
+    assert!(!rls_allows(&live, "acme").await);
+    let stats = book.stats();
+    assert_eq!(stats.units_taken.load(Ordering::Relaxed), 30);
+    assert_eq!(stats.shares_cut.load(Ordering::Relaxed), 1);
+
+    // Its demand shows 20 a second: it wants room to double, 40, a bucket
+    // of 10 tokens more; none are left this second, so the 30 stand.
+    report_paid(&live, &book, envoy, report("acme", 20, 0, 1)).await;
+    assert_eq!(assigned(&mut outbox), 30);
+
+    // The next second's tick pays the 30 in force, then the growth's 10
+    // tokens: the RLS callers get the other 60.
+    clock.advance(TICK);
+    pay_round(&live, &book, TICK).await;
+    assert_eq!(assigned(&mut outbox), 40);
+    let mut admitted = 0;
+    for _ in 0..100 {
+        admitted += u32::from(rls_allows(&live, "acme").await);
+    }
+    assert_eq!(admitted, 60);
+
+    // The next second RLS callers spend the budget before the tick's
+    // payment: the share is cut to 0.
+    clock.advance(TICK);
+    for _ in 0..100 {
+        assert!(rls_allows(&live, "acme").await);
+    }
+    pay_round(&live, &book, TICK).await;
+    assert_eq!(assigned(&mut outbox), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
+    let redis = RedisServer::start();
+    // 100 a minute in a token bucket: one unit comes back every 0.6 s, so a
+    // test of a few hundred milliseconds sees the 100 and at most a few more.
+    let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket}\n";
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(&redis.url(), Duration::from_secs(2))
+            .await
+            .expect("redis answers");
+        let remote = RemoteStore::new(store, RemoteOptions::default());
+        let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+        let engine = Engine::with_remote(rules(yaml), EngineOptions::default(), clock, remote);
+        instances.push((
+            LiveEngine::fixed(Arc::new(engine)),
+            QuotaBook::new(RlqsOptions::default()),
+        ));
+    }
+    let watch = Stopwatch::start();
+    // Each instance has one Envoy, whose first share (the whole rate)
+    // starts with 100 tokens: the first instance pays them, the second finds
+    // only what came back since.
+    let mut shares = Vec::new();
+    for (live, book) in &instances {
+        let (envoy, mut outbox) = stream(book);
+        report_paid(live, book, envoy, report("acme", 1, 0, 0)).await;
+        shares.push(assigned(&mut outbox));
+    }
+    // An RLS caller of either instance finds the budget spent.
+    let rls = [
+        rls_allows(&instances[0].0, "acme").await,
+        rls_allows(&instances[1].0, "acme").await,
+    ];
+    let refilled = (watch.elapsed().as_millis() / 600) as u64 + 1;
+    let spent = shares.iter().sum::<u64>() + rls.iter().filter(|a| **a).count() as u64;
+    assert!(
+        spent <= 100 + refilled,
+        "shares {shares:?} and RLS {rls:?}: more than 100 + {refilled}"
+    );
+    assert_eq!(
+        shares[0], 100,
+        "the first instance paid for its Envoy's whole share"
+    );
+    assert!(
+        shares[1] <= refilled,
+        "the second's got what came back: {shares:?}"
+    );
+}
