@@ -86,6 +86,21 @@ async fn rls_allows<C: tollgate_core::Clock>(engine: &LiveEngine<C>, tenant: &st
         == Code::Ok
 }
 
+/// An engine on `yaml`'s rules with its counters on `redis`.
+async fn on_redis(redis: &RedisServer, yaml: &str) -> LiveEngine<ManualClock> {
+    let store = RedisStore::connect(&redis.url(), Duration::from_secs(2))
+        .await
+        .expect("redis answers");
+    let remote = RemoteStore::new(store, RemoteOptions::default());
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    LiveEngine::fixed(Arc::new(Engine::with_remote(
+        rules(yaml),
+        EngineOptions::default(),
+        clock,
+        remote,
+    )))
+}
+
 /// A stream on `book`: its number and where its answers go.
 fn stream(book: &QuotaBook) -> (u64, Outbox) {
     let (tx, rx) = mpsc::channel(64);
@@ -164,14 +179,8 @@ async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
     let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket}\n";
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let store = RedisStore::connect(&redis.url(), Duration::from_secs(2))
-            .await
-            .expect("redis answers");
-        let remote = RemoteStore::new(store, RemoteOptions::default());
-        let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
-        let engine = Engine::with_remote(rules(yaml), EngineOptions::default(), clock, remote);
         instances.push((
-            LiveEngine::fixed(Arc::new(engine)),
+            on_redis(&redis, yaml).await,
             QuotaBook::new(RlqsOptions::default()),
         ));
     }
@@ -204,4 +213,21 @@ async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
         shares[1] <= refilled,
         "the second's got what came back: {shares:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_store_down_a_share_follows_the_rules_on_store_error() {
+    let mut redis = RedisServer::start();
+    let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    value: strict\n    on_store_error: deny\n    rate_limit: {unit: second, requests_per_unit: 100}\n  - key: tenant\n    value: open\n    on_store_error: allow\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    let live = on_redis(&redis, yaml).await;
+    let book = QuotaBook::new(RlqsOptions::default());
+    redis.kill();
+    // As for RLS callers: `deny` refuses, `allow` admits.
+    assert!(!rls_allows(&live, "strict").await);
+    assert!(rls_allows(&live, "open").await);
+    let (envoy, mut outbox) = stream(&book);
+    report_paid(&live, &book, envoy, report("strict", 1, 0, 0)).await;
+    assert_eq!(assigned(&mut outbox), 0, "`deny`: nothing paid, deny all");
+    report_paid(&live, &book, envoy, report("open", 1, 0, 0)).await;
+    assert_eq!(assigned(&mut outbox), 100, "`allow`: the share as if paid");
 }

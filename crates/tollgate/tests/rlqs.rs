@@ -411,7 +411,7 @@ fn two_services_on_one_redis_hand_their_envoys_one_budget() {
             &limits,
             free_port(),
             0,
-            &["--store", &store],
+            &["--store", &store, "--store-timeout", "1s"],
             dir.0.join(format!("tollgate-{i}.log")),
         )
     });

@@ -364,13 +364,33 @@ impl<C: Clock> Engine<C> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
+        let decided = self.decide_or_fall_back(request, true).await?;
+        Ok(decided.expect("with fallbacks, every request is answered"))
+    }
+
+    /// [`Engine::decide`], but `None` where the store failed instead of each
+    /// rule's `on_store_error` answer: for a caller that must know the store
+    /// counted (the quota service paying for shares).
+    pub async fn decide_in_store(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<Option<RateLimitResponse>, EngineError> {
+        self.decide_or_fall_back(request, false).await
+    }
+
+    /// [`Engine::decide`], answering a store failure by the rules' `on_store_error` when `fall_back` is set, else with `None`.
+    async fn decide_or_fall_back(
+        &self,
+        request: &RateLimitRequest,
+        fall_back: bool,
+    ) -> Result<Option<RateLimitResponse>, EngineError> {
         let Some(remote) = &self.remote else {
-            return self.should_rate_limit(request);
+            return self.should_rate_limit(request).map(Some);
         };
         let plan = self.plan(request)?;
         trace_matched(&plan);
         if plan.counters.is_empty() {
-            return Ok(self.finish(plan, &[]));
+            return Ok(Some(self.finish(plan, &[])));
         }
         let counters: Vec<Counter<'_>> = plan
             .counters
@@ -417,9 +437,10 @@ impl<C: Clock> Engine<C> {
                         apply_refunds(&plan, &mut decisions, &refunds, &refunded);
                     }
                 }
-                Ok(self.finish(plan, &decisions))
+                Ok(Some(self.finish(plan, &decisions)))
             }
-            Err(_) => Ok(self.fall_back(plan, self.clock.now())),
+            Err(_) if fall_back => Ok(Some(self.fall_back(plan, self.clock.now()))),
+            Err(_) => Ok(None),
         }
     }
 

@@ -13,7 +13,11 @@
 //! take therefore first reads what remains with a check that consumes
 //! nothing (hits 0), then asks for at most that; if another caller spent it
 //! in between, the take is denied and counts 0 units for the share (the
-//! strict side: the others may lose those units, nobody gains any).
+//! strict side: the others may lose those units, nobody gains any). When
+//! the store fails, the rule's `on_store_error` answers for it as it does
+//! for RLS callers: with `deny` a share gets nothing; with `allow` or
+//! `local` it is handed out as if paid (the budget is not shared while the
+//! store is down, for anyone).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,15 +87,27 @@ pub async fn take_units<C: Clock>(
         }],
         hits_addend: 0,
     };
-    let remaining = match engine.decide(&ask(0)).await {
-        Ok(response) if passed(&response) => remaining(&response),
+    let remaining = match engine.decide_in_store(&ask(0)).await {
+        Ok(Some(response)) if passed(&response) => remaining(&response),
+        Ok(None) => return without_store(engine, &ask(units), units).await,
         _ => 0,
     };
     let units = units.min(remaining);
     if units == 0 {
         return 0;
     }
-    match engine.decide(&ask(units)).await {
+    match engine.decide_in_store(&ask(units)).await {
+        Ok(Some(response)) if passed(&response) => units,
+        Ok(None) => without_store(engine, &ask(units), units).await,
+        _ => 0,
+    }
+}
+
+/// With the store failing, the rule's `on_store_error` decides, as for an
+/// RLS caller: `allow` and `local` hand the share out as if paid (`local`
+/// counts it in memory), `deny` takes nothing.
+async fn without_store<C: Clock>(engine: &Engine<C>, ask: &RateLimitRequest, units: u64) -> u64 {
+    match engine.decide(ask).await {
         Ok(response) if passed(&response) => units,
         _ => 0,
     }

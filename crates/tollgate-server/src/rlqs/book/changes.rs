@@ -179,11 +179,7 @@ impl QuotaBook {
             .shared
             .iter()
             .filter_map(|(counter, shared)| {
-                let share = shared
-                    .reporters
-                    .values()
-                    .filter_map(|r| r.share)
-                    .fold(0u64, u64::saturating_add);
+                let share = in_force(&inner, counter, shared);
                 (share > 0).then(|| Payment {
                     counter: counter.clone(),
                     domain: shared.domain.clone(),
@@ -205,16 +201,27 @@ impl QuotaBook {
         let mut short: HashSet<&[u8]> = HashSet::new();
         for (payment, &units) in payments.iter().zip(taken) {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
-            let Some(shared) = inner.shared.get_mut(&payment.counter) else {
+            let Some(shared) = inner.shared.get(&payment.counter) else {
                 continue;
             };
             // Shares that fell since the dues were read cost less, never more.
-            let share = shared
+            let share = in_force(inner, &payment.counter, shared).min(payment.share);
+            // Each reporter's shares, once per bucket, largest first.
+            let mut by_size: Vec<(StreamId, u64)> = shared
                 .reporters
-                .values()
-                .filter_map(|r| r.share)
-                .fold(0u64, u64::saturating_add)
-                .min(payment.share);
+                .iter()
+                .filter_map(|(&stream, r)| {
+                    Some((
+                        stream,
+                        r.share? * buckets_on(inner, stream, &payment.counter),
+                    ))
+                })
+                .filter(|(_, share)| *share > 0)
+                .collect();
+            by_size.sort_by_key(|&(stream, share)| (std::cmp::Reverse(share), stream));
+            let Some(shared) = inner.shared.get_mut(&payment.counter) else {
+                continue;
+            };
             let covered = shared
                 .balance
                 .settle(units, share, tick, shared.rate.window);
@@ -222,16 +229,9 @@ impl QuotaBook {
                 continue;
             }
             short.insert(&payment.counter);
-            // The shares that fit what was paid stay as they are, largest
-            // first; the others go to 0 (deny all). A smaller share would
-            // be a fresh bucket with nothing paid for its tokens.
-            let mut by_size: Vec<(StreamId, u64)> = shared
-                .reporters
-                .iter()
-                .filter_map(|(&stream, r)| Some((stream, r.share?)))
-                .filter(|(_, share)| *share > 0)
-                .collect();
-            by_size.sort_by_key(|&(stream, share)| (std::cmp::Reverse(share), stream));
+            // The shares that fit what was paid stay as they are; the others
+            // go to 0 (deny all). A smaller share would be a fresh bucket
+            // with nothing paid for its tokens.
             let mut room = covered;
             for (stream, share) in by_size {
                 if share <= room {
@@ -291,6 +291,15 @@ fn shares_for(rate: &Rate, tokens: u64) -> u64 {
     }
     let share = u128::from(tokens) * u128::from(rate.requests) / u128::from(rate.burst.max(1));
     u64::try_from(share).unwrap_or(u64::MAX)
+}
+
+/// The shares in force on `counter`, each once per bucket its Envoy enforces it in.
+fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
+    shared
+        .reporters
+        .iter()
+        .filter_map(|(&stream, r)| Some(r.share? * buckets_on(inner, stream, counter)))
+        .fold(0u64, u64::saturating_add)
 }
 
 /// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).

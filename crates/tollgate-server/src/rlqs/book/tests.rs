@@ -235,3 +235,26 @@ fn bad_reports_and_bounds_are_errors_naming_the_problem() {
         status.message()
     );
 }
+
+#[test]
+fn buckets_sharing_one_counter_at_one_envoy_are_each_paid_for() {
+    // `share_threshold`: every tenant under `team-` counts in one counter.
+    let yaml = "domain: q\ndescriptors:\n  - key: tenant\n    value: team-*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    let rules = load_sources([(Path::new("q.yaml"), yaml)], LoadOptions::default()).rule_set;
+    let book = QuotaBook::new(RlqsOptions::default());
+    let (one, mut rx) = stream(&book);
+    let mut both = report("team-a", 40, 0);
+    both.bucket_quota_usages
+        .extend(report("team-b", 40, 0).bucket_quota_usages);
+    let changes = book.report(one, both, &rules).unwrap();
+    // Two buckets, each a token bucket of the share: two fresh buckets to pay.
+    let share_tokens: u64 = changes.payments.iter().map(|p| p.units).sum();
+    assert_eq!(share_tokens, 200, "each bucket starts with the whole rate");
+    pay_in_full(&book, changes);
+    let mut last = 0;
+    assert_eq!(rate(&mut rx, &mut last), 100);
+    // Each tick pays each bucket's refills.
+    let dues = book.dues(Duration::from_secs(1));
+    assert_eq!(dues.len(), 1);
+    assert_eq!(dues[0].units, 200);
+}
