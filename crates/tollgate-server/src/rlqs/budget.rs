@@ -43,6 +43,11 @@ pub async fn pay_round<C: Clock>(engine: &LiveEngine<C>, book: &QuotaBook, tick:
 
 /// Pays for the shares in force every `tick`, from now on (the first
 /// round at once); a round that runs late delays the next.
+///
+/// The rounds keep the phase they started with. Two instances paying at
+/// the same instant of every second would take turns at winning the budget,
+/// each turn a new bucket for their Envoys; at their own phases, the first
+/// to pay keeps its share while its Envoys use it.
 pub async fn pay_every<C: Clock>(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook>, tick: Duration) {
     let mut ticks = tokio::time::interval(tick);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
