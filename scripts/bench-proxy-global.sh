@@ -75,30 +75,9 @@ YAML
     fi
 }
 
-envoy_global_bootstrap() { # PORT ADMIN_PORT RLS_PORT
-    cat <<YAML
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: $2}}
-static_resources:
-  listeners:
-  - name: bench
-    address: {socket_address: {address: 127.0.0.1, port_value: $1}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: bench
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              rate_limits:
-              - actions: [{generic_key: {descriptor_value: hot}}]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: nginx}
-          http_filters:
+# Envoy's global rate limit filter asking the `rls` cluster, and the route's descriptor.
+global_filter() {
+    cat <<'YAML'
           - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
@@ -107,32 +86,9 @@ static_resources:
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service: {envoy_grpc: {cluster_name: rls}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: nginx
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: nginx
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $nginx_port}}}
-  - name: rls
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: rls
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $3}}}
 YAML
 }
+hot_descriptor='                  - actions: [{generic_key: {descriptor_value: hot}}]'
 
 # Starts the case's processes: sets port, path_pids (the proxy first) and side_pids.
 start_case() { # CASE
@@ -158,7 +114,8 @@ start_case() { # CASE
             --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
         side_pids+=($!)
         wait_http "$rls_port"
-        envoy_global_bootstrap "$port" "$(free_port)" "$rls_port" > "$work/envoy.yaml"
+        envoy_bench_bootstrap "$port" "$(free_port)" "$(global_filter)" "$hot_descriptor" "$rls_port" \
+            > "$work/envoy.yaml"
         "${cpu0[@]}" "$envoy" -c "$work/envoy.yaml" --concurrency 1 --log-level warn \
             --base-id $$ --disable-hot-restart > /dev/null 2> "$work/envoy.err" &
         path_pids=($!)

@@ -34,7 +34,7 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: $limit}
 YAML
 
-# The two filters, each asking the tollgate cluster; the RLS route sends the
+# The two filters, each asking `tollgate serve` (the rls cluster); the RLS route sends the
 # descriptor (name=api, tenant=<x-tenant>), the RLQS bucket is {name: api, tenant: <x-tenant>}.
 rls_filter() {
     cat <<'YAML'
@@ -46,7 +46,7 @@ rls_filter() {
               failure_mode_deny: false
               rate_limit_service:
                 transport_api_version: V3
-                grpc_service: {envoy_grpc: {cluster_name: tollgate}}
+                grpc_service: {envoy_grpc: {cluster_name: rls}}
 YAML
 }
 rlqs_filter() {
@@ -55,7 +55,7 @@ rlqs_filter() {
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
               domain: quota
-              rlqs_server: {envoy_grpc: {cluster_name: tollgate}}
+              rlqs_server: {envoy_grpc: {cluster_name: rls}}
               bucket_matchers:
                 matcher_list:
                   matchers:
@@ -84,53 +84,10 @@ rlqs_filter() {
 YAML
 }
 
-bootstrap() { # FILTER PORT ADMIN_PORT GRPC_PORT
-    cat <<YAML
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: $3}}
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route:
-                  cluster: backend
-                  rate_limits:
-                  - actions:
+# The RLS route's descriptor: name=api, tenant=<x-tenant>.
+tenant_descriptor='                  - actions:
                     - generic_key: {descriptor_key: name, descriptor_value: api}
-                    - request_headers: {header_name: x-tenant, descriptor_key: tenant}
-          http_filters:
-$($1)
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-  - name: backend
-    type: STATIC
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $nginx_port}}}}]}]
-  - name: tollgate
-    type: STATIC
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: tollgate
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $4}}}}]}]
-YAML
-}
+                    - request_headers: {header_name: x-tenant, descriptor_key: tenant}'
 
 cat > "$work/tenant.lua" <<'LUA'
 wrk.headers["x-tenant"] = "acme"
@@ -145,7 +102,8 @@ run() { # MODE ROUND
         --http-addr "127.0.0.1:$http_port" --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
     local serve_pid=$!
     wait_http "$http_port"
-    bootstrap "${1}_filter" "$port" "$admin" "$grpc_port" > "$work/envoy.yaml"
+    envoy_bench_bootstrap "$port" "$admin" "$("${1}_filter")" "$tenant_descriptor" "$grpc_port" \
+        > "$work/envoy.yaml"
     "${cpu0[@]}" "$envoy" -c "$work/envoy.yaml" --concurrency 1 --log-level error \
         > "$work/envoy.log" 2>&1 &
     local envoy_pid=$!

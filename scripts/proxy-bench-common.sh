@@ -1,7 +1,9 @@
-# Shared set-up of scripts/bench-proxy.sh and scripts/bench-proxy-latency.sh,
-# sourced by both from the repository root: finds Envoy, pins CPUs, builds
-# `tollgate`, starts nginx, and defines start_proxy / stop_proxy for
-# `tollgate proxy` and Envoy with the same local_ratelimit configuration.
+# Shared set-up of the proxy and Envoy benchmarks (bench-proxy.sh,
+# bench-proxy-latency.sh, bench-proxy-global.sh, bench-rlqs.sh), sourced
+# from the repository root: finds Envoy, pins CPUs, builds `tollgate`,
+# starts nginx, writes Envoy's bootstrap (envoy_bench_bootstrap), and
+# defines start_proxy / stop_proxy for `tollgate proxy` and Envoy with the
+# same local_ratelimit configuration.
 # The caller sets `set -euo pipefail` and leaves $work and $pids to this file.
 envoy=${TOLLGATE_ENVOY:-$PWD/.venv/bin/envoy}
 [ -x "$envoy" ] || { echo "error: no Envoy at $envoy; run scripts/test.sh or set TOLLGATE_ENVOY" >&2; exit 1; }
@@ -74,7 +76,12 @@ filter_enforced: {default_value: {numerator: 100, denominator: HUNDRED}}
 YAML
 }
 
-envoy_bootstrap() { # PORT ADMIN_PORT MAX_TOKENS
+# Envoy's bootstrap for a benchmark: a listener on PORT (admin on
+# ADMIN_PORT) routing everything to nginx through FILTERS (http_filters
+# items before the router, indented 10 spaces), the route carrying
+# RATE_LIMITS (its rate_limits items, indented 18 spaces; empty for none);
+# with RLS_PORT, a cluster `rls` speaking HTTP/2 to that port.
+envoy_bench_bootstrap() { # PORT ADMIN_PORT FILTERS RATE_LIMITS [RLS_PORT]
     cat <<YAML
 admin:
   address: {socket_address: {address: 127.0.0.1, port_value: $2}}
@@ -94,12 +101,11 @@ static_resources:
               domains: ["*"]
               routes:
               - match: {prefix: "/"}
-                route: {cluster: nginx}
+                route:
+                  cluster: nginx
+$(if [ -n "$4" ]; then echo "                  rate_limits:"; echo "$4"; fi)
           http_filters:
-          - name: envoy.filters.http.local_ratelimit
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
-$(limit_config "$3" | sed 's/^/              /')
+$3
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
@@ -113,6 +119,32 @@ $(limit_config "$3" | sed 's/^/              /')
       - lb_endpoints:
         - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $nginx_port}}}
 YAML
+    if [ -n "${5:-}" ]; then
+        cat <<YAML
+  - name: rls
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: rls
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $5}}}
+YAML
+    fi
+}
+
+# Envoy's local_ratelimit filter of MAX_TOKENS per second, as an http_filters item.
+local_ratelimit_filter() { # MAX_TOKENS
+    cat <<YAML
+          - name: envoy.filters.http.local_ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+$(limit_config "$1" | sed 's/^/              /')
+YAML
 }
 
 start_proxy() { # NAME MAX_TOKENS -> sets proxy_pid, proxy_port
@@ -125,7 +157,8 @@ start_proxy() { # NAME MAX_TOKENS -> sets proxy_pid, proxy_port
             > "$work/tollgate.out" 2> "$work/tollgate.err" &
         ;;
     envoy)
-        envoy_bootstrap "$proxy_port" "$(free_port)" "$2" > "$work/envoy.yaml"
+        envoy_bench_bootstrap "$proxy_port" "$(free_port)" "$(local_ratelimit_filter "$2")" "" \
+            > "$work/envoy.yaml"
         "${cpu0[@]}" "$envoy" -c "$work/envoy.yaml" --concurrency 1 --log-level warn \
             --base-id $$ --disable-hot-restart > /dev/null 2> "$work/envoy.err" &
         ;;
