@@ -3,11 +3,12 @@
 //! The stack, outermost first (the order a request meets the policies):
 //!
 //! 1. local rate limit (`local_ratelimit`, the route's own or the listener's),
-//! 2. priority shedding (`priority_shedding`, `tollgate-shed`),
-//! 3. concurrency limit (`concurrency_limit`, `tollgate-shed`),
-//! 4. global rate limit (the RLS call),
-//! 5. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
-//! 6. forward (the cluster's pool, the route's timeout).
+//! 2. nginx's `limit_req` (`limit_req`: reject, or wait within the burst),
+//! 3. priority shedding (`priority_shedding`, `tollgate-shed`),
+//! 4. concurrency limit (`concurrency_limit`, `tollgate-shed`),
+//! 5. global rate limit (the RLS call, or the in-process decision),
+//! 6. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
+//! 7. forward (the cluster's pool, the route's timeout).
 //!
 //! Every layer of the stack errs with one type, `crate::error::ProxyError`
 //! (the shed and balance layers convert their errors into it), which

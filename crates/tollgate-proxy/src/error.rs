@@ -47,6 +47,13 @@ pub enum ProxyError {
     Internal(String),
 }
 
+impl ProxyError {
+    /// A request reached a layer without the [`RequestContext`](crate::context::RequestContext) the server attaches (a bug).
+    pub fn no_context() -> ProxyError {
+        ProxyError::Internal("the request has no context".into())
+    }
+}
+
 impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

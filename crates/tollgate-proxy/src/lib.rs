@@ -4,8 +4,11 @@
 //!
 //! 1. the router ([`server`]): first route whose host and path prefix match;
 //! 2. [`local_ratelimit`]: Envoy `local_ratelimit` semantics, exactly;
-//! 3. [`global_ratelimit`]: one RLS v3 call, Envoy's `ratelimit` filter;
-//! 4. [`forward`]: the cluster's connection pool, the route's timeout.
+//! 3. [`limit_req`]: nginx's `limit_req`, rejecting or delaying;
+//! 4. the shedding layers of `tollgate-shed`;
+//! 5. [`global_ratelimit`]: Envoy's `ratelimit` filter, one RLS v3 call or
+//!    a decision in process (an `InProcessService` the binary supplies);
+//! 6. [`forward`]: the cluster's connection pool, the route's timeout.
 //!
 //! Descriptors for both limits come from [`descriptors`]; every error is a
 //! [`error::ProxyError`] rendered by [`reply`]. Configuration comes from the
@@ -27,6 +30,7 @@ pub mod limit_req;
 pub mod local_ratelimit;
 pub mod metrics;
 pub mod reply;
+pub mod response_future;
 pub mod server;
 
 /// The body of every response the proxy sends: streamed from upstream or made here.

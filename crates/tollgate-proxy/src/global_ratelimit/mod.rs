@@ -18,7 +18,6 @@
 
 pub mod answer;
 pub mod error;
-pub mod future;
 pub mod layer;
 pub mod policy;
 pub mod service;

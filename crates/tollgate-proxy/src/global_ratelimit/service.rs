@@ -9,11 +9,11 @@ use tower::Service;
 
 use super::answer::{denial, header_pairs, x_ratelimit_headers};
 use super::error::RateLimitServiceFailed;
-use super::future::ResponseFuture;
 use super::policy::GlobalRateLimit;
 use crate::context::RequestContext;
 use crate::descriptors::{self, DescriptorRule, RequestFacts};
 use crate::error::ProxyError;
+use crate::response_future::ResponseFuture;
 
 /// The global rate limit in front of `S`.
 #[derive(Clone, Debug)]
@@ -53,9 +53,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
-            return Box::pin(async {
-                Err(ProxyError::Internal("the request has no context".into()))
-            });
+            return Box::pin(async { Err(ProxyError::no_context()) });
         };
         let (mut parts, body) = request.into_parts();
         let request_descriptors = {

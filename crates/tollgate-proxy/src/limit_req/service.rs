@@ -11,6 +11,7 @@ use tollgate_protocol::rls::headers::DELAY_HEADER;
 use super::policy::{LimitReqPolicy, Verdict};
 use crate::context::RequestContext;
 use crate::error::ProxyError;
+use crate::response_future::ResponseFuture;
 
 /// `limit_req` in front of `S`.
 #[derive(Clone, Debug)]
@@ -25,11 +26,6 @@ impl<S> LimitReqService<S> {
         LimitReqService { inner, policy }
     }
 }
-
-/// The boxed response future: a request may wait before it goes on.
-pub type ResponseFuture<RB> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Response<RB>, ProxyError>> + Send + 'static>,
->;
 
 impl<S, B, RB> Service<Request<B>> for LimitReqService<S>
 where
@@ -54,9 +50,7 @@ where
             .get::<RequestContext>()
             .map(|c| c.client)
         else {
-            return Box::pin(async {
-                Err(ProxyError::Internal("the request has no context".into()))
-            });
+            return Box::pin(async { Err(ProxyError::no_context()) });
         };
         let mut waiter = self.inner.clone();
         match self.policy.decide(client, request.headers()) {

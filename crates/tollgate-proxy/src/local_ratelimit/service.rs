@@ -54,9 +54,7 @@ where
             return ResponseFuture::inner(self.inner.call(request), Vec::new());
         }
         let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
-            return ResponseFuture::denied(ProxyError::Internal(
-                "the request has no context".into(),
-            ));
+            return ResponseFuture::denied(ProxyError::no_context());
         };
         let (mut parts, body) = request.into_parts();
         let request_descriptors = if policy.descriptors.is_empty() {
