@@ -17,6 +17,7 @@ use tollgate_redis::RedisStore;
 use tollgate_rules::{LoadOptions, RuleSet, load_sources};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions};
+use tollgate_testkit::limits::exact_rate_limit;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis_cluster::RedisCluster;
 
@@ -27,13 +28,9 @@ const LEASED: [&str; 4] = ["fixed_window", "token_bucket", "gcra", "leaky_bucket
 fn rules(limit: u64, lease: &str) -> Arc<RuleSet> {
     let mut yaml = String::from("domain: lease\ndescriptors:\n");
     for algorithm in LEASED {
-        let burst = if algorithm == "leaky_bucket" {
-            format!(", burst: {}", limit - 1)
-        } else {
-            String::new()
-        };
         yaml.push_str(&format!(
-            "  - key: {algorithm}\n    on_store_error: deny\n    lease: {lease}\n    rate_limit: {{unit: hour, requests_per_unit: {limit}, algorithm: {algorithm}{burst}}}\n"
+            "  - key: {algorithm}\n    on_store_error: deny\n    lease: {lease}\n    rate_limit: {}\n",
+            exact_rate_limit(limit, "hour", algorithm)
         ));
     }
     let loaded = load_sources(

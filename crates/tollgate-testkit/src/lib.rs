@@ -6,7 +6,7 @@
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
-//! clock ([`budget`]), waits clear of a fixed window's reset ([`window`]), a test CA writing PEM files ([`pki`]), the fuzzers'
+//! clock ([`budget`]), waits clear of a fixed window's reset ([`window`]), a test CA writing PEM files ([`pki`]), limits-file fragments ([`limits`]), the fuzzers'
 //! fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
 //!
@@ -20,6 +20,7 @@ pub mod budget;
 pub mod envoy;
 pub mod fuzz;
 pub mod http;
+pub mod limits;
 pub mod nginx;
 pub mod pki;
 pub mod ports;

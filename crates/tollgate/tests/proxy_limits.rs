@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tollgate_testkit::budget::eventually;
 use tollgate_testkit::http::get;
+use tollgate_testkit::limits::exact_rate_limit;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{LoggedChild, tollgate};
@@ -20,13 +21,9 @@ const LEASED: [&str; 4] = ["fixed_window", "token_bucket", "gcra", "leaky_bucket
 fn limits(limit: u64) -> String {
     let mut yaml = String::from("domain: fleet\ndescriptors:\n");
     for algorithm in LEASED {
-        let burst = if algorithm == "leaky_bucket" {
-            format!(", burst: {}", limit - 1)
-        } else {
-            String::new()
-        };
         yaml.push_str(&format!(
-            "  - key: algorithm\n    value: {algorithm}\n    on_store_error: deny\n    rate_limit: {{unit: day, requests_per_unit: {limit}, algorithm: {algorithm}{burst}}}\n"
+            "  - key: algorithm\n    value: {algorithm}\n    on_store_error: deny\n    rate_limit: {}\n",
+            exact_rate_limit(limit, "day", algorithm)
         ));
     }
     yaml

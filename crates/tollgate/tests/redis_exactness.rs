@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rls_client::{call, channel, request};
 use rls_load::admitted;
+use tollgate_testkit::limits::exact_rate_limit;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis_cluster::RedisCluster;
 use tollgate_testkit::scratch::TempDir;
@@ -183,14 +184,9 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
 fn every_algorithm(limit: u32) -> String {
     let mut yaml = String::from("domain: exact\ndescriptors:\n");
     for algorithm in ALGORITHMS {
-        // A leaky bucket holds burst + 1.
-        let burst = if algorithm == "leaky_bucket" {
-            format!("      burst: {}\n", limit - 1)
-        } else {
-            String::new()
-        };
         yaml.push_str(&format!(
-            "  - key: {algorithm}\n    on_store_error: deny\n    rate_limit:\n      unit: minute\n      requests_per_unit: {limit}\n      algorithm: {algorithm}\n{burst}"
+            "  - key: {algorithm}\n    on_store_error: deny\n    rate_limit: {}\n",
+            exact_rate_limit(u64::from(limit), "minute", algorithm)
         ));
     }
     yaml
