@@ -444,11 +444,7 @@ fn ramp_spike_replay_and_clients_are_simulated() {
         "--fill-interval",
         "1s",
     ];
-    let with = |rest: &[&str]| {
-        let mut args = bucket.to_vec();
-        args.extend_from_slice(rest);
-        summary(&args)
-    };
+    let with = |rest: &[&str]| summary(&[&bucket[..], rest].concat());
     // A ramp 0 → 20 req/s over 10 s: 100 arrivals.
     let ramp = with(&["--traffic", "ramp", "--to-rate", "20", "--duration", "10s"]);
     assert_eq!(number(&ramp, "arrivals"), 100);
@@ -508,11 +504,7 @@ fn fleets_lease_from_one_store_or_share_by_rlqs() {
         "--duration",
         "10s",
     ];
-    let with = |rest: &[&str]| {
-        let mut args = bucket.to_vec();
-        args.extend_from_slice(rest);
-        summary(&args)
-    };
+    let with = |rest: &[&str]| summary(&[&bucket[..], rest].concat());
     // Leased: exactly the window's limit, with a call on a few decisions.
     let leased = with(&["--lease-period", "1s", "--instances", "4"]);
     let lane = &leased["lanes"][0];
