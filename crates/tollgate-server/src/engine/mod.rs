@@ -364,8 +364,10 @@ impl<C: Clock> Engine<C> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
-        let decided = self.decide_or_fall_back(request, true).await?;
-        Ok(decided.expect("with fallbacks, every request is answered"))
+        Ok(match self.decide_in_store_or_plan(request).await? {
+            Ok(response) => response,
+            Err(plan) => self.fall_back(plan, self.clock.now()),
+        })
     }
 
     /// [`Engine::decide`], but `None` where the store failed instead of each
@@ -375,22 +377,22 @@ impl<C: Clock> Engine<C> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<Option<RateLimitResponse>, EngineError> {
-        self.decide_or_fall_back(request, false).await
+        Ok(self.decide_in_store_or_plan(request).await?.ok())
     }
 
-    /// [`Engine::decide`], answering a store failure by the rules' `on_store_error` when `fall_back` is set, else with `None`.
-    async fn decide_or_fall_back(
-        &self,
-        request: &RateLimitRequest,
-        fall_back: bool,
-    ) -> Result<Option<RateLimitResponse>, EngineError> {
+    /// The store's answer to `request`, or, where the store failed, the
+    /// request's plan for the caller to answer without it.
+    async fn decide_in_store_or_plan<'a>(
+        &'a self,
+        request: &'a RateLimitRequest,
+    ) -> Result<Result<RateLimitResponse, Plan<'a>>, EngineError> {
         let Some(remote) = &self.remote else {
-            return self.should_rate_limit(request).map(Some);
+            return self.should_rate_limit(request).map(Ok);
         };
         let plan = self.plan(request)?;
         trace_matched(&plan);
         if plan.counters.is_empty() {
-            return Ok(Some(self.finish(plan, &[])));
+            return Ok(Ok(self.finish(plan, &[])));
         }
         let counters: Vec<Counter<'_>> = plan
             .counters
@@ -437,10 +439,9 @@ impl<C: Clock> Engine<C> {
                         apply_refunds(&plan, &mut decisions, &refunds, &refunded);
                     }
                 }
-                Ok(Some(self.finish(plan, &decisions)))
+                Ok(Ok(self.finish(plan, &decisions)))
             }
-            Err(_) if fall_back => Ok(Some(self.fall_back(plan, self.clock.now()))),
-            Err(_) => Ok(None),
+            Err(_) => Ok(Err(plan)),
         }
     }
 
