@@ -8,7 +8,10 @@
 //! own included), files next to a watched file, entries of a watched
 //! directory that [`ConfigEntries`] rejects — and files every remaining event
 //! under one key, so the debouncer waits for the whole configuration to go
-//! quiet rather than for each file on its own.
+//! quiet rather than for each file on its own. Each directory is resolved
+//! once, when its watch starts, to the canonical path `notify` reports
+//! events under, so a relative path (`--config examples/limits`) reloads
+//! like an absolute one.
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -51,15 +54,17 @@ pub(crate) struct Roots {
 }
 
 impl Roots {
-    /// Adds `path`, returning the directory to watch for it.
+    /// Adds `path`, returning the directory to watch for it: canonical, so
+    /// the events `notify` reports under it match what is kept here.
     fn add(&mut self, path: &Path) -> PathBuf {
         if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
-            self.directories.insert(path.to_path_buf());
-            return path.to_path_buf();
+            let directory = canonical(path);
+            self.directories.insert(directory.clone());
+            return directory;
         }
         let directory = match path.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
+            Some(parent) if !parent.as_os_str().is_empty() => canonical(parent),
+            _ => canonical(Path::new(".")),
         };
         let name = path.file_name().map(PathBuf::from).unwrap_or_default();
         self.files.insert((directory.clone(), name));
@@ -80,6 +85,21 @@ impl Roots {
             .iter()
             .any(|(directory, file)| directory == parent && (configmap || name == file))
     }
+}
+
+/// The directory `path`, absolute and with its links resolved, once, when
+/// the watch starts.
+///
+/// `notify` makes a relative path absolute (against the working directory)
+/// and reports every event under that absolute path, so a root kept as
+/// given (`examples/limits`) would match no event and a relative
+/// configuration would never reload. A watched file is kept by its
+/// directory and its own name, never resolved: a ConfigMap's file is a link
+/// into a versioned directory that the next update replaces. A directory
+/// that cannot be resolved (it does not exist) is kept as given, and
+/// watching it then fails with its own error.
+fn canonical(directory: &Path) -> PathBuf {
+    std::fs::canonicalize(directory).unwrap_or_else(|_| directory.to_path_buf())
 }
 
 /// Whether `kind` can change a file: anything but a read (a closed write still counts).
@@ -177,6 +197,18 @@ mod tests {
         assert!(!roots.concerns::<Yaml>(Path::new("/d/server.log")));
         assert!(!roots.concerns::<Yaml>(Path::new("/e/a.yaml")));
         assert!(roots.concerns::<EveryEntry>(Path::new("/d/server.log")));
+    }
+
+    /// `notify` reports a relative watch's events under its absolute path.
+    #[test]
+    fn a_relative_path_is_kept_by_its_canonical_directory() {
+        let here = std::env::current_dir().expect("a working directory");
+        let mut roots = Roots::default();
+        assert_eq!(roots.add(Path::new("src")), canonical(&here.join("src")));
+        assert_eq!(roots.add(Path::new("Cargo.toml")), canonical(&here));
+        assert!(roots.concerns::<Yaml>(&here.join("src").join("a.yaml")));
+        assert!(roots.concerns::<Yaml>(&here.join("Cargo.toml")));
+        assert!(!roots.concerns::<Yaml>(&here.join("Cargo.lock")));
     }
 
     #[test]

@@ -298,3 +298,67 @@ fn a_reload_that_reads_no_file_or_no_rule_keeps_the_running_config() {
     }
     assert_eq!(hit(&allowing, "/login"), (0, 0));
 }
+
+/// `/keep`, then `/login` at `login` a minute, in block style (the style
+/// whose prefixes parse most often: every line ends a valid document).
+fn block_limits(login: u32) -> String {
+    format!(
+        "domain: edge
+descriptors:
+  - key: path
+    value: /keep
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+  - key: path
+    value: /login
+    rate_limit:
+      unit: minute
+      requests_per_unit: {login}
+"
+    )
+}
+
+/// Issue 21: a slow writer that truncates the file and writes it again can
+/// leave any prefix of it on disk when a reload reads it. Every such
+/// intermediate state is loaded in turn (each one that parses goes into
+/// service, each that does not is refused), and then the whole file, which
+/// changes only `/login`'s rate: the 4 logins of the minute still count.
+#[test]
+fn every_prefix_of_a_rate_only_rewrite_keeps_the_count() {
+    let scratch = Scratch::new("prefixes");
+    let file = scratch.0.join("limits.yaml");
+    std::fs::write(&file, block_limits(10)).expect("written");
+    let live = live(&scratch.0);
+    for remaining in [9, 8, 7, 6] {
+        assert_eq!(hit(&live, "/login"), (10, remaining));
+    }
+    assert_eq!(hit(&live, "/keep"), (100, 99));
+
+    let whole = block_limits(20);
+    let (mut served, mut refused) = (0, 0);
+    for end in 0..whole.len() {
+        std::fs::write(&file, &whole[..end]).expect("written");
+        match live.reload(true) {
+            Ok(_) => served += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    // Some prefixes lack `/login`, others cut its rate short ("2" of "20").
+    assert!(
+        served > 0 && refused > 0,
+        "{served} served, {refused} refused"
+    );
+    std::fs::write(&file, &whole).expect("written");
+    reloaded(&live);
+    assert_eq!(
+        hit(&live, "/login"),
+        (20, 15),
+        "the 5th login of the minute under a limit of 20"
+    );
+    assert_eq!(
+        hit(&live, "/keep"),
+        (100, 98),
+        "the unchanged rule kept its count"
+    );
+}

@@ -260,9 +260,11 @@ impl MemoryCounters {
     /// [`with_algorithms`](Self::with_algorithms), also carrying counts
     /// across limit changes: for each `(from, to)` in `carries` (a limit that
     /// was `from` and is now `to`, same algorithm and window), every counter
-    /// of this one's store for `from` is copied into the store for `to`,
-    /// re-encoded for `to` ([`MemoryStore::carry_from`]), so a client that
-    /// used 300 of a limit lowered to 100 is over it at once.
+    /// of the store for `from` (in service or retired) is copied into the
+    /// store for `to`, re-encoded for `to` ([`MemoryStore::carry_from`]), so
+    /// a client that used 300 of a limit lowered to 100 is over it at once.
+    /// A copy never lowers a count, so several `from` of one `to` leave each
+    /// counter at the most any of them used.
     ///
     /// Counters of other rules that share the `from` store are copied too;
     /// they are never read under `to` and are dropped once fresh. A request
@@ -290,10 +292,16 @@ impl MemoryCounters {
             })
             .collect();
         for (from, to) in carries {
-            if let (Some(source), Some(target)) = (self.stores.get(from), stores.get(to))
+            let source = self
+                .stores
+                .get(from)
+                .or_else(|| stores.get(from))
+                .cloned()
+                .or_else(|| retired.get(from));
+            if let (Some(source), Some(target)) = (source, stores.get(to))
                 && from != to
             {
-                target.carry_from(source, now);
+                target.carry_from(&source, now);
             }
         }
         for (algorithm, store) in &self.stores {
@@ -332,6 +340,11 @@ impl MemoryCounters {
             usage.retired.add(store);
         }
         usage
+    }
+
+    /// Whether a store for `algorithm` is in service or retired: a count a reload can still carry.
+    pub fn holds_store(&self, algorithm: &AnyAlgorithm) -> bool {
+        self.stores.contains_key(algorithm) || self.retired.lock().get(algorithm).is_some()
     }
 
     /// How many stores a reload left without a rule are kept in case it comes back.

@@ -296,14 +296,17 @@ impl LogStore {
             .collect()
     }
 
-    /// Sets the log of the key with identity `id` (under this store's seeds).
+    /// Sets the log of the key with identity `id` (under this store's
+    /// seeds), unless the one it holds logs more in the window at `now`.
     pub(crate) fn put_log(&self, id: KeyId, now: Timestamp, log: LogState) {
         let mut shard = self.shard(id).lock();
         shard.apply(
             id,
             |shard| self.make_room(shard, now),
             |current| {
-                *current = log;
+                if self.algorithm.logged_at(&log, now) >= self.algorithm.logged_at(current, now) {
+                    *current = log;
+                }
                 self.algorithm.decide(current, now, 0)
             },
         );

@@ -60,6 +60,14 @@ impl RetiredStores {
         self.stores.remove(at).map(|(_, store)| store)
     }
 
+    /// The store retired for `algorithm`, if it is still kept, left in place (a count to carry from).
+    pub fn get(&self, algorithm: &AnyAlgorithm) -> Option<Arc<MemoryStore>> {
+        self.stores
+            .iter()
+            .find(|(a, _)| a == algorithm)
+            .map(|(_, store)| Arc::clone(store))
+    }
+
     /// Keeps `store`, which no rule uses now, in case `algorithm` comes back.
     pub fn retire(&mut self, algorithm: AnyAlgorithm, store: Arc<MemoryStore>) {
         self.stores.retain(|(a, _)| *a != algorithm);

@@ -270,7 +270,8 @@ pub(crate) enum Request {
     Take(u64),
     /// Give back this many units.
     GiveBack(u64),
-    /// Replace the state with this one (a count carried over from another store).
+    /// Take this state (a count carried over from another store) unless the
+    /// one held has used more: carrying never lowers a count.
     Put(u64),
 }
 
@@ -286,7 +287,14 @@ impl Request {
         match self {
             Request::Take(cost) => algorithm.decide(state, now, cost),
             Request::GiveBack(amount) => algorithm.refund(state, now, amount),
-            Request::Put(next) => (algorithm.decide(next, now, 0).0, Some(next)),
+            Request::Put(next) => {
+                let kept = if algorithm.used(next, now) >= algorithm.used(state, now) {
+                    next
+                } else {
+                    state
+                };
+                (algorithm.decide(kept, now, 0).0, Some(kept))
+            }
         }
     }
 }
@@ -359,7 +367,7 @@ impl<A: WordAlgorithm> WordStore<A> {
         live
     }
 
-    /// Sets the state of the key with identity `id` (under this store's seeds) at `now`.
+    /// Sets the state of the key with identity `id` (under this store's seeds) at `now`, unless the one it holds has used more.
     pub(crate) fn put_state(&self, id: KeyId, now: Timestamp, state: u64) {
         self.apply(id, now, Request::Put(state));
     }

@@ -195,6 +195,42 @@ fn a_proxy_alone_keeps_its_limit_in_memory_and_reloads_it() {
     );
 }
 
+/// Issue 21: `--config` and `--limits` relative to the proxy's working
+/// directory are watched like absolute paths: a lowered limit is in force
+/// after the write, with no signal.
+#[test]
+fn a_proxy_with_relative_paths_reloads_its_limits_on_a_file_change() {
+    let dir = TempDir::new("proxy-limits-relative");
+    let upstream = Upstream::spawn();
+    let limits = dir.write("limits.yaml", &limits(1000));
+    dir.write("proxy.yaml", &proxy_config(upstream.addr));
+    let mut command = tollgate(&[
+        "proxy",
+        "--config",
+        "proxy.yaml",
+        "--limits",
+        "limits.yaml",
+        "--log-level",
+        "warn",
+    ]);
+    command.current_dir(dir.path());
+    let p = LoggedChild::spawn(command, dir.0.join("relative.log"), true);
+    for _ in 0..3 {
+        assert_eq!(
+            get(p.addr, "/", &[("x-algorithm", "fixed_window")]).status,
+            200
+        );
+    }
+
+    // The three already counted are over the lowered limit of 2.
+    std::fs::write(&limits, self::limits(2)).expect("written");
+    eventually(
+        "the lowered limit is in force",
+        Duration::from_secs(10),
+        || get(p.addr, "/", &[("x-algorithm", "fixed_window")]).status == 429,
+    );
+}
+
 #[test]
 fn in_process_without_limits_or_with_an_address_is_refused_at_start() {
     let dir = TempDir::new("proxy-limits-refused");

@@ -77,10 +77,12 @@ use tollgate_store::{
 
 use crate::store::RemoteStore;
 
+mod limit_history;
 mod overrides;
 mod plan;
 mod status;
 
+use limit_history::LimitHistory;
 use overrides::*;
 use plan::*;
 use status::*;
@@ -151,6 +153,8 @@ pub struct Engine<C: Clock> {
     rules: Arc<RuleSet>,
     domains: HashSet<String>,
     memory: MemoryCounters,
+    /// The algorithms each limit was counted under, shared by every engine a reload makes from this one.
+    history: Arc<parking_lot::Mutex<LimitHistory>>,
     remote: Option<Arc<RemoteStore>>,
     options: EngineOptions,
     clock: C,
@@ -191,7 +195,8 @@ impl<C: Clock> Engine<C> {
             options.max_override_stores,
         )
         .with_max_retired_stores(options.max_retired_stores);
-        Engine::build(rules, options, clock, memory, None)
+        let history = Arc::new(parking_lot::Mutex::new(LimitHistory::new(&rules)));
+        Engine::build(rules, options, clock, memory, history, None)
     }
 
     /// An engine for `rules` whose counters live in a shared store (Redis).
@@ -202,7 +207,8 @@ impl<C: Clock> Engine<C> {
         remote: Arc<RemoteStore>,
     ) -> Self {
         let memory = MemoryCounters::new([], options.store_config, options.store_config, 1);
-        Engine::build(rules, options, clock, memory, Some(remote))
+        let history = Arc::default();
+        Engine::build(rules, options, clock, memory, history, Some(remote))
     }
 
     fn build(
@@ -210,6 +216,7 @@ impl<C: Clock> Engine<C> {
         options: EngineOptions,
         clock: C,
         memory: MemoryCounters,
+        history: Arc<parking_lot::Mutex<LimitHistory>>,
         remote: Option<Arc<RemoteStore>>,
     ) -> Self {
         let domains: HashSet<String> = rules.domains().map(str::to_owned).collect();
@@ -217,6 +224,7 @@ impl<C: Clock> Engine<C> {
             rules,
             domains,
             memory,
+            history,
             remote,
             options,
             clock,
@@ -230,7 +238,10 @@ impl<C: Clock> Engine<C> {
     /// The stores of algorithms `rules` no longer use are retired (up to
     /// [`EngineOptions::max_retired_stores`], each until its keys are all
     /// fresh) and taken back when a later reload brings the algorithm back,
-    /// so a rule missing from one load does not start again from zero.
+    /// so a rule missing from one load does not start again from zero. A
+    /// limit whose figures changed carries its counts from every algorithm
+    /// it was counted under recently (see [`LimitHistory`]), even when a
+    /// load in between lacked it, the most used count winning.
     ///
     /// With a shared store, the quick-deny cache is emptied and the
     /// outstanding leases are given back (limits may have changed).
@@ -241,12 +252,15 @@ impl<C: Clock> Engine<C> {
         let memory = if self.remote.is_some() {
             MemoryCounters::new([], self.options.store_config, self.options.store_config, 1)
         } else {
-            self.memory.with_algorithms_carrying(
+            let mut history = self.history.lock();
+            let memory = self.memory.with_algorithms_carrying(
                 rule_algorithms(&rules),
-                &changed_limits(&self.rules, &rules),
+                &history.carries(&rules),
                 self.options.store_config,
                 self.clock.now(),
-            )
+            );
+            history.forget_unless(|algorithm| memory.holds_store(algorithm));
+            memory
         };
         if let Some(remote) = &self.remote {
             remote.after_reload(self.clock.now());
@@ -256,6 +270,7 @@ impl<C: Clock> Engine<C> {
             self.options,
             self.clock.clone(),
             memory,
+            Arc::clone(&self.history),
             self.remote.clone(),
         )
     }
@@ -636,35 +651,6 @@ fn rule_algorithms(rules: &RuleSet) -> Vec<AnyAlgorithm> {
         }
     }
     algorithms
-}
-
-/// The limits whose rate alone changed between `old` and `new`: the old
-/// and new algorithm of each limit of a rule at the same path, with the same
-/// algorithm and window (so the same counter key), but other figures.
-fn changed_limits(old: &RuleSet, new: &RuleSet) -> Vec<(AnyAlgorithm, AnyAlgorithm)> {
-    let mut changed = Vec::new();
-    for domain in new.domains() {
-        let before: std::collections::HashMap<&[(String, Option<String>)], &Rule> = old
-            .rules(domain)
-            .map(|rule| (rule.path.as_slice(), rule))
-            .collect();
-        for rule in new.rules(domain) {
-            let Some(previous) = before.get(rule.path.as_slice()) else {
-                continue;
-            };
-            for (was, now) in previous.limits.iter().zip(&rule.limits) {
-                let same_counter = was.algorithm_kind == now.algorithm_kind
-                    && was.window.map(|w| w.duration()) == now.window.map(|w| w.duration());
-                if let (true, Some(from), Some(to)) = (same_counter, was.algorithm, now.algorithm)
-                    && from != to
-                    && !changed.contains(&(from, to))
-                {
-                    changed.push((from, to));
-                }
-            }
-        }
-    }
-    changed
 }
 
 /// An engine is shared between threads.
