@@ -152,6 +152,9 @@ pub struct Engine<C: Clock> {
     domains: HashSet<String>,
     memory: MemoryCounters,
     remote: Option<Arc<RemoteStore>>,
+    /// The shared store's rule generation this engine plans in (see
+    /// [`RemoteStore::check_batch`]); 0 in memory.
+    lease_generation: u64,
     options: EngineOptions,
     clock: C,
 }
@@ -202,7 +205,14 @@ impl<C: Clock> Engine<C> {
         remote: Arc<RemoteStore>,
     ) -> Self {
         let memory = MemoryCounters::new([], options.store_config, options.store_config, 1);
-        Engine::build(rules, options, clock, memory, Some(remote))
+        let generation = remote.lease_generation();
+        Engine::build(rules, options, clock, memory, Some(remote)).in_generation(generation)
+    }
+
+    /// The same engine planning in the shared store's rule `generation`.
+    fn in_generation(mut self, generation: u64) -> Self {
+        self.lease_generation = generation;
+        self
     }
 
     fn build(
@@ -218,6 +228,7 @@ impl<C: Clock> Engine<C> {
             domains,
             memory,
             remote,
+            lease_generation: 0,
             options,
             clock,
         }
@@ -232,8 +243,10 @@ impl<C: Clock> Engine<C> {
     /// fresh) and taken back when a later reload brings the algorithm back,
     /// so a rule missing from one load does not start again from zero.
     ///
-    /// With a shared store, the quick-deny cache is emptied and the
-    /// outstanding leases are given back (limits may have changed).
+    /// With a shared store, the quick-deny cache is emptied, the
+    /// outstanding leases end at once and are given back, and the new
+    /// engine plans in the next rule generation: no lease taken before is
+    /// spent after this call, by this engine's requests in flight either.
     pub fn with_rules(&self, rules: Arc<RuleSet>) -> Self
     where
         C: Clone,
@@ -248,9 +261,10 @@ impl<C: Clock> Engine<C> {
                 self.clock.now(),
             )
         };
-        if let Some(remote) = &self.remote {
-            remote.after_reload(self.clock.now());
-        }
+        let generation = self
+            .remote
+            .as_ref()
+            .map_or(0, |remote| remote.after_reload(self.clock.now()));
         Engine::build(
             rules,
             self.options,
@@ -258,6 +272,7 @@ impl<C: Clock> Engine<C> {
             memory,
             self.remote.clone(),
         )
+        .in_generation(generation)
     }
 
     /// The rules this engine answers from.
@@ -414,7 +429,13 @@ impl<C: Clock> Engine<C> {
             tracing::Span::none()
         };
         let checked = remote
-            .check_batch(&self.clock, &counters, &periods, &mut decisions)
+            .check_batch(
+                &self.clock,
+                &counters,
+                &periods,
+                self.lease_generation,
+                &mut decisions,
+            )
             .instrument(store_span.clone())
             .await;
         if let Err(error) = &checked {
@@ -432,7 +453,13 @@ impl<C: Clock> Engine<C> {
                     // A failed give-back leaves the hits spent: the strict side.
                     let no_leases = vec![Duration::ZERO; refund_counters.len()];
                     if remote
-                        .check_batch(&self.clock, &refund_counters, &no_leases, &mut refunded)
+                        .check_batch(
+                            &self.clock,
+                            &refund_counters,
+                            &no_leases,
+                            self.lease_generation,
+                            &mut refunded,
+                        )
                         .await
                         .is_ok()
                     {
