@@ -7,13 +7,26 @@
 //! lease on request. Any interleaving of requests, grants, returns, refunds
 //! and time passing must produce an admitted sequence that one exact
 //! instance of the algorithm (the core's own) admits in full.
+//!
+//! With reloads ([`run_reloads`]), each instance has its own limit (a
+//! fleet reloads one instance at a time) and every store call carries its
+//! caller's, as the scripts' arguments do; grants are in flight between the
+//! ask, the store's grant and the install, and a reload can fall anywhere
+//! in between. A reload ends the instance's leases at once and starts its
+//! next rule generation, as the service's lease book does: a grant asked
+//! in an earlier generation is given back when it lands, and a request
+//! planned before the reload (still in flight) neither spends a lease nor
+//! asks for one. Every admission decided under a limit `L` must leave the
+//! window's admitted total at most `L`, and no unit is spent from a lease
+//! of an earlier generation.
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate_core::lease::{Grant, LeaseLedger, LeasePolicy, Leasing, Return, grant_units};
 use tollgate_core::{
-    AnyAlgorithm, AnyWordAlgorithm, FixedWindow, Timestamp, TokenBucket, WordAlgorithm,
+    AnyAlgorithm, AnyWordAlgorithm, FixedWindow, Gcra, LeakyBucket, Timestamp, TokenBucket,
+    WordAlgorithm,
 };
 
 /// The shared budget as the Redis scripts keep it.
@@ -56,6 +69,33 @@ impl Store {
         }
     }
 
+    /// The same state decided with `algorithm`'s parameters: each call
+    /// carries its caller's limit, as the scripts' arguments do.
+    fn with_params_of(&mut self, algorithm: &AnyAlgorithm) -> &mut Self {
+        match (&mut *self, Store::of(algorithm)) {
+            (
+                Store::Window { window, limit, .. },
+                Store::Window {
+                    window: w,
+                    limit: l,
+                    ..
+                },
+            ) => (*window, *limit) = (w, l),
+            (
+                Store::Schedule {
+                    interval, capacity, ..
+                },
+                Store::Schedule {
+                    interval: i,
+                    capacity: c,
+                    ..
+                },
+            ) => (*interval, *capacity) = (i, c),
+            _ => panic!("a reload keeps the algorithm's kind"),
+        }
+        self
+    }
+
     /// Units available at `now` (and rolls the window).
     fn available(&mut self, now: u64) -> u64 {
         match self {
@@ -85,7 +125,8 @@ impl Store {
         }
     }
 
-    /// check.lua's consume: all or nothing (a fixed window counts a denial, up to limit + 1).
+    /// check.lua's consume: all or nothing (a fixed window counts a
+    /// denial, up to limit + 1, and never lowers its count).
     fn exact(&mut self, hits: u64, now: u64) -> bool {
         let available = self.available(now);
         let allowed = hits <= available;
@@ -94,7 +135,7 @@ impl Store {
                 *count = if allowed {
                     *count + hits
                 } else {
-                    (*count + hits).min(*limit + 1)
+                    (*count + hits).min(*limit + 1).max(*count)
                 };
             }
             Store::Schedule { interval, tat, .. } => {
@@ -175,8 +216,9 @@ impl Store {
         }
     }
 
-    /// lease.lua's return: only into the same window, or while the TAT is still the lease's.
-    fn give_lease_back(&mut self, r: Return, now: u64) {
+    /// lease.lua's return: only into the same window, or while the TAT is
+    /// still the lease's; the units taken back.
+    fn give_lease_back(&mut self, r: Return, now: u64) -> u64 {
         self.available(now);
         match self {
             Store::Window {
@@ -186,10 +228,13 @@ impl Store {
                 leased,
                 ..
             } => {
-                if r.token.0 == *index && *count <= *limit {
-                    *count = count.saturating_sub(r.units);
-                    *leased = leased.saturating_sub(r.units);
+                if r.token.0 != *index || *count > *limit {
+                    return 0;
                 }
+                let back = r.units.min(*count).min(*leased);
+                *count -= back;
+                *leased -= back;
+                back
             }
             Store::Schedule {
                 interval,
@@ -197,11 +242,13 @@ impl Store {
                 floor,
                 ..
             } => {
-                if (*tat / 1_000_000_000, *tat % 1_000_000_000) == r.token {
-                    let backlog = tat.saturating_sub(now).saturating_sub(r.units * *interval);
-                    *tat = now + backlog;
-                    *floor = *tat;
+                if (*tat / 1_000_000_000, *tat % 1_000_000_000) != r.token {
+                    return 0;
                 }
+                let backlog = tat.saturating_sub(now).saturating_sub(r.units * *interval);
+                *tat = now + backlog;
+                *floor = *tat;
+                r.units
             }
         }
     }
@@ -324,6 +371,244 @@ fn refund(
     word.refund(state, now, hits)
 }
 
+#[derive(Clone, Debug)]
+enum ReloadOp {
+    /// A request planned by the instance's engine in service.
+    Request {
+        instance: usize,
+        hits: u64,
+    },
+    /// A request planned before the instance's latest reload, still in flight.
+    Stale {
+        instance: usize,
+        hits: u64,
+    },
+    /// The store runs the instance's grant in flight, if any.
+    Grant {
+        instance: usize,
+    },
+    /// The grant's answer reaches the instance and is installed (or given back).
+    Land {
+        instance: usize,
+    },
+    /// The instance reloads to limit number `limit`.
+    Reload {
+        instance: usize,
+        limit: usize,
+    },
+    /// The instance's retired leases reach the store.
+    Return {
+        instance: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+}
+
+fn reload_op(instances: usize, limits: usize) -> impl Strategy<Value = ReloadOp> {
+    prop_oneof![
+        8 => (0..instances, 1u64..4).prop_map(|(instance, hits)| ReloadOp::Request { instance, hits }),
+        1 => (0..instances, 1u64..4).prop_map(|(instance, hits)| ReloadOp::Stale { instance, hits }),
+        3 => (0..instances).prop_map(|instance| ReloadOp::Grant { instance }),
+        3 => (0..instances).prop_map(|instance| ReloadOp::Land { instance }),
+        1 => (0..instances, 0..limits).prop_map(|(instance, limit)| ReloadOp::Reload { instance, limit }),
+        1 => (0..instances).prop_map(|instance| ReloadOp::Return { instance }),
+        1 => (0u64..300).prop_map(|ms| ReloadOp::Advance { ms }),
+    ]
+}
+
+/// A grant on its way: asked for under `algorithm` in `generation`, answered by the store or not yet.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    algorithm: AnyAlgorithm,
+    generation: u64,
+    want: u64,
+    sent: u64,
+    answer: Option<Grant>,
+}
+
+/// One instance as the service runs it on a shared store, with reloads.
+#[derive(Debug)]
+struct Instance {
+    /// The limit of the engine in service, and the one before it.
+    algorithm: AnyAlgorithm,
+    previous: AnyAlgorithm,
+    generation: u64,
+    ledger: LeaseLedger,
+    /// Which generation the ledger's lease was installed in.
+    lease_generation: u64,
+    in_flight: Option<InFlight>,
+    /// Leases a reload ended, on their way back to the store (with their algorithm).
+    retired: Vec<(AnyAlgorithm, Return)>,
+}
+
+/// A grant the instance wants at `now`, put in flight.
+fn ask(instance: &mut Instance, want: u64, now: u64) {
+    if want > 0 && instance.in_flight.is_none() {
+        instance.in_flight = Some(InFlight {
+            algorithm: instance.algorithm,
+            generation: instance.generation,
+            want,
+            sent: now,
+            answer: None,
+        });
+    }
+}
+
+/// Runs `ops` over fixed windows of `limits` (every instance starts on the
+/// first); the first violation, if any.
+///
+/// The window's *taken* units are every unit that left its budget: exact
+/// admissions and grants, less the returns the store took back (each
+/// leased unit is counted when granted, which is when the store counted
+/// it). Every exact admission and every grant, decided under a limit `L`,
+/// must leave them at most `L`; a leased unit is spent only in the
+/// generation it was granted in. Spends never pass grants (the ledger's
+/// own property test), so the units admitted after any reload are at most
+/// the new limit less what was taken before it.
+fn run_reloads(
+    limits: &[AnyAlgorithm],
+    instances: usize,
+    period_ms: u64,
+    ops: &[ReloadOp],
+) -> Result<(), String> {
+    let mut now = 1_000_000_000_000u64;
+    let mut store = Store::of(&limits[0]);
+    let policy = LeasePolicy::for_fleet(Duration::from_millis(period_ms), instances as u64);
+    let ledger = |algorithm: AnyAlgorithm, now: u64| {
+        LeaseLedger::new(algorithm, policy.period, Timestamp::from_nanos(now)).with_min_demand(2)
+    };
+    let mut fleet: Vec<Instance> = (0..instances)
+        .map(|_| Instance {
+            algorithm: limits[0],
+            previous: limits[0],
+            generation: 0,
+            ledger: ledger(limits[0], now),
+            lease_generation: 0,
+            in_flight: None,
+            retired: Vec::new(),
+        })
+        .collect();
+    // Units taken from the current window's budget (every instance's).
+    let (mut window, mut taken) = (None, 0u64);
+    let mut take = |algorithm: &AnyAlgorithm, units: i64, now: u64, how: &str| {
+        let Some(Leasing::Window { window_ns, limit }) = Leasing::of(algorithm) else {
+            unreachable!("windows only");
+        };
+        if window != Some(now / window_ns) {
+            (window, taken) = (Some(now / window_ns), 0);
+        }
+        taken = taken.saturating_add_signed(units);
+        if units > 0 && taken > limit {
+            return Err(format!(
+                "{how}: {taken} taken in the window under a limit of {limit}"
+            ));
+        }
+        Ok(())
+    };
+    let units = |u: u64| i64::try_from(u).expect("small");
+    for op in ops {
+        let at = Timestamp::from_nanos(now);
+        match *op {
+            ReloadOp::Advance { ms } => now += ms * 1_000_000,
+            ReloadOp::Request { instance, hits } => {
+                let i = &mut fleet[instance];
+                // The book spends only a lease of the request's generation and limit.
+                if i.ledger.algorithm() == &i.algorithm && i.ledger.spend(hits, at).is_some() {
+                    if i.lease_generation != i.generation {
+                        return Err("a lease of an earlier generation was spent".to_owned());
+                    }
+                    let want = i.ledger.refill_wanted(at);
+                    ask(i, want, now);
+                    continue;
+                }
+                if !store.with_params_of(&i.algorithm).exact(hits, now) {
+                    continue;
+                }
+                take(&i.algorithm, units(hits), now, "exact")?;
+                if i.ledger.algorithm() != &i.algorithm {
+                    i.ledger = ledger(i.algorithm, now);
+                }
+                i.ledger.observe(hits, at);
+                let want = i.ledger.wanted(at);
+                if i.ledger.usable(at) < hits {
+                    ask(i, want, now);
+                }
+            }
+            ReloadOp::Stale { instance, hits } => {
+                // Planned under the previous limit: exact, no lease either way.
+                let i = &fleet[instance];
+                if store.with_params_of(&i.previous).exact(hits, now) {
+                    take(
+                        &i.previous,
+                        units(hits),
+                        now,
+                        "a request in flight at the reload",
+                    )?;
+                }
+            }
+            ReloadOp::Grant { instance } => {
+                if let Some(flight) = fleet[instance].in_flight.as_mut()
+                    && flight.answer.is_none()
+                {
+                    let grant = store.with_params_of(&flight.algorithm).grant(
+                        flight.want,
+                        policy.divisor,
+                        now,
+                    );
+                    take(&flight.algorithm, units(grant.units), now, "a grant")?;
+                    flight.answer = Some(grant);
+                }
+            }
+            ReloadOp::Land { instance } => {
+                let i = &mut fleet[instance];
+                let Some(InFlight {
+                    algorithm,
+                    generation,
+                    sent,
+                    answer: Some(grant),
+                    ..
+                }) = i.in_flight
+                else {
+                    continue;
+                };
+                i.in_flight = None;
+                if generation == i.generation && i.ledger.algorithm() == &algorithm {
+                    i.lease_generation = generation;
+                    if let Some(old) = i.ledger.install(grant, Timestamp::from_nanos(sent)) {
+                        let back = store.with_params_of(&algorithm).give_lease_back(old, now);
+                        take(&algorithm, -units(back), now, "a return")?;
+                    }
+                } else if grant.units > 0 {
+                    let back = Return {
+                        units: grant.units,
+                        token: grant.token,
+                    };
+                    let back = store.with_params_of(&algorithm).give_lease_back(back, now);
+                    take(&algorithm, -units(back), now, "a return")?;
+                }
+            }
+            ReloadOp::Reload { instance, limit } => {
+                let i = &mut fleet[instance];
+                if let Some(r) = i.ledger.take_return(at) {
+                    i.retired.push((*i.ledger.algorithm(), r));
+                }
+                i.generation += 1;
+                // A grant still being asked for is the old generation's: it lands and goes back.
+                i.previous = i.algorithm;
+                i.algorithm = limits[limit];
+            }
+            ReloadOp::Return { instance } => {
+                for (algorithm, r) in fleet[instance].retired.drain(..) {
+                    let back = store.with_params_of(&algorithm).give_lease_back(r, now);
+                    take(&algorithm, -units(back), now, "a return")?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -353,6 +638,74 @@ proptest! {
         let ops: Vec<Op> = ops.into_iter().map(|o| clamp(o, instances)).collect();
         let admitted = run(algorithm, instances, period_ms, &ops);
         prop_assert_eq!(first_refusal(&algorithm, &admitted), None);
+    }
+
+    /// GCRA and the leaky-bucket policer: the other two schedules.
+    #[test]
+    fn leased_gcra_and_policers_never_admit_past_the_limit(
+        policer in any::<bool>(),
+        rate in 1u64..40,
+        period_ms in prop::sample::select(vec![500u64, 1000, 4000]),
+        burst in 1u64..20,
+        instances in 1usize..5,
+        lease_ms in 50u64..2000,
+        ops in prop::collection::vec(op(4), 1..300),
+    ) {
+        let period = Duration::from_millis(period_ms);
+        let algorithm: AnyAlgorithm = if policer {
+            LeakyBucket::policer(rate, period, burst - 1).unwrap().into()
+        } else {
+            Gcra::new(rate, period, burst).unwrap().into()
+        };
+        let ops: Vec<Op> = ops.into_iter().map(|o| clamp(o, instances)).collect();
+        let admitted = run(algorithm, instances, lease_ms, &ops);
+        prop_assert_eq!(first_refusal(&algorithm, &admitted), None);
+    }
+
+    /// Reloads that change a fixed window's limit (up and down), at any
+    /// moment relative to grants in flight, spends and returns, one
+    /// instance at a time: no admission passes the limit it was decided under.
+    #[test]
+    fn reloads_changing_a_window_limit_never_admit_past_the_limit_in_force(
+        limits in prop::collection::vec(2u64..60, 2..4),
+        instances in 1usize..4,
+        period_ms in 50u64..2000,
+        ops in prop::collection::vec(reload_op(3, 3), 1..400),
+    ) {
+        let window = Duration::from_secs(60);
+        let limits: Vec<AnyAlgorithm> = limits
+            .iter()
+            .map(|&l| FixedWindow::new(l, window).unwrap().into())
+            .collect();
+        let ops: Vec<ReloadOp> = ops.into_iter().map(|o| clamp_reload(o, instances, limits.len())).collect();
+        prop_assert_eq!(run_reloads(&limits, instances, period_ms, &ops), Ok(()));
+    }
+}
+
+fn clamp_reload(op: ReloadOp, instances: usize, limits: usize) -> ReloadOp {
+    match op {
+        ReloadOp::Request { instance, hits } => ReloadOp::Request {
+            instance: instance % instances,
+            hits,
+        },
+        ReloadOp::Stale { instance, hits } => ReloadOp::Stale {
+            instance: instance % instances,
+            hits,
+        },
+        ReloadOp::Grant { instance } => ReloadOp::Grant {
+            instance: instance % instances,
+        },
+        ReloadOp::Land { instance } => ReloadOp::Land {
+            instance: instance % instances,
+        },
+        ReloadOp::Reload { instance, limit } => ReloadOp::Reload {
+            instance: instance % instances,
+            limit: limit % limits,
+        },
+        ReloadOp::Return { instance } => ReloadOp::Return {
+            instance: instance % instances,
+        },
+        other => other,
     }
 }
 

@@ -157,7 +157,11 @@ local function fixed(key, op, hits, window, limit, phase)
     if hits > 0 then write = store(after) end
     return {0, limit - after, reset_us * 1000, 0}, write
   end
-  local kept = math.min(after, limit + 1)
+  -- A denial counts up to limit + 1 and never lowers a count: a count over
+  -- this limit (taken under a higher one before a reload lowered it) is the
+  -- units already admitted or leased, and lowering it would hand them out again
+  -- to an instance still on the higher limit, or after a lease's return.
+  local kept = math.max(count, math.min(after, limit + 1))
   local write = nil
   if kept ~= count then write = store(kept) end
   if hits > limit then

@@ -17,7 +17,20 @@
 //!    from step 1, before it runs out, so the requests in flight while the
 //!    grant is on its way are still answered locally.
 //!
-//! [`LeaseBook::return_all`] gives every lease back (reload, shutdown).
+//! [`LeaseBook::return_all`] gives every lease back (shutdown);
+//! [`LeaseBook::retire`] ends every lease at once for a reload.
+//!
+//! # Generations (reload)
+//!
+//! The book counts rule generations. A reload calls [`LeaseBook::retire`],
+//! which, under the book's lock, takes every lease out (their unused units
+//! go back to Redis afterwards) and starts the next generation. Every call
+//! names the generation its rules belong to (an engine keeps the one it was
+//! built in): a request of an earlier generation is never answered from a
+//! lease and asks for none, and a grant asked for in an earlier generation
+//! is given straight back when it lands, never installed. So a lease
+//! granted under a limit is spent only by requests planned under the rules
+//! it was granted under, and none after the reload that replaced them.
 //! The book holds at most `max_keys` counters; the least recently used one
 //! is dropped when it is full, and its lease returned.
 
@@ -46,13 +59,23 @@ struct Entry {
     granting: bool,
 }
 
-/// A lease to ask Redis for: the counter, its algorithm and the units wanted.
+/// A lease to ask Redis for: the counter, its algorithm, the units wanted and the generation asking.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantAsk {
     key: Vec<u8>,
     tag: u64,
     algorithm: AnyAlgorithm,
     want: u64,
+    generation: u64,
+}
+
+/// The leases a reload took out of the book, still to be given back to Redis ([`LeaseBook::give_back_retired`]).
+#[derive(Debug, Default)]
+#[must_use = "retired leases hold units until they are given back"]
+pub struct Retired {
+    returns: Vec<PendingReturn>,
+    /// The generation the book is in now.
+    pub generation: u64,
 }
 
 /// A lease to give back to Redis.
@@ -85,6 +108,9 @@ pub struct LeaseStats {
 #[derive(Debug)]
 pub struct LeaseBook {
     entries: Mutex<LruCache<Vec<u8>, Entry>>,
+    /// The rule generation leases are taken and spent in; changed only
+    /// under the `entries` lock, by [`LeaseBook::retire`].
+    generation: AtomicU64,
     /// Wakes the requests waiting for a grant in flight.
     grants_done: tokio::sync::Notify,
     divisor: u64,
@@ -98,6 +124,7 @@ impl LeaseBook {
             entries: Mutex::new(LruCache::new(
                 NonZeroUsize::new(max_keys).unwrap_or(NonZeroUsize::MIN),
             )),
+            generation: AtomicU64::new(0),
             grants_done: tokio::sync::Notify::new(),
             divisor: divisor.max(1),
             stats: LeaseStats::default(),
@@ -107,6 +134,11 @@ impl LeaseBook {
     /// Grant and return counts.
     pub fn stats(&self) -> &LeaseStats {
         &self.stats
+    }
+
+    /// The rule generation the book is in (see the module's "Generations").
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Counters the book tracks now.
@@ -128,13 +160,16 @@ impl LeaseBook {
             .fold(0, u64::saturating_add)
     }
 
-    /// Decides every counter from its lease at `now`, all or nothing; `false` (and nothing changed) when one lease cannot.
+    /// Decides every counter of a request of rule `generation` from its
+    /// lease at `now`, all or nothing; `false` (and nothing changed) when
+    /// one lease cannot, or `generation` is not the book's.
     ///
     /// Leases that fell low (an eighth of their grant) are put in `refills`,
     /// one ask per counter at a time, for [`LeaseBook::refill`].
     pub fn try_local(
         &self,
         counters: &[Counter<'_>],
+        generation: u64,
         now: Timestamp,
         decisions: &mut Vec<Decision>,
         refills: &mut Vec<GrantAsk>,
@@ -145,6 +180,9 @@ impl LeaseBook {
             return false;
         }
         let mut entries = self.entries.lock();
+        if generation != self.generation() {
+            return false;
+        }
         let mut trial: Vec<LeaseLedger> = Vec::with_capacity(counters.len());
         for c in counters {
             // Several counters of one request on one key (rare) share a ledger.
@@ -191,6 +229,7 @@ impl LeaseBook {
                             tag: c.tag,
                             algorithm: c.algorithm,
                             want,
+                            generation,
                         });
                     }
                 }
@@ -202,18 +241,23 @@ impl LeaseBook {
         true
     }
 
-    /// Records what Redis admitted exactly at `now` and returns the leases
-    /// worth asking for; `periods[i]` is counter `i`'s lease period (zero:
-    /// not leased).
+    /// Records what Redis admitted exactly at `now` for a request of rule
+    /// `generation` and returns the leases worth asking for; `periods[i]` is
+    /// counter `i`'s lease period (zero: not leased). Nothing when
+    /// `generation` is not the book's.
     pub fn after_exact(
         &self,
         counters: &[Counter<'_>],
         periods: &[Duration],
         decisions: &[Decision],
+        generation: u64,
         now: Timestamp,
     ) -> Vec<GrantAsk> {
         let mut asks = Vec::new();
         let mut entries = self.entries.lock();
+        if generation != self.generation() {
+            return asks;
+        }
         for ((c, period), d) in counters.iter().zip(periods).zip(decisions) {
             if period.is_zero()
                 || c.give_back
@@ -248,6 +292,7 @@ impl LeaseBook {
                     tag: c.tag,
                     algorithm: c.algorithm,
                     want,
+                    generation,
                 });
             }
         }
@@ -304,13 +349,31 @@ impl LeaseBook {
         let mut returns = Vec::new();
         {
             let mut entries = self.entries.lock();
+            let generation = self.generation();
             for (ask, grant) in answers {
                 self.stats.grant_calls.fetch_add(1, Ordering::Relaxed);
-                let Some(entry) = entries.get_mut(&ask.key) else {
-                    // Evicted meanwhile: whatever was granted goes back.
-                    if let Ok(grant) = grant
-                        && grant.units > 0
-                    {
+                let current = ask.generation == generation;
+                if current && let Some(entry) = entries.get_mut(&ask.key) {
+                    entry.granting = false;
+                }
+                let grant = match grant {
+                    Ok(grant) => grant,
+                    Err(e) => {
+                        self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(error = %e, "a lease grant failed");
+                        continue;
+                    }
+                };
+                self.stats
+                    .granted_units
+                    .fetch_add(grant.units, Ordering::Relaxed);
+                let entry = entries
+                    .get_mut(&ask.key)
+                    .filter(|e| current && e.ledger.algorithm() == &ask.algorithm);
+                let Some(entry) = entry else {
+                    // Evicted meanwhile, asked before a reload, or under a
+                    // limit since changed: never installed, the units go back.
+                    if grant.units > 0 {
                         returns.push(PendingReturn {
                             key: ask.key,
                             tag: ask.tag,
@@ -323,21 +386,6 @@ impl LeaseBook {
                     }
                     continue;
                 };
-                entry.granting = false;
-                let grant = match grant {
-                    Ok(grant) => grant,
-                    Err(e) => {
-                        self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(error = %e, "a lease grant failed");
-                        continue;
-                    }
-                };
-                self.stats
-                    .granted_units
-                    .fetch_add(grant.units, Ordering::Relaxed);
-                if entry.ledger.algorithm() != &ask.algorithm {
-                    continue;
-                }
                 if let Some(old) = entry.ledger.install(grant, sent) {
                     returns.push(PendingReturn {
                         key: ask.key,
@@ -355,25 +403,42 @@ impl LeaseBook {
     /// Ends every lease at `now` and gives the unused units back to Redis;
     /// returns how many units Redis took back.
     ///
-    /// For a reload (limits may change) and a graceful shutdown. Counters
-    /// keep their observed demand.
+    /// For a graceful shutdown (a reload uses [`LeaseBook::retire`]).
+    /// Counters keep their observed demand.
     pub async fn return_all(&self, store: &RedisStore, now: Timestamp) -> u64 {
-        let returns: Vec<PendingReturn> = {
-            let mut entries = self.entries.lock();
-            entries
-                .iter_mut()
-                .filter_map(|(key, entry)| {
-                    let lease = entry.ledger.take_return(now)?;
-                    Some(PendingReturn {
-                        key: key.clone(),
-                        tag: entry.tag,
-                        algorithm: *entry.ledger.algorithm(),
-                        lease,
-                    })
-                })
-                .collect()
-        };
+        let returns = self.take_leases(now);
         self.give_back(store, returns).await
+    }
+
+    /// For a reload: ends every lease at `now` and starts the next rule
+    /// generation, at once and under one lock, so from here on no lease
+    /// taken before is spent and no grant asked before is installed (see
+    /// the module's "Generations"). The unused units are for
+    /// [`LeaseBook::give_back_retired`]. Counters keep their observed demand.
+    pub fn retire(&self, now: Timestamp) -> Retired {
+        let mut entries = self.entries.lock();
+        let returns = take_leases_of(&mut entries, now);
+        for (_, entry) in entries.iter_mut() {
+            entry.granting = false;
+        }
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        drop(entries);
+        // Requests waiting for a grant of the old generation stop waiting.
+        self.grants_done.notify_waiters();
+        Retired {
+            returns,
+            generation,
+        }
+    }
+
+    /// Gives the leases a [`LeaseBook::retire`] took out back to Redis; the units it took back.
+    pub async fn give_back_retired(&self, store: &RedisStore, retired: Retired) -> u64 {
+        self.give_back(store, retired.returns).await
+    }
+
+    /// Takes every lease out at `now`: the unused units to give back.
+    fn take_leases(&self, now: Timestamp) -> Vec<PendingReturn> {
+        take_leases_of(&mut self.entries.lock(), now)
     }
 
     /// Sends `returns` to Redis; the units it took back.
@@ -400,6 +465,22 @@ impl LeaseBook {
             .fetch_add(units, Ordering::Relaxed);
         units
     }
+}
+
+/// Takes every lease of `entries` out at `now`: the unused units to give back.
+fn take_leases_of(entries: &mut LruCache<Vec<u8>, Entry>, now: Timestamp) -> Vec<PendingReturn> {
+    entries
+        .iter_mut()
+        .filter_map(|(key, entry)| {
+            let lease = entry.ledger.take_return(now)?;
+            Some(PendingReturn {
+                key: key.clone(),
+                tag: entry.tag,
+                algorithm: *entry.ledger.algorithm(),
+                lease,
+            })
+        })
+        .collect()
 }
 
 /// The counter a lease call is about (its hits are not used).

@@ -53,7 +53,7 @@ use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome
 use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use key::redis_key;
-pub use lease_book::{GrantAsk, LeaseBook, LeaseStats};
+pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use target::{RedisTarget, TargetError};
 
 /// The default time one script call may take before it counts as a store error.

@@ -237,15 +237,18 @@ impl RemoteStore {
         })
     }
 
-    /// Decides a batch: from this instance's leases when they cover every
-    /// counter, else from the quick-deny cache, else in Redis unless the
-    /// breaker is open (then taking leases for `periods[i]`, counter `i`'s
-    /// lease period, zero for none).
+    /// Decides a batch planned under rule `generation` (see
+    /// [`RemoteStore::lease_generation`]): from this instance's leases when
+    /// they cover every counter, else from the quick-deny cache, else in
+    /// Redis unless the breaker is open (then taking leases for
+    /// `periods[i]`, counter `i`'s lease period, zero for none). A batch of
+    /// an earlier generation neither spends nor takes a lease.
     pub async fn check_batch<C: Clock>(
         &self,
         clock: &C,
         counters: &[Counter<'_>],
         periods: &[Duration],
+        generation: u64,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
         let sent = clock.now();
@@ -254,14 +257,18 @@ impl RemoteStore {
         let mut refills = Vec::new();
         let local = self
             .leases
-            .try_local(counters, sent, decisions, &mut refills)
+            .try_local(counters, generation, sent, decisions, &mut refills)
             || (self
                 .leases
                 .wait_for_grant(counters, self.redis.timeout())
                 .await
-                && self
-                    .leases
-                    .try_local(counters, clock.now(), decisions, &mut refills));
+                && self.leases.try_local(
+                    counters,
+                    generation,
+                    clock.now(),
+                    decisions,
+                    &mut refills,
+                ));
         if local {
             self.stats.leased.fetch_add(1, Ordering::Relaxed);
             if !refills.is_empty() {
@@ -293,7 +300,9 @@ impl RemoteStore {
             Ok(()) => {
                 self.breaker.on_success();
                 self.quick_deny.remember(counters, decisions, sent);
-                let asks = self.leases.after_exact(counters, periods, decisions, sent);
+                let asks = self
+                    .leases
+                    .after_exact(counters, periods, decisions, generation, sent);
                 if !asks.is_empty() {
                     self.leases.refill(&self.redis, asks, clock.now()).await;
                 }
@@ -321,18 +330,30 @@ impl RemoteStore {
         self.leases.return_all(&self.redis, now).await
     }
 
-    /// After a reload: forgets the quick-deny entries and, on a Tokio
-    /// runtime, gives the outstanding leases back in the background (a
-    /// lease taken under a limit that changed is never spent under the new one).
-    pub fn after_reload(self: &Arc<Self>, now: Timestamp) {
+    /// After a reload: forgets the quick-deny entries, ends every lease at
+    /// once and starts the next rule generation, which it returns (the new
+    /// engine's); on a Tokio runtime, gives the leases' unused units back in
+    /// the background. From the moment it returns, no lease taken before is
+    /// spent, whatever engine a request was planned by, and no grant asked
+    /// before is installed.
+    pub fn after_reload(self: &Arc<Self>, now: Timestamp) -> u64 {
         self.quick_deny.clear();
+        let retired = self.leases.retire(now);
+        let generation = retired.generation;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(self);
             runtime.spawn(async move {
-                let units = store.return_leases(now).await;
+                let units = store.leases.give_back_retired(&store.redis, retired).await;
                 tracing::debug!(units, "leases returned after a reload");
             });
         }
+        generation
+    }
+
+    /// The rule generation this instance's leases are in: an engine built
+    /// now plans its requests in it.
+    pub fn lease_generation(&self) -> u64 {
+        self.leases.generation()
     }
 
     /// The time of the latest decision: the gauges' "now" (the store keeps no clock).

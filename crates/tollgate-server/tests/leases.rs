@@ -272,6 +272,134 @@ async fn a_reload_changing_the_limit_returns_the_leases_and_keeps_one_count() {
     assert_eq!(saturate(std::slice::from_ref(&lowered), &hot).await, 0);
 }
 
+/// Waits until `counter` reaches `target`, polling every millisecond, at most 2 s.
+async fn reach(counter: &AtomicU64, target: u64) {
+    for _ in 0..2000 {
+        if counter.load(Ordering::Relaxed) >= target {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// One instance's engine in service, replaced by a reload while callers use it.
+struct Instance {
+    live: arc_swap::ArcSwap<Engine<ManualClock>>,
+    /// Whether the engine in service is the reloaded one.
+    reloaded: std::sync::atomic::AtomicBool,
+}
+
+/// Three instances on one Redis, a fixed window of 1000 lowered to 300
+/// after about 618 were admitted, reloaded one at a time while 16 callers
+/// per instance keep calling (each engine in service at its call), 8 rounds
+/// on fresh keys: no engine admits past the limit it decides under, and the
+/// reloaded ones admit no more than 300 less what was admitted before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_lowering_a_window_while_other_instances_lease_admits_nothing_past_it() {
+    let redis = RedisServer::start();
+    clear_of_an_hour_edge(&redis).await;
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let (high, low) = (1000u64, 300u64);
+    for round in 0..8 {
+        let engines = fleet(&redis.url(), 3, &rules(high, "1s"), &clock).await;
+        let fleet: Arc<Vec<Instance>> = Arc::new(
+            engines
+                .into_iter()
+                .map(|e| Instance {
+                    live: arc_swap::ArcSwap::new(e),
+                    reloaded: false.into(),
+                })
+                .collect(),
+        );
+        let hot = request("fixed_window", &format!("round-{round}"));
+        let admitted = Arc::new(AtomicU64::new(0));
+        let after_reload = Arc::new(AtomicU64::new(0));
+        let calls = Arc::new(AtomicU64::new(0));
+        // About 618 admitted on the three instances, which hold leases.
+        let warm: Vec<_> = (0..48)
+            .map(|n| {
+                let (fleet, hot, admitted) =
+                    (Arc::clone(&fleet), hot.clone(), Arc::clone(&admitted));
+                tokio::spawn(async move {
+                    let engine = fleet[n % 3].live.load_full();
+                    for _ in 0..100 {
+                        if admitted.load(Ordering::Relaxed) >= 618 {
+                            break;
+                        }
+                        if is_ok(&engine, &hot).await {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for caller in warm {
+            caller.await.expect("the caller finishes");
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let callers: Vec<_> = (0..48)
+            .map(|n| {
+                let (fleet, hot) = (Arc::clone(&fleet), hot.clone());
+                let (admitted, after_reload, calls, stop) = (
+                    Arc::clone(&admitted),
+                    Arc::clone(&after_reload),
+                    Arc::clone(&calls),
+                    Arc::clone(&stop),
+                );
+                tokio::spawn(async move {
+                    let instance = &fleet[n % 3];
+                    // Bounded: at most 20 000 calls in all.
+                    while !stop.load(Ordering::Relaxed)
+                        && calls.fetch_add(1, Ordering::Relaxed) < 20_000
+                    {
+                        let reloaded = instance.reloaded.load(Ordering::Acquire);
+                        let engine = instance.live.load_full();
+                        if is_ok(&engine, &hot).await {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            if reloaded {
+                                after_reload.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        let before = admitted.load(Ordering::Relaxed);
+        for instance in fleet.iter() {
+            let next = Arc::new(instance.live.load().with_rules(rules(low, "1s")));
+            instance.live.store(next);
+            instance.reloaded.store(true, Ordering::Release);
+            // Every instance calls on (600 calls) before the next reload.
+            reach(&calls, calls.load(Ordering::Relaxed) + 600).await;
+        }
+        reach(&calls, calls.load(Ordering::Relaxed) + 600).await;
+        stop.store(true, Ordering::Relaxed);
+        for caller in callers {
+            caller.await.expect("the caller finishes");
+        }
+        let (total, after) = (
+            admitted.load(Ordering::Relaxed),
+            after_reload.load(Ordering::Relaxed),
+        );
+        eprintln!(
+            "round {round}: {before} admitted before the reloads, {total} in all, {after} by reloaded engines"
+        );
+        assert!(
+            before >= 618,
+            "round {round}: only {before} admitted before the reloads"
+        );
+        assert!(
+            total <= high,
+            "round {round}: {total} admitted under a limit of {high}"
+        );
+        assert!(
+            after <= low.saturating_sub(before),
+            "round {round}: {after} admitted after the reloads to {low}, {before} before"
+        );
+    }
+}
+
 /// `tasks` callers each checking `request` `each` times on `engine`; how many were admitted.
 async fn hammer(
     engine: &Arc<Engine<ManualClock>>,

@@ -156,6 +156,9 @@ pub struct Engine<C: Clock> {
     /// The algorithms each limit was counted under, shared by every engine a reload makes from this one.
     history: Arc<parking_lot::Mutex<LimitHistory>>,
     remote: Option<Arc<RemoteStore>>,
+    /// The shared store's rule generation this engine plans in (see
+    /// [`RemoteStore::check_batch`]); 0 in memory.
+    lease_generation: u64,
     options: EngineOptions,
     clock: C,
 }
@@ -208,7 +211,15 @@ impl<C: Clock> Engine<C> {
     ) -> Self {
         let memory = MemoryCounters::new([], options.store_config, options.store_config, 1);
         let history = Arc::default();
+        let generation = remote.lease_generation();
         Engine::build(rules, options, clock, memory, history, Some(remote))
+            .in_generation(generation)
+    }
+
+    /// The same engine planning in the shared store's rule `generation`.
+    fn in_generation(mut self, generation: u64) -> Self {
+        self.lease_generation = generation;
+        self
     }
 
     fn build(
@@ -226,6 +237,7 @@ impl<C: Clock> Engine<C> {
             memory,
             history,
             remote,
+            lease_generation: 0,
             options,
             clock,
         }
@@ -243,8 +255,10 @@ impl<C: Clock> Engine<C> {
     /// it was counted under recently (see [`LimitHistory`]), even when a
     /// load in between lacked it, the most used count winning.
     ///
-    /// With a shared store, the quick-deny cache is emptied and the
-    /// outstanding leases are given back (limits may have changed).
+    /// With a shared store, the quick-deny cache is emptied, the
+    /// outstanding leases end at once and are given back, and the new
+    /// engine plans in the next rule generation: no lease taken before is
+    /// spent after this call, by this engine's requests in flight either.
     pub fn with_rules(&self, rules: Arc<RuleSet>) -> Self
     where
         C: Clone,
@@ -262,9 +276,10 @@ impl<C: Clock> Engine<C> {
             history.forget_unless(|algorithm| memory.holds_store(algorithm));
             memory
         };
-        if let Some(remote) = &self.remote {
-            remote.after_reload(self.clock.now());
-        }
+        let generation = self
+            .remote
+            .as_ref()
+            .map_or(0, |remote| remote.after_reload(self.clock.now()));
         Engine::build(
             rules,
             self.options,
@@ -273,6 +288,7 @@ impl<C: Clock> Engine<C> {
             Arc::clone(&self.history),
             self.remote.clone(),
         )
+        .in_generation(generation)
     }
 
     /// The rules this engine answers from.
@@ -429,7 +445,13 @@ impl<C: Clock> Engine<C> {
             tracing::Span::none()
         };
         let checked = remote
-            .check_batch(&self.clock, &counters, &periods, &mut decisions)
+            .check_batch(
+                &self.clock,
+                &counters,
+                &periods,
+                self.lease_generation,
+                &mut decisions,
+            )
             .instrument(store_span.clone())
             .await;
         if let Err(error) = &checked {
@@ -447,7 +469,13 @@ impl<C: Clock> Engine<C> {
                     // A failed give-back leaves the hits spent: the strict side.
                     let no_leases = vec![Duration::ZERO; refund_counters.len()];
                     if remote
-                        .check_batch(&self.clock, &refund_counters, &no_leases, &mut refunded)
+                        .check_batch(
+                            &self.clock,
+                            &refund_counters,
+                            &no_leases,
+                            self.lease_generation,
+                            &mut refunded,
+                        )
                         .await
                         .is_ok()
                     {
