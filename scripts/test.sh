@@ -11,8 +11,9 @@ log() { printf '\n==> %s\n' "$*"; }
 # System packages the tests need, as "command:debian-package" pairs: the C
 # linker rustc calls, Python for the Envoy virtualenv, Chromium and Node for
 # the lab's browser test, redis-server and redis-cli for the Redis tests, and
-# openssl for the Redis TLS test's certificates, and nginx for the limit_req
-# differential test.
+# openssl for the Redis TLS test's certificates, nginx for the limit_req
+# differential test, and promtool (Debian's prometheus) to parse /metrics
+# with Prometheus's own parser.
 REQUIRED_COMMANDS=(
     "cc:gcc"
     "python3:python3"
@@ -23,6 +24,7 @@ REQUIRED_COMMANDS=(
     "redis-cli:redis-tools"
     "openssl:openssl"
     "nginx:nginx"
+    "promtool:prometheus"
 )
 
 # The Envoy the interop test (crates/tollgate/tests/envoy.rs) runs: PyPI's

@@ -8,28 +8,28 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use tollgate_runtime::ConnectionLimit;
+use tollgate_runtime::{ConnectionLimit, LabelValue};
 use tollgate_upstream::PickError;
 
 use crate::error::ProxyError;
 use crate::forward::error::UpstreamError;
 
-/// Labels of per-route counters.
+/// Labels of per-route counters (configured names, written escaped).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     /// The route.
-    pub route: String,
+    pub route: LabelValue,
     /// The cluster.
-    pub cluster: String,
+    pub cluster: LabelValue,
 }
 
 /// Labels of responses by class.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResponseLabels {
     /// The route.
-    pub route: String,
+    pub route: LabelValue,
     /// The cluster.
-    pub cluster: String,
+    pub cluster: LabelValue,
     /// `1xx` … `5xx` for upstream answers; `timeout`, `connect_failure` for upstreams
     /// that did not answer; `breaker_open`, `overflow`, `no_healthy_upstream` for
     /// requests no endpoint was picked for.
@@ -40,7 +40,7 @@ pub struct ResponseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabels {
     /// The listener's name (its address when it has none).
-    pub listener: String,
+    pub listener: LabelValue,
 }
 
 /// Labels of config reloads.
@@ -203,8 +203,8 @@ impl Metrics {
         layer: tollgate_shed::priority::PriorityLayer,
     ) {
         let labels = RouteLabels {
-            route: route.to_owned(),
-            cluster: cluster.to_owned(),
+            route: route.into(),
+            cluster: cluster.into(),
         };
         self.priority_queue_limit
             .get_or_create(&labels)
@@ -217,7 +217,7 @@ impl Metrics {
     /// Reports `limit` as listener `listener`'s open connections and limit.
     pub fn watch_connections(&self, listener: &str, limit: std::sync::Arc<ConnectionLimit>) {
         let labels = ListenerLabels {
-            listener: listener.to_owned(),
+            listener: listener.into(),
         };
         self.downstream_connections_limit
             .get_or_create(&labels)
@@ -331,8 +331,8 @@ impl RouteCounters {
     /// The series of `route` to `cluster` in `metrics`.
     pub fn new(metrics: &Metrics, route: &str, cluster: &str) -> Self {
         let labels = RouteLabels {
-            route: route.to_owned(),
-            cluster: cluster.to_owned(),
+            route: route.into(),
+            cluster: cluster.into(),
         };
         RouteCounters {
             requests: metrics.requests.get_or_create(&labels).clone(),
@@ -349,8 +349,8 @@ impl RouteCounters {
                     metrics
                         .upstream_responses
                         .get_or_create(&ResponseLabels {
-                            route: route.to_owned(),
-                            cluster: cluster.to_owned(),
+                            route: route.into(),
+                            cluster: cluster.into(),
                             class: (*class).to_owned(),
                         })
                         .clone()

@@ -12,6 +12,8 @@
 //!   connections it keeps open; with a `TlsAcceptor` (tollgate-tls) each
 //!   connection is TLS, and [`watch_tls`] reloads its certificate when the
 //!   files change or on SIGHUP.
+//! * [`LabelValue`]: a Prometheus label value written escaped, for label
+//!   values that callers or configurations choose.
 //! * [`trace_context`]: whether tracing is on, and W3C trace context taken
 //!   from a request's headers and passed on to the next hop.
 //!
@@ -24,6 +26,7 @@
 mod accept;
 mod connection_limit;
 mod entries;
+mod label_value;
 mod shutdown;
 mod signal;
 mod task;
@@ -34,6 +37,7 @@ mod watcher;
 pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};
 pub use connection_limit::ConnectionLimit;
 pub use entries::{ConfigEntries, EveryEntry};
+pub use label_value::LabelValue;
 pub use shutdown::{Drained, Shutdown, drain};
 pub use signal::shutdown_signal;
 pub use task::AbortOnDrop;

@@ -9,7 +9,10 @@
 //! see [`crate::rule_stats`]); their number is bounded by the config, except
 //! for rules with `detailed_metric: true` or a `value_to_metric` level, which
 //! count under the request's values as upstream's stats do, at most
-//! `--max-metric-keys` such keys ([`crate::metric_key`]). Descriptors that
+//! `--max-metric-keys` such keys of label values of at most
+//! `--max-metric-label-bytes` each ([`crate::metric_key`]). Every label
+//! value is written escaped ([`tollgate_runtime::LabelValue`]), so no value
+//! can end a label or a line. Descriptors that
 //! match no rule, or that nothing limits, are not counted. A shadowed hit
 //! counts in `over_limit` and `shadow_mode`, as upstream counts it.
 //!
@@ -49,7 +52,7 @@ use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
 use crate::build_info::BuildInfo;
-use crate::metric_key::MetricKeys;
+use crate::metric_key::{MetricKeys, MetricKeysCollector};
 use crate::reload::LiveEngine;
 use crate::rule_stats::{RuleStat, RuleStats, RuleStatsCollector};
 use tollgate_protocol::rls::RequestCaps;
@@ -256,7 +259,7 @@ pub struct Metrics {
     /// Response times (seconds) not yet sent to statsd, when statsd is on.
     pending_timings: Option<Mutex<Vec<f64>>>,
     near_limit_ratio: f64,
-    metric_keys: MetricKeys,
+    metric_keys: Arc<MetricKeys>,
     clock: MonotonicClock,
 }
 
@@ -304,7 +307,7 @@ impl Metrics {
             } else {
                 DEFAULT_NEAR_LIMIT_RATIO
             },
-            metric_keys: MetricKeys::default(),
+            metric_keys: Arc::default(),
             clock: MonotonicClock::new(),
         };
         metrics.register_service();
@@ -327,14 +330,17 @@ impl Metrics {
         self
     }
 
-    /// These metrics, keeping at most `max` distinct statistics keys taken
-    /// from request values (`detailed_metric`, `value_to_metric`); past it,
-    /// hits count under the rule's configured path.
-    pub fn with_max_metric_keys(self, max: usize) -> Self {
-        Metrics {
-            metric_keys: MetricKeys::new(max),
-            ..self
-        }
+    /// These metrics, keeping the statistics keys taken from request values
+    /// (`detailed_metric`, `value_to_metric`) within `keys`' bounds (past the
+    /// number, hits count under the rule's configured path), with their
+    /// gauges ([`crate::metric_key::MetricKeysCollector`]). Call it once.
+    #[must_use]
+    pub fn with_metric_keys(mut self, keys: MetricKeys) -> Self {
+        let keys = Arc::new(keys);
+        self.registry
+            .register_collector(Box::new(MetricKeysCollector(Arc::clone(&keys))));
+        self.metric_keys = keys;
+        self
     }
 
     /// Counts one answered request: per-rule hits from the statuses, against the rules that matched.

@@ -5,7 +5,8 @@
 //! request's entries for a `detailed_metric` rule). Every part is sanitised
 //! as upstream's statsd names are: `.`, `:` and `|` inside a key or value
 //! become `_`, so a part never splits into two. The number of keys is bounded
-//! by the config, except for detailed rules, as before.
+//! by the config, except for detailed rules, as before; those keys are
+//! bounded in number and size by [`crate::metric_key`].
 //!
 //! Two views read the same counters:
 //! * Prometheus ([`RuleStatsCollector`]): the names and labels that
@@ -15,7 +16,8 @@
 //!   level) for rules two or more levels deep; deeper levels add into their
 //!   first two, as they do upstream. Upstream's exporter writes these names
 //!   without the `_total` suffix, so they are written as OpenMetrics
-//!   `unknown` samples under exactly those names.
+//!   `unknown` samples under exactly those names. Label values are written
+//!   escaped, as request values may hold `"`, `\\` or a newline.
 //! * statsd ([`RuleStats::snapshot`]): `ratelimit.service.rate_limit.<stats key>.<stat>`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +29,7 @@ use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
+use tollgate_runtime::LabelValue;
 
 /// One counter of a rule, in upstream's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,8 +164,9 @@ impl RuleStats {
 #[derive(Debug)]
 pub struct RuleStatsCollector(pub Arc<RuleStats>);
 
-/// The labels of one upstream series: `domain`, `key1`, and `key2` when the key has two levels or more.
-type UpstreamLabels = Vec<(&'static str, String)>;
+/// The labels of one upstream series: `domain`, `key1`, and `key2` when the
+/// key has two levels or more, written escaped (they hold request values).
+type UpstreamLabels = Vec<(&'static str, LabelValue)>;
 
 impl Collector for RuleStatsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
@@ -172,9 +176,12 @@ impl Collector for RuleStatsCollector {
             let Some(key1) = key.levels.first() else {
                 continue;
             };
-            let mut labels = vec![("domain", key.domain.clone()), ("key1", key1.clone())];
+            let mut labels = vec![
+                ("domain", LabelValue::from(key.domain.as_str())),
+                ("key1", LabelValue::from(key1.as_str())),
+            ];
             if let Some(key2) = key.levels.get(1) {
-                labels.push(("key2", key2.clone()));
+                labels.push(("key2", LabelValue::from(key2.as_str())));
             }
             let sum = series.entry(labels).or_default();
             for (total, value) in sum.iter_mut().zip(values) {

@@ -11,7 +11,10 @@
 //! * `ratelimit.service.config_load_success`, `ratelimit.service.config_load_error`,
 //!   `ratelimit.service.global_shadow_mode`
 //!
-//! Counters that did not change are not sent. A send that fails is logged
+//! A stats key holds request values for `detailed_metric` and
+//! `value_to_metric` rules: each part is at most `--max-metric-label-bytes`
+//! ([`crate::metric_key`]) and holds no character that would end the line
+//! or add tags ([`statsd_safe`]). Counters that did not change are not sent. A send that fails is logged
 //! at debug level and dropped, as statsd over UDP is.
 
 use std::collections::HashMap;
@@ -96,7 +99,7 @@ impl StatsdFlusher {
         let mut lines = Vec::new();
         for (key, values) in self.metrics.rule_stats().snapshot() {
             let before = self.rules.get(&key).copied().unwrap_or_default();
-            let dotted = key.dotted();
+            let dotted = statsd_safe(&key.dotted());
             for stat in RuleStat::ALL {
                 let delta = values[stat as usize].saturating_sub(before[stat as usize]);
                 if delta > 0 {
@@ -157,6 +160,18 @@ impl StatsdFlusher {
     }
 }
 
+/// `name` with what a statsd server would read as the end of a line or as
+/// tags replaced by `_`: control characters (a newline would start a line
+/// of the caller's choosing) and the tag syntax of the statsd_exporter's
+/// InfluxDB (`,`), Librato (`#`) and SignalFx (`[`, `]`) formats. The
+/// stats key already has `.`, `:` and `|` replaced, as upstream's.
+fn statsd_safe(name: &str) -> String {
+    name.replace(
+        |c: char| c.is_control() || matches!(c, ',' | '#' | '[' | ']'),
+        "_",
+    )
+}
+
 /// `lines` packed into newline-separated datagrams of at most [`MAX_DATAGRAM`] bytes.
 fn datagrams(lines: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -188,5 +203,12 @@ mod tests {
         assert!(packed.iter().all(|d| d.len() <= MAX_DATAGRAM));
         let back: Vec<&str> = packed.iter().flat_map(|d| d.split('\n')).collect();
         assert_eq!(back, lines.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_request_value_cannot_end_a_statsd_line_or_add_tags() {
+        let name = statsd_safe("d.user_a\ninjected:42|c\r,tag=v#t=v[t=v]");
+        assert_eq!(name, "d.user_a_injected:42|c__tag=v_t=v_t=v_");
+        assert!(!name.contains(['\n', '\r', ',', '#', '[', ']']), "{name}");
     }
 }

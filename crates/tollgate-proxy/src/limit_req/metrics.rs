@@ -67,8 +67,8 @@ impl LimitReqFamilies {
     /// The series of `route` to `cluster`, whose bound is `max_waiting`.
     pub fn stats(&self, route: &str, cluster: &str, max_waiting: usize) -> LimitReqStats {
         let labels = RouteLabels {
-            route: route.to_owned(),
-            cluster: cluster.to_owned(),
+            route: route.into(),
+            cluster: cluster.into(),
         };
         self.waiting_limit
             .get_or_create(&labels)

@@ -11,7 +11,9 @@ use tollgate_protocol::rls::caps::{
     DEFAULT_MAX_DESCRIPTOR_ENTRIES, DEFAULT_MAX_DESCRIPTORS, DEFAULT_MAX_MESSAGE_BYTES,
 };
 use tollgate_server::EngineOptions;
-use tollgate_server::metric_key::DEFAULT_MAX_METRIC_KEYS;
+use tollgate_server::metric_key::{
+    DEFAULT_MAX_METRIC_KEYS, DEFAULT_MAX_METRIC_LABEL_BYTES, MIN_METRIC_LABEL_BYTES,
+};
 use tollgate_server::store::RemoteOptions;
 use tollgate_store::{DEFAULT_MAX_LOG_ENTRIES, StoreConfig};
 
@@ -169,6 +171,13 @@ pub struct ServeArgs {
     /// under the rule's configured path. About 200 bytes each, per series.
     #[arg(long, env = "TOLLGATE_MAX_METRIC_KEYS", value_name = "N", default_value_t = DEFAULT_MAX_METRIC_KEYS)]
     pub max_metric_keys: usize,
+    /// The most bytes of one such label value (and of one part of a statsd
+    /// name): a longer value is cut at a character boundary and ends in `~`
+    /// and 16 hex digits of its hash, so distinct values stay distinct. At
+    /// least 32. With `--max-metric-keys`, the labels take at most keys ×
+    /// levels × this.
+    #[arg(long, env = "TOLLGATE_MAX_METRIC_LABEL_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_METRIC_LABEL_BYTES, value_parser = parse_label_bytes)]
+    pub max_metric_label_bytes: usize,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
     #[arg(
         long,
@@ -262,6 +271,16 @@ pub(super) fn parse_cap(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
+/// A label byte bound: a whole number with room for the hash suffix.
+fn parse_label_bytes(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= MIN_METRIC_LABEL_BYTES => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a whole number of at least {MIN_METRIC_LABEL_BYTES}"
+        )),
     }
 }
 

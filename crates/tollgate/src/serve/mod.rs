@@ -23,6 +23,7 @@ use tollgate_rules::LoadOptions;
 use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
+use tollgate_server::metric_key::MetricKeys;
 use tollgate_server::metrics::{ConfigStats, Metrics};
 use tollgate_server::reload;
 use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
@@ -150,7 +151,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         settings.near_limit_ratio,
     )
     .with_request_caps(&caps)
-    .with_max_metric_keys(args.max_metric_keys)
+    .with_metric_keys(MetricKeys::new(
+        args.max_metric_keys,
+        args.max_metric_label_bytes,
+    ))
     .with_bounds(BoundsCollector::new(
         Arc::clone(&live) as Arc<dyn BoundsSource>,
         limits.gauged(),
