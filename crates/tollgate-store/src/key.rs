@@ -10,8 +10,10 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 /// never share an identity and no hashing is done. Byte-string keys are
 /// hashed with xxh3-128 under a seed chosen at random by each store, and the
 /// top bit of `hi` is set, so a byte string never shares an identity with an
-/// integer (whose `hi` is 1) and `hi` is never 0. Two distinct byte strings
-/// share an identity with probability about 2⁻¹²⁷.
+/// integer (whose `hi` is 1) and `hi` is never 0. Bits 31 to 62 of `hi`
+/// ([`SPARE_HI_BITS`]) are 0 in every identity: a word store files a key's
+/// arrival there. Two distinct byte strings share an identity with
+/// probability about 2⁻⁹⁵.
 ///
 /// A store keeps only the identity, never the key itself.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,10 +22,14 @@ pub struct KeyId {
     lo: u64,
 }
 
+/// The bits of [`KeyId::hi`] that no identity uses (bits 31 to 62).
+pub(crate) const SPARE_HI_BITS: u64 = ((1 << 32) - 1) << 31;
+
 impl KeyId {
-    /// The identity with the given halves, or `None` when `hi` is 0 (the empty-slot marker).
+    /// The identity with the given halves, or `None` when `hi` is 0 (the
+    /// empty-slot marker) or has a bit of [`SPARE_HI_BITS`] set.
     pub const fn new(hi: u64, lo: u64) -> Option<Self> {
-        if hi == 0 {
+        if hi == 0 || hi & SPARE_HI_BITS != 0 {
             None
         } else {
             Some(KeyId { hi, lo })
@@ -39,7 +45,7 @@ impl KeyId {
     pub fn of_bytes(bytes: &[u8], seed: u64) -> Self {
         let hash = xxh3_128_with_seed(bytes, seed);
         KeyId {
-            hi: ((hash >> 64) as u64) | (1 << 63),
+            hi: (((hash >> 64) as u64) & !SPARE_HI_BITS) | (1 << 63),
             lo: hash as u64,
         }
     }
@@ -155,11 +161,16 @@ mod tests {
         assert_eq!(id, (&s).key_id(42));
         assert_ne!(id, s.key_id(43), "another store, another identity");
         assert_ne!("".key_id(0).hi(), 0);
+        for n in 0..64u64 {
+            assert_eq!(n.to_string().key_id(n).hi() & SPARE_HI_BITS, 0);
+        }
     }
 
     #[test]
     fn a_zero_high_half_is_not_an_identity() {
         assert_eq!(KeyId::new(0, 5), None);
+        assert_eq!(KeyId::new(1 | (1 << 31), 5), None);
+        assert_eq!(KeyId::new(1 << 62, 5), None);
         assert_eq!(
             format!("{:?}", KeyId::of_integer(255)),
             "KeyId(0000000000000001:00000000000000ff)"

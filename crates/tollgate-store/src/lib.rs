@@ -23,8 +23,9 @@
 //!
 //! Every store is bounded by [`StoreConfig::max_keys`]. Keys whose state has
 //! become fresh are dropped without changing any decision; when a store is
-//! full, it evicts the keys that have used the least of their budget, so
-//! that an eviction changes the fewest decisions. Stores never
+//! full, it evicts the keys that have used the least of their budget (the
+//! newest among equals), so that an eviction changes the fewest decisions
+//! and no flood of later keys, of any cost, frees an exhausted key. Stores never
 //! read a clock: time comes in as a [`Timestamp`](tollgate_core::Timestamp).
 //!
 //! Keys are anything that implements [`Key`]: integers map exactly to a

@@ -22,8 +22,8 @@ use crate::key::{Key, KeyId};
 /// entries expired, so dropping them changes no decision) and, if still
 /// full, evicts the logs that have used the least of their limit (the
 /// fewest units still in the window, which is what an eviction hands
-/// back), the soonest fresh among equals, down to 7/8 of its share. So a
-/// log at its limit outlives a flood of one-request keys (the order and
+/// back), the newest among equals, down to 7/8 of its share. So a log at
+/// its limit outlives a flood of later keys of any cost (the order and
 /// what it guarantees are in [`eviction`](crate::eviction)). The
 /// store never holds more than `max_keys` keys.
 ///
@@ -50,9 +50,17 @@ pub struct LogStore {
 
 /// One shard: its logs, the heap bytes they hold and their entries.
 struct LogShard {
-    logs: HashMap<KeyId, LogState, KeyIdHashing>,
+    logs: HashMap<KeyId, Logged, KeyIdHashing>,
     log_heap_bytes: usize,
     entries: usize,
+    /// The arrival number of the next key inserted.
+    next_arrival: u64,
+}
+
+/// A key's log and its arrival number in the shard (which the order of eviction reads).
+struct Logged {
+    log: LogState,
+    arrival: u64,
 }
 
 impl LogShard {
@@ -63,7 +71,7 @@ impl LogShard {
         make_room: impl FnOnce(&mut Self),
         operation: impl FnOnce(&mut LogState) -> Decision,
     ) -> Decision {
-        if let Some(log) = self.logs.get_mut(&id) {
+        if let Some(Logged { log, .. }) = self.logs.get_mut(&id) {
             let before = log.heap_bytes();
             let entries_before = log.len();
             let decision = operation(log);
@@ -83,7 +91,9 @@ impl LogShard {
             make_room(self);
             self.log_heap_bytes += log.heap_bytes();
             self.entries += log.len();
-            self.logs.insert(id, log);
+            let arrival = self.next_arrival;
+            self.next_arrival += 1;
+            self.logs.insert(id, Logged { log, arrival });
         }
         decision
     }
@@ -92,7 +102,7 @@ impl LogShard {
     fn remove_where(&mut self, mut drop: impl FnMut(&KeyId, &LogState) -> bool) {
         let mut freed = 0;
         let mut entries = 0;
-        self.logs.retain(|id, log| {
+        self.logs.retain(|id, Logged { log, .. }| {
             let dropped = drop(id, log);
             if dropped {
                 freed += log.heap_bytes();
@@ -109,7 +119,7 @@ impl LogShard {
     fn coalesce_to(&mut self, keep: usize) {
         while self.entries > keep {
             let mut merged_any = false;
-            for log in self.logs.values_mut() {
+            for Logged { log, .. } in self.logs.values_mut() {
                 if self.entries <= keep {
                     break;
                 }
@@ -134,7 +144,7 @@ impl LogShard {
             1..8 => (capacity + 1).next_power_of_two(),
             _ => (capacity.saturating_mul(8) / 7).next_power_of_two(),
         };
-        buckets * (size_of::<(KeyId, LogState)>() + 1)
+        buckets * (size_of::<(KeyId, Logged)>() + 1)
     }
 }
 
@@ -157,6 +167,7 @@ impl LogStore {
                     logs: HashMap::with_hasher(hashing.map_hashing()),
                     log_heap_bytes: 0,
                     entries: 0,
+                    next_arrival: 0,
                 }))
             })
             .collect();
@@ -203,7 +214,7 @@ impl LogStore {
             .lock()
             .logs
             .get(&id)
-            .map_or(0, LogState::total)
+            .map_or(0, |logged| logged.log.total())
     }
 
     /// The units the key's log holds inside the window ending at `now`, 0 when absent; for displays.
@@ -216,7 +227,7 @@ impl LogStore {
             .lock()
             .logs
             .get(&id)
-            .map_or(0, |log| self.algorithm.logged_at(log, now))
+            .map_or(0, |logged| self.algorithm.logged_at(&logged.log, now))
     }
 
     /// Drops every log that is fresh at `now` (all its entries expired); changes no decision.
@@ -290,7 +301,7 @@ impl LogStore {
                 shard
                     .logs
                     .iter()
-                    .map(|(id, log)| (*id, log.clone()))
+                    .map(|(id, logged)| (*id, logged.log.clone()))
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -319,7 +330,7 @@ impl LogStore {
     }
 
     /// Makes room for one more key in a full shard: fresh logs first, then
-    /// the least used (the fewest units logged in the window), soonest fresh among equals.
+    /// the least used (the fewest units logged in the window), the newest among equals.
     fn make_room(&self, shard: &mut LogShard, now: Timestamp) {
         if shard.logs.len() < self.layout.share {
             return;
@@ -332,18 +343,15 @@ impl LogStore {
         let mut ranked: Vec<(EvictionRank, KeyId)> = shard
             .logs
             .iter()
-            .map(|(id, log)| {
-                let used = self.algorithm.logged_at(log, now);
-                let hash = self.hashing.probe_hash(*id);
-                (
-                    EvictionRank::new(used, self.algorithm.fresh_at(log), hash),
-                    *id,
-                )
+            .map(|(id, logged)| {
+                let used = self.algorithm.logged_at(&logged.log, now);
+                let limit = self.algorithm.limit();
+                (EvictionRank::new(used, limit, logged.arrival), *id)
             })
             .collect();
         for (_, id) in evict_least_used(&mut ranked, keep, |&(rank, _)| rank) {
-            if let Some(log) = shard.logs.remove(&id) {
-                shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(log.heap_bytes());
+            if let Some(logged) = shard.logs.remove(&id) {
+                shard.log_heap_bytes = shard.log_heap_bytes.saturating_sub(logged.log.heap_bytes());
             }
         }
     }

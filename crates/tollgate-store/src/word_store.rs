@@ -55,9 +55,11 @@
 //! 2. keeps the keys whose state is not yet fresh (`fresh_at > now`):
 //!    dropping a fresh key changes no decision;
 //! 3. if more keys remain than the shard's share, *evicts* the ones that
-//!    have used the least of their budget, down to 7/8 of the share (so
-//!    eviction is paid once per many inserts); see [`eviction`](crate::eviction)
-//!    for the order and what it guarantees;
+//!    have used the least of their budget, the newest among equals (a
+//!    slot's `hi` carries its key's arrival number in bits no identity
+//!    uses), down to 7/8 of the share (so eviction is paid once per many
+//!    inserts); see [`eviction`](crate::eviction) for the order and what
+//!    it guarantees;
 //! 4. sizes a new table to hold the survivors at 60% occupancy (capped at
 //!    the shard's maximum, which holds the whole share at 80%), fills it,
 //!    publishes it, and hands the old one to the epoch collector, which frees
@@ -110,12 +112,19 @@ use tollgate_core::{Decision, RESERVED_STATE, Timestamp, WordAlgorithm};
 use crate::config::{ShardLayout, StoreConfig};
 use crate::eviction::{EvictionRank, evict_least_used};
 use crate::hashing::KeyHashing;
-use crate::key::{Key, KeyId};
+use crate::key::{Key, KeyId, SPARE_HI_BITS};
 use crate::state_word::{self, AtomicU64};
 use crate::sweep_schedule::SweepSchedule;
 
 /// The smallest table a rebuild allocates (unless the shard's share is smaller still).
 const MIN_CAPACITY: usize = 8;
+
+/// Where a slot's `hi` keeps the key's arrival number (in [`SPARE_HI_BITS`]).
+const ARRIVAL_SHIFT: u32 = SPARE_HI_BITS.trailing_zeros();
+
+/// A shard whose arrival numbers reach this renumbers its keys at the next
+/// rebuild (keeping their order), so that numbers always fit their 32 bits.
+const RENUMBER_AT: u64 = 1 << 31;
 
 /// Bytes a shard costs besides its slots, as counted by `memory_bytes`,
 /// plus one slot of rounding in the table's capacity.
@@ -126,7 +135,10 @@ pub(crate) const FIXED_BYTES_PER_SHARD: usize =
 ///
 /// `hi == 0` means empty. `hi` and `lo` are written once, when the key is
 /// inserted (under the shard mutex), and never change; `state` changes by
-/// compare-and-swap and is frozen to [`RESERVED_STATE`] by a rebuild.
+/// compare-and-swap and is frozen to [`RESERVED_STATE`] by a rebuild. `hi`
+/// holds the key's identity and, in the bits no identity uses
+/// ([`SPARE_HI_BITS`]), the key's arrival number in its shard, which the
+/// order of eviction reads.
 struct Slot {
     hi: StdAtomicU64,
     lo: StdAtomicU64,
@@ -179,7 +191,7 @@ impl Table {
             if hi == 0 {
                 return None;
             }
-            if hi == id.hi() && slot.lo.load(Ordering::Relaxed) == id.lo() {
+            if hi & !SPARE_HI_BITS == id.hi() && slot.lo.load(Ordering::Relaxed) == id.lo() {
                 return Some(slot);
             }
             i += 1;
@@ -190,12 +202,13 @@ impl Table {
         None
     }
 
-    /// Puts `id` with `state` in the first empty slot of its probe chain.
+    /// Puts `id` with `state`, the shard's `arrival`-th key (below 2³²), in
+    /// the first empty slot of its probe chain.
     ///
     /// Only under the shard mutex (or before the table is published), for a
     /// key not in the table. Returns false if the table has no empty slot,
     /// which the occupancy limit rules out.
-    fn insert_absent(&self, id: KeyId, hash: u64, state: u64) -> bool {
+    fn insert_absent(&self, id: KeyId, hash: u64, state: u64, arrival: u64) -> bool {
         let capacity = self.slots.len();
         let mut i = self.home(hash);
         for _ in 0..capacity {
@@ -205,7 +218,8 @@ impl Table {
             if slot.hi.load(Ordering::Relaxed) == 0 {
                 slot.state.store(state, Ordering::Relaxed);
                 slot.lo.store(id.lo(), Ordering::Relaxed);
-                slot.hi.store(id.hi(), Ordering::Release);
+                let arrival = (arrival << ARRIVAL_SHIFT) & SPARE_HI_BITS;
+                slot.hi.store(id.hi() | arrival, Ordering::Release);
                 return true;
             }
             i += 1;
@@ -225,6 +239,8 @@ struct Shard {
     swept_at: StdAtomicU64,
     /// Keys in the current table.
     len: AtomicUsize,
+    /// The arrival number of the next key inserted (changed under `writer` only).
+    next_arrival: StdAtomicU64,
     /// Taken by inserts and rebuilds, never by the fast path.
     writer: Mutex<()>,
 }
@@ -235,8 +251,8 @@ struct LiveKey {
     /// The key's probe hash.
     hash: u64,
     state: u64,
-    /// Where the key stands in the order of eviction.
-    rank: EvictionRank,
+    /// The key's arrival number in its shard.
+    arrival: u64,
 }
 
 /// Keys to one-word states, for every [`WordAlgorithm`].
@@ -246,7 +262,8 @@ struct LiveKey {
 /// threads, a limit of `L` admits exactly `L`. The store holds at most
 /// `max_keys` keys, dropping keys that have become fresh (which changes no
 /// decision) and, when full, evicting the keys that have used the least of
-/// their budget (so an exhausted key outlives a flood of new ones). It
+/// their budget, the newest among equals (so an exhausted key outlives a
+/// flood of new ones of any cost). It
 /// never reads a clock: every call takes the time as a
 /// [`Timestamp`]. See the [module docs](crate::word_store) for the design
 /// and memory figures.
@@ -261,6 +278,8 @@ pub struct WordStore<A: WordAlgorithm> {
     /// When a shard must be rebuilt so that window numbers are never misread.
     sweeps: SweepSchedule,
     hashing: KeyHashing,
+    /// The algorithm's capacity: the `used` of an exhausted key.
+    capacity: u64,
 }
 
 /// What a call asks of a key's state.
@@ -321,18 +340,20 @@ impl<A: WordAlgorithm> WordStore<A> {
                     table: Atomic::null(),
                     swept_at: StdAtomicU64::new(0),
                     len: AtomicUsize::new(0),
+                    next_arrival: StdAtomicU64::new(0),
                     writer: Mutex::new(()),
                 })
             })
             .collect();
         WordStore {
-            algorithm,
             shards,
             shard_mask: layout.count - 1,
             layout,
             max_capacity: layout.share.saturating_mul(5).div_ceil(4).max(2),
             sweeps,
             hashing,
+            capacity: algorithm.decide(0, Timestamp::EPOCH, 0).0.remaining(),
+            algorithm,
         }
     }
 
@@ -356,7 +377,7 @@ impl<A: WordAlgorithm> WordStore<A> {
             for slot in table.slots.iter() {
                 let state = slot.state.load(Ordering::Acquire);
                 let id = KeyId::new(
-                    slot.hi.load(Ordering::Acquire),
+                    slot.hi.load(Ordering::Acquire) & !SPARE_HI_BITS,
                     slot.lo.load(Ordering::Relaxed),
                 );
                 if let Some(id) = id.filter(|_| state != 0 && state != RESERVED_STATE) {
@@ -567,8 +588,9 @@ impl<A: WordAlgorithm> WordStore<A> {
             }
             _ => self.rebuild(shard, now, 1, guard),
         };
+        let arrival = shard.next_arrival.fetch_add(1, Ordering::Relaxed);
         if let Some(table) = table
-            && table.insert_absent(id, hash, state)
+            && table.insert_absent(id, hash, state, arrival)
         {
             shard.len.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -610,21 +632,30 @@ impl<A: WordAlgorithm> WordStore<A> {
                 if fresh_at <= now {
                     continue;
                 }
-                if let Some(id) = KeyId::new(hi, slot.lo.load(Ordering::Relaxed)) {
-                    let hash = self.hashing.probe_hash(id);
-                    let used = self.algorithm.used(state, now);
+                let lo = slot.lo.load(Ordering::Relaxed);
+                if let Some(id) = KeyId::new(hi & !SPARE_HI_BITS, lo) {
                     live.push(LiveKey {
                         id,
-                        hash,
+                        hash: self.hashing.probe_hash(id),
                         state,
-                        rank: EvictionRank::new(used, fresh_at, hash),
+                        arrival: (hi & SPARE_HI_BITS) >> ARRIVAL_SHIFT,
                     });
                 }
             }
         }
         if live.len() + incoming > self.layout.share {
             let keep = self.layout.keep_after_eviction();
-            drop(evict_least_used(&mut live, keep, |k| k.rank));
+            let rank = |k: &LiveKey| {
+                let used = self.algorithm.used(k.state, now);
+                EvictionRank::new(used, self.capacity, k.arrival)
+            };
+            drop(evict_least_used(&mut live, keep, rank));
+        }
+        if shard.next_arrival.load(Ordering::Relaxed) >= RENUMBER_AT {
+            renumber_arrivals(&mut live);
+            shard
+                .next_arrival
+                .store(live.len() as u64, Ordering::Relaxed);
         }
         let needed = live.len() + incoming;
         let new = if needed == 0 {
@@ -632,7 +663,7 @@ impl<A: WordAlgorithm> WordStore<A> {
         } else {
             let table = Table::with_capacity(self.capacity_for(needed));
             for key in &live {
-                let placed = table.insert_absent(key.id, key.hash, key.state);
+                let placed = table.insert_absent(key.id, key.hash, key.state, key.arrival);
                 debug_assert!(placed, "a rebuilt table has room for every live key");
             }
             Owned::new(table).into_shared(guard)
@@ -661,6 +692,14 @@ impl<A: WordAlgorithm> WordStore<A> {
             .div_ceil(3)
             .max(MIN_CAPACITY)
             .min(self.max_capacity)
+    }
+}
+
+/// Numbers `live` 0, 1, 2, … in the order the keys arrived.
+fn renumber_arrivals(live: &mut [LiveKey]) {
+    live.sort_unstable_by_key(|k| k.arrival);
+    for (n, key) in live.iter_mut().enumerate() {
+        key.arrival = n as u64;
     }
 }
 
@@ -708,16 +747,16 @@ mod tests {
         // Every hash near u64::MAX lands in the last slot.
         let ids: Vec<KeyId> = (1..=3).map(KeyId::of_integer).collect();
         for (n, id) in ids.iter().enumerate() {
-            assert!(table.insert_absent(*id, u64::MAX, n as u64 + 10));
+            assert!(table.insert_absent(*id, u64::MAX, n as u64 + 10, 0));
         }
         for (n, id) in ids.iter().enumerate() {
             let slot = table.find(*id, u64::MAX).unwrap();
             assert_eq!(slot.state.load(Ordering::Relaxed), n as u64 + 10);
         }
         assert!(table.find(KeyId::of_integer(9), u64::MAX).is_none());
-        assert!(table.insert_absent(KeyId::of_integer(4), 0, 1));
+        assert!(table.insert_absent(KeyId::of_integer(4), 0, 1, 0));
         assert!(
-            !table.insert_absent(KeyId::of_integer(5), 0, 1),
+            !table.insert_absent(KeyId::of_integer(5), 0, 1, 0),
             "a full table refuses"
         );
         assert!(table.find(KeyId::of_integer(9), 0).is_none(), "terminates");
@@ -752,6 +791,44 @@ mod tests {
         }
         let per_key = store.memory_bytes() as f64 / store.len() as f64;
         assert!((30.0..=44.0).contains(&per_key), "{per_key} bytes per key");
+    }
+
+    #[test]
+    fn arrival_numbers_are_renumbered_in_order_before_they_outgrow_their_bits() {
+        let store = WordStore::new(bucket(), StoreConfig::with_max_keys(8));
+        let now = Timestamp::from_secs(100);
+        let shard = &store.shards[0];
+        // Two keys arrive just below the renumbering point, then one more
+        // key per rebuild until the last crosses it.
+        shard.next_arrival.store(RENUMBER_AT - 2, Ordering::Relaxed);
+        for n in 0..8u64 {
+            store.check(&n, now, 3);
+        }
+        assert!(shard.next_arrival.load(Ordering::Relaxed) < 16);
+        let guard = epoch::pin();
+        let table = store.current_table(shard, &guard).unwrap();
+        let mut arrivals: Vec<(u64, u64)> = table
+            .slots
+            .iter()
+            .filter(|s| s.hi.load(Ordering::Relaxed) != 0)
+            .map(|s| {
+                let hi = s.hi.load(Ordering::Relaxed);
+                (
+                    (hi & SPARE_HI_BITS) >> ARRIVAL_SHIFT,
+                    s.lo.load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+        arrivals.sort_unstable();
+        let keys: Vec<u64> = arrivals.iter().map(|a| a.1).collect();
+        let mut in_order = keys.clone();
+        in_order.sort_unstable();
+        assert_eq!(keys, in_order, "renumbering kept the order of arrival");
+        // The newest go first: a full store of exhausted keys keeps the oldest.
+        for n in 100..120u64 {
+            store.check(&n, now, 3);
+        }
+        assert!(!store.check(&0u64, now, 1).is_allowed(), "the oldest stays");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! One shard of 16 keys is filled with random histories under every
 //! algorithm, then new keys arrive and force evictions. Before each, the
 //! budget every held key has used is read (`WordAlgorithm::used` for the
-//! one-word algorithms, the units still logged for the sliding log); after
-//! it, every evicted key must have used at most what every kept key has.
+//! one-word algorithms, the units still logged for the sliding log, up to
+//! the capacity: every exhausted key counts alike, a fixed window closed by
+//! a denial as one at its limit); after it, every evicted key must have
+//! used at most what every kept key has.
 
 use std::time::Duration;
 
@@ -48,12 +50,13 @@ fn histories() -> impl Strategy<Value = Vec<Vec<Request>>> {
     proptest::collection::vec(proptest::collection::vec(request, 1..=4), SHARE as usize)
 }
 
-/// How much of its budget `key` has used at `now` (0 when the store does not hold it).
+/// How much of its budget `key` has used at `now`, at most the capacity (0 when the store does not hold it).
 fn used(store: &MemoryStore, key: u64, now: Timestamp) -> u64 {
-    match store.algorithm() {
+    let used = match store.algorithm() {
         AnyAlgorithm::Word(a) => a.used(store.peek(&key), now),
         AnyAlgorithm::SlidingLog(_) => store.peek_at(&key, now),
-    }
+    };
+    used.min(store.algorithm().capacity())
 }
 
 /// Whether the store holds `key` (a held state is never the fresh 0, a held log never empty).

@@ -1,6 +1,6 @@
-//! A flood of distinct keys far past the key bound neither resets an
-//! exhausted key nor takes the store past its key and memory bounds, for
-//! every algorithm.
+//! A flood of distinct keys far past the key bound, of any cost, neither
+//! resets an exhausted key nor takes the store past its key and memory
+//! bounds, for every algorithm.
 //!
 //! The exhausted key is decided in a twin store that sees no flood: at
 //! every probe, during the flood and after it, both must answer alike, so
@@ -154,6 +154,51 @@ fn an_exhausted_key_stays_denied_through_a_flood_of_new_keys() {
 #[test]
 fn a_flood_of_keys_each_using_all_but_one_unit_leaves_an_exhausted_key_alone() {
     exhaust_then_flood(50_000, |capacity| capacity - 1);
+}
+
+#[test]
+fn a_flood_of_keys_of_any_cost_leaves_an_exhausted_key_alone() {
+    // A caller who picks costs brings each flood key to the victims' used
+    // budget in one request: the whole capacity, or more (denied, which
+    // closes a fixed window as the victims' own denial closed theirs). The
+    // victims arrived first, so each eviction takes flood keys.
+    exhaust_then_flood(20_000, |capacity| capacity);
+    exhaust_then_flood(20_000, |capacity| capacity + 1);
+    exhaust_then_flood(20_000, |_| u64::MAX);
+}
+
+#[test]
+fn a_fixed_window_at_exactly_its_limit_outlives_a_flood_of_closed_windows() {
+    // No denial has closed the victims' windows (they count 10, not 11),
+    // while every flood key's cost of 11 closes its own.
+    let fw = FixedWindow::new(10, Duration::from_secs(60)).unwrap();
+    let store = MemoryStore::new(fw, StoreConfig::with_max_keys(1024));
+    let t0 = Timestamp::from_nanos(T0);
+    let reset = Timestamp::from_secs(1_700_000_100);
+    let victims = victims();
+    for victim in &victims {
+        for _ in 0..10 {
+            assert!(store.check(victim.as_str(), t0, 1).is_allowed());
+        }
+    }
+    let keys = 20_000;
+    let span = (reset.as_nanos() - T0) / 2;
+    for n in 0..keys {
+        let t = Timestamp::from_nanos(T0 + span * n / keys);
+        assert!(!store.check(&n, t, 11).is_allowed());
+        if n % 997 == 0 {
+            for victim in &victims {
+                // A check of cost 0 writes nothing: the window stays at 10.
+                let got = store.check(victim.as_str(), t, 0);
+                assert_eq!(got.remaining(), 0, "{victim} fresh again at key {n}");
+            }
+        }
+    }
+    let just_before = Timestamp::from_nanos(reset.as_nanos() - 1);
+    for victim in &victims {
+        assert!(!store.check(victim.as_str(), just_before, 1).is_allowed());
+        assert!(store.check(victim.as_str(), reset, 1).is_allowed());
+    }
 }
 
 #[test]

@@ -286,7 +286,7 @@ pub struct LimitReqConfig {
     pub key_header: Option<String>,
     /// The status of a rejected request (default 429; nginx's `limit_req_status` defaults to 503).
     pub status: Option<u16>,
-    /// The most keys tracked; past it the least recently used key is dropped (default 100 000).
+    /// The most keys tracked; past it the least used keys are evicted, as in the rules' stores (default 100 000).
     pub max_keys: Option<usize>,
     /// The most requests waiting their turn on this route at once; past it a
     /// request that would wait is rejected (default 10 000).

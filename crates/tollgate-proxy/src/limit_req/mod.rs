@@ -15,8 +15,11 @@
 //! * a delayed response carries `x-tollgate-delay-ms`; a rejection gets
 //!   `status` (429 by default, where nginx answers 503) with `Retry-After`.
 //!
-//! What a route holds is bounded: `max_keys` buckets (least recently used
-//! dropped first, back as a fresh bucket) and `max_waiting` requests
+//! What a route holds is bounded: `max_keys` buckets, kept in a
+//! [`WordStore`](tollgate_store::WordStore), so a full table evicts as the
+//! rules' stores do (the least used buckets first, the newest among equals:
+//! a flood of one-off keys never frees a key with excess or a delay ahead of
+//! it; see [`eviction`](tollgate_store::eviction)), and `max_waiting` requests
 //! waiting at once (past it, a request that would wait is rejected and its
 //! unit given back). `dry_run` decides and counts, but delays and rejects
 //! nothing (nginx's `limit_req_dry_run`).

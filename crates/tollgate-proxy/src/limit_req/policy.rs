@@ -1,19 +1,16 @@
 //! [`LimitReqPolicy`]: a route's compiled `limit_req`, its buckets per key and the bound on waiting requests.
 
 use std::net::IpAddr;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, StatusCode};
-use lru::LruCache;
-use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use tollgate_core::{DelayMode, LeakyBucket};
-use tollgate_store::DirectLimiter;
+use tollgate_core::{Clock, DelayMode, LeakyBucket};
+use tollgate_store::{StoreConfig, WordStore};
 
 use super::error::{LimitReqRejected, RejectReason};
 use crate::config::{ConfigPath, FieldError, LimitReqConfig};
@@ -24,9 +21,6 @@ pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// Requests waiting at once per route unless `max_waiting` says otherwise.
 pub const DEFAULT_MAX_WAITING: usize = 10_000;
-
-/// One key's bucket.
-type KeyBucket = DirectLimiter<LeakyBucket, SharedClock>;
 
 /// What a key is read from.
 #[derive(Clone, Debug)]
@@ -97,13 +91,14 @@ impl Drop for Waiting {
 
 /// A compiled `limit_req` and the buckets of the keys seen.
 pub struct LimitReqPolicy {
-    bucket: LeakyBucket,
     key: KeySource,
     status: StatusCode,
     max_waiting: usize,
     dry_run: bool,
     clock: SharedClock,
-    buckets: Mutex<LruCache<Vec<u8>, Arc<KeyBucket>>>,
+    /// The keys' buckets: the store's bound and eviction order (least used
+    /// first, so a flood of new keys never frees a key at its burst).
+    buckets: WordStore<LeakyBucket>,
     waiting: AtomicUsize,
     stats: LimitReqStats,
 }
@@ -111,7 +106,7 @@ pub struct LimitReqPolicy {
 impl std::fmt::Debug for LimitReqPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitReqPolicy")
-            .field("bucket", &self.bucket)
+            .field("bucket", self.buckets.algorithm())
             .field("key", &self.key)
             .field("status", &self.status)
             .field("max_waiting", &self.max_waiting)
@@ -184,17 +179,18 @@ impl LimitReqPolicy {
                         .error(format!("{code} is not a 4xx or 5xx status"))
                 })?,
         };
-        let max_keys = NonZeroUsize::new(config.max_keys.unwrap_or(DEFAULT_MAX_KEYS))
-            .ok_or_else(|| at.key("max_keys").error("must be at least 1"))?;
+        let max_keys = config.max_keys.unwrap_or(DEFAULT_MAX_KEYS);
+        if max_keys == 0 {
+            return Err(at.key("max_keys").error("must be at least 1"));
+        }
         let max_waiting = config.max_waiting.unwrap_or(DEFAULT_MAX_WAITING);
         Ok(LimitReqPolicy {
-            bucket,
             key,
             status,
             max_waiting,
             dry_run: config.dry_run,
             clock,
-            buckets: Mutex::new(LruCache::new(max_keys)),
+            buckets: WordStore::new(bucket, StoreConfig::with_max_keys(max_keys)),
             waiting: AtomicUsize::new(0),
             stats,
         })
@@ -212,7 +208,7 @@ impl LimitReqPolicy {
 
     /// Keys tracked now.
     pub fn keys(&self) -> usize {
-        self.buckets.lock().len()
+        self.buckets.len()
     }
 
     /// The key of a request from `client` with `headers`.
@@ -232,13 +228,8 @@ impl LimitReqPolicy {
     /// Decides one request from `client` with `headers`.
     pub fn decide(self: &Arc<Self>, client: IpAddr, headers: &HeaderMap) -> Verdict {
         let key = self.key_of(client, headers);
-        let limiter = {
-            let mut buckets = self.buckets.lock();
-            Arc::clone(buckets.get_or_insert(key, || {
-                Arc::new(DirectLimiter::new(self.bucket, Arc::clone(&self.clock)))
-            }))
-        };
-        let decision = limiter.check(1);
+        let now = self.clock.now();
+        let decision = self.buckets.check(key.as_slice(), now, 1);
         if !decision.is_allowed() {
             if self.dry_run {
                 self.stats.dry_run.inc();
@@ -266,7 +257,7 @@ impl LimitReqPolicy {
             });
         if slot.is_err() {
             // It will not wait, so it takes nothing from the key's budget.
-            limiter.refund(1);
+            self.buckets.refund(key.as_slice(), now, 1);
             self.stats.rejected.inc();
             return Verdict::Reject(LimitReqRejected {
                 status: self.status,
@@ -395,6 +386,43 @@ mod tests {
             summary(&policy.decide(ip(), &HeaderMap::new())),
             "wait 200ms"
         );
+    }
+
+    #[test]
+    fn a_flood_of_one_off_keys_never_frees_a_key_at_its_burst_or_with_requests_waiting() {
+        // 64 keys at most; the flood brings 40 times that, each key sending
+        // one request or its whole burst, 1 ms apart (nothing drains at 1r/m).
+        for mode in ["nodelay: true", "delay: 0"] {
+            for flood_requests in [1, 4] {
+                let yaml = format!("{{rate: 1r/m, burst: 3, {mode}, max_keys: 64}}");
+                let (policy, clock) = policy(&yaml);
+                let victim = IpAddr::from([192, 0, 2, 1]);
+                let none = HeaderMap::new();
+                // The whole burst: four pass at once, or one passes and three wait.
+                let spent: Vec<Verdict> = (0..4).map(|_| policy.decide(victim, &none)).collect();
+                assert!(
+                    spent.iter().all(|v| !matches!(v, Verdict::Reject(_))),
+                    "{yaml}: {spent:?}"
+                );
+                drop(spent);
+                assert_eq!(summary(&policy.decide(victim, &none)), "reject 429");
+                for n in 0..2560u32 {
+                    let client = IpAddr::from((10 << 24 | n).to_be_bytes());
+                    for _ in 0..flood_requests {
+                        drop(policy.decide(client, &none));
+                    }
+                    clock.advance(Duration::from_millis(1));
+                    if n % 97 == 0 {
+                        assert_eq!(
+                            summary(&policy.decide(victim, &none)),
+                            "reject 429",
+                            "{yaml}, {flood_requests} per flood key: freed at flood key {n}"
+                        );
+                    }
+                }
+                assert!(policy.keys() <= 64, "{}", policy.keys());
+            }
+        }
     }
 
     #[test]
