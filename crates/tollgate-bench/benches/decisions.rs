@@ -4,7 +4,10 @@
 //! the same job, with the same class of clock: precise (both read the TSC
 //! through quanta) or coarse (both read a millisecond ticker). Run with
 //! `cargo bench -p tollgate-bench --bench decisions`.
-#![allow(clippy::disallowed_methods)] // A benchmark times itself with the real clock.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark times itself with the real clock"
+)]
 #![expect(
     missing_docs,
     reason = "criterion_group! generates an undocumented entry point"

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
+use crate::window::window_nanos;
 use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 
 /// At most `limit` units per window; windows are aligned to the Unix epoch.
@@ -55,13 +55,7 @@ impl FixedWindow {
                 ),
             ));
         }
-        let window = duration_nanos(window);
-        if window == 0 || window > LONGEST_SPAN_NANOS {
-            return Err(ConfigError::new(
-                "window",
-                "must be longer than zero and at most 73 years",
-            ));
-        }
+        let window = window_nanos(window)?;
         // Counts run to `limit + 1`; one spare value keeps the state off `u64::MAX`.
         let count_bits = u64::BITS - (limit + 2).leading_zeros();
         Ok(FixedWindow {

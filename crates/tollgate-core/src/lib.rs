@@ -43,6 +43,7 @@ mod rate;
 mod sliding_log;
 mod sliding_window;
 mod unit;
+mod window;
 mod word;
 
 pub use clock::{Clock, CoarseClock, ManualClock, MonotonicClock, Timestamp, WallClock};

@@ -363,80 +363,84 @@ impl LeakyBucket {
     }
 }
 
-impl WordAlgorithm for TokenBucket {
+/// A rate algorithm as a meter on one [`Schedule`], and what it makes of the meter's decisions.
+trait Metered {
+    /// The meter the algorithm decides on.
+    fn schedule(&self) -> &Schedule;
+
+    /// The decision a request gets from the meter's `decision`: the same one
+    /// for a token bucket and GCRA; a leaky bucket adds a shaper's delay.
     #[inline(always)]
-    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        self.schedule.decide(state, now, cost)
-    }
-
-    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        self.schedule.refund(state, now, amount)
-    }
-
-    fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
-        self.schedule.fresh_at(state)
-    }
-
-    fn used(&self, state: u64, now: Timestamp) -> u64 {
-        self.schedule.used(state, now)
-    }
-
-    fn max_unexamined(&self) -> Option<Duration> {
-        None
+    fn shape(&self, decision: Decision) -> Decision {
+        decision
     }
 }
 
-impl WordAlgorithm for Gcra {
-    #[inline(always)]
-    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        self.schedule.decide(state, now, cost)
-    }
-
-    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        self.schedule.refund(state, now, amount)
-    }
-
-    fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
-        self.schedule.fresh_at(state)
-    }
-
-    fn used(&self, state: u64, now: Timestamp) -> u64 {
-        self.schedule.used(state, now)
-    }
-
-    fn max_unexamined(&self) -> Option<Duration> {
-        None
+impl Metered for TokenBucket {
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
     }
 }
 
-impl WordAlgorithm for LeakyBucket {
-    #[inline]
-    fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
-        let (d, new_state) = self.schedule.decide(state, now, cost);
-        if d.is_allowed() {
-            let delay = d.reset_after_nanos().saturating_sub(self.undelayed_span);
-            (d.with_delay(delay), new_state)
+impl Metered for Gcra {
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+}
+
+impl Metered for LeakyBucket {
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// An admitted request waits out its backlog beyond the undelayed span.
+    #[inline(always)]
+    fn shape(&self, decision: Decision) -> Decision {
+        if decision.is_allowed() {
+            let delay = decision
+                .reset_after_nanos()
+                .saturating_sub(self.undelayed_span);
+            decision.with_delay(delay)
         } else {
-            (d, new_state)
+            decision
         }
     }
-
-    fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
-        self.schedule.refund(state, now, amount)
-    }
-
-    fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
-        self.schedule.fresh_at(state)
-    }
-
-    fn used(&self, state: u64, now: Timestamp) -> u64 {
-        self.schedule.used(state, now)
-    }
-
-    fn max_unexamined(&self) -> Option<Duration> {
-        None
-    }
 }
+
+/// Writes the one [`WordAlgorithm`] impl of the [`Metered`] algorithms.
+///
+/// A blanket `impl<M: Metered> WordAlgorithm for M` would clash with
+/// `impl WordAlgorithm for &A` (a downstream crate could implement
+/// `Metered` for a reference), so the one body is stamped for each type.
+macro_rules! word_algorithm_on_schedule {
+    ($($meter:ty),+) => {$(
+        impl WordAlgorithm for $meter {
+            #[inline(always)]
+            fn decide(&self, state: u64, now: Timestamp, cost: u64) -> (Decision, Option<u64>) {
+                let (decision, new_state) = self.schedule().decide(state, now, cost);
+                (self.shape(decision), new_state)
+            }
+
+            fn refund(&self, state: u64, now: Timestamp, amount: u64) -> (Decision, Option<u64>) {
+                self.schedule().refund(state, now, amount)
+            }
+
+            fn fresh_at(&self, state: u64, _now: Timestamp) -> Timestamp {
+                self.schedule().fresh_at(state)
+            }
+
+            fn used(&self, state: u64, now: Timestamp) -> u64 {
+                self.schedule().used(state, now)
+            }
+
+            fn max_unexamined(&self) -> Option<Duration> {
+                None
+            }
+        }
+    )+};
+}
+
+word_algorithm_on_schedule!(TokenBucket, Gcra, LeakyBucket);
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
+use crate::window::{check_limit, window_nanos};
 use crate::{ConfigError, Decision, Timestamp};
 
 /// At most `limit` units in any window of length `window`, exactly.
@@ -88,22 +88,8 @@ impl SlidingLog {
 
     /// At most `limit` units in any `window`.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        if limit == 0 || limit > Self::MAX_LIMIT {
-            return Err(ConfigError::new(
-                "limit",
-                format!(
-                    "{limit} is outside 1..={} for the sliding log",
-                    Self::MAX_LIMIT
-                ),
-            ));
-        }
-        let window = duration_nanos(window);
-        if window == 0 || window > LONGEST_SPAN_NANOS {
-            return Err(ConfigError::new(
-                "window",
-                "must be longer than zero and at most 73 years",
-            ));
-        }
+        check_limit(limit, Self::MAX_LIMIT, "sliding log")?;
+        let window = window_nanos(window)?;
         Ok(SlidingLog { limit, window })
     }
 

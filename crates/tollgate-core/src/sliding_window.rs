@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{LONGEST_SPAN_NANOS, duration_nanos};
+use crate::window::{check_limit, window_nanos};
 use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 
 /// At most `limit` units in a window sliding over time, estimated from two
@@ -42,22 +42,8 @@ impl SlidingWindow {
 
     /// At most `limit` units in any sliding `window`.
     pub fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        if limit == 0 || limit > Self::MAX_LIMIT {
-            return Err(ConfigError::new(
-                "limit",
-                format!(
-                    "{limit} is outside 1..={} for the sliding window counter",
-                    Self::MAX_LIMIT
-                ),
-            ));
-        }
-        let window = duration_nanos(window);
-        if window == 0 || window > LONGEST_SPAN_NANOS {
-            return Err(ConfigError::new(
-                "window",
-                "must be longer than zero and at most 73 years",
-            ));
-        }
+        check_limit(limit, Self::MAX_LIMIT, "sliding window counter")?;
+        let window = window_nanos(window)?;
         Ok(SlidingWindow {
             limit,
             window,

@@ -538,7 +538,6 @@ impl Metrics {
 /// The hits of an allowed call that landed above `ratio` × `limit`, given what remained after it.
 fn near_hits(limit: u64, remaining: u64, hits: u64, ratio: f64) -> u64 {
     // The limit fits in u32, so the product is exact enough in f64.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let threshold = (limit as f64 * ratio).floor() as u64;
     let after = limit.saturating_sub(remaining);
     let before = after.saturating_sub(hits);

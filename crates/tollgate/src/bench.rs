@@ -174,7 +174,10 @@ pub fn run(args: &BenchArgs) -> Result<(), CommandError> {
 }
 
 /// The wall clock, the one place this module reads it.
-#[allow(clippy::disallowed_methods)] // A load generator measures real elapsed time.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a load generator measures real elapsed time"
+)]
 fn now() -> Instant {
     Instant::now()
 }

@@ -14,6 +14,7 @@
 
 mod clients;
 mod expectation;
+mod hash;
 mod leased;
 mod model;
 mod quota;

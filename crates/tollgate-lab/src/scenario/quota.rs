@@ -24,6 +24,8 @@ use std::time::Duration;
 use tollgate_core::fair_share::steady_shares;
 use tollgate_core::{AnyAlgorithm, Decision, Timestamp, TokenBucket, WordAlgorithm};
 
+use super::hash::mix64;
+
 /// The token bucket the service assigns for a share `share` of `rate` units
 /// per `window` of a limit of `capacity` (none for a share of 0).
 fn assigned_bucket(rate: u64, capacity: u64, window: Duration, share: u64) -> Option<TokenBucket> {
@@ -97,7 +99,7 @@ impl QuotaFleet {
             return 0;
         }
         // A stateless hash of the index, as clients are drawn.
-        if super::runner::mix64(arrival) % 1000 < self.hot_permille {
+        if mix64(arrival) % 1000 < self.hot_permille {
             0
         } else {
             (arrival % n) as usize

@@ -9,6 +9,7 @@ use tollgate_core::{
 };
 
 use super::clients::ClientSide;
+use super::hash::mix64;
 use super::leased::LeasedFleet;
 use super::quota::QuotaFleet;
 use super::{
@@ -32,15 +33,6 @@ fn client_of(index: u64, seed: u64, clients: u64) -> u64 {
         return 0;
     }
     mix64(index.wrapping_add(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))) % clients
-}
-
-/// SplitMix64's step and finalizer: a well-spread 64-bit hash of `x`, the
-/// lab's one stateless hash (clients, stagger offsets, Envoys).
-pub(super) fn mix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A scenario being run, one tick at a time.

@@ -18,34 +18,8 @@ use super::model::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, LimitOverride, RateLimitRequest,
     RateLimitResponse,
 };
+pub use super::numbers::{unit_of, wire_unit};
 use super::wire;
-
-/// Every unit with its `RateLimit.Unit` number.
-const WIRE_UNITS: [(Unit, i32); 7] = [
-    (Unit::Second, wire::UNIT_SECOND),
-    (Unit::Minute, wire::UNIT_MINUTE),
-    (Unit::Hour, wire::UNIT_HOUR),
-    (Unit::Day, wire::UNIT_DAY),
-    (Unit::Week, wire::UNIT_WEEK),
-    (Unit::Month, wire::UNIT_MONTH),
-    (Unit::Year, wire::UNIT_YEAR),
-];
-
-/// The `RateLimit.Unit` number of `unit`.
-pub fn wire_unit(unit: Unit) -> i32 {
-    WIRE_UNITS
-        .iter()
-        .find(|(u, _)| *u == unit)
-        .map_or(wire::UNIT_UNKNOWN, |(_, n)| *n)
-}
-
-/// The unit of a `RateLimit.Unit` number; `None` for UNKNOWN or a number outside the enum.
-pub fn unit_of(number: i32) -> Option<Unit> {
-    WIRE_UNITS
-        .iter()
-        .find(|(_, n)| *n == number)
-        .map(|(u, _)| *u)
-}
 
 /// The unit of a `RateLimitOverride` (`envoy.type.v3.RateLimitUnit`, which
 /// has no WEEK); `None` for anything else, which a service rejects.

@@ -5,16 +5,8 @@
 //! canonical form: 32-bit integers as numbers, 64-bit ones as strings, enums
 //! by name, durations as seconds with a trailing `s` (`"15s"`, `"0.5s"`).
 
-use std::time::Duration as StdDuration;
-
-use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 use serde::de::Error as _;
-use serde::{Deserialize, Deserializer, Serializer};
-use tollgate_core::Unit;
-use tollgate_core::duration::parse_duration;
-
-use super::convert::{unit_of, wire_unit};
-use super::wire::{CODE_OK, CODE_OVER_LIMIT, CODE_UNKNOWN, UNIT_UNKNOWN};
+use serde::{Deserialize, Deserializer};
 
 /// A proto3 JSON scalar as written: a number or a string.
 #[derive(Deserialize)]
@@ -52,7 +44,9 @@ fn read_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
 
 /// `uint32`: a number; `null` reads as 0.
 pub mod uint32 {
-    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    use super::read_u32;
 
     /// Writes the number.
     pub fn serialize<S: Serializer>(value: &u32, s: S) -> Result<S::Ok, S::Error> {
@@ -67,7 +61,10 @@ pub mod uint32 {
 
 /// `google.protobuf.UInt32Value`: a number, or absent.
 pub mod uint32_value {
-    use super::*;
+    use envoy_types::pb::google::protobuf::UInt32Value;
+    use serde::{Deserializer, Serializer};
+
+    use super::read_u32;
 
     /// Writes the number.
     pub fn serialize<S: Serializer>(value: &Option<UInt32Value>, s: S) -> Result<S::Ok, S::Error> {
@@ -85,7 +82,10 @@ pub mod uint32_value {
 
 /// `google.protobuf.UInt64Value`: a decimal string, or absent.
 pub mod uint64_value {
-    use super::*;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    use serde::{Deserializer, Serializer};
+
+    use super::read_u64;
 
     /// Writes the decimal string.
     pub fn serialize<S: Serializer>(value: &Option<UInt64Value>, s: S) -> Result<S::Ok, S::Error> {
@@ -103,7 +103,12 @@ pub mod uint64_value {
 
 /// A unit enum (`RateLimitUnit`, `RateLimit.Unit`): `MINUTE`, `UNKNOWN` for 0.
 pub mod unit {
-    use super::*;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tollgate_core::Unit;
+
+    use super::Scalar;
+    use crate::rls::numbers::{UNIT_UNKNOWN, unit_of, wire_unit};
 
     /// Writes the enum name (a number outside the enum stays a number).
     pub fn serialize<S: Serializer>(value: &i32, s: S) -> Result<S::Ok, S::Error> {
@@ -135,7 +140,11 @@ pub mod unit {
 
 /// The `RateLimitResponse.Code` enum: `OK`, `OVER_LIMIT`, `UNKNOWN`.
 pub mod code {
-    use super::*;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Scalar;
+    use crate::rls::numbers::{CODE_OK, CODE_OVER_LIMIT, CODE_UNKNOWN};
 
     /// The enum name of a code number (`UNKNOWN` for anything but OK and OVER_LIMIT).
     pub fn name(code: i32) -> &'static str {
@@ -169,7 +178,12 @@ pub mod code {
 
 /// `google.protobuf.Duration`: seconds with a trailing `s` (`"15s"`, `"0.5s"`).
 pub mod duration {
-    use super::*;
+    use std::time::Duration as StdDuration;
+
+    use envoy_types::pb::google::protobuf::Duration;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tollgate_core::duration::parse_duration;
 
     /// Writes the seconds (a negative duration, which nothing here sends, as 0s).
     pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

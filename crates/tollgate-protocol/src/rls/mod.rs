@@ -15,6 +15,7 @@ pub mod convert;
 pub mod headers;
 pub mod json;
 pub mod model;
+mod numbers;
 pub mod wire;
 
 pub use caps::{CapError, RequestCaps};

@@ -20,6 +20,10 @@ pub use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 use serde::{Deserialize, Serialize};
 
 use super::json;
+pub use super::numbers::{
+    CODE_OK, CODE_OVER_LIMIT, CODE_UNKNOWN, UNIT_DAY, UNIT_HOUR, UNIT_MINUTE, UNIT_MONTH,
+    UNIT_SECOND, UNIT_UNKNOWN, UNIT_WEEK, UNIT_YEAR,
+};
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -30,30 +34,6 @@ pub const SHOULD_RATE_LIMIT_PATH: &str =
 
 /// The service name upstream envoyproxy/ratelimit registers with the health service.
 pub const UPSTREAM_HEALTH_NAME: &str = "ratelimit";
-
-/// The UNKNOWN code (`RateLimitResponse.Code`), which Envoy reads as OK.
-pub const CODE_UNKNOWN: i32 = 0;
-/// The OK code.
-pub const CODE_OK: i32 = 1;
-/// The OVER_LIMIT code.
-pub const CODE_OVER_LIMIT: i32 = 2;
-
-/// The UNKNOWN unit (`RateLimitUnit` and `RateLimit.Unit`).
-pub const UNIT_UNKNOWN: i32 = 0;
-/// The SECOND unit.
-pub const UNIT_SECOND: i32 = 1;
-/// The MINUTE unit.
-pub const UNIT_MINUTE: i32 = 2;
-/// The HOUR unit.
-pub const UNIT_HOUR: i32 = 3;
-/// The DAY unit.
-pub const UNIT_DAY: i32 = 4;
-/// The MONTH unit.
-pub const UNIT_MONTH: i32 = 5;
-/// The YEAR unit.
-pub const UNIT_YEAR: i32 = 6;
-/// The WEEK unit, only in `RateLimit.Unit` and numbered after YEAR.
-pub const UNIT_WEEK: i32 = 7;
 
 /// The request (`envoy.service.ratelimit.v3.RateLimitRequest`).
 #[derive(Clone, PartialEq, ::prost::Message, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate_core::Decision;
 use tollgate_core::duration::ceil_seconds;
 
-use super::policy::BucketSpec;
+use super::bucket_spec::BucketSpec;
 use crate::config::envoy::HeaderValueOptionConfig;
 use crate::config::{ConfigPath, FieldError};
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tower::Layer;
 
-use super::service::LocalRateLimitService;
+use super::service::{LocalRateLimitService, LocalRateLimitShared};
 use super::{LocalLimiter, SharedClock};
 use crate::descriptors::DescriptorRule;
 
@@ -12,25 +12,6 @@ use crate::descriptors::DescriptorRule;
 #[derive(Clone, Debug)]
 pub struct LocalRateLimitLayer {
     shared: Arc<LocalRateLimitShared>,
-}
-
-/// What every clone of the service shares.
-pub struct LocalRateLimitShared {
-    /// The buckets shared by all connections (several routes share the
-    /// listener-level ones); per-connection limiting makes fresh ones per connection.
-    pub limiter: Arc<LocalLimiter>,
-    /// The descriptor rules the filter reads.
-    pub rules: Vec<DescriptorRule>,
-    /// The clock for per-connection limiters.
-    pub clock: SharedClock,
-}
-
-impl std::fmt::Debug for LocalRateLimitShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalRateLimitShared")
-            .field("limiter", &self.limiter)
-            .finish_non_exhaustive()
-    }
 }
 
 impl LocalRateLimitLayer {

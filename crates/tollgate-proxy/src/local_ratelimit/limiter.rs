@@ -14,8 +14,9 @@ use parking_lot::Mutex;
 use tollgate_core::{Clock, TokenBucket};
 use tollgate_store::DirectLimiter;
 
+use super::bucket_spec::BucketSpec;
 use super::headers::BucketReport;
-use super::policy::{BucketSpec, DescriptorSpec, LocalRateLimitPolicy};
+use super::policy::{DescriptorSpec, LocalRateLimitPolicy};
 use crate::descriptors::Descriptor;
 
 /// The clock every bucket reads.

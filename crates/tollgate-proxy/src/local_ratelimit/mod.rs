@@ -1,7 +1,8 @@
 //! Envoy's `local_ratelimit` filter: token buckets in this process, with Envoy 1.40's semantics.
 //!
 //! * [`policy`]: [`LocalRateLimitPolicy`], the compiled `LocalRateLimit`
-//!   config (bucket specs, fractions, descriptors, headers to add).
+//!   config (bucket specs, fractions, descriptors, headers to add); each
+//!   bucket is a [`BucketSpec`] ([`bucket_spec`]).
 //! * [`limiter`]: [`LocalLimiter`], the policy's buckets: one default bucket
 //!   and one per configured descriptor (a wildcard descriptor keeps an LRU of
 //!   `max_dynamic_descriptors` buckets, one per value seen), shared by all
@@ -12,6 +13,7 @@
 //! * [`layer`] / [`service`] / [`future`] / [`error`]: the tower layer that
 //!   applies it to requests, and its denial.
 
+pub mod bucket_spec;
 pub mod error;
 pub mod future;
 pub mod headers;
@@ -20,13 +22,11 @@ pub mod limiter;
 pub mod policy;
 pub mod service;
 
+pub use bucket_spec::{BucketSpec, MIN_FILL_INTERVAL};
 pub use headers::{BucketReport, HeaderToAdd, x_ratelimit_headers};
 pub use layer::LocalRateLimitLayer;
 pub use limiter::{LocalLimiter, LocalVerdict, SharedClock};
-pub use policy::{
-    BucketSpec, DEFAULT_MAX_DYNAMIC_DESCRIPTORS, DescriptorSpec, Fraction, LocalRateLimitPolicy,
-    MIN_FILL_INTERVAL,
-};
+pub use policy::{DEFAULT_MAX_DYNAMIC_DESCRIPTORS, DescriptorSpec, Fraction, LocalRateLimitPolicy};
 pub use service::LocalRateLimitService;
 
 /// The body of Envoy's local rate-limited reply.

@@ -9,10 +9,29 @@ use tower::Service;
 use super::error::LocalRateLimited;
 use super::future::ResponseFuture;
 use super::headers::x_ratelimit_headers;
-use super::layer::LocalRateLimitShared;
+use super::limiter::{LocalLimiter, SharedClock};
 use crate::context::RequestContext;
-use crate::descriptors::{self, RequestFacts};
+use crate::descriptors::{self, DescriptorRule, RequestFacts};
 use crate::error::ProxyError;
+
+/// What every clone of the service shares.
+pub struct LocalRateLimitShared {
+    /// The buckets shared by all connections (several routes share the
+    /// listener-level ones); per-connection limiting makes fresh ones per connection.
+    pub limiter: Arc<LocalLimiter>,
+    /// The descriptor rules the filter reads.
+    pub rules: Vec<DescriptorRule>,
+    /// The clock for per-connection limiters.
+    pub clock: SharedClock,
+}
+
+impl std::fmt::Debug for LocalRateLimitShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRateLimitShared")
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The local rate limit in front of `S`.
 ///

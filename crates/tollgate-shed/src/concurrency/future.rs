@@ -1,6 +1,6 @@
 //! The concurrency limit's response future: the inner call, holding its key's slot until it completes.
 
-use super::service::KeySlot;
+use super::slots::KeySlot;
 use crate::slot_future::SlotFuture;
 
 /// The response of [`ConcurrencyLimit`](super::ConcurrencyLimit): the inner

@@ -7,7 +7,8 @@ use std::time::Duration;
 use tower::Layer;
 
 use super::config::ConcurrencyConfig;
-use super::service::{ConcurrencyLimit, KeyedSlots};
+use super::service::ConcurrencyLimit;
+use super::slots::KeyedSlots;
 use crate::error::ConfigError;
 
 /// Applies a per-key concurrency limit to a service.

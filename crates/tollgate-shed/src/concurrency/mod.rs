@@ -14,9 +14,11 @@ mod config;
 mod future;
 mod layer;
 mod service;
+mod slots;
 
 pub use config::ConcurrencyConfig;
 
 pub use future::ResponseFuture;
 pub use layer::ConcurrencyLimitLayer;
-pub use service::{ConcurrencyLimit, KeySlot};
+pub use service::ConcurrencyLimit;
+pub use slots::KeySlot;

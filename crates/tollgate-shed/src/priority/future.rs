@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::service::PrioritySlot;
+use super::slots::PrioritySlot;
 use crate::error::Shed;
 use crate::slot_future::SlotFuture;
 

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use tower::Layer;
 
 use super::config::{PriorityConfig, PriorityConfigError};
-use super::service::{PriorityShed, SharedClock, SharedSlots};
+use super::service::PriorityShed;
+use super::slots::{SharedClock, SharedSlots};
 
 /// Sheds requests by priority class over a shared in-flight capacity.
 #[derive(Clone, Debug)]

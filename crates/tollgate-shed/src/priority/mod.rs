@@ -44,8 +44,10 @@ mod future;
 mod layer;
 mod queue;
 mod service;
+mod slots;
 
 pub use config::{Priority, PriorityConfig, PriorityConfigError, QueueConfig};
 pub use future::{ResponseFuture, Waiting};
 pub use layer::PriorityLayer;
-pub use service::{PriorityShed, PrioritySlot, SharedClock};
+pub use service::PriorityShed;
+pub use slots::{PrioritySlot, SharedClock};

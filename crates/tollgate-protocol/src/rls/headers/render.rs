@@ -7,30 +7,8 @@ use super::jitter::Jitter;
 use super::pick::pick_status;
 use super::raw_body::raw_body;
 use super::retry_after::{overall_retry_after, retry_after_seconds};
-use super::trio::limit_headers;
+use super::trio::{LimitHeaderNames, limit_headers};
 use crate::rls::model::{Code, Descriptor, RateLimitResponse};
-
-/// The names of the three upstream-compatible headers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LimitHeaderNames {
-    /// The limit's `requests_per_unit` (upstream's `LIMIT_LIMIT_HEADER`).
-    pub limit: String,
-    /// The units left (upstream's `LIMIT_REMAINING_HEADER`).
-    pub remaining: String,
-    /// Whole seconds until the window resets (upstream's `LIMIT_RESET_HEADER`).
-    pub reset: String,
-}
-
-impl Default for LimitHeaderNames {
-    /// Upstream's defaults: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`.
-    fn default() -> Self {
-        LimitHeaderNames {
-            limit: "RateLimit-Limit".to_owned(),
-            remaining: "RateLimit-Remaining".to_owned(),
-            reset: "RateLimit-Reset".to_owned(),
-        }
-    }
-}
 
 /// Which headers (and body) to add; everything off by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
