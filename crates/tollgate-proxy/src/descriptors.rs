@@ -422,12 +422,27 @@ impl RequestHeader {
                 .map(str::to_owned)
                 .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())),
             RequestHeader::Scheme => Some(parts.uri.scheme_str().unwrap_or("http").to_owned()),
-            RequestHeader::Named(name) => parts
-                .headers
-                .get(name)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+            RequestHeader::Named(name) => parts.headers.get(name).map(header_text),
         }
     }
+
+    /// Every value of the header in a request, in the order sent (a pseudo-header has at most one).
+    pub fn values(&self, parts: &Parts) -> Vec<String> {
+        match self {
+            RequestHeader::Named(name) => parts
+                .headers
+                .get_all(name)
+                .iter()
+                .map(header_text)
+                .collect(),
+            _ => self.value(parts).into_iter().collect(),
+        }
+    }
+}
+
+/// A header value as text, any byte that is not UTF-8 replaced.
+fn header_text(value: &http::HeaderValue) -> String {
+    String::from_utf8_lossy(value.as_bytes()).into_owned()
 }
 
 impl std::fmt::Display for RequestHeader {

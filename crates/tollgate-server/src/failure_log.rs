@@ -1,9 +1,11 @@
-//! Counter store failures as warnings, rate-limited: at most one line per interval, carrying how many failures went unlogged since the last one.
+//! Counter store failures and fallback answers as warnings, rate-limited: at most one line per interval, carrying how many went unlogged since the last one.
 //!
 //! A Redis outage fails every request; logging each would flood the log
 //! and cost more than the requests. [`FailureLog`] lets one warning through
 //! per [`FAILURE_LOG_INTERVAL`] (a token bucket of one token, the core's own)
-//! and counts the others into the next line's `suppressed` field.
+//! and counts the others into the next line's `suppressed` field. The store
+//! keeps two: one for failed calls, one for descriptors answered by their
+//! rule's `on_store_error` (so an operator sees a limiter running open).
 
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,22 +17,31 @@ use tollgate_core::{Timestamp, TokenBucket, WordAlgorithm};
 /// At most one store-failure warning this often.
 pub const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The rate limit on store-failure warnings (see the module docs).
+/// The message of store-failure warnings.
+pub const STORE_FAILED: &str = "counter store call failed";
+
+/// The message of fallback warnings.
+pub const ANSWERED_WITHOUT_STORE: &str =
+    "a descriptor was answered by its rule's on_store_error, not by the store";
+
+/// The rate limit on one kind of warning (see the module docs).
 #[derive(Debug)]
 pub struct FailureLog {
     bucket: TokenBucket,
     state: Mutex<u64>,
     suppressed: AtomicU64,
+    message: &'static str,
 }
 
 impl FailureLog {
-    /// One warning per `interval` (at least a nanosecond).
-    pub fn new(interval: Duration) -> Self {
+    /// One warning per `interval` (at least a nanosecond), saying `message`.
+    pub fn new(interval: Duration, message: &'static str) -> Self {
         FailureLog {
             bucket: TokenBucket::new(1, 1, interval.max(Duration::from_nanos(1)))
                 .expect("one token per interval is a valid bucket"),
             state: Mutex::new(0),
             suppressed: AtomicU64::new(0),
+            message,
         }
     }
 
@@ -47,14 +58,8 @@ impl FailureLog {
             *state = next;
         }
         let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-        tracing::warn!(error = %error, suppressed, "counter store call failed");
+        tracing::warn!(error = %error, suppressed, "{}", self.message);
         Some(suppressed)
-    }
-}
-
-impl Default for FailureLog {
-    fn default() -> Self {
-        FailureLog::new(FAILURE_LOG_INTERVAL)
     }
 }
 
@@ -64,7 +69,7 @@ mod tests {
 
     #[test]
     fn one_line_per_interval_carries_the_count_of_the_others() {
-        let log = FailureLog::new(Duration::from_secs(10));
+        let log = FailureLog::new(Duration::from_secs(10), STORE_FAILED);
         let t = |s: u64| Timestamp::from_secs(1_000 + s);
         assert_eq!(log.record(t(0), &"refused"), Some(0), "the first is logged");
         for s in 1..10 {

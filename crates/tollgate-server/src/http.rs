@@ -18,7 +18,8 @@
 //!   leaky-bucket shaper's wait is `delay_ms` (the caller holds the request).
 //! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness) and
 //!   `GET /readyz` (200 while the readiness flag is set, 503 once shutdown
-//!   starts).
+//!   starts, or while a shared store does not take a write: down, too slow,
+//!   or out of memory).
 //! * Both POST endpoints take only `Content-Type: application/json`
 //!   (parameters such as `charset` allowed), and answer 415 naming the
 //!   expected type otherwise: a web page can send a cross-origin `text/plain`
@@ -498,7 +499,7 @@ async fn readyz<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Respon
     }
     let remote = state.engine.load().remote().cloned();
     if let Some(remote) = remote
-        && let Err(error) = remote.redis().ping().await
+        && let Err(error) = remote.check_ready().await
     {
         // Still answering, by each rule's on_store_error; but not what it should be.
         return (

@@ -13,12 +13,17 @@
 //!   limit divided by the expected number of instances, decided at the
 //!   engine's clock (in `serve`, the coarse clock that follows the wall
 //!   clock and never goes back, as in-memory counters do);
-//! * counts of store errors and fallbacks by policy, for `/metrics`;
+//! * counts of store errors and fallbacks by policy, for `/metrics`, each
+//!   logged at warn at most once per 10 s (with the count left unlogged), so
+//!   a limiter answering `on_store_error: allow` is seen running open;
+//! * whether the store took its latest call or write probe
+//!   (`ratelimit_store_up`): a store out of memory that refuses writes is
+//!   down, as a dead one is, for the gauge, `/readyz` and gRPC health;
 //! * the lease book and the quick-deny cache ([`QuickDeny`], in
 //!   `crate::quick_deny`), which answer without a store call.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -27,12 +32,13 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use crate::failure_log::FailureLog;
+use crate::failure_log::{ANSWERED_WITHOUT_STORE, FAILURE_LOG_INTERVAL, FailureLog, STORE_FAILED};
 pub use crate::quick_deny::QuickDeny;
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
 use tollgate_core::lease::LeasePolicy;
 use tollgate_core::{Clock, Decision, Timestamp};
 use tollgate_redis::{LeaseBook, RedisStore};
+use tollgate_rules::StoreErrorPolicy;
 use tollgate_store::{Counter, CounterStore, MemoryCounters, StoreConfig, StoreError};
 
 /// Where the store's breaker stands, with its failure count or backoff.
@@ -207,6 +213,10 @@ pub struct RemoteStore {
     stats: StoreStats,
     /// Store failures logged at warn, rate-limited.
     failures: FailureLog,
+    /// Descriptors answered by `on_store_error`, logged at warn, rate-limited.
+    fallbacks: FailureLog,
+    /// Whether the latest store call or write probe succeeded.
+    up: AtomicBool,
 }
 
 impl RemoteStore {
@@ -233,7 +243,9 @@ impl RemoteStore {
             last_decision: AtomicU64::new(0),
             options,
             stats: StoreStats::default(),
-            failures: FailureLog::default(),
+            failures: FailureLog::new(FAILURE_LOG_INTERVAL, STORE_FAILED),
+            fallbacks: FailureLog::new(FAILURE_LOG_INTERVAL, ANSWERED_WITHOUT_STORE),
+            up: AtomicBool::new(true),
         })
     }
 
@@ -299,6 +311,7 @@ impl RemoteStore {
         {
             Ok(()) => {
                 self.breaker.on_success();
+                self.up.store(true, Ordering::Relaxed);
                 self.quick_deny.remember(counters, decisions, sent);
                 let asks = self
                     .leases
@@ -319,6 +332,7 @@ impl RemoteStore {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 self.stats.fallback.fetch_add(1, Ordering::Relaxed);
                 self.breaker.on_failure(clock.now());
+                self.up.store(false, Ordering::Relaxed);
                 self.failures.record(clock.now(), &e);
                 Err(e)
             }
@@ -421,9 +435,46 @@ impl RemoteStore {
         &self.redis
     }
 
-    /// Whether the store answers a PING now (for `/readyz` and gRPC health).
-    pub async fn is_ready(&self) -> bool {
-        self.redis.ping().await.is_ok()
+    /// Whether the store takes a write now (for `/readyz` and gRPC health):
+    /// down when it is unreachable, too slow or refuses writes (out of memory).
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
+        let probe = self.redis.probe_write().await;
+        self.up.store(probe.is_ok(), Ordering::Relaxed);
+        probe
+    }
+
+    /// Whether the latest store call or write probe succeeded (`ratelimit_store_up`).
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Counts a descriptor answered by `policy` instead of the store at
+    /// `now`, and logs it at warn (at most once per 10 s, with the count left unlogged).
+    pub fn record_fallback(&self, policy: StoreErrorPolicy, now: Timestamp) {
+        let counter = match policy {
+            StoreErrorPolicy::Allow => &self.stats.fallback_allow,
+            StoreErrorPolicy::Deny => &self.stats.fallback_deny,
+            StoreErrorPolicy::Local => &self.stats.fallback_local,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.fallbacks.record(now, &FallbackAnswer(policy));
+    }
+}
+
+/// What a fallback warning says about the policy that answered.
+struct FallbackAnswer(StoreErrorPolicy);
+
+impl std::fmt::Display for FallbackAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            StoreErrorPolicy::Allow => f.write_str(
+                "on_store_error: allow admitted it without counting: the limit is open while the store fails",
+            ),
+            StoreErrorPolicy::Deny => f.write_str("on_store_error: deny refused it"),
+            StoreErrorPolicy::Local => {
+                f.write_str("on_store_error: local decided it with this instance's share")
+            }
+        }
     }
 }
 
@@ -481,6 +532,14 @@ impl Collector for StoreCollector {
             ConstCounter::new(load(counter)).encode(metric)?;
         }
         self.encode_leases(&mut encoder)?;
+        let up = ConstGauge::new(i64::from(self.0.is_up()));
+        let metric = encoder.encode_descriptor(
+            "ratelimit_store_up",
+            "1 when the store took the latest call or write probe, 0 when it failed (down, too slow, or refusing writes)",
+            None,
+            up.metric_type(),
+        )?;
+        up.encode(metric)?;
         let state = ConstGauge::new(self.0.breaker().state_code());
         let metric = encoder.encode_descriptor(
             "ratelimit_store_breaker_state",

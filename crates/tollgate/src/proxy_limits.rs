@@ -48,7 +48,7 @@ pub struct ProxyLimitsArgs {
     )]
     pub store: String,
     /// How long one Redis call may take before the rule's `on_store_error` answers.
-    #[arg(long = "store-timeout", env = "TOLLGATE_PROXY_STORE_TIMEOUT", value_name = "DURATION", default_value = "5ms", value_parser = tollgate_core::duration::parse_duration)]
+    #[arg(long = "store-timeout", env = "TOLLGATE_PROXY_STORE_TIMEOUT", value_name = "DURATION", default_value = "250ms", value_parser = tollgate_core::duration::parse_duration)]
     pub store_timeout: Duration,
     /// With Redis: the quota lease period of rules without their own `lease`
     /// (`0` = off: one Redis call per request). Leases never over-admit

@@ -326,6 +326,82 @@ fn a_request_costs_its_hits_addend_on_the_rate_limit_service() {
 }
 
 #[test]
+fn a_cost_header_holds_one_cost_in_digits_or_the_request_is_refused() {
+    let dir = TempDir::new("proxy-cost-strict");
+    // 10 per hour for each of two users, counted down below: all in one hour's window.
+    window::wait_clear_of_window_end(HOUR, Duration::from_secs(60));
+    let upstream = Upstream::spawn();
+    let (_rls, rls_addr) = serve_rls(
+        &dir,
+        "domain: proxy-e2e\ndescriptors:\n  - key: generic_key\n    value: proxy\n    descriptors:\n      - key: user\n        rate_limit: {name: per-user, unit: hour, requests_per_unit: 10}\n",
+    );
+    let with_cost = |hits_addend: &str| {
+        global_config(upstream.addr, rls_addr, false).replace(
+            "descriptor_key: user}\n",
+            &format!("descriptor_key: user}}\n        hits_addend: {hits_addend}\n"),
+        )
+    };
+    let strict = proxy_with(
+        &dir,
+        &dir.write("strict.yaml", &with_cost("{format: '%REQ(x-cost)%'}")),
+        "strict",
+        true,
+    );
+    let last = proxy_with(
+        &dir,
+        &dir.write(
+            "last.yaml",
+            &with_cost("{format: '%REQ(x-cost)%', repeated_header: last}"),
+        ),
+        "last",
+        true,
+    );
+    let send = |proxy: &LoggedChild, user: &str, costs: &[&str]| {
+        let mut headers = vec![("x-user", user)];
+        headers.extend(costs.iter().map(|c| ("x-cost", *c)));
+        get(proxy.addr, "/", &headers)
+    };
+    let remaining = |proxy: &LoggedChild, user: &str, cost: &str| {
+        let r = send(proxy, user, &[cost]);
+        assert_eq!(r.status, 200, "{r:?}");
+        r.header("x-ratelimit-remaining").map(str::to_owned)
+    };
+    // A client's `x-cost: 0` ahead of the `x-cost: 5` a trusted hop appends:
+    // a 400 naming the header, nothing charged.
+    let twice = send(&strict, "alice", &["0", "5"]);
+    assert_eq!(twice.status, 400, "{twice:?}");
+    assert!(
+        twice.body.contains("`x-cost` header came 2 times"),
+        "{}",
+        twice.body
+    );
+    // Anything but digits, and anything past 1 000 000 000: a 400 naming the header.
+    for bad in [
+        "+1",
+        "-0",
+        "1e3",
+        "0x5",
+        "1000000001",
+        "18446744073709551617",
+    ] {
+        let r = send(&strict, "alice", &[bad]);
+        assert_eq!(r.status, 400, "x-cost {bad:?}: {r:?}");
+        assert!(r.body.contains("`x-cost` header"), "{}", r.body);
+    }
+    assert_eq!(
+        remaining(&strict, "alice", "1"),
+        Some("9".to_owned()),
+        "the refused requests charged nothing"
+    );
+    // `repeated_header: last`: the trusted hop's appended value is charged.
+    let r = send(&last, "bob", &["0", "5"]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-ratelimit-remaining"), Some("5"));
+    assert_eq!(send(&last, "bob", &["5", "+1"]).status, 400);
+    assert_eq!(remaining(&last, "bob", "0"), Some("5".to_owned()));
+}
+
+#[test]
 fn a_spoofed_forwarded_for_does_not_buy_a_fresh_bucket() {
     let dir = TempDir::new("proxy-xff");
     let upstream = Upstream::spawn();

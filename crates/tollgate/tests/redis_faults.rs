@@ -8,6 +8,7 @@ use std::time::Duration;
 use rls_client::{call, channel, is_ok, request};
 use rls_load::admitted;
 use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::ports::free_port;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
@@ -165,36 +166,119 @@ async fn every_policy_answers_while_redis_is_down_and_the_store_comes_back() {
 }
 
 /// A hung Redis (SIGSTOP) would cost every call the full timeout; the
-/// breaker stops paying it after three failures.
+/// breaker stops paying it after three failures, at the default timeout too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_breaker_bounds_latency_while_redis_hangs() {
+async fn the_breaker_cuts_a_hung_redis_after_three_timeouts_at_the_default_timeout() {
     window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let redis = RedisServer::start();
     let scratch = TempDir::new("hang");
     let config = scratch.limits(LIMITS);
-    let _server_guard;
-    let channel = {
-        let server = Server::serve(&config, &redis.url(), &["--store-timeout", "50ms"]);
-        let channel = channel(&server.address()).await;
-        _server_guard = server;
-        channel
-    };
+    // No --store-timeout: the default.
+    let server = Server::serve(&config, &redis.url(), &[]);
+    let channel = channel(&server.address()).await;
+    let http = server.line_after("http listening on ");
     assert_eq!(oks(&channel, "closed", 3).await, 3);
+    let errors_before = metric(&http, "ratelimit_store_errors_total");
 
     redis.signal("STOP");
     let start = Stopwatch::start();
     let calls = 60;
     assert_eq!(oks(&channel, "closed", calls).await, 0, "deny while hung");
     let spent = start.elapsed();
-    // Without the breaker: 60 × 50 ms = 3 s at least.
+    let timeout = tollgate_redis::DEFAULT_TIMEOUT;
+    // Three calls wait the timeout and open the breaker; then one probe per
+    // backoff (100 ms, doubling) waits it while the rest are answered at once.
+    let waited = metric(&http, "ratelimit_store_errors_total") - errors_before;
+    let skipped = metric(&http, "ratelimit_store_short_circuited_total");
     assert!(
-        spent < Duration::from_millis(1500),
-        "{calls} calls took {spent:?}"
+        (3..=5).contains(&waited),
+        "{waited} calls waited the timeout"
+    );
+    assert_eq!(waited + skipped, calls as u64, "every other call skipped");
+    // Without the breaker: 60 × the timeout at least.
+    assert!(
+        spent < timeout * 15,
+        "{calls} calls took {spent:?} at a {timeout:?} timeout"
     );
 
     redis.signal("CONT");
     let back = until(&channel, "closed", true, Duration::from_secs(5)).await;
     assert!(back <= Duration::from_secs(2), "back after {back:?}");
+}
+
+/// One counter's value on `/metrics` (0 when absent).
+fn metric(http: &str, name: &str) -> u64 {
+    let (_, text) = http_get(http, "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Redis out of memory under `noeviction` answers PING but refuses every
+/// write: a store failure like a dead Redis, seen on `/readyz`, the gauge and the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_out_of_memory_is_a_failing_store_not_a_ready_one() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let redis = RedisServer::start_on(
+        free_port,
+        &["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"],
+    );
+    let scratch = TempDir::new("oom");
+    let config = scratch.limits(LIMITS);
+    let mut server = Server::serve(&config, &redis.url(), &[]);
+    let channel = channel(&server.address()).await;
+    let http = server.line_after("http listening on ");
+    assert_eq!(oks(&channel, "closed", 3).await, 3);
+    assert_eq!(http_get(&http, "/readyz").0, 200);
+    assert_eq!(metric(&http, "ratelimit_store_up"), 1);
+
+    // Filled past maxmemory in one script (a script checks memory only
+    // before its first write): 8 MB of 1 kB values.
+    let filled = redis.cli(&[
+        "EVAL",
+        "for i = 1, 8192 do redis.call('SET', 'fill:' .. i, string.rep('x', 1024)) end return 8192",
+        "0",
+    ]);
+    assert_eq!(filled.trim(), "8192", "{filled}");
+    let refused = redis.cli(&["SET", "one-more", "x"]);
+    assert!(refused.contains("OOM"), "Redis refuses writes: {refused}");
+    assert_eq!(redis.cli(&["PING"]).trim(), "PONG", "but answers PING");
+
+    // Every check that would count fails, and is answered by its policy.
+    for i in 0..20 {
+        let answer = call(&channel, request("faults", "open", &format!("oom-{i}"))).await;
+        assert!(is_ok(&answer), "on_store_error: allow");
+        let answer = call(&channel, request("faults", "closed", &format!("oom-{i}"))).await;
+        assert!(!is_ok(&answer), "on_store_error: deny");
+    }
+    let (status, body) = http_get(&http, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("OOM"), "{body}");
+    assert_eq!(metric(&http, "ratelimit_store_up"), 0);
+    assert!(metric(&http, "ratelimit_store_errors_total") >= 3);
+    assert!(metric(&http, "ratelimit_store_fallbacks_total{policy=\"allow\"}") >= 20);
+
+    // Room again: ready, and counting in Redis.
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(http_get(&http, "/readyz").0, 200);
+    assert_eq!(metric(&http, "ratelimit_store_up"), 1);
+    let back = until(&channel, "closed", true, Duration::from_secs(5)).await;
+    assert!(back <= Duration::from_secs(2), "back after {back:?}");
+
+    // The fallbacks were logged, once per 10 s with the count left out.
+    let _ = server.child.kill();
+    let (_, _, stderr) = server.finish();
+    let lines = stderr
+        .lines()
+        .filter(|l| l.contains("answered by its rule's on_store_error"))
+        .collect::<Vec<_>>();
+    assert!(!lines.is_empty(), "{stderr}");
+    assert!(lines.len() <= 2, "rate-limited: {lines:?}");
+    assert!(
+        stderr.contains("on_store_error: allow admitted it without counting"),
+        "{stderr}"
+    );
 }
 
 /// A store URL that cannot work stops `serve` before it listens, saying why.

@@ -241,6 +241,20 @@ pub struct HitsAddendConfig {
     /// Refunds; not supported.
     #[serde(default)]
     pub is_negative_hits: bool,
+    /// Tollgate's own: what a request carrying the cost header more than once costs.
+    #[serde(default)]
+    pub repeated_header: RepeatedCostHeader,
+}
+
+/// What a request with the `%REQ(header)%` cost header more than once costs.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RepeatedCostHeader {
+    /// A 400 naming the header: a client cannot race a trusted hop's value with its own.
+    #[default]
+    Refuse,
+    /// The last value, the one the nearest hop appended (for a trusted hop that appends rather than replaces).
+    Last,
 }
 
 /// An empty message (`remote_address: {}`).

@@ -545,12 +545,12 @@ impl<C: Clock> Engine<C> {
             let status = match work {
                 Work::Done(status) => status,
                 Work::Override { limit, .. } => {
-                    count_fallback(remote, StoreErrorPolicy::Allow);
+                    count_fallback(remote, StoreErrorPolicy::Allow, now);
                     allowed_without_store(Some(limit))
                 }
                 Work::Rule { rule, first, count } => {
                     let counters = &plan.counters[first..first + count];
-                    count_fallback(remote, rule.on_store_error);
+                    count_fallback(remote, rule.on_store_error, now);
                     match rule.on_store_error {
                         StoreErrorPolicy::Allow => allowed_without_store(
                             counters
@@ -654,15 +654,9 @@ fn apply_refunds(
 /// The retry-after of a request denied because the store is down.
 pub const STORE_DOWN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-fn count_fallback(remote: Option<&Arc<RemoteStore>>, policy: StoreErrorPolicy) {
+fn count_fallback(remote: Option<&Arc<RemoteStore>>, policy: StoreErrorPolicy, now: Timestamp) {
     if let Some(remote) = remote {
-        let stats = remote.stats();
-        let counter = match policy {
-            StoreErrorPolicy::Allow => &stats.fallback_allow,
-            StoreErrorPolicy::Deny => &stats.fallback_deny,
-            StoreErrorPolicy::Local => &stats.fallback_local,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        remote.record_fallback(policy, now);
     }
 }
 

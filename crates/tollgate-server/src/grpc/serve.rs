@@ -96,7 +96,7 @@ where
             let mut serving = true;
             loop {
                 tokio::time::sleep(STORE_HEALTH_PERIOD).await;
-                let up = remote.redis().ping().await.is_ok();
+                let up = remote.check_ready().await.is_ok();
                 if up != serving {
                     serving = up;
                     let status = if up {

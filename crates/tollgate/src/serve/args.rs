@@ -126,7 +126,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
     pub store: Option<String>,
     /// How long one Redis call may take before the rule's `on_store_error`
-    /// answers [default: 5ms; upstream's REDIS_TIMEOUT when set].
+    /// answers [default: 250ms; upstream's REDIS_TIMEOUT when set].
     #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", value_name = "DURATION", value_parser = tollgate_core::duration::parse_duration)]
     pub store_timeout: Option<Duration>,
     /// With a Redis store: the quota lease period of rules without their own
