@@ -41,7 +41,7 @@ pub const PAY_TICK: Duration = Duration::from_secs(1);
 
 /// Payments taken between two yields to the runtime (each is one or two
 /// decisions, a few microseconds in memory).
-pub const PAYMENTS_PER_YIELD: usize = 64;
+pub const PAYMENTS_PER_YIELD: usize = 16;
 
 /// Pays one `tick` of every shared counter's shares in force; the shares
 /// the units do not cover are cut ([`QuotaBook::settle`]) and sent.

@@ -66,11 +66,14 @@ pub type StreamId = u64;
 /// Where a stream's responses go.
 pub type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 
-/// The default `--rlqs-max-buckets`: what one tick of paying for every bucket's share costs stays within PLACEHOLDER (see docs/quota.md).
-pub const DEFAULT_MAX_BUCKETS: usize = 65_536;
+/// The default `--rlqs-max-buckets`: paying one tick for this many
+/// buckets, each on its own counter, takes about a tenth of one core (about
+/// 10 µs a bucket in memory; `benches/rlqs_tick.rs`, docs/quota.md).
+pub const DEFAULT_MAX_BUCKETS: usize = 8192;
 
-/// The default `--rlqs-max-stream-buckets`: PLACEHOLDER.
-pub const DEFAULT_MAX_STREAM_BUCKETS: usize = 65_536;
+/// The default `--rlqs-max-stream-buckets`: half the total, so that one
+/// Envoy cannot take every bucket from the others.
+pub const DEFAULT_MAX_STREAM_BUCKETS: usize = 4096;
 
 /// The bounds and settings of the quota service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
