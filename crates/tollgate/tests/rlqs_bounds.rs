@@ -3,8 +3,9 @@
 //! The figures are latencies of a real `tollgate serve` on this machine, so
 //! the phases are bounded by counts and deadlines, the RLS calls run one at
 //! a time from another connection for at least three payment ticks, and the
-//! thresholds are the (p99 under 10 ms) with room for a loaded
-//! two-core machine, not a tight figure (speed is measured in
+//! threshold is the (p99 under 10 ms) on top of the p99 the same
+//! calls had before the attack, so that a loaded two-core machine's own
+//! delays do not count against the service (speed is measured in
 //! `crates/tollgate-server/benches/rlqs_tick.rs`).
 
 mod rls_client;
@@ -40,7 +41,7 @@ descriptors:
 /// The longest a phase may take (the old code never ended them).
 const PHASE: Duration = Duration::from_secs(30);
 
-/// The bound on an RLS caller's p99 while a stream is at its bound.
+/// The bound on what a stream at its bound adds to an RLS caller's p99.
 const P99: Duration = Duration::from_millis(10);
 
 /// No single RLS call may take this long: a stall of the runtime, not a busy machine.
@@ -140,6 +141,8 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
     let cap = metric(http, "ratelimit_rlqs_stream_buckets_limit")
         .await
         .expect("the per-stream bound is a gauge");
+    let before = rls_latencies(&grpc).await;
+    let bound = P99 + p99(&before);
 
     // The attack: one stream, one message at the bound, kept open.
     let (reports, outgoing) = mpsc::channel(1);
@@ -161,8 +164,8 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
         "/metrics answers while the stream holds {cap} buckets"
     );
     assert!(
-        p99(&during) < P99 && during[during.len() - 1] < WORST,
-        "RLS while one stream holds {cap} buckets: p99 {:?}, worst {:?} over {} calls",
+        p99(&during) < bound && during[during.len() - 1] < WORST,
+        "RLS while one stream holds {cap} buckets: p99 {:?} (bound {bound:?}), worst {:?} over {} calls",
         p99(&during),
         during[during.len() - 1],
         during.len()
@@ -182,14 +185,15 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
     }
     let after = rls_latencies(&grpc).await;
     assert!(
-        p99(&after) < P99 && after[after.len() - 1] < WORST,
-        "RLS after the stream closed: p99 {:?}, worst {:?} over {} calls",
+        p99(&after) < bound && after[after.len() - 1] < WORST,
+        "RLS after the stream closed: p99 {:?} (bound {bound:?}), worst {:?} over {} calls",
         p99(&after),
         after[after.len() - 1],
         after.len()
     );
     eprintln!(
-        "{cap} buckets on one stream: RLS p99 {:?} (worst {:?}, {} calls) during, {:?} after",
+        "{cap} buckets on one stream: RLS p99 {:?} before, {:?} (worst {:?}, {} calls) during, {:?} after",
+        p99(&before),
         p99(&during),
         during[during.len() - 1],
         during.len(),
