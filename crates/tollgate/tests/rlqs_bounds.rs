@@ -3,9 +3,9 @@
 //! The figures are latencies of a real `tollgate serve` on this machine, so
 //! the phases are bounded by counts and deadlines, the RLS calls run one at
 //! a time from another connection for at least three payment ticks, and the
-//! threshold is the (p99 under 10 ms) on top of the p99 the same
-//! calls had before the attack, so that a loaded two-core machine's own
-//! delays do not count against the service (speed is measured in
+//! threshold is the (p99 under 10 ms) on top of twice the p99 the
+//! same calls had before the attack, so that a loaded two-core machine's
+//! own delays do not count against the service (speed is measured in
 //! `crates/tollgate-server/benches/rlqs_tick.rs`).
 
 #[expect(
@@ -146,7 +146,7 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
         .await
         .expect("the per-stream bound is a gauge");
     let before = rls_latencies(&grpc).await;
-    let bound = P99 + p99(&before);
+    let bound = P99 + 2 * p99(&before);
 
     // The attack: one stream, one message at the bound, kept open.
     let (reports, outgoing) = mpsc::channel(1);
