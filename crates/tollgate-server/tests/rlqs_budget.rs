@@ -112,7 +112,7 @@ const TICK: Duration = Duration::from_secs(1);
 /// Takes `report` on `book` and sends what it changed, paid for from the shared budget.
 async fn report_paid<C: tollgate_core::Clock>(
     live: &LiveEngine<C>,
-    book: &QuotaBook,
+    book: &Arc<QuotaBook>,
     envoy: u64,
     report: RateLimitQuotaUsageReports,
 ) {
@@ -128,7 +128,7 @@ async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
     let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
     let engine = Engine::new(rules(yaml), EngineOptions::default(), clock.clone());
     let live = LiveEngine::fixed(Arc::new(engine));
-    let book = QuotaBook::new(RlqsOptions::default());
+    let book = Arc::new(QuotaBook::new(RlqsOptions::default()));
     let (envoy, mut outbox) = stream(&book);
 
     // RLS callers spend 70 of this second's 100.
@@ -181,7 +181,7 @@ async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
     for _ in 0..2 {
         instances.push((
             on_redis(&redis, yaml).await,
-            QuotaBook::new(RlqsOptions::default()),
+            Arc::new(QuotaBook::new(RlqsOptions::default())),
         ));
     }
     let watch = Stopwatch::start();
@@ -220,7 +220,7 @@ async fn with_the_store_down_a_share_follows_the_rules_on_store_error() {
     let mut redis = RedisServer::start();
     let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    value: strict\n    on_store_error: deny\n    rate_limit: {unit: second, requests_per_unit: 100}\n  - key: tenant\n    value: open\n    on_store_error: allow\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
     let live = on_redis(&redis, yaml).await;
-    let book = QuotaBook::new(RlqsOptions::default());
+    let book = Arc::new(QuotaBook::new(RlqsOptions::default()));
     redis.kill();
     // As for RLS callers: `deny` refuses, `allow` admits.
     assert!(!rls_allows(&live, "strict").await);

@@ -23,7 +23,7 @@ use tonic_health::server::{HealthReporter, HealthService};
 use super::authority::{AuthorityFront, InboundLimits};
 use super::service::{BoxFuture, RateLimitGrpc};
 use crate::engine::Engine;
-use crate::rlqs::RlqsService;
+use crate::rlqs::{QuotaBook, RlqsService};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 
 /// Serves the rate limit and health services on `listener` until `shutdown`
@@ -129,7 +129,7 @@ where
     // Quota streams never end by themselves: at shutdown they are ended, so the drain can finish.
     let shutdown = async move {
         shutdown.await;
-        quota_book.close_all();
+        crate::rlqs::with_book(&quota_book, QuotaBook::close_all).await;
     };
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2

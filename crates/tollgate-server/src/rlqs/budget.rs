@@ -4,6 +4,12 @@
 //! before they are sent; [`pay_every`] pays for the shares in force every
 //! [`PAY_TICK`] (see `book::changes` for what each covers).
 //!
+//! The book's part of each runs on a blocking thread ([`with_book`]), and
+//! the payments yield to the runtime every [`PAYMENTS_PER_YIELD`]: a tick
+//! over tens of thousands of counters in memory never holds a worker for
+//! long. A payment whose counter left the book meanwhile (its last stream
+//! closed) is skipped.
+//!
 //! The engine decides in memory, on Redis, or from this instance's leases
 //! (it picks, as for RLS). Every limit the descriptor matches is charged, so
 //! a rule with several limits stays all-or-nothing.
@@ -26,18 +32,23 @@ use tollgate_core::Clock;
 use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitResponse};
 
 use super::book::{Changes, Payment, QuotaBook};
+use super::off_runtime::with_book;
 use crate::engine::Engine;
 use crate::reload::LiveEngine;
 
 /// How often the shares in force are paid for from the shared budget.
 pub const PAY_TICK: Duration = Duration::from_secs(1);
 
+/// Payments taken between two yields to the runtime (each is one or two
+/// decisions, a few microseconds in memory).
+pub const PAYMENTS_PER_YIELD: usize = 16;
+
 /// Pays one `tick` of every shared counter's shares in force; the shares
 /// the units do not cover are cut ([`QuotaBook::settle`]) and sent.
-pub async fn pay_round<C: Clock>(engine: &LiveEngine<C>, book: &QuotaBook, tick: Duration) {
-    let dues = book.dues(tick);
+pub async fn pay_round<C: Clock>(engine: &LiveEngine<C>, book: &Arc<QuotaBook>, tick: Duration) {
+    let dues = with_book(book, move |book| book.dues(tick)).await;
     let taken = take_all(engine, &dues).await;
-    let cuts = book.settle(dues, &taken, tick);
+    let cuts = with_book(book, move |book| book.settle(dues, &taken, tick)).await;
     pay_and_apply(engine, book, cuts).await;
 }
 
@@ -58,17 +69,29 @@ pub async fn pay_every<C: Clock>(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook
 }
 
 /// Takes what `changes` cost and sends them ([`QuotaBook::apply`]).
-pub async fn pay_and_apply<C: Clock>(engine: &LiveEngine<C>, book: &QuotaBook, changes: Changes) {
+pub async fn pay_and_apply<C: Clock>(
+    engine: &LiveEngine<C>,
+    book: &Arc<QuotaBook>,
+    changes: Changes,
+) {
     let taken = take_all(engine, &changes.payments).await;
-    book.apply(changes, &taken);
+    with_book(book, move |book| book.apply(changes, &taken)).await;
 }
 
-/// Takes each payment's units; the units each got.
+/// Takes each payment's units (none for a counter no longer in the book); the units each got.
 async fn take_all<C: Clock>(engine: &LiveEngine<C>, payments: &[Payment]) -> Vec<u64> {
     let engine = engine.engine();
     let mut taken = Vec::with_capacity(payments.len());
-    for payment in payments {
-        taken.push(take_units(&engine, &payment.domain, &payment.entries, payment.units).await);
+    for (i, payment) in payments.iter().enumerate() {
+        if i % PAYMENTS_PER_YIELD == PAYMENTS_PER_YIELD - 1 {
+            tokio::task::yield_now().await;
+        }
+        let units = if payment.is_owed() {
+            take_units(&engine, &payment.domain, &payment.entries, payment.units).await
+        } else {
+            0
+        };
+        taken.push(units);
     }
     taken
 }

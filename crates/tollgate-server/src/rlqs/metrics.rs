@@ -2,6 +2,9 @@
 //!
 //! * `ratelimit_rlqs_streams` and `ratelimit_rlqs_streams_limit` (`--rlqs-max-streams`);
 //! * `ratelimit_rlqs_buckets` and `ratelimit_rlqs_buckets_limit` (`--rlqs-max-buckets`);
+//! * `ratelimit_rlqs_stream_buckets` (the most one stream tracks) and
+//!   `ratelimit_rlqs_stream_buckets_limit` (`--rlqs-max-stream-buckets`);
+//! * `ratelimit_rlqs_counters`: the rule counters the shares are paid from, each every tick;
 //! * `ratelimit_rlqs_assignments_total`: bucket assignments sent;
 //! * `ratelimit_rlqs_reported_requests_total{decision="allowed|denied"}`:
 //!   what the Envoys reported deciding with their assignments;
@@ -66,6 +69,21 @@ impl Collector for RlqsCollector {
                 "The most rate limit quota buckets tracked (rlqs-max-buckets)",
                 count(options.max_buckets),
             ),
+            (
+                "ratelimit_rlqs_stream_buckets",
+                "The most rate limit quota buckets one stream tracks",
+                stats.stream_buckets.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "ratelimit_rlqs_stream_buckets_limit",
+                "The most rate limit quota buckets tracked for one stream (rlqs-max-stream-buckets)",
+                count(options.max_stream_buckets),
+            ),
+            (
+                "ratelimit_rlqs_counters",
+                "Rule counters the quota shares are paid from, each every tick",
+                stats.counters.load(Ordering::Relaxed) as i64,
+            ),
         ] {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
@@ -125,6 +143,7 @@ mod tests {
         let book = Arc::new(QuotaBook::new(RlqsOptions {
             max_streams: 7,
             max_buckets: 9,
+            max_stream_buckets: 5,
             ..RlqsOptions::default()
         }));
         let (tx, _rx) = mpsc::channel(4);
@@ -138,6 +157,9 @@ mod tests {
             "ratelimit_rlqs_streams_limit 7",
             "ratelimit_rlqs_buckets 0",
             "ratelimit_rlqs_buckets_limit 9",
+            "ratelimit_rlqs_stream_buckets 0",
+            "ratelimit_rlqs_stream_buckets_limit 5",
+            "ratelimit_rlqs_counters 0",
             "ratelimit_rlqs_assignments_total 0",
             "ratelimit_rlqs_reported_requests_total{decision=\"allowed\"} 0",
             "ratelimit_rlqs_reported_requests_total{decision=\"denied\"} 0",

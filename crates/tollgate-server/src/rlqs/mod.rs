@@ -20,15 +20,19 @@
 //!   every [`PAY_TICK`].
 //! * [`RlqsService`]: the gRPC `StreamRateLimitQuotas` method, served on
 //!   the same port as RLS; [`RlqsCollector`] its metrics.
+//! * [`with_book`]: the book's work runs off the runtime's workers, so a
+//!   stream at its bucket bound leaves RLS calls and `/metrics` unaffected.
 
 pub mod book;
 pub mod bucket;
 pub mod budget;
 mod metrics;
+mod off_runtime;
 pub mod payment;
 mod service;
 
 pub use book::{QuotaBook, RlqsOptions};
 pub use budget::{PAY_TICK, pay_and_apply, pay_every, pay_round};
 pub use metrics::RlqsCollector;
+pub use off_runtime::with_book;
 pub use service::RlqsService;

@@ -146,8 +146,12 @@ pub struct ServeArgs {
     pub rlqs_max_streams: usize,
     /// RLQS buckets tracked over all streams (about 300 bytes each); a
     /// report that would pass it ends its stream with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "TOLLGATE_RLQS_MAX_BUCKETS", value_name = "N", default_value_t = 65_536, value_parser = parse_cap)]
+    #[arg(long, env = "TOLLGATE_RLQS_MAX_BUCKETS", value_name = "N", default_value_t = tollgate_server::rlqs::book::DEFAULT_MAX_BUCKETS, value_parser = parse_cap)]
     pub rlqs_max_buckets: usize,
+    /// RLQS buckets tracked for one stream, so that one Envoy cannot take
+    /// them all; a report that would pass it ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAM_BUCKETS", value_name = "N", default_value_t = tollgate_server::rlqs::book::DEFAULT_MAX_STREAM_BUCKETS, value_parser = parse_cap)]
+    pub rlqs_max_stream_buckets: usize,
     /// How long an RLQS assignment holds in Envoy without a renewal (every
     /// usage report renews the reporter's); after it Envoy applies the
     /// filter's `expired_assignment_behavior`.

@@ -143,6 +143,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let quota_book = Arc::new(QuotaBook::new(RlqsOptions {
         max_streams: args.rlqs_max_streams,
         max_buckets: args.rlqs_max_buckets,
+        max_stream_buckets: args.rlqs_max_stream_buckets,
         max_entries: caps.max_descriptor_entries,
         assignment_ttl: args.rlqs_assignment_ttl,
     }));

@@ -24,6 +24,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -32,10 +33,12 @@ use super::super::bucket::Rate;
 use super::{Inner, QuotaBook, Shared, StreamId, fresh_tokens};
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Payment {
     /// The rule counter.
     counter: Vec<u8>,
+    /// Alive while the counter is in the book (see [`Payment::is_owed`]).
+    owed: Weak<()>,
     /// The domain of the bucket to check.
     pub domain: String,
     /// A bucket on that counter, as a descriptor.
@@ -44,6 +47,25 @@ pub struct Payment {
     share: u64,
     /// The units to take; 0 when nothing is owed.
     pub units: u64,
+}
+
+impl Payment {
+    fn new(counter: &[u8], shared: &Shared, share: u64, units: u64) -> Self {
+        Payment {
+            counter: counter.to_vec(),
+            owed: Arc::downgrade(&shared.owed),
+            domain: shared.domain.clone(),
+            entries: shared.entries.clone(),
+            share,
+            units,
+        }
+    }
+
+    /// Whether its counter is still in the book: once the last stream
+    /// sharing it closed, nothing more is owed and nothing is taken.
+    pub fn is_owed(&self) -> bool {
+        self.owed.strong_count() > 0
+    }
 }
 
 /// A bucket of a stream, by its entries sorted by key.
@@ -82,22 +104,20 @@ impl QuotaBook {
         grown.sort_unstable();
         grown.dedup();
         let mut payments: Vec<Payment> = Vec::new();
+        let mut by_counter: HashMap<&[u8], usize> = HashMap::new();
         for (counter, stream) in &grown {
             let Some(shared) = inner.shared.get(counter) else {
                 continue;
             };
             let in_force = shared.reporters.get(stream).and_then(|r| r.share);
             let tokens = growth_cost(&shared.rate, in_force, growth_target(shared, *stream))
-                * buckets_on(inner, *stream, counter);
-            match payments.iter_mut().find(|p| p.counter == *counter) {
-                Some(payment) => payment.units = payment.units.saturating_add(tokens),
-                None => payments.push(Payment {
-                    counter: counter.clone(),
-                    domain: shared.domain.clone(),
-                    entries: shared.entries.clone(),
-                    share: 0,
-                    units: tokens,
-                }),
+                .saturating_mul(buckets_on(inner, *stream, counter));
+            match by_counter.get(counter.as_slice()) {
+                Some(&i) => payments[i].units = payments[i].units.saturating_add(tokens),
+                None => {
+                    by_counter.insert(counter, payments.len());
+                    payments.push(Payment::new(counter, shared, 0, tokens));
+                }
             }
         }
         Changes {
@@ -115,11 +135,16 @@ impl QuotaBook {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let mut changed = changes.changed;
+        let mut grown: HashMap<&[u8], Vec<StreamId>> = HashMap::new();
+        for (counter, stream) in &changes.grown {
+            grown.entry(counter).or_default().push(*stream);
+        }
         for (payment, &units) in changes.payments.iter().zip(taken) {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
             // The units taken, spent on the grown shares in turn.
             let mut pool = units;
-            for (counter, stream) in changes.grown.iter().filter(|(c, _)| *c == payment.counter) {
+            let counter = &payment.counter;
+            for stream in grown.get(counter.as_slice()).into_iter().flatten() {
                 let buckets = buckets_on(inner, *stream, counter).max(1);
                 let Some(shared) = inner.shared.get_mut(counter) else {
                     continue;
@@ -147,13 +172,15 @@ impl QuotaBook {
             buckets.entry(stream).or_default().extend(keys);
         }
         for (counter, stream) in &changed {
-            if let Some(s) = inner.streams.get(stream) {
-                let keys = s
-                    .buckets
-                    .iter()
-                    .filter(|(_, b)| b.counter.as_ref() == Some(counter))
-                    .map(|(k, _)| k.clone());
-                buckets.entry(*stream).or_default().extend(keys);
+            if let Some(keys) = inner
+                .streams
+                .get(stream)
+                .and_then(|s| s.on_counter(counter))
+            {
+                buckets
+                    .entry(*stream)
+                    .or_default()
+                    .extend(keys.iter().cloned());
             }
         }
         let pushes: HashMap<StreamId, Vec<BucketAction>> = buckets
@@ -180,12 +207,9 @@ impl QuotaBook {
             .iter()
             .filter_map(|(counter, shared)| {
                 let share = in_force(&inner, counter, shared);
-                (share > 0).then(|| Payment {
-                    counter: counter.clone(),
-                    domain: shared.domain.clone(),
-                    entries: shared.entries.clone(),
-                    share,
-                    units: shared.balance.units_due(share, tick, shared.rate.window),
+                (share > 0).then(|| {
+                    let units = shared.balance.units_due(share, tick, shared.rate.window);
+                    Payment::new(counter, shared, share, units)
                 })
             })
             .collect()
@@ -298,16 +322,17 @@ fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
     shared
         .reporters
         .iter()
-        .filter_map(|(&stream, r)| Some(r.share? * buckets_on(inner, stream, counter)))
+        .filter_map(|(&stream, r)| {
+            Some(r.share?.saturating_mul(buckets_on(inner, stream, counter)))
+        })
         .fold(0u64, u64::saturating_add)
 }
 
 /// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).
 fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
-    inner.streams.get(&stream).map_or(0, |s| {
-        s.buckets
-            .values()
-            .filter(|b| b.counter.as_deref() == Some(counter))
-            .count() as u64
-    })
+    inner
+        .streams
+        .get(&stream)
+        .and_then(|s| s.on_counter(counter))
+        .map_or(0, |keys| keys.len() as u64)
 }

@@ -24,8 +24,15 @@
 //! Envoy whose outbox is full (a client not reading) catches up at its next
 //! report. Every report is answered with the reporter's assignments, which
 //! renews their time to live. A stream that ends gives its shares back.
+//!
+//! Every operation costs in proportion to what it changes, never to a
+//! stream's buckets times its changes: a report reads its buckets against
+//! the rules before the book is locked, and each stream indexes its
+//! buckets by counter ([`Stream::on_counter`]), so how many of its buckets
+//! share a counter, and which, is one lookup.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -35,6 +42,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
     BucketAction as Action, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -49,6 +57,7 @@ use super::payment::Balance;
 
 mod changes;
 
+use changes::BucketKey;
 pub use changes::{Changes, Payment};
 
 /// A stream's number in the book.
@@ -57,6 +66,15 @@ pub type StreamId = u64;
 /// Where a stream's responses go.
 pub type Outbox = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
 
+/// The default `--rlqs-max-buckets`: paying one tick for this many
+/// buckets, each on its own counter, takes about a tenth of one core (about
+/// 10 µs a bucket in memory; `benches/rlqs_tick.rs`, docs/quota.md).
+pub const DEFAULT_MAX_BUCKETS: usize = 8192;
+
+/// The default `--rlqs-max-stream-buckets`: half the total, so that one
+/// Envoy cannot take every bucket from the others.
+pub const DEFAULT_MAX_STREAM_BUCKETS: usize = 4096;
+
 /// The bounds and settings of the quota service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RlqsOptions {
@@ -64,6 +82,8 @@ pub struct RlqsOptions {
     pub max_streams: usize,
     /// Buckets tracked over all streams (`--rlqs-max-buckets`); a report past it ends its stream with RESOURCE_EXHAUSTED.
     pub max_buckets: usize,
+    /// Buckets tracked for one stream (`--rlqs-max-stream-buckets`); a report past it ends its stream with RESOURCE_EXHAUSTED.
+    pub max_stream_buckets: usize,
     /// Entries in one bucket id (the RLS `--max-descriptor-entries`).
     pub max_entries: usize,
     /// How long an assignment holds without a renewal (`--rlqs-assignment-ttl`).
@@ -74,7 +94,8 @@ impl Default for RlqsOptions {
     fn default() -> Self {
         RlqsOptions {
             max_streams: 1024,
-            max_buckets: 65_536,
+            max_buckets: DEFAULT_MAX_BUCKETS,
+            max_stream_buckets: DEFAULT_MAX_STREAM_BUCKETS,
             max_entries: tollgate_protocol::rls::RequestCaps::default().max_descriptor_entries,
             assignment_ttl: Duration::from_secs(30),
         }
@@ -88,6 +109,10 @@ pub struct RlqsStats {
     pub streams: AtomicU64,
     /// Buckets tracked now.
     pub buckets: AtomicU64,
+    /// The most buckets one stream tracks now.
+    pub stream_buckets: AtomicU64,
+    /// Shared rule counters in the book now: each is paid for every tick.
+    pub counters: AtomicU64,
     /// Assignments sent (answers to reports and pushes).
     pub assignments: AtomicU64,
     /// Requests the Envoys reported allowed.
@@ -124,7 +149,55 @@ struct Stream {
     domain: Option<String>,
     outbox: Outbox,
     /// By the bucket id's sorted entries.
-    buckets: HashMap<Vec<(String, String)>, StreamBucket>,
+    buckets: HashMap<BucketKey, StreamBucket>,
+    /// The keys of the buckets on each shared counter, kept with `buckets`.
+    by_counter: HashMap<Vec<u8>, HashSet<BucketKey>>,
+}
+
+impl Stream {
+    fn new(outbox: Outbox) -> Self {
+        Stream {
+            domain: None,
+            outbox,
+            buckets: HashMap::new(),
+            by_counter: HashMap::new(),
+        }
+    }
+
+    /// Sets the bucket `key` (indexed by its counter); whether it is new.
+    fn put(&mut self, key: BucketKey, bucket: StreamBucket) -> bool {
+        let counter = bucket.counter.clone();
+        let old = self.buckets.insert(key.clone(), bucket);
+        let old_counter = old.as_ref().and_then(|b| b.counter.as_ref());
+        if old_counter != counter.as_ref() {
+            if let Some(old_counter) = old_counter
+                && let Some(keys) = self.by_counter.get_mut(old_counter)
+            {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.by_counter.remove(old_counter);
+                }
+            }
+            if let Some(counter) = counter {
+                self.by_counter.entry(counter).or_default().insert(key);
+            }
+        }
+        old.is_none()
+    }
+
+    /// The keys of the buckets on `counter`.
+    fn on_counter(&self, counter: &[u8]) -> Option<&HashSet<BucketKey>> {
+        self.by_counter.get(counter)
+    }
+}
+
+/// A reported bucket read against the rules (before the book is locked).
+struct Reading {
+    id: BucketId,
+    key: BucketKey,
+    policy: Policy,
+    /// The reporter's demand per window, for a shared bucket.
+    demand: u64,
 }
 
 /// A reporter of a shared bucket.
@@ -145,6 +218,8 @@ struct Shared {
     reporters: BTreeMap<StreamId, Reporter>,
     /// What the shares in force prepaid from the shared budget ([`super::payment`]).
     balance: Balance,
+    /// Held while the counter is in the book: a payment for it is owed only then.
+    owed: Arc<()>,
     /// The domain and a bucket (as a descriptor) of the latest report on
     /// this counter: what the service checks to take units of its budget.
     domain: String,
@@ -198,14 +273,7 @@ impl QuotaBook {
         }
         inner.next += 1;
         let id = inner.next;
-        inner.streams.insert(
-            id,
-            Stream {
-                domain: None,
-                outbox,
-                buckets: HashMap::new(),
-            },
-        );
+        inner.streams.insert(id, Stream::new(outbox));
         self.stats
             .streams
             .store(inner.streams.len() as u64, Ordering::Relaxed);
@@ -227,10 +295,15 @@ impl QuotaBook {
                 "a usage report has an empty domain",
             ));
         }
+        let readings = self.read(&report.domain, report.bucket_quota_usages, rules)?;
         let mut inner = self.inner.lock();
-        let inner = &mut *inner;
-        let stream = inner
-            .streams
+        let Inner {
+            streams,
+            shared,
+            buckets,
+            ..
+        } = &mut *inner;
+        let stream = streams
             .get_mut(&id)
             .ok_or_else(|| Status::cancelled("the stream was closed"))?;
         match &stream.domain {
@@ -243,60 +316,47 @@ impl QuotaBook {
             }
             Some(_) => {}
         }
-        let mut answered: Vec<Vec<(String, String)>> = Vec::new();
+        let mut answered: Vec<BucketKey> = Vec::with_capacity(readings.len());
         let mut touched: HashSet<Vec<u8>> = HashSet::new();
         let mut changed: Vec<(Vec<u8>, StreamId)> = Vec::new();
         let mut grown: Vec<(Vec<u8>, StreamId)> = Vec::new();
-        for usage in report.bucket_quota_usages {
-            self.stats
-                .reported_allowed
-                .fetch_add(usage.num_requests_allowed, Ordering::Relaxed);
-            self.stats
-                .reported_denied
-                .fetch_add(usage.num_requests_denied, Ordering::Relaxed);
-            let id_message = usage.bucket_id.unwrap_or_default();
-            let entries = descriptor(&id_message.bucket, self.options.max_entries)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            let key: Vec<(String, String)> = entries
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
-            let (assignment, counter) = match policy(rules, &report.domain, &entries) {
+        for reading in readings {
+            let new = !stream.buckets.contains_key(&reading.key);
+            if new {
+                if *buckets >= self.options.max_buckets {
+                    return Err(Status::resource_exhausted(format!(
+                        "rate limit quota buckets: {buckets} tracked, the most --rlqs-max-buckets allows"
+                    )));
+                }
+                if stream.buckets.len() >= self.options.max_stream_buckets {
+                    return Err(Status::resource_exhausted(format!(
+                        "rate limit quota buckets: {} tracked for this stream, the most --rlqs-max-stream-buckets allows",
+                        stream.buckets.len()
+                    )));
+                }
+            }
+            let (assignment, counter) = match reading.policy {
                 Policy::AllowAll => (Assignment::Allow, None),
                 Policy::DenyAll => (Assignment::Deny, None),
                 Policy::Share(rate) => {
-                    let elapsed = usage
-                        .time_elapsed
-                        .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
-                        .max(1);
-                    let arrived = usage
-                        .num_requests_allowed
-                        .saturating_add(usage.num_requests_denied);
-                    let demand = u64::try_from(
-                        u128::from(arrived) * rate.window.as_nanos()
-                            / (u128::from(elapsed) * 1_000_000_000),
-                    )
-                    .unwrap_or(u64::MAX);
                     let counter = rate.counter.clone();
-                    let shared = inner
-                        .shared
-                        .entry(counter.clone())
-                        .or_insert_with(|| Shared {
-                            rate: rate.clone(),
-                            reporters: BTreeMap::new(),
-                            balance: Balance::default(),
-                            domain: String::new(),
-                            entries: Vec::new(),
-                        });
+                    let shared = shared.entry(counter.clone()).or_insert_with(|| Shared {
+                        rate: rate.clone(),
+                        reporters: BTreeMap::new(),
+                        balance: Balance::default(),
+                        owed: Arc::new(()),
+                        domain: String::new(),
+                        entries: Vec::new(),
+                    });
                     shared.rate = rate;
                     shared.domain.clone_from(&report.domain);
-                    shared.entries.clone_from(&key);
+                    shared.entries.clone_from(&reading.key);
                     shared
                         .reporters
                         .entry(id)
-                        .and_modify(|r| r.demand = demand)
+                        .and_modify(|r| r.demand = reading.demand)
                         .or_insert(Reporter {
-                            demand,
+                            demand: reading.demand,
                             share: None,
                             wanted: 0,
                         });
@@ -304,37 +364,74 @@ impl QuotaBook {
                     (Assignment::Share(0), Some(counter))
                 }
             };
-            let stream = inner.streams.get_mut(&id).expect("looked up above");
-            if !stream.buckets.contains_key(&key) {
+            if new {
                 // A new bucket starts with a full token bucket: paid for like a change.
                 if let Some(counter) = &counter {
                     grown.push((counter.clone(), id));
                 }
-                if inner.buckets >= self.options.max_buckets {
-                    return Err(Status::resource_exhausted(format!(
-                        "rate limit quota buckets: {} tracked, the most --rlqs-max-buckets allows",
-                        inner.buckets
-                    )));
-                }
-                inner.buckets += 1;
+                *buckets += 1;
             }
-            stream.buckets.insert(
-                key.clone(),
+            stream.put(
+                reading.key.clone(),
                 StreamBucket {
-                    id: id_message,
+                    id: reading.id,
                     counter,
                     policy: assignment,
                 },
             );
-            answered.push(key);
+            answered.push(reading.key);
         }
+        let largest = stream.buckets.len() as u64;
+        self.stats.buckets.store(*buckets as u64, Ordering::Relaxed);
         self.stats
-            .buckets
-            .store(inner.buckets as u64, Ordering::Relaxed);
+            .stream_buckets
+            .fetch_max(largest, Ordering::Relaxed);
+        self.stats
+            .counters
+            .store(shared.len() as u64, Ordering::Relaxed);
         for counter in touched {
-            self.rebalance(inner, &counter, id, &mut changed, &mut grown);
+            self.rebalance(&mut inner, &counter, id, &mut changed, &mut grown);
         }
-        Ok(self.changes(inner, Some((id, answered)), changed, grown))
+        Ok(self.changes(&inner, Some((id, answered)), changed, grown))
+    }
+
+    /// Reads each usage of a report of `domain` against `rules` (no lock
+    /// held): its bucket's key, what applies and the reporter's demand.
+    fn read(
+        &self,
+        domain: &str,
+        usages: Vec<BucketQuotaUsage>,
+        rules: &RuleSet,
+    ) -> Result<Vec<Reading>, Status> {
+        usages
+            .into_iter()
+            .map(|mut usage| {
+                self.stats
+                    .reported_allowed
+                    .fetch_add(usage.num_requests_allowed, Ordering::Relaxed);
+                self.stats
+                    .reported_denied
+                    .fetch_add(usage.num_requests_denied, Ordering::Relaxed);
+                let id = usage.bucket_id.take().unwrap_or_default();
+                let entries = descriptor(&id.bucket, self.options.max_entries)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let policy = policy(rules, domain, &entries);
+                let key: BucketKey = entries
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect();
+                let demand = match &policy {
+                    Policy::Share(rate) => demand(&usage, rate),
+                    _ => 0,
+                };
+                Ok(Reading {
+                    id,
+                    key,
+                    policy,
+                    demand,
+                })
+            })
+            .collect()
     }
 
     /// Forgets stream `id`: its shares go back to the others sharing its
@@ -347,12 +444,7 @@ impl QuotaBook {
         };
         inner.buckets = inner.buckets.saturating_sub(stream.buckets.len());
         let mut changed = Vec::new();
-        let counters: HashSet<Vec<u8>> = stream
-            .buckets
-            .into_values()
-            .filter_map(|b| b.counter)
-            .collect();
-        for counter in counters {
+        for counter in stream.by_counter.into_keys() {
             if let Some(shared) = inner.shared.get_mut(&counter) {
                 shared.reporters.remove(&id);
                 if shared.reporters.is_empty() {
@@ -362,12 +454,19 @@ impl QuotaBook {
             }
             self.rebalance(inner, &counter, id, &mut changed, &mut Vec::new());
         }
+        let largest = inner.streams.values().map(|s| s.buckets.len()).max();
         self.stats
             .streams
             .store(inner.streams.len() as u64, Ordering::Relaxed);
         self.stats
             .buckets
             .store(inner.buckets as u64, Ordering::Relaxed);
+        self.stats
+            .stream_buckets
+            .store(largest.unwrap_or(0) as u64, Ordering::Relaxed);
+        self.stats
+            .counters
+            .store(inner.shared.len() as u64, Ordering::Relaxed);
         self.changes(inner, None, changed, Vec::new())
     }
 
@@ -380,6 +479,8 @@ impl QuotaBook {
         };
         self.stats.streams.store(0, Ordering::Relaxed);
         self.stats.buckets.store(0, Ordering::Relaxed);
+        self.stats.stream_buckets.store(0, Ordering::Relaxed);
+        self.stats.counters.store(0, Ordering::Relaxed);
     }
 
     /// Ends stream `id` with `status` (then as [`QuotaBook::close`]).
@@ -491,6 +592,22 @@ impl QuotaBook {
             }
         }
     }
+}
+
+/// A reporter's demand per window of `rate`: what arrived in the report's
+/// interval (at least a second), scaled to the window.
+fn demand(usage: &BucketQuotaUsage, rate: &Rate) -> u64 {
+    let elapsed = usage
+        .time_elapsed
+        .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
+        .max(1);
+    let arrived = usage
+        .num_requests_allowed
+        .saturating_add(usage.num_requests_denied);
+    u64::try_from(
+        u128::from(arrived) * rate.window.as_nanos() / (u128::from(elapsed) * 1_000_000_000),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// The tokens Envoy starts a token bucket of `share` with (it starts full):

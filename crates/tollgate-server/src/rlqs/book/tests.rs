@@ -258,3 +258,64 @@ fn buckets_sharing_one_counter_at_one_envoy_are_each_paid_for() {
     assert_eq!(dues.len(), 1);
     assert_eq!(dues[0].units, 200);
 }
+
+#[test]
+fn one_stream_is_held_to_its_own_bound_and_closing_it_frees_its_buckets_and_dues() {
+    let book = QuotaBook::new(RlqsOptions {
+        max_buckets: 10,
+        max_stream_buckets: 2,
+        ..RlqsOptions::default()
+    });
+    let rules = rules();
+    let ((one, _rx1), (two, _rx2)) = (stream(&book), stream(&book));
+    paid(&book, one, report("a", 1, 0), &rules);
+    paid(&book, one, report("b", 1, 0), &rules);
+    let status = book.report(one, report("c", 1, 0), &rules).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        status.message().contains("--rlqs-max-stream-buckets"),
+        "{}",
+        status.message()
+    );
+    // A bucket it already has is not a new one; another stream has its own room.
+    paid(&book, one, report("a", 5, 0), &rules);
+    paid(&book, two, report("c", 1, 0), &rules);
+    let stats = book.stats();
+    assert_eq!(stats.stream_buckets.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.counters.load(Ordering::Relaxed), 3);
+    assert_eq!(book.dues(Duration::from_secs(1)).len(), 3);
+    let dues = book.dues(Duration::from_secs(1));
+    pay_in_full(&book, book.close(one));
+    assert_eq!(stats.buckets.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.stream_buckets.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.counters.load(Ordering::Relaxed), 1);
+    assert_eq!(book.dues(Duration::from_secs(1)).len(), 1);
+    // A tick read before the close owes nothing for its counters.
+    let owed: Vec<bool> = dues.iter().map(Payment::is_owed).collect();
+    assert_eq!(owed.iter().filter(|o| **o).count(), 1, "{owed:?}");
+}
+
+#[test]
+fn a_bucket_whose_rule_changes_is_paid_for_under_its_new_counter_only() {
+    // Every tenant under `team-` counts in one counter, until a reload gives each its own.
+    let shared = "domain: q\ndescriptors:\n  - key: tenant\n    value: team-*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    let shared = load_sources([(Path::new("q.yaml"), shared)], LoadOptions::default()).rule_set;
+    let own = rules();
+    let book = QuotaBook::new(RlqsOptions::default());
+    let (one, _rx) = stream(&book);
+    let mut both = report("team-a", 40, 0);
+    both.bucket_quota_usages
+        .extend(report("team-b", 40, 0).bucket_quota_usages);
+    paid(&book, one, both.clone(), &shared);
+    let dues = book.dues(Duration::from_secs(1));
+    assert_eq!(dues.iter().map(|d| d.units).collect::<Vec<_>>(), [200]);
+    // After the reload each bucket has its own counter, paid once: the old one is paid for no bucket.
+    paid(&book, one, both, &own);
+    let mut units: Vec<u64> = book
+        .dues(Duration::from_secs(1))
+        .iter()
+        .map(|d| d.units)
+        .collect();
+    units.sort_unstable();
+    assert_eq!(units, [100, 100]);
+}
