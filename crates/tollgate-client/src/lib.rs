@@ -1,5 +1,7 @@
 //! The other side of the 429: an HTTP client that backs off as the server asks, and throttles itself.
 //!
+//! Must not know (the README's layout table): servers, stores, the proxy.
+//!
 //! [`BackoffLayer`] is a tower layer for any client service
 //! `tower::Service<http::Request<B>>` (hyper-util's legacy client, an axum
 //! router in a test, …) whose request bodies can be cloned. It

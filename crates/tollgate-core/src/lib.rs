@@ -1,5 +1,7 @@
 //! Tollgate's rate-limiting algorithms as pure state machines over an injected clock.
 //!
+//! Must not know (the README's layout table): storage, sockets, config files, the system clock (clippy bans reading it outside `clock.rs`).
+//!
 //! Every algorithm here is a function of `(state, now, cost)` to
 //! `(Decision, new state)`. None of them reads a clock, touches a lock or
 //! knows where its state is kept: the caller (an in-memory store, a Redis

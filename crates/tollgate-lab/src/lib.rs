@@ -1,5 +1,7 @@
 //! The Tollgate simulator: algorithms, traffic profiles, virtual time.
 //!
+//! Must not know (the README's layout table): the proxy, the command line, the system clock.
+//!
 //! A [`Scenario`] sends one arrival trace (a [`Traffic`] profile or a
 //! [`Replay`] of recorded timestamps) through one or more [`Lane`]s at once —
 //! algorithms side by side, or a fleet of sidecars with local limits against

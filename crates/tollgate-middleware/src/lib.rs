@@ -1,5 +1,7 @@
 //! Rate limiting in an app's own server: a tower [`RateLimitLayer`] that an axum or hyper app mounts.
 //!
+//! Must not know (the README's layout table): the server and proxy crates.
+//!
 //! ```
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};

@@ -1,6 +1,8 @@
 //! Envoy's rate limit vocabulary: the messages, conversions, client and response headers of its
 //! rate limit protocols.
 //!
+//! Must not know (the README's layout table): counters, stores, limits files, the proxy, the server.
+//!
 //! [`rls`] is the rate limit service v3 (`envoy.service.ratelimit.v3`): a
 //! plain-Rust request/response [`model`](rls::model), the protobuf
 //! [`wire`](rls::wire) messages (with their proto3 JSON form), a right-sized

@@ -1,5 +1,7 @@
 //! `tollgate proxy`: an HTTP/1.1 and h2c sidecar or edge proxy with Envoy's rate-limit filters.
 //!
+//! Must not know (the README's layout table): Redis, the server crate (it depends on `tollgate-protocol`, not `tollgate-server`).
+//!
 //! A request meets, in order (see [`build`]):
 //!
 //! 1. the router ([`server`]): first route whose host and path prefix match;

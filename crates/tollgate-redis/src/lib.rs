@@ -1,5 +1,7 @@
 //! Rate-limit counters in Redis and Redis Cluster: one atomic Lua script call per check.
 //!
+//! Must not know (the README's layout table): descriptors, limits files, gRPC.
+//!
 //! [`RedisStore`] implements [`CounterStore`]: every counter of a request
 //! goes into one `EVALSHA` of one script (`src/check.lua`), which reads Redis
 //! `TIME`, decides every counter with the same arithmetic as the algorithms

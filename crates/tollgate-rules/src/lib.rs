@@ -1,5 +1,7 @@
 //! Tollgate's limits files: loading, validation with file:line:column messages, and the descriptor matcher.
 //!
+//! Must not know (the README's layout table): how counters are stored, networking, reloading.
+//!
 //! A limits file in envoyproxy/ratelimit's format loads unchanged into a
 //! [`RuleSet`]; Tollgate's extensions (`algorithm`, `burst`, `delay`,
 //! `unit_multiplier`, `window`, `rate_limits`, and on a descriptor

@@ -1,5 +1,7 @@
 //! What every long-running subcommand (`serve`, `proxy`, `lab`) shares: the config watcher, signals, graceful shutdown and the accept loop.
 //!
+//! Must not know (the README's layout table): limits, rules, engines, Redis, HTTP routes, the proxy's config format.
+//!
 //! * [`ConfigWatcher`] watches configuration paths (files or directories)
 //!   and calls a reload callback once a burst of changes has gone quiet, or
 //!   at once on SIGHUP or a [`ReloadTrigger`]. [`ConfigEntries`] says which

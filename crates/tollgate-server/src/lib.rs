@@ -1,5 +1,7 @@
 //! `tollgate serve`: Envoy RLS v3 decisions over Tollgate's rules and in-memory stores.
 //!
+//! Must not know (the README's layout table): the proxy, the lab, the command line.
+//!
 //! [`engine`] holds the decision engine: [`Engine`] answers the protocol
 //! crate's RLS model ([`tollgate_protocol::rls::model`]) with
 //! envoyproxy/ratelimit's semantics. [`grpc`] serves it as Envoy's

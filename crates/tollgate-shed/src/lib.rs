@@ -1,5 +1,7 @@
 //! Load shedding for Tollgate's proxy: tower layers that refuse work before it piles up.
 //!
+//! Must not know (the README's layout table): the proxy (a stack converts `Shed` into its own error type).
+//!
 //! * [`concurrency`]: at most N requests in flight per key (a tenant, an API
 //!   key, a route), like Stripe's concurrent-requests limiter.
 //! * [`priority`]: requests carry a class (critical / default / sheddable)

@@ -201,8 +201,13 @@ proptest! {
         classes in proptest::collection::vec(0u8..3, 1..80),
     ) {
         let config = config(max, critical, default);
-        let Ok(layer) = PriorityLayer::new(&config) else { return Ok(()) };
         let reserve = |p: u32| (max * p as usize).div_ceil(100);
+        // A config is refused exactly when its reserves leave no slot for sheddable requests.
+        let leaves_a_slot = reserve(critical) + reserve(default) < max;
+        let built = PriorityLayer::new(&config);
+        prop_assert_eq!(built.is_ok(), leaves_a_slot, "{:?}", built.as_ref().err());
+        prop_assume!(leaves_a_slot);
+        let layer = built.expect("checked above");
         let limits = [max - reserve(critical) - reserve(default), max - reserve(critical), max];
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
         runtime.block_on(async move {

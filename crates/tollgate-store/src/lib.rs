@@ -1,5 +1,7 @@
 //! Keyed rate-limit state: a bounded, concurrent in-memory store.
 //!
+//! Must not know (the README's layout table): descriptors, limits files, Redis, networking.
+//!
 //! The algorithms of [`tollgate_core`] decide on one key's state; this crate
 //! keeps the state of many keys, safely shared between threads:
 //!

@@ -1,5 +1,7 @@
 //! What Tollgate's integration tests share, so that each test says only what it checks.
 //!
+//! Must not know (the README's layout table): any Tollgate crate: it drives binaries and speaks HTTP; fixtures for one crate stay in that crate's `tests/`.
+//!
 //! The kit runs the real parts: `redis-server` nodes and clusters
 //! ([`redis`], [`redis_cluster`], [`redis_sentinel`]), the `tollgate` binary as a child process
 //! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]) on the

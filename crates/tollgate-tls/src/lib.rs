@@ -1,5 +1,7 @@
 //! One TLS configuration for every Tollgate listener and client, on rustls with the `ring` provider.
 //!
+//! Must not know (the README's layout table): limits, gRPC services, HTTP routes, the proxy's config.
+//!
 //! * [`ServerTlsFiles`] names a listener's certificate, key and, for mutual
 //!   TLS, the CA bundle client certificates must chain to and an optional
 //!   allow-list of the names they must carry ([`SanAllowList`]).

@@ -1,5 +1,7 @@
 //! Upstream clusters for Tollgate's proxy: which endpoint a request goes to, and which ones to avoid.
 //!
+//! Must not know (the README's layout table): rate limits, the proxy's routes and config files.
+//!
 //! A [`Cluster`] holds static endpoints (address + weight) and answers
 //! [`Cluster::pick`] with a [`PickedEndpoint`] that counts as in flight until
 //! it is finished with the upstream's [`Outcome`] or dropped. The outcome

@@ -1,5 +1,7 @@
 //! The `tollgate` command: rate limiting for service meshes and API gateways.
 //!
+//! Must not know (the README's layout table): algorithms' internals: it wires crates together.
+//!
 //! Each subcommand is one variant of [`Command`] with its own module.
 
 #![forbid(unsafe_code)]

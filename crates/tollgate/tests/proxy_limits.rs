@@ -133,11 +133,20 @@ fn two_proxies_leasing_from_one_redis_never_pass_the_fleet_limit_and_rarely_call
             admitted <= limit,
             "{algorithm}: {admitted} admitted over a fleet limit of {limit}"
         );
-        // Each proxy's last grant may be stranded while the other spends its
-        // own: at most limit / (2 × instances) each (the share divisor).
+        // Each proxy sends until it sees denials itself, so neither stops
+        // with units in its lease, and nothing refills within the day. A
+        // window's refill joins the lease: exactly the limit passes. A
+        // schedule's refill leaves at most an eighth of the grant it
+        // replaces to decay (tollgate_core::lease), and the grants add up
+        // to at most the limit: at most an eighth of it is lost.
+        let floor = if algorithm == "fixed_window" {
+            limit
+        } else {
+            limit - limit / 8
+        };
         assert!(
-            admitted >= limit - 2 * (limit / 4),
-            "{algorithm}: {admitted} admitted, under the stated bound"
+            admitted >= floor,
+            "{algorithm}: {admitted} admitted, under {floor} for a fleet limit of {limit}"
         );
         assert!(
             calls * 4 < sent,

@@ -137,20 +137,16 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     let config = scratch.limits(&every_algorithm(3));
     let server = Server::serve(&config, &redis.url(), &["--store-timeout", "2s"]);
     let channel = channel(&server.address()).await;
-    let calls = || {
-        let stats = redis.cli(&["INFO", "commandstats"]);
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    // Every script call (EVAL and EVALSHA, read-only or not).
+    let calls = || redis.script_calls();
     let fixed = request("exact", "fixed_window", "closed");
     let minute = clear_of_a_minute_edge(&redis).await;
     let oks = admitted(std::slice::from_ref(&channel), &fixed, 4).await;
     assert_eq!(oks, 3);
     let before = calls();
+    // The four checks before the first denial each went to Redis: the
+    // counter sees the script path (a count of 0 would prove nothing).
+    assert!(before >= 4, "{before} script calls for the first 4 checks");
     assert_eq!(
         admitted(std::slice::from_ref(&channel), &fixed, 50).await,
         0
@@ -168,6 +164,10 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     let bucket = request("exact", "token_bucket", "closed");
     admitted(std::slice::from_ref(&channel), &bucket, 4).await;
     let before = calls();
+    assert!(
+        before >= 8,
+        "{before} script calls after the token bucket's first 4 checks"
+    );
     assert_eq!(
         admitted(std::slice::from_ref(&channel), &bucket, 5).await,
         0

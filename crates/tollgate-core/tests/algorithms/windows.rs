@@ -283,10 +283,16 @@ struct Ratios {
 
 impl Ratios {
     /// Records one run whose busiest window held `most` units.
+    ///
+    /// Any span of one window covers the end of an aligned window (`prev`
+    /// units, at most the limit) and the start of the next up to elapsed
+    /// `e < W`, where the last admission needed `prev · (W − e)/W + cur ≤
+    /// limit`: at most `limit + prev · e/W` units, strictly under
+    /// `2 × limit`.
     fn note(&mut self, most: u64, limit: u64, window: u64) {
         assert!(
-            most <= 2 * limit,
-            "{most} admitted in one window, limit {limit}"
+            most < 2 * limit,
+            "{most} admitted in one window of {window} ns, limit {limit}"
         );
         let (worst, worst_limit, _) = self.worst;
         if self.runs == 0 || most * worst_limit > worst * limit {
@@ -294,6 +300,12 @@ impl Ratios {
         }
         self.sum += most as f64 / limit as f64;
         self.runs += 1;
+    }
+
+    /// The worst run's ratio of its busiest window to its limit.
+    fn worst_ratio(&self) -> f64 {
+        let (most, limit, _) = self.worst;
+        most as f64 / limit as f64
     }
 
     fn report(&self, traffic: &str) {
@@ -307,14 +319,15 @@ impl Ratios {
     }
 }
 
-/// Reports the ratio of the most units a sliding window counter admits in one window to its limit.
+/// The most units a sliding window counter admits in any one window, against its limit.
 ///
 /// Random traffic that crowds the ends of two consecutive aligned windows
-/// can approach `2 × limit` (the counter assumes the previous window's
-/// requests were spread evenly); a greedy client that retries exactly at
-/// retry-after stays close to the limit. Run with `--nocapture` to see it.
+/// can approach `2 × limit` but never reach it (the counter assumes the
+/// previous window's requests were spread evenly); a greedy client that
+/// retries exactly at retry-after stays within `1.5 × limit` (worst
+/// measured: 13 for a limit of 10). `--nocapture` prints the ratios.
 #[test]
-fn sliding_window_worst_ratio_report() {
+fn sliding_window_busiest_window_stays_under_twice_the_limit() {
     let mut runner = TestRunner::deterministic();
     let strategy = (window_params(1), start(), ops(false));
     let mut random = Ratios::default();
@@ -342,4 +355,7 @@ fn sliding_window_worst_ratio_report() {
     }
     random.report("random traffic");
     greedy.report("greedy client");
+    // The edge burst is there: random traffic gets well past the limit.
+    assert!(random.worst_ratio() > 1.5, "{random:?}");
+    assert!(greedy.worst_ratio() <= 1.5, "{greedy:?}");
 }

@@ -65,7 +65,7 @@ async fn in_memory_no_step_of_the_wall_admits_past_a_limit() {
     target.step_forward(DAY + DAY);
     for key in algorithm_keys() {
         let again = target.admitted(key, "victim", LIMIT + 2).await;
-        assert!(again >= 1, "{key} a day on admitted nothing");
+        assert_eq!(again, LIMIT, "{key} two days on");
         assert_within(&target, LIMIT + again, "clock steps", key);
     }
 }
