@@ -61,7 +61,7 @@ script_calls() { # EVALSHA + EVAL calls so far
 # default): every call is allowed and writes.
 printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: %s\n' \
     "$algorithm" > "$work/limits.yaml"
-sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/check.lua)")
+sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/prelude.lua crates/tollgate-redis/src/check.lua)")
 
 ceiling() { # KEYS
     local key='tg{0}bench' random=()

@@ -29,54 +29,10 @@
 -- group nothing is written unless every counter allows, except fixed
 -- windows, which count denied requests like envoyproxy/ratelimit.
 
-local now_s, now_us, now_sub_ns
-local fixed_ttl = nil
-local supplied = #KEYS * 7
-if #ARGV == supplied + 3 then
-  now_s = tonumber(ARGV[supplied + 1])
-  now_sub_ns = tonumber(ARGV[supplied + 2])
-  now_us = math.floor(now_sub_ns / 1000)
-  fixed_ttl = ARGV[supplied + 3]
-else
-  local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_us = tonumber(t[2])
-  now_sub_ns = now_us * 1000
-end
-local now_total_us = now_s * 1000000 + now_us
-
-local function int(x)
-  return string.format('%.0f', x)
-end
-
--- floor(free / step) for non-negative integers, exact in doubles.
-local function units(free, step)
-  local q = math.floor(free / step)
-  if q * step > free then
-    q = q - 1
-  elseif (q + 1) * step <= free then
-    q = q + 1
-  end
-  return q
-end
-
-local function ttl_ms(ns)
-  if fixed_ttl then return fixed_ttl end
-  return int(math.floor(ns / 1000000) + 1)
-end
+-- The clock (now_*, a supplied time), int, units, ttl_ms and store_tat are
+-- prelude.lua's.
 
 -- Schedule: the state is the theoretical arrival time (TAT) of the next unit.
-local function store_tat(key, backlog)
-  if backlog <= 0 then
-    redis.call('DEL', key)
-    return
-  end
-  local total = now_sub_ns + backlog
-  local secs = math.floor(total / 1000000000)
-  redis.call('HSET', key, 's', int(now_s + secs), 'n', int(total - secs * 1000000000))
-  redis.call('PEXPIRE', key, ttl_ms(backlog))
-end
-
 local function schedule(key, op, hits, interval, capacity)
   local st = redis.call('HMGET', key, 's', 'n')
   local backlog = 0

@@ -23,31 +23,13 @@
 -- given back after it); otherwise its units decay with time. A window's
 -- lease is taken back only inside its window.
 
-local t = redis.call('TIME')
-local now_s = tonumber(t[1])
-local now_us = tonumber(t[2])
-local now_sub_ns = now_us * 1000
-local now_total_us = now_s * 1000000 + now_us
+-- The clock (now_*), int, units, ttl_ms and store_tat are prelude.lua's
+-- (its supplied time, 3 values after these 7, is never passed here).
 
 local key = KEYS[1]
 local op, kind = ARGV[1], ARGV[2]
 local p1, p2 = tonumber(ARGV[3]), tonumber(ARGV[4])
 local a1, a2, a3 = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-
-local function int(x)
-  return string.format('%.0f', x)
-end
-
--- floor(free / step) for non-negative integers, exact in doubles.
-local function units(free, step)
-  local q = math.floor(free / step)
-  if q * step > free then
-    q = q - 1
-  elseif (q + 1) * step <= free then
-    q = q + 1
-  end
-  return q
-end
 
 local function schedule(interval, capacity)
   local st = redis.call('HMGET', key, 's', 'n')
@@ -58,31 +40,18 @@ local function schedule(interval, capacity)
   end
   local span = capacity * interval
   local available = units(span - math.min(backlog, span), interval)
-  -- Writes the TAT now + after and its floor; returns the TAT's parts.
-  local function store(after)
-    if after <= 0 then
-      redis.call('DEL', key)
-      return 0, 0
-    end
-    local total = now_sub_ns + after
-    local secs = math.floor(total / 1000000000)
-    local ts, tn = now_s + secs, total - secs * 1000000000
-    redis.call('HSET', key, 's', int(ts), 'n', int(tn), 'fs', int(ts), 'fn', int(tn))
-    redis.call('PEXPIRE', key, int(math.floor(after / 1000000) + 1))
-    return ts, tn
-  end
   if op == 'g' then
     local g = math.min(a1, math.floor(available / a2))
     if g <= 0 then return {0, backlog, available, 0, 0} end
     local after = backlog + g * interval
-    local ts, tn = store(after)
+    local ts, tn = store_tat(key, after, true)
     return {g, after, available - g, ts, tn}
   end
   if not st[1] or tonumber(st[1]) ~= a2 or tonumber(st[2]) ~= a3 then
     return {0, backlog, available, 0, 0}
   end
   local after = math.max(backlog - a1 * interval, 0)
-  store(after)
+  store_tat(key, after, true)
   return {units(backlog - after, interval), after, units(span - after, interval), 0, 0}
 end
 

@@ -14,8 +14,14 @@ use tollgate_store::{Counter, StoreError};
 
 use crate::{RedisStore, ScriptParams};
 
-/// The lease script, loaded once per node and called by its SHA1.
-static LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lease.lua")));
+/// The lease script (the shared prelude, then its body), loaded once per
+/// node and called by its SHA1.
+static LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("prelude.lua"),
+        include_str!("lease.lua")
+    ))
+});
 
 impl RedisStore {
     /// Takes up to `want` units of `counter`'s budget, at most `1/divisor` of what remains.

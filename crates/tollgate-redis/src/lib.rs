@@ -23,7 +23,9 @@
 //! Quota leases ([`tollgate_core::lease`]): a second script (`src/lease.lua`)
 //! grants an instance units of one counter's budget ahead of use, and takes
 //! back what it did not spend, in one atomic call on the counter's own key
-//! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]); a
+//! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]). Both scripts
+//! start with `src/prelude.lua` (the clock, the TTLs, the integer arithmetic
+//! and a schedule's state), joined to each body at build time; a
 //! [`LeaseBook`] holds an instance's leases and answers requests from them.
 //! Token buckets, GCRA and the leaky-bucket policer lease tokens, fixed
 //! windows lease counts of the current window; the sliding window counter
@@ -69,8 +71,9 @@ pub use target::{RedisTarget, TargetError};
 /// costs little: the breaker opens after 3 calls have waited this long.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// The check script, loaded once per node and called by its SHA1.
-const CHECK_SCRIPT: &str = include_str!("check.lua");
+/// The check script (the shared prelude, then its body), loaded once per
+/// node and called by its SHA1.
+const CHECK_SCRIPT: &str = concat!(include_str!("prelude.lua"), include_str!("check.lua"));
 
 /// A live connection to a single node (direct or found through Sentinel) or a cluster.
 #[derive(Clone)]

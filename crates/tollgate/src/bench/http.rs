@@ -7,7 +7,6 @@
 //! is opened again by the next request on it, and that time counts in its
 //! latency.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,10 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::{Counts, LoadArgs, Report, Sender, drive, error_chain, runtime};
+use super::error_chain::error_chain;
+use super::load::{LoadArgs, Sender, drive, runtime};
+use super::report::Heading;
+use super::tally::{Counts, ErrorCounts};
 use crate::CommandError;
 
 /// The arguments of `tollgate bench http`.
@@ -227,14 +229,10 @@ struct HttpCounts {
     client_error: u64,
     server_error: u64,
     other: u64,
-    errors: BTreeMap<String, u64>,
+    errors: ErrorCounts,
 }
 
 impl HttpCounts {
-    fn errors(&self) -> u64 {
-        self.errors.values().sum()
-    }
-
     /// The status classes with their report names.
     fn classes(&self) -> [(&'static str, u64); 6] {
         [
@@ -250,6 +248,7 @@ impl HttpCounts {
 
 impl Counts for HttpCounts {
     type Answer = Result<StatusCode, String>;
+    const ERRORS_BY: &'static str = "errors_by_kind";
 
     fn count(&mut self, answer: Self::Answer) -> bool {
         match answer {
@@ -266,7 +265,7 @@ impl Counts for HttpCounts {
                 true
             }
             Err(kind) => {
-                *self.errors.entry(kind).or_default() += 1;
+                self.errors.add(kind);
                 false
             }
         }
@@ -279,13 +278,33 @@ impl Counts for HttpCounts {
         self.client_error += other.client_error;
         self.server_error += other.server_error;
         self.other += other.other;
-        for (kind, count) in other.errors {
-            *self.errors.entry(kind).or_default() += count;
-        }
+        self.errors.merge(other.errors);
     }
 
-    fn total(&self) -> u64 {
-        self.classes().iter().map(|(_, count)| count).sum::<u64>() + self.errors()
+    fn answered(&self) -> u64 {
+        self.classes().iter().map(|(_, count)| count).sum()
+    }
+
+    fn errors(&self) -> &ErrorCounts {
+        &self.errors
+    }
+
+    fn text_lines(&self) -> String {
+        let mut statuses = String::from("status     ");
+        for (name, count) in self.classes() {
+            let _ = write!(statuses, " {name}={count}");
+        }
+        statuses.push('\n');
+        statuses
+    }
+
+    fn json_fields(&self) -> Vec<(&'static str, serde_json::Value)> {
+        let status: serde_json::Map<String, serde_json::Value> = self
+            .classes()
+            .iter()
+            .map(|(name, count)| ((*name).to_owned(), (*count).into()))
+            .collect();
+        vec![("status", status.into())]
     }
 }
 
@@ -326,69 +345,13 @@ pub fn run(args: &HttpArgs) -> Result<(), CommandError> {
             .collect();
         drive(&args.load, rate, senders).await
     })?;
-    if args.load.json {
-        println!("{}", json_report(args, connections, &report));
-    } else {
-        print!("{}", text_report(args, connections, &report));
-    }
-    Ok(())
-}
-
-fn json_report(
-    args: &HttpArgs,
-    connections: usize,
-    report: &Report<HttpCounts>,
-) -> serde_json::Value {
-    let counts = &report.tally.counts;
-    let status: serde_json::Map<String, serde_json::Value> = counts
-        .classes()
-        .iter()
-        .map(|(name, count)| ((*name).to_owned(), (*count).into()))
-        .collect();
-    serde_json::json!({
-        "mode": report.mode,
-        "url": args.url,
-        "in_flight": args.load.concurrency,
-        "connections": connections,
-        "rate": args.load.rate,
-        "duration_s": args.load.duration.as_secs_f64(),
-        "warmup_s": args.load.warmup.as_secs_f64(),
-        "elapsed_s": report.elapsed.as_secs_f64(),
-        "requests": report.requests(),
-        "req_per_s": report.per_second(),
-        "status": status,
-        "errors": counts.errors(),
-        "errors_by_kind": counts.errors,
-        "latency_us": report.latency_json(),
-    })
-}
-
-fn text_report(args: &HttpArgs, connections: usize, report: &Report<HttpCounts>) -> String {
-    let counts = &report.tally.counts;
-    let mut text = String::new();
-    let _ = writeln!(
-        text,
-        "GET {}; {} on {} connection{}; {} (+{} warm-up)",
-        args.url,
-        args.load.describe(),
+    let heading = Heading {
+        text: format!("GET {}", args.url),
+        json: vec![("url", args.url.clone().into())],
         connections,
-        if connections == 1 { "" } else { "s" },
-        humantime::format_duration(args.load.duration),
-        humantime::format_duration(args.load.warmup),
-    );
-    let (requests, latency) = report.text_lines();
-    let _ = writeln!(text, "{requests}");
-    let mut statuses = String::from("status     ");
-    for (name, count) in counts.classes() {
-        let _ = write!(statuses, " {name}={count}");
-    }
-    let _ = writeln!(text, "{statuses}");
-    let _ = writeln!(text, "errors      {}", counts.errors());
-    for (kind, count) in &counts.errors {
-        let _ = writeln!(text, "  {kind}: {count}");
-    }
-    let _ = writeln!(text, "{latency}");
-    text
+    };
+    report.print(&args.load, &heading);
+    Ok(())
 }
 
 #[cfg(test)]
