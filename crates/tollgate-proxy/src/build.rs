@@ -10,9 +10,10 @@
 //! 6. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
 //! 7. forward (the cluster's pool, the route's timeout).
 //!
-//! Every layer of the stack errs with one type, `crate::error::ProxyError`
-//! (the shed and balance layers convert their errors into it), which
-//! becomes a response in `crate::reply`, called once by the server.
+//! Each layer has its own error and converts it into the inner service's;
+//! the stack errs with one type at its edge, `crate::error::ProxyError`,
+//! which gathers them all and becomes a response in `crate::reply`, called
+//! once by the server.
 //! Configuration problems name their field with a [`ConfigPath`].
 
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
-use crate::ProxyBody;
+use crate::body::ProxyBody;
 use crate::config::{
     self, ConcurrencyLimitConfig, ConfigError, ConfigPath, FieldError, LimitSettings,
     ListenerLimits, ProxyConfig, ResponseContractConfig, UpstreamTlsConfig,
@@ -478,7 +479,7 @@ pub fn build(
             })
             .transpose()?;
         let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
-        // Every layer errs with ProxyError: no conversion between them.
+        // Forward errs with ProxyError, so each layer's error converts into it.
         let stack = ServiceBuilder::new()
             .option_layer(local_layer)
             .option_layer(limit_req_layer)

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::BodyExt;
@@ -38,9 +37,9 @@ use tracing::Instrument;
 
 use self::error::UpstreamError;
 use self::request_body::{BodyFault, RequestBody};
-use crate::ProxyBody;
+use crate::body::ProxyBody;
 use crate::context::RequestContext;
-use crate::error::ProxyError;
+use crate::error::{BadRequestReason, ProxyError};
 
 /// One upstream endpoint.
 #[derive(Clone, Debug)]
@@ -278,7 +277,9 @@ impl Service<Request<Incoming>> for Forward {
                 // A body broken from its first frame sends nothing upstream.
                 let body = RequestBody::read_first(body, fault.clone())
                     .await
-                    .map_err(|e| ProxyError::BadRequest(e.to_string()))?;
+                    .map_err(|e| {
+                        ProxyError::BadRequest(BadRequestReason::BrokenBody(e.to_string()))
+                    })?;
                 client
                     .request(Request::from_parts(parts, body))
                     .await
@@ -300,7 +301,9 @@ impl Service<Request<Incoming>> for Forward {
             };
             // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
             if let Some(reason) = fault.reason() {
-                return Err(ProxyError::BadRequest(reason.to_owned()));
+                return Err(ProxyError::BadRequest(BadRequestReason::BrokenBody(
+                    reason.to_owned(),
+                )));
             }
             let response = result?;
             let (mut parts, body) = response.into_parts();
@@ -314,10 +317,3 @@ impl Service<Request<Incoming>> for Forward {
 /// The downstream peer's address, in the request's extensions.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddress(pub IpAddr);
-
-/// A complete body from bytes.
-pub fn full_body(bytes: impl Into<Bytes>) -> ProxyBody {
-    http_body_util::Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
