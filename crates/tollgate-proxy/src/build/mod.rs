@@ -34,5 +34,6 @@ mod stack;
 
 pub use cluster::DEFAULT_CONNECT_TIMEOUT;
 pub use listener::ListenerSpec;
-pub use route::{DEFAULT_ROUTE_TIMEOUT, HostMatch, Route, RouteService};
+pub use route::{DEFAULT_ROUTE_TIMEOUT, HostMatch, Route};
 pub use runtime::{Runtime, build};
+pub use stack::RouteService;

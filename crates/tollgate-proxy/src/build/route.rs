@@ -4,17 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use tollgate_shed::priority::PriorityLayer;
-use tower::util::BoxCloneSyncService;
 
 use super::local_policy::local_policy;
-use super::stack::{RouteLayers, concurrency_layer, stack};
-use crate::body::ProxyBody;
+use super::stack::{RouteLayers, RouteService, concurrency_layer, stack};
 use crate::config::{ConfigError, ConfigPath, FieldError, ResponseContractConfig, RouteConfig};
 use crate::descriptors::{self, DescriptorRule};
-use crate::error::ProxyError;
 use crate::forward::Cluster;
 use crate::global_ratelimit::{GlobalRateLimit, GlobalRateLimitLayer};
 use crate::limit_req::policy::DEFAULT_MAX_WAITING;
@@ -25,9 +20,6 @@ use crate::reply::ResponseContract;
 
 /// Envoy's default route timeout.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(15);
-/// A route's boxed stack.
-pub type RouteService = BoxCloneSyncService<Request<Incoming>, Response<ProxyBody>, ProxyError>;
-
 /// How a route matches the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HostMatch {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Request;
+use http::{Request, Response};
 use hyper::body::Incoming;
 use tollgate_shed::concurrency::ConcurrencyLimitLayer;
 use tollgate_shed::priority::PriorityLayer;
@@ -11,13 +11,18 @@ use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
-use super::route::RouteService;
 use crate::config::{ConcurrencyLimitConfig, ConfigPath, FieldError};
 use crate::context::RequestContext;
 use crate::forward::{Cluster, Forward};
 use crate::global_ratelimit::GlobalRateLimitLayer;
 use crate::limit_req::LimitReqLayer;
 use crate::local_ratelimit::LocalRateLimitLayer;
+
+use crate::body::ProxyBody;
+use crate::error::ProxyError;
+
+/// A route's boxed stack.
+pub type RouteService = BoxCloneSyncService<Request<Incoming>, Response<ProxyBody>, ProxyError>;
 
 /// A route's optional layers, each built from its config.
 pub(super) struct RouteLayers {
