@@ -1,32 +1,44 @@
 //! What the connection and router know about a request, carried in its extensions for the layers.
 
+use std::any::Any;
+use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::local_ratelimit::{LocalLimiter, SharedClock};
-
-/// Per-downstream-connection state: the limiters of `local_rate_limit_per_downstream_connection` policies.
-#[derive(Debug, Default)]
+/// Per-downstream-connection state: what a layer keeps for one connection's
+/// life (the limiters of `local_rate_limit_per_downstream_connection`
+/// policies), one value per shared value it was made from.
+#[derive(Default)]
 pub struct ConnectionScope {
-    limiters: Mutex<Vec<(usize, Arc<LocalLimiter>)>>,
+    values: Mutex<Vec<(usize, Arc<dyn Any + Send + Sync>)>>,
+}
+
+impl fmt::Debug for ConnectionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionScope").finish_non_exhaustive()
+    }
 }
 
 impl ConnectionScope {
-    /// This connection's own full-bucket copy of `shared`, created on first use.
-    pub fn limiter(&self, shared: &Arc<LocalLimiter>, clock: &SharedClock) -> Arc<LocalLimiter> {
-        let key = Arc::as_ptr(shared) as usize;
-        let mut limiters = self.limiters.lock();
-        if let Some((_, l)) = limiters.iter().find(|(k, _)| *k == key) {
-            return Arc::clone(l);
+    /// This connection's own value for `shared`, made by `make` on first use.
+    pub fn get_or_insert_with<K, T>(&self, shared: &Arc<K>, make: impl FnOnce() -> T) -> Arc<T>
+    where
+        T: Any + Send + Sync,
+    {
+        let key = Arc::as_ptr(shared).cast::<()>() as usize;
+        let mut values = self.values.lock();
+        let found = values
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .find_map(|(_, v)| Arc::clone(v).downcast::<T>().ok());
+        if let Some(value) = found {
+            return value;
         }
-        let limiter = Arc::new(LocalLimiter::new(
-            Arc::clone(shared.policy()),
-            Arc::clone(clock),
-        ));
-        limiters.push((key, Arc::clone(&limiter)));
-        limiter
+        let value = Arc::new(make());
+        values.push((key, Arc::clone(&value) as Arc<dyn Any + Send + Sync>));
+        value
     }
 }
 
@@ -45,10 +57,21 @@ pub struct RequestContext {
     pub connection: Arc<ConnectionScope>,
 }
 
-/// Whether a request is gRPC (`content-type: application/grpc…`).
-pub fn is_grpc(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"))
+impl RequestContext {
+    /// The context the router put in `extensions`.
+    pub fn of(extensions: &http::Extensions) -> Result<&RequestContext, MissingContext> {
+        extensions.get::<RequestContext>().ok_or(MissingContext)
+    }
 }
+
+/// A request reached a layer without the [`RequestContext`] the router attaches (a bug).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MissingContext;
+
+impl fmt::Display for MissingContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request has no context")
+    }
+}
+
+impl std::error::Error for MissingContext {}

@@ -1,21 +1,27 @@
 //! [`ProxyError`]: every way a request can end before (or instead of) an upstream response.
 //!
-//! Every layer of a route's stack errs with this one type: the proxy's own
-//! filters return it, and the layers from `tollgate-shed` and
-//! `tollgate-upstream` convert their [`Shed`] and [`PickError`] into it
-//! through the `From` impls here (those crates know nothing of the proxy).
-//! `crate::reply` turns each variant into the response the client gets, in
-//! one place, and `crate::metrics` counts each under its own series.
+//! A route's stack errs with this one type at its edge. Each layer has its
+//! own error and works over any inner service whose error converts from it
+//! (tower's shape: `S::Error: From<LocalRateLimitError>`, like
+//! `tollgate-shed`'s `From<Shed>` and `tollgate-upstream`'s
+//! `From<PickError>`); the `From` impls here gather them, one way: the
+//! layers know nothing of this type. `crate::reply` turns each variant into
+//! the response the client gets, in one place, and `crate::metrics` counts
+//! each under its own series.
 
 use std::fmt;
 
 use tollgate_shed::Shed;
 use tollgate_upstream::PickError;
 
+use crate::context::MissingContext;
 use crate::forward::error::UpstreamError;
-use crate::global_ratelimit::error::{GlobalRateLimited, RateLimitServiceFailed};
-use crate::limit_req::LimitReqRejected;
-use crate::local_ratelimit::error::LocalRateLimited;
+use crate::global_ratelimit::error::{
+    GlobalRateLimitError, GlobalRateLimited, RateLimitServiceFailed,
+};
+use crate::hits_addend::InvalidHitsAddend;
+use crate::limit_req::error::{LimitReqError, LimitReqRejected};
+use crate::local_ratelimit::error::{LocalRateLimitError, LocalRateLimited};
 
 /// Why the proxy answered a request itself.
 #[derive(Debug)]
@@ -41,16 +47,27 @@ pub enum ProxyError {
         /// The listener's limit in bytes.
         limit: usize,
     },
-    /// The request itself is malformed (a broken chunked body): 400, and no complete request went upstream.
-    BadRequest(String),
+    /// The request itself is malformed: 400, and no complete request went upstream.
+    BadRequest(BadRequestReason),
     /// A bug: something the proxy should never see.
     Internal(String),
 }
 
-impl ProxyError {
-    /// A request reached a layer without the [`RequestContext`](crate::context::RequestContext) the server attaches (a bug).
-    pub fn no_context() -> ProxyError {
-        ProxyError::Internal("the request has no context".into())
+/// What is wrong with a bad request.
+#[derive(Debug)]
+pub enum BadRequestReason {
+    /// A cost header (`hits_addend`) that holds no cost: nothing was charged.
+    InvalidCost(InvalidHitsAddend),
+    /// The body broke (a malformed chunk): hyper's reason.
+    BrokenBody(String),
+}
+
+impl fmt::Display for BadRequestReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadRequestReason::InvalidCost(e) => e.fmt(f),
+            BadRequestReason::BrokenBody(m) => f.write_str(m),
+        }
     }
 }
 
@@ -91,5 +108,48 @@ impl From<Shed> for ProxyError {
 impl From<PickError> for ProxyError {
     fn from(pick: PickError) -> Self {
         ProxyError::Upstream(UpstreamError::Unavailable(pick))
+    }
+}
+
+impl From<MissingContext> for ProxyError {
+    fn from(missing: MissingContext) -> Self {
+        ProxyError::Internal(missing.to_string())
+    }
+}
+
+impl From<LocalRateLimitError> for ProxyError {
+    fn from(e: LocalRateLimitError) -> Self {
+        match e {
+            LocalRateLimitError::Limited(denial) => ProxyError::LocalRateLimited(denial),
+            LocalRateLimitError::InvalidCost(e) => {
+                ProxyError::BadRequest(BadRequestReason::InvalidCost(e))
+            }
+            LocalRateLimitError::MissingContext(missing) => missing.into(),
+            e @ LocalRateLimitError::PolledAfterCompletion => ProxyError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<GlobalRateLimitError> for ProxyError {
+    fn from(e: GlobalRateLimitError) -> Self {
+        match e {
+            GlobalRateLimitError::Limited(denial) => ProxyError::GlobalRateLimited(denial),
+            GlobalRateLimitError::ServiceFailed(failure) => {
+                ProxyError::RateLimitServiceFailed(failure)
+            }
+            GlobalRateLimitError::InvalidCost(e) => {
+                ProxyError::BadRequest(BadRequestReason::InvalidCost(e))
+            }
+            GlobalRateLimitError::MissingContext(missing) => missing.into(),
+        }
+    }
+}
+
+impl From<LimitReqError> for ProxyError {
+    fn from(e: LimitReqError) -> Self {
+        match e {
+            LimitReqError::Rejected(rejected) => ProxyError::LimitReqRejected(rejected),
+            LimitReqError::MissingContext(missing) => missing.into(),
+        }
     }
 }

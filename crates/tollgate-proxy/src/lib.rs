@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod body;
 pub mod build;
 pub mod config;
 pub mod context;
@@ -35,10 +36,5 @@ pub mod reply;
 pub mod response_future;
 pub mod server;
 
-/// The body of every response the proxy sends: streamed from upstream or made here.
-pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
-
-/// Any error a body can carry.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
+pub use body::{BoxError, ProxyBody};
 pub use server::{ConfigSource, Proxy, serve, watch_config};

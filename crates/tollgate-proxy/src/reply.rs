@@ -30,14 +30,33 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use tollgate_protocol::rls::Jitter;
 use tollgate_protocol::rls::headers::{limit_item, policy_item, retry_after_seconds};
 
-use crate::ProxyBody;
+use crate::body::{ProxyBody, full_body};
 use crate::error::ProxyError;
 use crate::forward::error::UpstreamError;
-use crate::forward::full_body;
 use crate::local_ratelimit::{BucketReport, LOCAL_RATE_LIMITED_BODY};
 
 /// The problem type of a quota denial (IETF draft-10 registry).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// The dialect a reply is made in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// Plain HTTP: the status and body of each error.
+    Http,
+    /// gRPC: HTTP 200 with `grpc-status` and `grpc-message`.
+    Grpc,
+}
+
+impl Dialect {
+    /// The dialect of a request with `headers`: gRPC when its `content-type` is `application/grpc…`.
+    pub fn of(headers: &HeaderMap) -> Self {
+        let grpc = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/grpc"));
+        if grpc { Dialect::Grpc } else { Dialect::Http }
+    }
+}
 
 /// A route's 429/503 contract beyond Envoy's fields.
 #[derive(Clone, Debug)]
@@ -115,8 +134,12 @@ fn reply(status: StatusCode, headers: HeaderMap, body: Vec<u8>) -> Response<Prox
     response
 }
 
-/// The response for `error`, for a request that was (`grpc`) or was not a gRPC call.
-pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Response<ProxyBody> {
+/// The response for `error`, in the request's `dialect`.
+pub fn render(
+    error: ProxyError,
+    dialect: Dialect,
+    contract: &ResponseContract,
+) -> Response<ProxyBody> {
     match error {
         ProxyError::LocalRateLimited(denial) => {
             let mut headers = denial.headers;
@@ -127,7 +150,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                     headers.insert(n, v);
                 }
             }
-            if grpc {
+            if dialect == Dialect::Grpc {
                 return grpc_reply(denial.grpc_status, LOCAL_RATE_LIMITED_BODY, headers);
             }
             if denial.retry_after
@@ -163,7 +186,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             for (n, v) in ietf {
                 headers.insert(n, v);
             }
-            if grpc {
+            if dialect == Dialect::Grpc {
                 return grpc_reply(denial.grpc_status, "request_rate_limited", headers);
             }
             if let Some(wait) = denial.retry_after {
@@ -189,7 +212,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                 RETRY_AFTER,
                 HeaderValue::from(contract.retry_after(rejected.retry_after)),
             );
-            if grpc {
+            if dialect == Dialect::Grpc {
                 return grpc_reply(14, "request_rate_limited", headers);
             }
             let body = if contract.problem_json {
@@ -205,7 +228,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
             reply(rejected.status, headers, body)
         }
         ProxyError::RateLimitServiceFailed(failure) => {
-            if grpc {
+            if dialect == Dialect::Grpc {
                 return grpc_reply(14, "rate_limiter_error", HeaderMap::new());
             }
             reply(failure.status, HeaderMap::new(), Vec::new())
@@ -216,7 +239,7 @@ pub fn render(error: ProxyError, grpc: bool, contract: &ResponseContract) -> Res
                 RETRY_AFTER,
                 HeaderValue::from(contract.retry_after(shed.retry_after())),
             );
-            if grpc {
+            if dialect == Dialect::Grpc {
                 return grpc_reply(14, "overloaded", headers);
             }
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));

@@ -5,8 +5,6 @@ use std::pin::Pin;
 
 use http::Response;
 
-use crate::error::ProxyError;
-
-/// Resolves to the inner service's response, or to the layer's refusal.
-pub type ResponseFuture<B> =
-    Pin<Box<dyn Future<Output = Result<Response<B>, ProxyError>> + Send + 'static>>;
+/// Resolves to the inner service's response, or to the error `E` (the inner service's, or the layer's refusal converted into it).
+pub type ResponseFuture<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send + 'static>>;

@@ -32,16 +32,17 @@ use tollgate_runtime::{
 use tower::ServiceExt;
 use tracing::Instrument;
 
+use crate::body::ProxyBody;
 use crate::build::{self, ListenerSpec, Runtime};
 use crate::config::{self, ConfigError, ListenerLimits, ProxyConfig};
-use crate::context::{ConnectionScope, RequestContext, is_grpc};
+use crate::context::{ConnectionScope, RequestContext};
 use crate::descriptors::trusted_client_address;
 use crate::error::ProxyError;
 use crate::forward::PeerAddress;
 use crate::idle::{Activity, IdleTimeout, InFlight};
 use crate::local_ratelimit::SharedClock;
 use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
-use crate::{ProxyBody, reply};
+use crate::reply::{self, Dialect};
 
 /// Where the configuration comes from.
 #[derive(Clone, Debug)]
@@ -197,14 +198,14 @@ impl Proxy {
         )]
         let started = tokio::time::Instant::now();
         let runtime = self.live.load_full();
-        let grpc = is_grpc(request.headers());
+        let dialect = Dialect::of(request.headers());
         let size = head_size(&request);
         if size > max_head {
             let error = ProxyError::HeadersTooLarge {
                 size,
                 limit: max_head,
             };
-            return reply::render(error, grpc, &runtime.default_contract);
+            return reply::render(error, dialect, &runtime.default_contract);
         }
         let host = request
             .headers()
@@ -215,7 +216,7 @@ impl Proxy {
             .unwrap_or_default();
         let Some(route) = runtime.route_for(&host, request.uri().path()) else {
             self.metrics.no_route.inc();
-            return reply::render(ProxyError::NoRoute, grpc, &runtime.default_contract);
+            return reply::render(ProxyError::NoRoute, dialect, &runtime.default_contract);
         };
         let counters = route
             .counters
@@ -239,7 +240,7 @@ impl Proxy {
             }
             Err(error) => {
                 counters.error(&error);
-                reply::render(error, grpc, &route.contract)
+                reply::render(error, dialect, &route.contract)
             }
         };
         counters.duration.observe(started.elapsed().as_secs_f64());

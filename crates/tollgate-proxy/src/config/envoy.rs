@@ -13,7 +13,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{ConfigPath, FieldError};
+use super::path::{ConfigPath, FieldError};
 
 /// The type URL of `LocalRateLimit`.
 pub const LOCAL_RATELIMIT_TYPE: &str =

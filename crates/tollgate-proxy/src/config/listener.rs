@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use super::{ConfigPath, FieldError, ListenerConfig};
+use super::path::{ConfigPath, FieldError};
+use super::proxy::ListenerConfig;
 
 /// How long a client may take to send a request's headers by default.
 ///

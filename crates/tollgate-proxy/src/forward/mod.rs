@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, Uri, Version};
 use http_body_util::BodyExt;
@@ -38,9 +37,9 @@ use tracing::Instrument;
 
 use self::error::UpstreamError;
 use self::request_body::{BodyFault, RequestBody};
-use crate::ProxyBody;
+use crate::body::ProxyBody;
 use crate::context::RequestContext;
-use crate::error::ProxyError;
+use crate::error::{BadRequestReason, ProxyError};
 
 /// One upstream endpoint.
 #[derive(Clone, Debug)]
@@ -63,7 +62,31 @@ pub struct Cluster {
     /// The ring-hash key header, if any (else the client address).
     pub hash_key_header: Option<http::HeaderName>,
     client: Pool,
-    http2: bool,
+    protocol: UpstreamProtocol,
+}
+
+/// The HTTP version spoken to a cluster's endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (over TLS, ALPN may still pick h2).
+    Http1,
+    /// HTTP/2 only: prior knowledge on plain TCP, `h2` alone offered over TLS.
+    Http2,
+}
+
+/// How a cluster connects to its endpoints, beyond its name, endpoints and balancer.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The ring-hash key header, if any (else the client address).
+    pub hash_key_header: Option<http::HeaderName>,
+    /// The connect timeout.
+    pub connect_timeout: Duration,
+    /// The HTTP version to speak.
+    pub protocol: UpstreamProtocol,
+    /// Idle pooled connections kept per endpoint.
+    pub max_idle_per_endpoint: usize,
+    /// TLS to the endpoints (whose files must load), or plain TCP.
+    pub tls: Option<ClientTlsFiles>,
 }
 
 /// A cluster's connection pool: plain TCP, or TLS (`https`) when the cluster has `tls`.
@@ -90,19 +113,22 @@ impl Pool {
 }
 
 impl Cluster {
-    /// A cluster with its own pool, picking endpoints with `balancer`; over
-    /// TLS to its endpoints when `tls` is given (whose files must load).
-    #[expect(clippy::too_many_arguments, reason = "one per cluster setting")]
+    /// A cluster with its own pool, picking endpoints with `balancer`,
+    /// connecting as `options` say.
     pub fn new(
         name: &str,
         endpoints: Vec<Endpoint>,
         balancer: tollgate_upstream::Cluster,
-        hash_key_header: Option<http::HeaderName>,
-        connect_timeout: Duration,
-        http2: bool,
-        max_idle_per_endpoint: usize,
-        tls: Option<&ClientTlsFiles>,
+        options: ClusterOptions,
     ) -> Result<Self, TlsError> {
+        let ClusterOptions {
+            hash_key_header,
+            connect_timeout,
+            protocol,
+            max_idle_per_endpoint,
+            tls,
+        } = options;
+        let http2 = protocol == UpstreamProtocol::Http2;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(connect_timeout));
@@ -111,7 +137,7 @@ impl Cluster {
             .http2_only(http2)
             .pool_max_idle_per_host(max_idle_per_endpoint)
             .pool_idle_timeout(Duration::from_secs(60));
-        let client = match tls {
+        let client = match &tls {
             None => Pool::Plain(builder.build(connector)),
             Some(files) => {
                 // The connector offers the ALPN protocols itself (h2 and http/1.1, or h2 only).
@@ -145,7 +171,7 @@ impl Cluster {
             balancer,
             hash_key_header,
             client,
-            http2,
+            protocol,
         })
     }
 }
@@ -251,10 +277,9 @@ impl Service<Request<Incoming>> for Forward {
                 .path_and_query(path)
                 .build()
                 .map_err(|e| ProxyError::Internal(format!("upstream URI: {e}")))?;
-            parts.version = if cluster.http2 {
-                Version::HTTP_2
-            } else {
-                Version::HTTP_11
+            parts.version = match cluster.protocol {
+                UpstreamProtocol::Http2 => Version::HTTP_2,
+                UpstreamProtocol::Http1 => Version::HTTP_11,
             };
             parts.extensions = http::Extensions::new();
             // With tracing on, the upstream call is a client span, and the
@@ -278,7 +303,9 @@ impl Service<Request<Incoming>> for Forward {
                 // A body broken from its first frame sends nothing upstream.
                 let body = RequestBody::read_first(body, fault.clone())
                     .await
-                    .map_err(|e| ProxyError::BadRequest(e.to_string()))?;
+                    .map_err(|e| {
+                        ProxyError::BadRequest(BadRequestReason::BrokenBody(e.to_string()))
+                    })?;
                 client
                     .request(Request::from_parts(parts, body))
                     .await
@@ -300,7 +327,9 @@ impl Service<Request<Incoming>> for Forward {
             };
             // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
             if let Some(reason) = fault.reason() {
-                return Err(ProxyError::BadRequest(reason.to_owned()));
+                return Err(ProxyError::BadRequest(BadRequestReason::BrokenBody(
+                    reason.to_owned(),
+                )));
             }
             let response = result?;
             let (mut parts, body) = response.into_parts();
@@ -314,10 +343,3 @@ impl Service<Request<Incoming>> for Forward {
 /// The downstream peer's address, in the request's extensions.
 #[derive(Clone, Copy, Debug)]
 pub struct PeerAddress(pub IpAddr);
-
-/// A complete body from bytes.
-pub fn full_body(bytes: impl Into<Bytes>) -> ProxyBody {
-    http_body_util::Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}

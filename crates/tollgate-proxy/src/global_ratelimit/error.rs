@@ -1,4 +1,8 @@
-//! The global rate limit's errors: an OVER_LIMIT answer, or a failed call with `failure_mode_deny`.
+//! The global rate limit's errors: [`GlobalRateLimitError`], an OVER_LIMIT answer, a failed call with `failure_mode_deny`, or a request it could not ask about.
+//!
+//! The layer works over any inner service whose error converts from
+//! [`GlobalRateLimitError`]; the proxy's own error gathers it, and its
+//! reply module renders the denial.
 
 use std::fmt;
 use std::time::Duration;
@@ -6,6 +10,41 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use tollgate_protocol::rls::headers::{ietf_fields, policy_name};
 use tollgate_protocol::rls::model::{Code, Descriptor, DescriptorStatus};
+
+use crate::context::MissingContext;
+use crate::hits_addend::InvalidHitsAddend;
+
+/// Why the global rate limit answered a request itself.
+#[derive(Debug)]
+pub enum GlobalRateLimitError {
+    /// The RLS said OVER_LIMIT.
+    Limited(GlobalRateLimited),
+    /// The RLS call failed and `failure_mode_deny` is set.
+    ServiceFailed(RateLimitServiceFailed),
+    /// The request's cost header holds no cost (a bad request).
+    InvalidCost(InvalidHitsAddend),
+    /// The request has no context (a bug).
+    MissingContext(MissingContext),
+}
+
+impl fmt::Display for GlobalRateLimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GlobalRateLimitError::Limited(e) => e.fmt(f),
+            GlobalRateLimitError::ServiceFailed(e) => e.fmt(f),
+            GlobalRateLimitError::InvalidCost(e) => e.fmt(f),
+            GlobalRateLimitError::MissingContext(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for GlobalRateLimitError {}
+
+impl From<MissingContext> for GlobalRateLimitError {
+    fn from(e: MissingContext) -> Self {
+        GlobalRateLimitError::MissingContext(e)
+    }
+}
 
 /// The RLS said OVER_LIMIT.
 #[derive(Clone, Debug)]

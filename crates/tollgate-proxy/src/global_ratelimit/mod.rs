@@ -22,6 +22,7 @@ pub mod layer;
 pub mod policy;
 pub mod service;
 
+pub use error::{GlobalRateLimitError, GlobalRateLimited, RateLimitServiceFailed};
 pub use layer::GlobalRateLimitLayer;
 pub use policy::{DEFAULT_TIMEOUT, GlobalRateLimit};
 pub use service::GlobalRateLimitService;

@@ -8,11 +8,10 @@ use tollgate_protocol::rls::wire;
 use tower::Service;
 
 use super::answer::{denial, header_pairs, x_ratelimit_headers};
-use super::error::RateLimitServiceFailed;
+use super::error::{GlobalRateLimitError, RateLimitServiceFailed};
 use super::policy::GlobalRateLimit;
 use crate::context::RequestContext;
 use crate::descriptors::{self, DescriptorRule, RequestFacts};
-use crate::error::ProxyError;
 use crate::response_future::ResponseFuture;
 
 /// The global rate limit in front of `S`.
@@ -36,14 +35,15 @@ impl<S> GlobalRateLimitService<S> {
 
 impl<S, B, RB> Service<Request<B>> for GlobalRateLimitService<S>
 where
-    S: Service<Request<B>, Response = Response<RB>, Error = ProxyError> + Clone + Send + 'static,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Error: From<GlobalRateLimitError> + Send + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
     RB: Send + 'static,
 {
     type Response = Response<RB>;
-    type Error = ProxyError;
-    type Future = ResponseFuture<RB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<RB, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -52,8 +52,11 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
-            return Box::pin(async { Err(ProxyError::no_context()) });
+        let context = match RequestContext::of(request.extensions()) {
+            Ok(context) => context.clone(),
+            Err(missing) => {
+                return Box::pin(async move { Err(GlobalRateLimitError::from(missing).into()) });
+            }
         };
         let (mut parts, body) = request.into_parts();
         let request_descriptors = {
@@ -66,7 +69,9 @@ where
             match descriptors::build(&self.rules, &facts) {
                 Ok(d) => d,
                 Err(e) => {
-                    return Box::pin(async move { Err(ProxyError::BadRequest(e.to_string())) });
+                    return Box::pin(
+                        async move { Err(GlobalRateLimitError::InvalidCost(e).into()) },
+                    );
                 }
             }
         };
@@ -80,10 +85,11 @@ where
                 Err(reason) => {
                     tracing::debug!(%reason, "rate limit service call failed");
                     if filter.failure_mode_deny {
-                        return Err(ProxyError::RateLimitServiceFailed(RateLimitServiceFailed {
+                        return Err(GlobalRateLimitError::ServiceFailed(RateLimitServiceFailed {
                             status: filter.status_on_error,
                             reason,
-                        }));
+                        })
+                        .into());
                     }
                     return inner.call(Request::from_parts(parts, body)).await;
                 }
@@ -94,12 +100,13 @@ where
                 Vec::new()
             };
             if answer.overall_code == wire::CODE_OVER_LIMIT {
-                return Err(ProxyError::GlobalRateLimited(denial(
+                return Err(GlobalRateLimitError::Limited(denial(
                     &filter,
                     &request_descriptors,
                     answer,
                     rate_headers,
-                )));
+                ))
+                .into());
             }
             let rls_response_headers = header_pairs(&answer.response_headers_to_add);
             for (name, value) in header_pairs(&answer.request_headers_to_add) {

@@ -1,9 +1,41 @@
-//! The shaper's rejection: a request beyond the burst, or one that would wait while `max_waiting` are waiting.
+//! The shaper's errors: [`LimitReqError`], a rejection ([`LimitReqRejected`]: a request beyond the burst, or one that would wait while `max_waiting` are waiting) or a request it could not decide.
+//!
+//! The layer works over any inner service whose error converts from
+//! [`LimitReqError`]; the proxy's own error gathers it, and its reply
+//! module renders the rejection.
 
 use std::fmt;
 use std::time::Duration;
 
 use http::StatusCode;
+
+use crate::context::MissingContext;
+
+/// Why `limit_req` answered a request itself.
+#[derive(Debug)]
+pub enum LimitReqError {
+    /// The request was rejected.
+    Rejected(LimitReqRejected),
+    /// The request has no context (a bug).
+    MissingContext(MissingContext),
+}
+
+impl fmt::Display for LimitReqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitReqError::Rejected(e) => e.fmt(f),
+            LimitReqError::MissingContext(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LimitReqError {}
+
+impl From<MissingContext> for LimitReqError {
+    fn from(e: MissingContext) -> Self {
+        LimitReqError::MissingContext(e)
+    }
+}
 
 /// A request `limit_req` rejected.
 #[derive(Clone, Debug)]

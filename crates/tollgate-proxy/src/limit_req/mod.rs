@@ -30,7 +30,7 @@ pub mod metrics;
 pub mod policy;
 pub mod service;
 
-pub use error::LimitReqRejected;
+pub use error::{LimitReqError, LimitReqRejected, RejectReason};
 pub use layer::LimitReqLayer;
 pub use metrics::LimitReqFamilies;
 pub use policy::{LimitReqPolicy, LimitReqStats};

@@ -8,9 +8,9 @@ use tower::{Service, ServiceExt};
 
 use tollgate_protocol::rls::headers::DELAY_HEADER;
 
+use super::error::LimitReqError;
 use super::policy::{LimitReqPolicy, Verdict};
 use crate::context::RequestContext;
-use crate::error::ProxyError;
 use crate::response_future::ResponseFuture;
 
 /// `limit_req` in front of `S`.
@@ -29,14 +29,15 @@ impl<S> LimitReqService<S> {
 
 impl<S, B, RB> Service<Request<B>> for LimitReqService<S>
 where
-    S: Service<Request<B>, Response = Response<RB>, Error = ProxyError> + Clone + Send + 'static,
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Error: From<LimitReqError> + Send + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
     RB: Send + 'static,
 {
     type Response = Response<RB>;
-    type Error = ProxyError;
-    type Future = ResponseFuture<RB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<RB, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -45,18 +46,17 @@ where
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let Some(client) = request
-            .extensions()
-            .get::<RequestContext>()
-            .map(|c| c.client)
-        else {
-            return Box::pin(async { Err(ProxyError::no_context()) });
+        let client = match RequestContext::of(request.extensions()) {
+            Ok(context) => context.client,
+            Err(missing) => {
+                return Box::pin(async move { Err(LimitReqError::from(missing).into()) });
+            }
         };
         let mut waiter = self.inner.clone();
         match self.policy.decide(client, request.headers()) {
             Verdict::Pass => Box::pin(inner.call(request)),
             Verdict::Reject(rejected) => {
-                Box::pin(async move { Err(ProxyError::LimitReqRejected(rejected)) })
+                Box::pin(async move { Err(LimitReqError::Rejected(rejected).into()) })
             }
             Verdict::Wait(delay, slot) => Box::pin(async move {
                 // The ready service is not held while waiting: a layer below

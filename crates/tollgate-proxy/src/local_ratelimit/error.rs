@@ -1,10 +1,48 @@
-//! The local rate limit's error: an enforced denial, turned into the reply by `crate::reply`.
+//! The local rate limit's errors: [`LocalRateLimitError`], an enforced denial ([`LocalRateLimited`]) or a request it could not decide.
+//!
+//! The layer works over any inner service whose error converts from
+//! [`LocalRateLimitError`]; the proxy's own error gathers it, and its
+//! reply module renders the denial.
 
 use std::fmt;
 
 use http::{HeaderMap, StatusCode};
 
-use super::BucketReport;
+use super::headers::BucketReport;
+use crate::context::MissingContext;
+use crate::hits_addend::InvalidHitsAddend;
+
+/// Why the local rate limit answered a request itself.
+#[derive(Debug)]
+pub enum LocalRateLimitError {
+    /// The buckets denied the request (enabled and enforced).
+    Limited(LocalRateLimited),
+    /// The request's cost header holds no cost (a bad request).
+    InvalidCost(InvalidHitsAddend),
+    /// The request has no context (a bug).
+    MissingContext(MissingContext),
+    /// The response future was polled after it completed (a bug).
+    PolledAfterCompletion,
+}
+
+impl fmt::Display for LocalRateLimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LocalRateLimitError::Limited(e) => e.fmt(f),
+            LocalRateLimitError::InvalidCost(e) => e.fmt(f),
+            LocalRateLimitError::MissingContext(e) => e.fmt(f),
+            LocalRateLimitError::PolledAfterCompletion => f.write_str("polled after completion"),
+        }
+    }
+}
+
+impl std::error::Error for LocalRateLimitError {}
+
+impl From<MissingContext> for LocalRateLimitError {
+    fn from(e: MissingContext) -> Self {
+        LocalRateLimitError::MissingContext(e)
+    }
+}
 
 /// A request the local rate limit denied (enabled and enforced).
 #[derive(Clone, Debug)]

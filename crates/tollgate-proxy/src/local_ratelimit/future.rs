@@ -7,10 +7,10 @@ use std::task::{Context, Poll};
 use http::{HeaderName, HeaderValue, Response};
 use pin_project_lite::pin_project;
 
-use crate::error::ProxyError;
+use super::error::LocalRateLimitError;
 
 pin_project! {
-    /// Resolves to the denial at once, or to the inner response with the rate-limit headers added.
+    /// Resolves to the denial at once (converted into the inner service's error), or to the inner response with the rate-limit headers added.
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
@@ -21,7 +21,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         // Denied before the inner service was called.
-        Denied { error: Option<ProxyError> },
+        Denied { error: Option<LocalRateLimitError> },
         // Passed on; `headers` are added to the response.
         Inner { #[pin] future: F, headers: Vec<(HeaderName, HeaderValue)> },
     }
@@ -29,7 +29,7 @@ pin_project! {
 
 impl<F> ResponseFuture<F> {
     /// A future that fails with `error`.
-    pub fn denied(error: ProxyError) -> Self {
+    pub fn denied(error: LocalRateLimitError) -> Self {
         ResponseFuture {
             state: State::Denied { error: Some(error) },
         }
@@ -43,17 +43,19 @@ impl<F> ResponseFuture<F> {
     }
 }
 
-impl<F, B> Future for ResponseFuture<F>
+impl<F, B, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Response<B>, ProxyError>>,
+    F: Future<Output = Result<Response<B>, E>>,
+    E: From<LocalRateLimitError>,
 {
-    type Output = Result<Response<B>, ProxyError>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Denied { error } => Poll::Ready(Err(error
                 .take()
-                .unwrap_or_else(|| ProxyError::Internal("polled after completion".into())))),
+                .unwrap_or(LocalRateLimitError::PolledAfterCompletion)
+                .into())),
             StateProj::Inner { future, headers } => {
                 let mut response = std::task::ready!(future.poll(cx))?;
                 for (name, value) in headers.drain(..) {

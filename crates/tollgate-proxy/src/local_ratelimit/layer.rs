@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tower::Layer;
 
+use super::limiter::{LocalLimiter, SharedClock};
 use super::service::{LocalRateLimitService, LocalRateLimitShared};
-use super::{LocalLimiter, SharedClock};
 use crate::descriptors::DescriptorRule;
 
 /// Applies one compiled `LocalRateLimit` (with its buckets) to a route.

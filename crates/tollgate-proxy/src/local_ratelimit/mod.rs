@@ -23,6 +23,7 @@ pub mod policy;
 pub mod service;
 
 pub use bucket_spec::{BucketSpec, MIN_FILL_INTERVAL};
+pub use error::{LocalRateLimitError, LocalRateLimited};
 pub use headers::{BucketReport, HeaderToAdd, x_ratelimit_headers};
 pub use layer::LocalRateLimitLayer;
 pub use limiter::{LocalLimiter, LocalVerdict, SharedClock};

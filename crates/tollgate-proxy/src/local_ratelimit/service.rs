@@ -6,13 +6,12 @@ use std::task::{Context, Poll};
 use http::{HeaderMap, Request, Response};
 use tower::Service;
 
-use super::error::LocalRateLimited;
+use super::error::{LocalRateLimitError, LocalRateLimited};
 use super::future::ResponseFuture;
 use super::headers::x_ratelimit_headers;
 use super::limiter::{LocalLimiter, SharedClock};
 use crate::context::RequestContext;
 use crate::descriptors::{self, DescriptorRule, RequestFacts};
-use crate::error::ProxyError;
 
 /// What every clone of the service shares.
 pub struct LocalRateLimitShared {
@@ -39,7 +38,7 @@ impl std::fmt::Debug for LocalRateLimitShared {
 /// * Enabled: descriptors are built (only when the config has descriptors),
 ///   the buckets decide; with `enable_x_ratelimit_headers` the response gets
 ///   `x-ratelimit-limit/remaining/reset` whatever the outcome.
-/// * Denied and enforced: [`LocalRateLimited`], which `crate::reply` renders.
+/// * Denied and enforced: [`LocalRateLimited`], in the inner service's error.
 /// * Denied, not enforced: `request_headers_to_add_when_not_enforced` go upstream.
 #[derive(Clone, Debug)]
 pub struct LocalRateLimitService<S> {
@@ -56,10 +55,11 @@ impl<S> LocalRateLimitService<S> {
 
 impl<S, B, RB> Service<Request<B>> for LocalRateLimitService<S>
 where
-    S: Service<Request<B>, Response = Response<RB>, Error = ProxyError>,
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: From<LocalRateLimitError>,
 {
     type Response = Response<RB>;
-    type Error = ProxyError;
+    type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -72,8 +72,9 @@ where
         if !policy.enabled.sample() {
             return ResponseFuture::inner(self.inner.call(request), Vec::new());
         }
-        let Some(context) = request.extensions().get::<RequestContext>().cloned() else {
-            return ResponseFuture::denied(ProxyError::no_context());
+        let context = match RequestContext::of(request.extensions()) {
+            Ok(context) => context.clone(),
+            Err(missing) => return ResponseFuture::denied(missing.into()),
         };
         let (mut parts, body) = request.into_parts();
         let request_descriptors = if policy.descriptors.is_empty() {
@@ -87,11 +88,13 @@ where
             };
             match descriptors::build(&shared.rules, &facts) {
                 Ok(d) => d,
-                Err(e) => return ResponseFuture::denied(ProxyError::BadRequest(e.to_string())),
+                Err(e) => return ResponseFuture::denied(LocalRateLimitError::InvalidCost(e)),
             }
         };
         let limiter = if policy.per_connection {
-            context.connection.limiter(&shared.limiter, &shared.clock)
+            context.connection.get_or_insert_with(&shared.limiter, || {
+                LocalLimiter::new(Arc::clone(policy), Arc::clone(&shared.clock))
+            })
         } else {
             Arc::clone(&shared.limiter)
         };
@@ -109,7 +112,7 @@ where
                 for (name, value) in rate_headers {
                     headers.insert(name, value);
                 }
-                return ResponseFuture::denied(ProxyError::LocalRateLimited(LocalRateLimited {
+                return ResponseFuture::denied(LocalRateLimitError::Limited(LocalRateLimited {
                     status: policy.status,
                     grpc_status: policy.grpc_status,
                     headers,
