@@ -13,9 +13,6 @@
 //!
 //! [`forwarded`] reads the trusted client address from `X-Forwarded-For`
 //! (Envoy's `xff_num_trusted_hops`), for the proxy and the app middleware.
-//!
-//! This crate only speaks the protocols: it knows nothing of counters,
-//! stores, rules files or the proxy.
 
 #![forbid(unsafe_code)]
 

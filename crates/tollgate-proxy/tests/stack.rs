@@ -4,6 +4,7 @@
 //! their old config, and bucket refills on a manual clock; and the limits a
 //! listener puts on slow and greedy clients (header time and size, idle
 //! time, stream idle time, open connections) and on broken chunked bodies, with raw sockets.
+//! The tests that wait for a timeout run on tokio's paused time ([`step_paused_time`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -198,6 +199,23 @@ fn manual() -> (ManualClock, Arc<dyn Clock>) {
     (clock.clone(), Arc::new(clock))
 }
 
+/// Makes a `start_paused` test's clock move in steps of 1 ms whenever every task waits, for the rest of the test.
+///
+/// Paused time left alone jumps to the next timer as soon as every task
+/// waits, even while bytes are still on their way over loopback, so a
+/// listener's 0.3 s timeout (or a test's bound) could fire before a reply in
+/// flight is read. With a 1 ms timer always pending, each such wait moves the
+/// clock by 1 ms: a request through the proxy costs a few virtual
+/// milliseconds, and the timeouts and pauses these tests wait for pass in
+/// virtual time, whatever the machine's load, in a few real milliseconds.
+fn step_paused_time() {
+    tokio::spawn(async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+}
+
 #[tokio::test]
 async fn http1_and_h2c_clients_reach_an_http1_upstream() {
     let upstream = start_upstream(Arc::default()).await;
@@ -238,8 +256,9 @@ async fn a_body_streams_through_before_the_upstream_finishes_it() {
     assert_eq!(rest, Bytes::from_static(b"second"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_upstream_gets_a_504_after_the_route_timeout() {
+    step_paused_time();
     let upstream = start_upstream(Arc::default()).await;
     let (_, clock) = manual();
     let running = start_proxy("timeout", &yaml(upstream, "    timeout: 0.2s\n"), clock).await;
@@ -549,8 +568,9 @@ async fn upstream_saw(gates: &Gates, count: usize) {
     .expect("the upstream sees the request in time");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_header_timeout() {
+    step_paused_time();
     let gates = Arc::new(Gates::default());
     let upstream = start_upstream(Arc::clone(&gates)).await;
     let (_, clock) = manual();
@@ -589,8 +609,9 @@ async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_hea
     assert_eq!(gates.requests.load(Ordering::SeqCst), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_idle_connection_is_closed_after_the_idle_timeout_but_a_slow_request_is_not() {
+    step_paused_time();
     let gates = Arc::new(Gates::default());
     let upstream = start_upstream(Arc::clone(&gates)).await;
     let (_, clock) = manual();
@@ -708,8 +729,9 @@ async fn a_malformed_chunked_body_gets_400_and_no_complete_request_reaches_the_u
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn past_max_connections_a_client_waits_until_one_closes_and_the_gauges_say_so() {
+    step_paused_time();
     let gates = Arc::new(Gates::default());
     let upstream = start_upstream(Arc::clone(&gates)).await;
     let (_, clock) = manual();
@@ -760,8 +782,9 @@ async fn past_max_connections_a_client_waits_until_one_closes_and_the_gauges_say
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stalled_request_is_cut_off_after_the_stream_idle_timeout_and_other_clients_are_not() {
+    step_paused_time();
     let gates = Arc::new(Gates::default());
     let upstream = start_upstream(Arc::clone(&gates)).await;
     let (_, clock) = manual();

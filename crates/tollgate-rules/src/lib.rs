@@ -1,14 +1,13 @@
 //! Tollgate's limits files: loading, validation with file:line:column messages, and the descriptor matcher.
 //!
-//! Must not know (the README's layout table): how counters are stored, networking, reloading.
+//! Must not know (the README's layout table): how counters are stored ([`Rule::counter_key`] only names them), networking, reloading.
 //!
 //! A limits file in envoyproxy/ratelimit's format loads unchanged into a
 //! [`RuleSet`]; Tollgate's extensions (`algorithm`, `burst`, `delay`,
 //! `unit_multiplier`, `window`, `rate_limits`, and on a descriptor
 //! `on_store_error`, `lease`, `stagger`) ride on the same tree. Every
 //! problem becomes a [`Diagnostic`] naming its file, line and column, and all
-//! of them are collected before loading fails. This crate knows nothing of
-//! how counters are stored; [`Rule::counter_key`] only names them.
+//! of them are collected before loading fails.
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,7 @@
 //! What every long-running subcommand (`serve`, `proxy`, `lab`) shares: the config watcher, signals, graceful shutdown and the accept loop.
 //!
-//! Must not know (the README's layout table): limits, rules, engines, Redis, HTTP routes, the proxy's config format.
+//! Must not know (the README's layout table): limits, rules, engines, Redis, HTTP routes, the proxy's config format;
+//! a caller says which paths hold its configuration, what a reload does and what a connection serves.
 //!
 //! * [`ConfigWatcher`] watches configuration paths (files or directories)
 //!   and calls a reload callback once a burst of changes has gone quiet, or
@@ -18,10 +19,6 @@
 //!   values that callers or configurations choose.
 //! * [`trace_context`]: whether tracing is on, and W3C trace context taken
 //!   from a request's headers and passed on to the next hop.
-//!
-//! This crate must not know about limits, rules, engines, Redis, HTTP routes
-//! or the proxy's config format: a caller says which paths hold its
-//! configuration, what a reload does, and what a connection serves.
 
 #![forbid(unsafe_code)]
 

@@ -13,8 +13,7 @@
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
 //! [`store`] keeps counters in Redis; [`bounds`] exports every memory and
-//! connection bound as gauges; [`build_info`] says what build serves. This
-//! crate knows nothing of the proxy.
+//! connection bound as gauges; [`build_info`] says what build serves.
 
 #![forbid(unsafe_code)]
 

@@ -14,8 +14,7 @@
 //! retry-after hint, converted into the inner service's own error type
 //! (`S::Error: From<Shed>`): a stack keeping tower's convention gets it
 //! boxed ([`BoxError`]), the proxy gets its own error enum and turns it into
-//! `503 Service Unavailable` + `Retry-After` in one place. The layers know
-//! nothing of the proxy.
+//! `503 Service Unavailable` + `Retry-After` in one place.
 //! A slot is taken when the request is called and given back when its
 //! response future completes, fails or is dropped.
 

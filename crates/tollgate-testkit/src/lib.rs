@@ -12,9 +12,8 @@
 //! fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
 //! `ureq`) or async ([`async_http`], on hyper-util's client).
 //!
-//! It knows no Tollgate crate: it drives the binary and speaks HTTP. It is a
-//! `[dev-dependencies]` entry only and must never become a normal dependency
-//! of a shipped crate.
+//! It is a `[dev-dependencies]` entry only and must never become a normal
+//! dependency of a shipped crate.
 
 pub mod async_http;
 pub mod bootstrap;

@@ -1,6 +1,7 @@
 //! One TLS configuration for every Tollgate listener and client, on rustls with the `ring` provider.
 //!
-//! Must not know (the README's layout table): limits, gRPC services, HTTP routes, the proxy's config.
+//! Must not know (the README's layout table): limits, gRPC services, HTTP routes, the proxy's config;
+//! callers say which files and which ALPN protocols.
 //!
 //! * [`ServerTlsFiles`] names a listener's certificate, key and, for mutual
 //!   TLS, the CA bundle client certificates must chain to and an optional
@@ -11,9 +12,6 @@
 //!   loop hands to hyper, plain or TLS, handshaking lazily on first use.
 //! * [`ClientTlsFiles`] names the CA, optional client certificate and server
 //!   name a client uses; [`TlsConnector`] connects with it.
-//!
-//! This crate must not know about limits, gRPC services, HTTP routes or the
-//! proxy's configuration: callers say which files and which ALPN protocols.
 
 #![forbid(unsafe_code)]
 

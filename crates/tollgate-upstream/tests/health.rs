@@ -146,34 +146,50 @@ async fn refused_and_slow_endpoints_fail_and_expected_statuses_count() {
     assert_eq!(redirect.paths.lock()[0], "/ svc.local");
 }
 
-#[tokio::test]
+/// How far paused time moves at once while a test waits: a check over loopback ends within a few steps, far inside any interval or timeout here.
+const STEP: Duration = Duration::from_millis(5);
+
+/// Lets `span` of paused time pass in [`STEP`]s, so every task (a round of checks, the backend) runs in it as it would in real time.
+async fn pass(span: Duration) {
+    for _ in 0..span.as_nanos() / STEP.as_nanos() {
+        tokio::time::sleep(STEP).await;
+    }
+}
+
+/// Waits, within 10 s of paused time, until `cluster`'s endpoints read `expected`; panics with `what` if they never do.
+async fn until_health(cluster: &Cluster, expected: &[bool], what: &str) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while healthy(cluster) != expected {
+            tokio::time::sleep(STEP).await;
+        }
+    })
+    .await
+    .expect(what);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_spawned_task_checks_every_interval_and_stops_when_dropped() {
     let flaky = backend(503, Duration::ZERO).await;
+    let interval = Duration::from_secs(1);
     let cluster = cluster(
         &[flaky.address],
-        "{path: /, interval: 20ms, healthy_threshold: 1}",
+        "{path: /, interval: 1s, healthy_threshold: 1}",
     );
     let task = HealthChecker::new(&cluster).unwrap().spawn();
-    let within = Duration::from_secs(10);
-    tokio::time::timeout(within, async {
-        while healthy(&cluster) != [false] {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("never marked unhealthy");
+    until_health(&cluster, &[false], "never marked unhealthy").await;
     flaky.status.store(200, Ordering::SeqCst);
-    tokio::time::timeout(within, async {
-        while healthy(&cluster) != [true] {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("never marked healthy again");
+    until_health(&cluster, &[true], "never marked healthy again").await;
+    // A round has just ended, so the next three start 1, 2 and 3 intervals from now.
+    let before = flaky.hits.load(Ordering::SeqCst);
+    pass(interval * 7 / 2).await;
+    assert_eq!(
+        flaky.hits.load(Ordering::SeqCst),
+        before + 3,
+        "one check per interval"
+    );
     drop(task);
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let after_stop = flaky.hits.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    pass(interval * 7 / 2).await;
     assert_eq!(
         flaky.hits.load(Ordering::SeqCst),
         after_stop,
