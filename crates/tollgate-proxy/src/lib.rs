@@ -15,7 +15,7 @@
 //! Descriptors for both limits come from [`descriptors`]; every error is a
 //! [`error::ProxyError`] rendered by [`reply`]. Configuration comes from the
 //! proxy's YAML, an Istio `EnvoyFilter` or a bare `LocalRateLimit`
-//! ([`config`]); it knows nothing of Redis.
+//! ([`config`]).
 
 #![forbid(unsafe_code)]
 
