@@ -46,8 +46,8 @@ impl<C: Clock> Engine<C> {
     /// Checks one request against the counters: the engine's verb.
     ///
     /// In memory (and on a shared store, for a request that touches no
-    /// counter), the answer is [`Decided::Ready`] at once, with no await
-    /// and no allocation beyond the answer's. On a shared store it is
+    /// counter), the answer is [`Decided::Ready`], decided in this call
+    /// with nothing to await. On a shared store it is
     /// [`Decided::NeedsStore`]: all the request's counters go in one call
     /// when it is awaited, answered from this instance's leases when they
     /// cover the whole request.

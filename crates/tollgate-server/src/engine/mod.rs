@@ -8,7 +8,7 @@
 //! * An unknown domain or an unmatched descriptor is OK with no limit and
 //!   `limit_remaining` 0; an `unlimited` rule is OK with `limit_remaining`
 //!   `u32::MAX` and touches no counter. `replaces` is resolved across the
-//!   whole request ([`RuleSet::resolve`]).
+//!   whole request ([`RuleSet::resolve`](tollgate_rules::RuleSet::resolve)).
 //! * Hits: the descriptor's `hits_addend` when present (0 checks without
 //!   consuming), else the request's `hits_addend`, where 0 means 1.
 //!   `is_negative_hits` gives the hits back instead of consuming them, and is

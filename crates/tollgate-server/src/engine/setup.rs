@@ -103,7 +103,7 @@ impl<C: Clock> Engine<C> {
     /// fresh) and taken back when a later reload brings the algorithm back,
     /// so a rule missing from one load does not start again from zero. A
     /// limit whose figures changed carries its counts from every algorithm
-    /// it was counted under recently (see [`LimitHistory`]), even when a
+    /// it was counted under recently (see `LimitHistory`), even when a
     /// load in between lacked it, the most used count winning.
     ///
     /// With a shared store, the quick-deny cache is emptied, the
