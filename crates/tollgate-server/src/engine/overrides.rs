@@ -1,6 +1,11 @@
 //! Descriptor `limit` overrides: the limit a request asks for, and the counter key it gets (length-prefixed, so no two overrides share one).
 
-use super::*;
+use std::time::Duration;
+
+use tollgate_core::{AnyAlgorithm, FixedWindow};
+use tollgate_protocol::rls::model::{CurrentLimit, LimitOverride};
+
+use super::error::EngineError;
 
 /// The fixed window and reported limit of descriptor `index`'s override.
 pub(super) fn override_limit(

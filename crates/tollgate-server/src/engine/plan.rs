@@ -1,6 +1,15 @@
 //! A request turned into counters: each descriptor's work (an answer already, or counters to check) and the counters with their keys, hash tags, lease periods and stagger offsets.
 
-use super::*;
+use std::time::Duration;
+
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Clock};
+use tollgate_protocol::rls::model::{CurrentLimit, DescriptorStatus, RateLimitRequest};
+use tollgate_rules::{Applied, Rule};
+use tollgate_store::{AsCounter, Counter};
+
+use super::error::EngineError;
+use super::overrides::{override_key, override_limit};
+use super::setup::Engine;
 
 /// What one descriptor needs: an answer already, or counters to check.
 pub(super) enum Work<'r> {

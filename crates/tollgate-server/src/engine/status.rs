@@ -1,6 +1,14 @@
 //! The status Envoy gets for one descriptor: from its counters' decisions, or without a store (allowed, or denied by `on_store_error`).
 
-use super::*;
+use std::time::Duration;
+
+use tollgate_core::duration::ceil_seconds;
+use tollgate_core::{Decision, Outcome, Unit};
+use tollgate_protocol::rls::model::{Code, CurrentLimit, DescriptorStatus};
+use tollgate_rules::{Limit, Rule, WindowLength};
+
+use super::plan::PlannedCounter;
+use super::store_call::STORE_DOWN_RETRY_AFTER;
 
 /// The status of one rule's descriptor from its counters' decisions.
 pub(super) fn rule_status(

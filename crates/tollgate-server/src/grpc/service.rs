@@ -19,7 +19,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use futures_util::future::Either;
@@ -36,7 +36,7 @@ use tonic::{Request, Response, Status};
 use tollgate_runtime::trace_context;
 use tracing::Instrument;
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Decided, Engine, EngineError};
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
 use crate::rlqs::{QuotaBook, RlqsOptions};
@@ -141,26 +141,44 @@ impl<C: Clock> RateLimitGrpc<C> {
         &self.engine
     }
 
-    /// Answers one decoded call.
-    pub fn decide(&self, request: wire::RateLimitRequest) -> Result<Answer, Status> {
+    /// Answers one decoded call on `engine` (the engine in service when it arrived).
+    fn answer_call<'a>(
+        &'a self,
+        engine: &'a Engine<C>,
+        request: wire::RateLimitRequest,
+    ) -> Either<
+        std::future::Ready<Result<Answer, Status>>,
+        impl Future<Output = Result<Answer, Status>> + Send + 'a,
+    > {
         let start = self.metrics.as_ref().map(|m| m.start());
-        let request = engine_request(request);
-        let engine = self.engine.load();
-        let answer = engine.should_rate_limit(&request);
-        self.respond(&engine, &request, answer, start)
+        self.answer(engine, engine_request(request), start)
     }
 
-    /// Answers one decoded call through the engine's shared store (Redis).
-    pub async fn decide_shared(&self, request: wire::RateLimitRequest) -> Result<Answer, Status> {
-        self.decide_model(engine_request(request)).await
-    }
-
-    /// Answers one model request (in memory or through the shared store).
-    pub async fn decide_model(&self, request: RateLimitRequest) -> Result<Answer, Status> {
-        let start = self.metrics.as_ref().map(|m| m.start());
-        let engine = self.engine.load();
-        let answer = engine.decide(&request).await;
-        self.respond(&engine, &request, answer, start)
+    /// Answers one model request on `engine`, counted in the metrics from
+    /// `start`: ready at once when the engine needs no store call, else
+    /// once the store has answered.
+    fn answer<'a>(
+        &'a self,
+        engine: &'a Engine<C>,
+        request: RateLimitRequest,
+        start: Option<Timestamp>,
+    ) -> Either<
+        std::future::Ready<Result<Answer, Status>>,
+        impl Future<Output = Result<Answer, Status>> + Send + 'a,
+    > {
+        let answer = match engine.check(&request) {
+            Ok(Decided::NeedsStore(call)) => {
+                return Either::Right(async move {
+                    let response = call.call().await.response();
+                    self.respond(engine, &request, Ok(response), start)
+                });
+            }
+            Ok(Decided::Ready(response)) => Ok(response),
+            Err(error) => Err(error),
+        };
+        Either::Left(std::future::ready(
+            self.respond(engine, &request, answer, start),
+        ))
     }
 
     /// The wire answer for an engine answer, counted in the metrics.
@@ -240,7 +258,8 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
     /// Answers one call inside a `ShouldRateLimit` span that continues the
     /// caller's trace (its `traceparent` metadata) and records the answer.
     async fn traced(
-        self,
+        &self,
+        engine: &Engine<C>,
         request: Request<wire::RateLimitRequest>,
     ) -> Result<Response<wire::RateLimitResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
@@ -255,11 +274,10 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
             ratelimit.overall = tracing::field::Empty,
         );
         trace_context::continue_from(&span, &metadata.into_headers());
-        let answer = if self.engine.load().remote().is_none() {
-            span.in_scope(|| self.decide(request))
-        } else {
-            self.decide_shared(request).instrument(span.clone()).await
-        };
+        let answer = span
+            .in_scope(|| self.answer_call(engine, request))
+            .instrument(span.clone())
+            .await;
         let answer = match answer {
             Ok(answer) => Ok(answer.delivered().await),
             Err(status) => Err(status),
@@ -282,33 +300,48 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
 /// A boxed, sendable future.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-impl<C: Clock + 'static> UnaryService<wire::RateLimitRequest> for RateLimitGrpc<C> {
+/// The engine a call answers from, loaded when its request has been decoded
+/// and kept until the answer is sent.
+type EngineSlot<C> = OnceLock<arc_swap::Guard<Arc<Engine<C>>>>;
+
+/// One `ShouldRateLimit` call, for tonic's unary handler.
+struct OneCall<'a, C: Clock> {
+    service: &'a RateLimitGrpc<C>,
+    engine: &'a EngineSlot<C>,
+}
+
+impl<'a, C: Clock + 'static> UnaryService<wire::RateLimitRequest> for OneCall<'a, C> {
     type Response = wire::RateLimitResponse;
-    /// Ready at once in memory; a boxed future only when the counters live in Redis.
+    /// Ready at once when the engine needs no store call and no shaper
+    /// holds the answer; a boxed future otherwise.
     type Future = Either<
         std::future::Ready<Result<Response<wire::RateLimitResponse>, Status>>,
-        BoxFuture<Result<Response<wire::RateLimitResponse>, Status>>,
+        Pin<
+            Box<dyn Future<Output = Result<Response<wire::RateLimitResponse>, Status>> + Send + 'a>,
+        >,
     >;
 
     fn call(&mut self, request: Request<wire::RateLimitRequest>) -> Self::Future {
+        let service = self.service;
+        let slot: &'a EngineSlot<C> = self.engine;
+        let engine: &'a Engine<C> = slot.get_or_init(|| service.engine.load());
         if trace_context::enabled() {
-            return Either::Right(Box::pin(self.clone().traced(request)));
+            return Either::Right(Box::pin(service.traced(engine, request)));
         }
-        if self.engine.load().remote().is_none() {
-            return match self.decide(request.into_inner()) {
+        match service.answer_call(engine, request.into_inner()) {
+            Either::Left(ready) => match ready.into_inner() {
                 Ok(answer) if !answer.hold.is_zero() => Either::Right(Box::pin(async move {
                     Ok(Response::new(answer.delivered().await))
                 })),
                 answered => Either::Left(std::future::ready(
                     answered.map(|answer| Response::new(answer.response)),
                 )),
-            };
+            },
+            Either::Right(from_store) => Either::Right(Box::pin(async move {
+                let answer = from_store.await?;
+                Ok(Response::new(answer.delivered().await))
+            })),
         }
-        let service = self.clone();
-        Either::Right(Box::pin(async move {
-            let answer = service.decide_shared(request.into_inner()).await?;
-            Ok(Response::new(answer.delivered().await))
-        }))
     }
 }
 
@@ -338,8 +371,13 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
                 wire::RateLimitRequest,
             >::with_caps(caps))
             .max_decoding_message_size(caps.max_message_bytes);
+            let engine = EngineSlot::new();
+            let call = OneCall {
+                service: &service,
+                engine: &engine,
+            };
             Ok(framing_errors_are_invalid_argument(
-                grpc.unary(service, request).await,
+                grpc.unary(call, request).await,
             ))
         })
     }
@@ -373,7 +411,7 @@ impl<C: Clock + 'static> tollgate_protocol::rls::InProcessService for RateLimitG
         metadata: http::HeaderMap,
     ) -> tollgate_protocol::rls::InProcessAnswer {
         let service = self.clone();
-        if trace_context::enabled() {
+        let span = trace_context::enabled().then(|| {
             let span = tracing::info_span!(
                 target: trace_context::TARGET,
                 "ShouldRateLimit",
@@ -382,11 +420,17 @@ impl<C: Clock + 'static> tollgate_protocol::rls::InProcessService for RateLimitG
                 ratelimit.descriptors = request.descriptors.len(),
             );
             trace_context::continue_from(&span, &metadata);
-            return Box::pin(
-                async move { Ok(service.decide_model(request).await?.delivered().await) }
-                    .instrument(span),
-            );
+            span
+        });
+        let answered = async move {
+            let start = service.metrics.as_ref().map(|m| m.start());
+            let engine = service.engine.load();
+            let answer = service.answer(&engine, request, start).await?;
+            Ok(answer.delivered().await)
+        };
+        match span {
+            Some(span) => Box::pin(answered.instrument(span)),
+            None => Box::pin(answered),
         }
-        Box::pin(async move { Ok(service.decide_model(request).await?.delivered().await) })
     }
 }

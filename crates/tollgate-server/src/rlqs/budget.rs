@@ -33,7 +33,7 @@ use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitRespon
 
 use super::book::{Changes, Payment, QuotaBook};
 use super::off_runtime::with_book;
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineError};
 use crate::reload::LiveEngine;
 
 /// How often the shares in force are paid for from the shared budget.
@@ -115,7 +115,7 @@ pub async fn take_units<C: Clock>(
         }],
         hits_addend: 0,
     };
-    let remaining = match engine.decide_in_store(&ask(0)).await {
+    let remaining = match counted(engine, &ask(0)).await {
         Ok(Some(response)) if passed(&response) => remaining(&response),
         Ok(None) => return without_store(engine, &ask(units), units).await,
         _ => 0,
@@ -124,11 +124,19 @@ pub async fn take_units<C: Clock>(
     if units == 0 {
         return 0;
     }
-    match engine.decide_in_store(&ask(units)).await {
+    match counted(engine, &ask(units)).await {
         Ok(Some(response)) if passed(&response) => units,
         Ok(None) => without_store(engine, &ask(units), units).await,
         _ => 0,
     }
+}
+
+/// The engine's answer to `ask` where the counters counted it; `None` where the shared store failed.
+async fn counted<C: Clock>(
+    engine: &Engine<C>,
+    ask: &RateLimitRequest,
+) -> Result<Option<RateLimitResponse>, EngineError> {
+    Ok(engine.check(ask)?.counted().await)
 }
 
 /// With the store failing, the rule's `on_store_error` decides, as for an
