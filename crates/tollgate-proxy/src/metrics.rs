@@ -248,13 +248,15 @@ impl Metrics {
                 .get_or_create(labels)
                 .set(gauge_value(layer.queued()));
         }
+        self.limit_req.refresh();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
 }
 
-fn gauge_value(n: usize) -> i64 {
+/// A count as a gauge's value (saturating).
+pub(crate) fn gauge_value(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
-use tollgate_core::{ManualClock, Timestamp};
+use tollgate_core::{Clock, ManualClock, Timestamp};
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::rlqs::{PAY_TICK, QuotaBook, RlqsOptions, pay_and_apply, pay_round};
 use tollgate_server::{Engine, EngineOptions, LiveEngine};
@@ -104,11 +104,12 @@ fn rlqs(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("tick", buckets), &buckets, |b, _| {
             b.iter(|| {
                 clock.advance(PAY_TICK);
-                runtime.block_on(pay_round(&live, &book, PAY_TICK));
+                runtime.block_on(pay_round(&live, &book, clock.now(), PAY_TICK));
             });
         });
+        clock.advance(PAY_TICK);
         assert_eq!(
-            book.dues(PAY_TICK).len(),
+            book.dues(clock.now(), PAY_TICK).payments.len(),
             buckets,
             "every bucket stayed paid for"
         );

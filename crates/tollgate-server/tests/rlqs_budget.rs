@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use tokio::sync::mpsc;
-use tollgate_core::{ManualClock, Timestamp};
+use tollgate_core::{Clock, ManualClock, Timestamp};
 use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest};
 use tollgate_redis::RedisStore;
 use tollgate_rules::{LoadOptions, RuleSet, load_sources};
@@ -101,6 +101,19 @@ async fn on_redis(redis: &RedisServer, yaml: &str) -> LiveEngine<ManualClock> {
     )))
 }
 
+/// A clock, an engine on it with 100 a second per tenant in memory, and a quota book.
+fn in_memory_at_100_a_second() -> (ManualClock, LiveEngine<ManualClock>, Arc<QuotaBook>) {
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
+    let engine = Engine::new(rules(yaml), EngineOptions::default(), clock.clone());
+    let live = LiveEngine::fixed(Arc::new(engine));
+    (
+        clock,
+        live,
+        Arc::new(QuotaBook::new(RlqsOptions::default())),
+    )
+}
+
 /// A stream on `book`: its number and where its answers go.
 fn stream(book: &QuotaBook) -> (u64, Outbox) {
     let (tx, rx) = mpsc::channel(64);
@@ -124,11 +137,7 @@ async fn report_paid<C: tollgate_core::Clock>(
 
 #[tokio::test]
 async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
-    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
-    let yaml = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n";
-    let engine = Engine::new(rules(yaml), EngineOptions::default(), clock.clone());
-    let live = LiveEngine::fixed(Arc::new(engine));
-    let book = Arc::new(QuotaBook::new(RlqsOptions::default()));
+    let (clock, live, book) = in_memory_at_100_a_second();
     let (envoy, mut outbox) = stream(&book);
 
     // RLS callers spend 70 of this second's 100.
@@ -153,7 +162,7 @@ async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
     // The next second's tick pays the 30 in force, then the growth's 10
     // tokens: the RLS callers get the other 60.
     clock.advance(TICK);
-    pay_round(&live, &book, TICK).await;
+    pay_round(&live, &book, clock.now(), TICK).await;
     assert_eq!(assigned(&mut outbox), 40);
     let mut admitted = 0;
     for _ in 0..100 {
@@ -167,7 +176,7 @@ async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
     for _ in 0..100 {
         assert!(rls_allows(&live, "acme").await);
     }
-    pay_round(&live, &book, TICK).await;
+    pay_round(&live, &book, clock.now(), TICK).await;
     assert_eq!(assigned(&mut outbox), 0);
 }
 
@@ -230,4 +239,52 @@ async fn with_the_store_down_a_share_follows_the_rules_on_store_error() {
     assert_eq!(assigned(&mut outbox), 0, "`deny`: nothing paid, deny all");
     report_paid(&live, &book, envoy, report("open", 1, 0, 0)).await;
     assert_eq!(assigned(&mut outbox), 100, "`allow`: the share as if paid");
+}
+
+#[tokio::test]
+async fn a_late_tick_pays_for_the_time_that_passed_up_to_the_counters_memory() {
+    let (clock, live, book) = in_memory_at_100_a_second();
+    let (envoy, mut outbox) = stream(&book);
+    // A first report gets the whole rate; a quiet Envoy keeps the floor, 25 a second.
+    report_paid(&live, &book, envoy, report("acme", 1, 0, 0)).await;
+    report_paid(&live, &book, envoy, report("acme", 5, 0, 1)).await;
+    assert_eq!(latest(&mut outbox), Some(25));
+    let taken = || book.stats().units_taken.load(Ordering::Relaxed);
+    let rls_admitted = async || {
+        let mut admitted = 0;
+        for _ in 0..100 {
+            admitted += u64::from(rls_allows(&live, "acme").await);
+        }
+        admitted
+    };
+
+    // On time: a tick pays one second of the 25, the RLS callers get the other 75.
+    clock.advance(TICK);
+    let before = taken();
+    pay_round(&live, &book, clock.now(), TICK).await;
+    assert_eq!(taken() - before, 25);
+    assert_eq!(rls_admitted().await, 75);
+
+    // Half a second late: the Envoy's token bucket refilled for 1.5 s since
+    // the instant last paid for, so 37.5 units are owed (38 taken, half a
+    // unit carried over); the RLS callers get 62, not 75.
+    clock.advance(TICK + TICK / 2);
+    let before = taken();
+    pay_round(&live, &book, clock.now(), TICK).await;
+    assert_eq!(taken() - before, 38, "a tick 0.5 s late pays 1.5 s");
+    assert_eq!(rls_admitted().await, 62);
+
+    // A stall of 8 s: the counter forgets spend older than its window (1 s),
+    // so the round pays that window behind and the tick ahead, 2 s: 50
+    // units less the half carried over; the share stays, the RLS callers get 50.
+    clock.advance(8 * TICK);
+    let before = taken();
+    pay_round(&live, &book, clock.now(), TICK).await;
+    assert_eq!(taken() - before, 50, "a stall pays at most a window behind");
+    assert_eq!(rls_admitted().await, 50);
+    assert_eq!(
+        latest(&mut outbox),
+        None,
+        "the share in force stays as it is"
+    );
 }

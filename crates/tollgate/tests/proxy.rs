@@ -654,3 +654,46 @@ fn past_max_connections_a_client_waits_until_one_closes_and_the_limit_is_logged(
     let head = String::from_utf8_lossy(&buf[..n]);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
+
+/// The value of `series` in a `/metrics` text.
+fn metric(text: &str, series: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn limit_req_shows_its_keys_held_and_their_bound_on_metrics() {
+    let dir = TempDir::new("proxy-limit-req-keys");
+    let upstream = Upstream::spawn();
+    let config = dir.write(
+        "proxy.yaml",
+        &format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nadmin: {{address: 127.0.0.1:0}}\nclusters: [{{name: backend, endpoints: [{{address: \"{}\"}}]}}]\nroutes:\n  - name: api\n    cluster: backend\n    limit_req: {{rate: 1r/m, nodelay: true, key_header: x-key, max_keys: 64}}\n",
+            upstream.addr
+        ),
+    );
+    let proxy = proxy_with(&dir, &config, "proxy", true);
+    let admin = proxy.admin.expect("an admin listener");
+    let keys = "tollgate_proxy_limit_req_keys{route=\"api\",cluster=\"backend\"}";
+    let limit = "tollgate_proxy_limit_req_keys_limit{route=\"api\",cluster=\"backend\"}";
+    let send = |range: std::ops::Range<u32>| {
+        for n in range {
+            let key = format!("client-{n}");
+            assert_eq!(get(proxy.addr, "/", &[("x-key", &key)]).status, 200);
+        }
+    };
+    send(0..5);
+    let text = get(admin, "/metrics", &[]).body;
+    assert_eq!(metric(&text, keys), Some(5), "{text}");
+    let bound = metric(&text, limit).expect("a keys limit");
+    assert!(
+        (1..=64).contains(&bound),
+        "max_keys 64, table bound {bound}"
+    );
+    // A flood of one-off keys: the table holds no more than its bound.
+    send(5..200);
+    let text = get(admin, "/metrics", &[]).body;
+    let held = metric(&text, keys).expect("keys held");
+    assert!(held <= bound && held > 5, "{held} keys held, bound {bound}");
+    assert_eq!(metric(&text, limit), Some(bound));
+}

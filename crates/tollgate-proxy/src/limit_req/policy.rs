@@ -13,6 +13,7 @@ use tollgate_core::{Clock, DelayMode, LeakyBucket};
 use tollgate_store::{StoreConfig, WordStore};
 
 use super::error::{LimitReqRejected, RejectReason};
+use super::metrics::KeyTables;
 use crate::config::{ConfigPath, FieldError, LimitReqConfig};
 use crate::local_ratelimit::SharedClock;
 
@@ -44,6 +45,8 @@ pub struct LimitReqStats {
     pub delay: Histogram,
     /// Requests waiting now.
     pub waiting: Gauge,
+    /// The route's key tables, for the keys held and their bound.
+    pub tables: Arc<KeyTables>,
 }
 
 impl Default for LimitReqStats {
@@ -55,6 +58,7 @@ impl Default for LimitReqStats {
             dry_run: Counter::default(),
             delay: Histogram::new(DELAY_BUCKETS),
             waiting: Gauge::default(),
+            tables: Arc::default(),
         }
     }
 }
@@ -97,8 +101,9 @@ pub struct LimitReqPolicy {
     dry_run: bool,
     clock: SharedClock,
     /// The keys' buckets: the store's bound and eviction order (least used
-    /// first, so a flood of new keys never frees a key at its burst).
-    buckets: WordStore<LeakyBucket>,
+    /// first, so a flood of new keys never frees a key at its burst),
+    /// watched by the route's `limit_req_keys` gauges.
+    buckets: Arc<WordStore<LeakyBucket>>,
     waiting: AtomicUsize,
     stats: LimitReqStats,
 }
@@ -184,13 +189,15 @@ impl LimitReqPolicy {
             return Err(at.key("max_keys").error("must be at least 1"));
         }
         let max_waiting = config.max_waiting.unwrap_or(DEFAULT_MAX_WAITING);
+        let buckets = Arc::new(WordStore::new(bucket, StoreConfig::with_max_keys(max_keys)));
+        stats.tables.watch(&buckets);
         Ok(LimitReqPolicy {
             key,
             status,
             max_waiting,
             dry_run: config.dry_run,
             clock,
-            buckets: WordStore::new(bucket, StoreConfig::with_max_keys(max_keys)),
+            buckets,
             waiting: AtomicUsize::new(0),
             stats,
         })
@@ -209,6 +216,11 @@ impl LimitReqPolicy {
     /// Keys tracked now.
     pub fn keys(&self) -> usize {
         self.buckets.len()
+    }
+
+    /// The most keys tracked at once (`max_keys`, as the table rounds it).
+    pub fn max_keys(&self) -> usize {
+        self.buckets.max_keys()
     }
 
     /// The key of a request from `client` with `headers`.

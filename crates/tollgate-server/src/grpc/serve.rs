@@ -117,6 +117,7 @@ where
         Arc::clone(service.live_engine()),
         Arc::clone(&quota_book),
         crate::rlqs::PAY_TICK,
+        tollgate_core::MonotonicClock::new(),
     ));
     let services = GrpcServices {
         quota: RateLimitQuotaServiceServer::new(RlqsService::new(

@@ -29,6 +29,20 @@ pub struct Rate {
     pub burst: u64,
 }
 
+impl Rate {
+    /// How long the counter remembers what was spent: the window, or, for
+    /// a burst larger than the rate, the time a spent burst takes to refill
+    /// (`W × burst / requests`). Spend older than that has left every
+    /// algorithm's count: a fixed window has reset, a sliding window no
+    /// longer counts it, a token bucket has refilled.
+    pub fn memory(&self) -> Duration {
+        let refill =
+            self.window.as_nanos() * u128::from(self.burst) / u128::from(self.requests.max(1));
+        let nanos = refill.max(self.window.as_nanos());
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
 /// Why a bucket id was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BucketError {

@@ -2,7 +2,9 @@
 //!
 //! [`pay_and_apply`] pays for the fresh buckets of changed assignments
 //! before they are sent; [`pay_every`] pays for the shares in force every
-//! [`PAY_TICK`] (see `book::changes` for what each covers).
+//! [`PAY_TICK`], for the time that passed since the last round paid
+//! through (see `book::changes` for what each covers, [`super::payment`]
+//! for the arithmetic).
 //!
 //! The book's part of each runs on a blocking thread ([`with_book`]), and
 //! the payments yield to the runtime every [`PAYMENTS_PER_YIELD`]: a tick
@@ -28,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate_core::Clock;
+use tollgate_core::{Clock, Timestamp};
 use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitResponse};
 
 use super::book::{Changes, Payment, QuotaBook};
@@ -43,28 +45,45 @@ pub const PAY_TICK: Duration = Duration::from_secs(1);
 /// decisions, a few microseconds in memory).
 pub const PAYMENTS_PER_YIELD: usize = 16;
 
-/// Pays one `tick` of every shared counter's shares in force; the shares
-/// the units do not cover are cut ([`QuotaBook::settle`]) and sent.
-pub async fn pay_round<C: Clock>(engine: &LiveEngine<C>, book: &Arc<QuotaBook>, tick: Duration) {
-    let dues = with_book(book, move |book| book.dues(tick)).await;
-    let taken = take_all(engine, &dues).await;
-    let cuts = with_book(book, move |book| book.settle(dues, &taken, tick)).await;
+/// Pays every shared counter's shares in force, at `now`, from the instant
+/// the last round paid through to a `tick` ahead ([`QuotaBook::dues`]); the
+/// shares the units do not cover are cut ([`QuotaBook::settle`]) and sent.
+pub async fn pay_round<C: Clock>(
+    engine: &LiveEngine<C>,
+    book: &Arc<QuotaBook>,
+    now: Timestamp,
+    tick: Duration,
+) {
+    let dues = with_book(book, move |book| book.dues(now, tick)).await;
+    let taken = take_all(engine, &dues.payments).await;
+    let cuts = with_book(book, move |book| book.settle(dues, &taken)).await;
     pay_and_apply(engine, book, cuts).await;
 }
 
 /// Pays for the shares in force every `tick`, from now on (the first
-/// round at once); a round that runs late delays the next.
+/// round at once), each round at the time `clock` reads; a round that runs
+/// late delays the next and pays for the time that passed.
+///
+/// `clock` must follow the time the Envoys' token buckets refill in, real
+/// elapsed time (`tollgate serve` gives a [`tollgate_core::MonotonicClock`]):
+/// not the decisions' clock, which holds still for as long as the wall
+/// clock was stepped back, while the Envoys' buckets go on refilling.
 ///
 /// The rounds keep the phase they started with. Two instances paying at
 /// the same instant of every second would take turns at winning the budget,
 /// each turn a new bucket for their Envoys; at their own phases, the first
 /// to pay keeps its share while its Envoys use it.
-pub async fn pay_every<C: Clock>(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook>, tick: Duration) {
+pub async fn pay_every<C: Clock, R: Clock>(
+    engine: Arc<LiveEngine<C>>,
+    book: Arc<QuotaBook>,
+    tick: Duration,
+    clock: R,
+) {
     let mut ticks = tokio::time::interval(tick);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        pay_round(&engine, &book, tick).await;
+        pay_round(&engine, &book, clock.now(), tick).await;
     }
 }
 

@@ -13,8 +13,39 @@
 //! pays `⌈(s × Δ − balance) / W⌉` units, and the share the balance covers,
 //! `⌊balance / Δ⌋` capped at `s`, is debited at once, so the balance never
 //! goes below zero and what is paid and not yet due is less than one unit.
+//!
+//! The interval `Δ` a round pays for is the time that actually passed
+//! ([`interval`]): from the instant the last round paid through to a tick
+//! ahead. A round that runs late (round trips to Redis, a busy runtime)
+//! pays for the refills the Envoys' buckets made meanwhile, so the shares
+//! in force are paid for however the rounds are spaced. The part behind is
+//! counted for at most the counter's memory ([`Rate::memory`]): spend
+//! older than that has left the counter, and paying for it would only
+//! take from the callers of the window in force; so a stall costs at most
+//! a window's rate (or a burst) of catch-up, never a huge payment.
 
 use std::time::Duration;
+
+use tollgate_core::Timestamp;
+
+#[cfg(doc)]
+use super::bucket::Rate;
+
+/// The time a round at `now` pays for: from `paid` (the instant the last
+/// round paid through; `now` for a first round) to a `tick` ahead of
+/// `now`, the part behind `now` counted for at most `memory`. Zero when
+/// the last round already paid that far.
+pub fn interval(
+    paid: Option<Timestamp>,
+    now: Timestamp,
+    tick: Duration,
+    memory: Duration,
+) -> Duration {
+    let until = now.saturating_add(tick);
+    until
+        .saturating_since(paid.unwrap_or(now))
+        .min(tick.saturating_add(memory))
+}
 
 /// A reporter's prepaid balance for one shared budget, in unit·nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,7 +66,10 @@ impl Balance {
         self.0 = self
             .0
             .saturating_add(u128::from(units) * window.as_nanos().max(1));
-        let interval = interval.as_nanos().max(1);
+        if interval.is_zero() {
+            return share;
+        }
+        let interval = interval.as_nanos();
         let covered = u64::try_from(self.0 / interval).unwrap_or(u64::MAX);
         let share = share.min(covered);
         self.0 -= u128::from(share) * interval;
@@ -67,6 +101,34 @@ mod tests {
             .collect();
         assert_eq!(paid, [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]);
         assert_eq!(balance, Balance(0), "12 s of 10 a minute is 2 units");
+    }
+
+    #[test]
+    fn a_round_pays_from_the_instant_last_paid_to_a_tick_ahead_at_most_a_memory_behind() {
+        let t = Timestamp::from_secs(1_000);
+        let at = |millis: u64| t.saturating_add(Duration::from_millis(millis));
+        // A first round, and one on time: one tick.
+        assert_eq!(interval(None, t, SECOND, MINUTE), SECOND);
+        assert_eq!(interval(Some(at(1_000)), at(1_000), SECOND, MINUTE), SECOND);
+        // 250 ms late: the 250 ms the buckets refilled unpaid, and the tick ahead.
+        assert_eq!(
+            interval(Some(at(1_000)), at(1_250), SECOND, MINUTE),
+            Duration::from_millis(1_250)
+        );
+        // Early: only what is not paid yet; nothing when all of it is.
+        assert_eq!(
+            interval(Some(at(1_000)), at(600), SECOND, MINUTE),
+            Duration::from_millis(600)
+        );
+        assert_eq!(
+            interval(Some(at(2_000)), at(1_000), SECOND, MINUTE),
+            Duration::ZERO
+        );
+        // A stall of an hour on a per-minute counter: a minute behind, a tick ahead.
+        assert_eq!(
+            interval(Some(at(1_000)), at(3_601_000), SECOND, MINUTE),
+            MINUTE + SECOND
+        );
     }
 
     #[test]

@@ -16,8 +16,10 @@
 //!   restarts a bucket full on every change, so a change can hand back up
 //!   to the old bucket's tokens if they were spent: the bound in
 //!   `docs/quota.md` counts them;
-//! * every tick, [`QuotaBook::dues`] says what one tick of the shares in
-//!   force costs and [`QuotaBook::settle`] credits what the service took;
+//! * every tick, [`QuotaBook::dues`] says what the shares in force cost
+//!   from the instant the last round paid through to a tick ahead (more
+//!   than a tick when the round runs late: [`super::super::payment::interval`])
+//!   and [`QuotaBook::settle`] credits what the service took;
 //!   where it falls short, the shares that fit it stay (largest first) and
 //!   the others go to deny-all, so no cut hands out a fresh bucket nobody
 //!   paid for; then the growths still waiting try again.
@@ -29,7 +31,10 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 
+use tollgate_core::Timestamp;
+
 use super::super::bucket::Rate;
+use super::super::payment;
 use super::{Inner, QuotaBook, Shared, StreamId, fresh_tokens};
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
@@ -47,6 +52,8 @@ pub struct Payment {
     share: u64,
     /// The units to take; 0 when nothing is owed.
     pub units: u64,
+    /// For a tick, the time the shares are paid for (zero for fresh buckets).
+    interval: Duration,
 }
 
 impl Payment {
@@ -58,7 +65,13 @@ impl Payment {
             entries: shared.entries.clone(),
             share,
             units,
+            interval: Duration::ZERO,
         }
+    }
+
+    /// For a tick, the time it pays the shares in force for.
+    pub fn interval(&self) -> Duration {
+        self.interval
     }
 
     /// Whether its counter is still in the book: once the last stream
@@ -66,6 +79,15 @@ impl Payment {
     pub fn is_owed(&self) -> bool {
         self.owed.strong_count() > 0
     }
+}
+
+/// One round's payments for the shares in force ([`QuotaBook::dues`]).
+#[derive(Debug)]
+pub struct Dues {
+    /// One per shared counter with shares in force.
+    pub payments: Vec<Payment>,
+    /// The instant they pay through: a tick ahead of the round.
+    through: Timestamp,
 }
 
 /// A bucket of a stream, by its entries sorted by key.
@@ -198,29 +220,46 @@ impl QuotaBook {
         self.send(inner, pushes);
     }
 
-    /// What the shares in force cost for the next `tick`, per shared counter;
-    /// the service takes the units and passes what it got to [`QuotaBook::settle`].
-    pub fn dues(&self, tick: Duration) -> Vec<Payment> {
+    /// What the shares in force cost, per shared counter, for a round at
+    /// `now`: from the instant the last round paid through to a `tick`
+    /// ahead ([`payment::interval`]); the service takes the units and passes
+    /// what it got to [`QuotaBook::settle`].
+    pub fn dues(&self, now: Timestamp, tick: Duration) -> Dues {
         let inner = self.inner.lock();
-        inner
+        let payments = inner
             .shared
             .iter()
             .filter_map(|(counter, shared)| {
                 let share = in_force(&inner, counter, shared);
-                (share > 0).then(|| {
-                    let units = shared.balance.units_due(share, tick, shared.rate.window);
-                    Payment::new(counter, shared, share, units)
+                let interval =
+                    payment::interval(inner.paid_through, now, tick, shared.rate.memory());
+                (share > 0 && !interval.is_zero()).then(|| {
+                    let units = shared
+                        .balance
+                        .units_due(share, interval, shared.rate.window);
+                    Payment {
+                        interval,
+                        ..Payment::new(counter, shared, share, units)
+                    }
                 })
             })
-            .collect()
+            .collect();
+        Dues {
+            payments,
+            through: now.saturating_add(tick),
+        }
     }
 
-    /// Credits `taken[i]` units to `payments[i]`'s counter and debits one
-    /// `tick` of its shares; where the units fall short, the shares are cut
-    /// to a split of what they cover (by demand): the [`Changes`] to pay for and apply.
-    pub fn settle(&self, payments: Vec<Payment>, taken: &[u64], tick: Duration) -> Changes {
+    /// Credits `taken[i]` units to `dues.payments[i]`'s counter and debits
+    /// its interval of the shares; where the units fall short, the shares
+    /// are cut to a split of what they cover (by demand): the [`Changes`]
+    /// to pay for and apply. The shares in force are paid through the
+    /// round's instant from then on (a share that was cut refills nothing).
+    pub fn settle(&self, dues: Dues, taken: &[u64]) -> Changes {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
+        inner.paid_through = inner.paid_through.max(Some(dues.through));
+        let payments = dues.payments;
         let mut changed = Vec::new();
         let mut short: HashSet<&[u8]> = HashSet::new();
         for (payment, &units) in payments.iter().zip(taken) {
@@ -248,7 +287,7 @@ impl QuotaBook {
             };
             let covered = shared
                 .balance
-                .settle(units, share, tick, shared.rate.window);
+                .settle(units, share, payment.interval, shared.rate.window);
             if covered >= share {
                 continue;
             }

@@ -48,6 +48,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tollgate_core::Timestamp;
 use tollgate_core::fair_share::steady_shares;
 use tollgate_rules::RuleSet;
 use tonic::Status;
@@ -58,7 +59,7 @@ use super::payment::Balance;
 mod changes;
 
 use changes::BucketKey;
-pub use changes::{Changes, Payment};
+pub use changes::{Changes, Dues, Payment};
 
 /// A stream's number in the book.
 pub type StreamId = u64;
@@ -232,6 +233,8 @@ struct Inner {
     shared: HashMap<Vec<u8>, Shared>,
     buckets: usize,
     next: StreamId,
+    /// The instant the last round paid the shares in force through (none before the first).
+    paid_through: Option<Timestamp>,
 }
 
 /// The buckets of every connected Envoy and their shares (see the module docs).

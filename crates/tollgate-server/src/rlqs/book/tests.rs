@@ -49,6 +49,11 @@ fn report(tenant: &str, allowed: u64, denied: u64) -> RateLimitQuotaUsageReports
     }
 }
 
+/// An instant `seconds` into the tests' time.
+fn at(seconds: u64) -> Timestamp {
+    Timestamp::from_secs(1_000 + seconds)
+}
+
 /// The per-second rate of the latest token bucket each outbox received (0 for deny-all), draining them.
 fn rate(rx: &mut Outbox, last: &mut u64) -> u64 {
     while let Ok(Ok(response)) = rx.try_recv() {
@@ -109,14 +114,17 @@ fn the_shares_in_force_are_paid_each_tick_and_cut_to_what_the_budget_gave() {
     assert_eq!(s1 + s2, 100, "{s1} + {s2}");
     let before = book.stats().units_taken.load(Ordering::Relaxed);
     // A tick of 100 a second costs 100 units, checked as the bucket's descriptor.
-    let dues = book.dues(TICK);
-    assert_eq!(dues.len(), 1);
-    assert_eq!(dues[0].units, 100);
+    let dues = book.dues(at(1), TICK);
+    assert_eq!(dues.payments.len(), 1);
+    assert_eq!(dues.payments[0].units, 100);
     assert_eq!(
-        (dues[0].domain.as_str(), dues[0].entries.as_slice()),
+        (
+            dues.payments[0].domain.as_str(),
+            dues.payments[0].entries.as_slice()
+        ),
         ("q", &[("tenant".to_owned(), "a".to_owned())][..])
     );
-    let cuts = book.settle(dues, &[100], TICK);
+    let cuts = book.settle(dues, &[100]);
     assert!(cuts.payments.is_empty());
     pay_in_full(&book, cuts);
     assert_eq!(
@@ -127,9 +135,9 @@ fn the_shares_in_force_are_paid_each_tick_and_cut_to_what_the_budget_gave() {
     // RLS callers spent 60 of the budget: 40 pay for the smaller share,
     // which stays as it is; the larger goes to deny-all (a smaller bucket
     // would be fresh tokens nobody paid for).
-    let dues = book.dues(TICK);
-    assert_eq!(dues[0].units, 100);
-    let cuts = book.settle(dues, &[40], TICK);
+    let dues = book.dues(at(2), TICK);
+    assert_eq!(dues.payments[0].units, 100);
+    let cuts = book.settle(dues, &[40]);
     assert!(cuts.payments.is_empty());
     pay_in_full(&book, cuts);
     assert!(s1 > 40 && s2 <= 40, "{s1} + {s2}");
@@ -140,12 +148,12 @@ fn the_shares_in_force_are_paid_each_tick_and_cut_to_what_the_budget_gave() {
         140
     );
     // Nothing left: every share is 0, a deny-all assignment.
-    let dues = book.dues(TICK);
-    assert_eq!(dues[0].units, s2);
-    pay_in_full(&book, book.settle(dues, &[0], TICK));
+    let dues = book.dues(at(3), TICK);
+    assert_eq!(dues.payments[0].units, s2);
+    pay_in_full(&book, book.settle(dues, &[0]));
     assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (0, 0));
     assert!(
-        book.dues(TICK).is_empty(),
+        book.dues(at(4), TICK).payments.is_empty(),
         "no share in force, nothing to pay"
     );
 }
@@ -177,9 +185,9 @@ fn a_new_or_larger_share_is_sent_only_as_far_as_its_fresh_bucket_was_paid() {
     assert_eq!(rate(&mut rx, &mut last), 30);
     // A tick pays the 30 in force, then the waiting growth.
     let tick = Duration::from_secs(1);
-    let dues = book.dues(tick);
-    assert_eq!(dues[0].units, 30);
-    let growth = book.settle(dues, &[30], tick);
+    let dues = book.dues(at(1), tick);
+    assert_eq!(dues.payments[0].units, 30);
+    let growth = book.settle(dues, &[30]);
     assert_eq!(growth.payments[0].units, 70);
     assert_eq!(
         rate(&mut rx, &mut last),
@@ -254,9 +262,9 @@ fn buckets_sharing_one_counter_at_one_envoy_are_each_paid_for() {
     let mut last = 0;
     assert_eq!(rate(&mut rx, &mut last), 100);
     // Each tick pays each bucket's refills.
-    let dues = book.dues(Duration::from_secs(1));
-    assert_eq!(dues.len(), 1);
-    assert_eq!(dues[0].units, 200);
+    let dues = book.dues(at(1), Duration::from_secs(1));
+    assert_eq!(dues.payments.len(), 1);
+    assert_eq!(dues.payments[0].units, 200);
 }
 
 #[test]
@@ -283,13 +291,13 @@ fn one_stream_is_held_to_its_own_bound_and_closing_it_frees_its_buckets_and_dues
     let stats = book.stats();
     assert_eq!(stats.stream_buckets.load(Ordering::Relaxed), 2);
     assert_eq!(stats.counters.load(Ordering::Relaxed), 3);
-    assert_eq!(book.dues(Duration::from_secs(1)).len(), 3);
-    let dues = book.dues(Duration::from_secs(1));
+    assert_eq!(book.dues(at(1), Duration::from_secs(1)).payments.len(), 3);
+    let dues = book.dues(at(1), Duration::from_secs(1)).payments;
     pay_in_full(&book, book.close(one));
     assert_eq!(stats.buckets.load(Ordering::Relaxed), 1);
     assert_eq!(stats.stream_buckets.load(Ordering::Relaxed), 1);
     assert_eq!(stats.counters.load(Ordering::Relaxed), 1);
-    assert_eq!(book.dues(Duration::from_secs(1)).len(), 1);
+    assert_eq!(book.dues(at(1), Duration::from_secs(1)).payments.len(), 1);
     // A tick read before the close owes nothing for its counters.
     let owed: Vec<bool> = dues.iter().map(Payment::is_owed).collect();
     assert_eq!(owed.iter().filter(|o| **o).count(), 1, "{owed:?}");
@@ -307,15 +315,78 @@ fn a_bucket_whose_rule_changes_is_paid_for_under_its_new_counter_only() {
     both.bucket_quota_usages
         .extend(report("team-b", 40, 0).bucket_quota_usages);
     paid(&book, one, both.clone(), &shared);
-    let dues = book.dues(Duration::from_secs(1));
+    let dues = book.dues(at(1), Duration::from_secs(1)).payments;
     assert_eq!(dues.iter().map(|d| d.units).collect::<Vec<_>>(), [200]);
     // After the reload each bucket has its own counter, paid once: the old one is paid for no bucket.
     paid(&book, one, both, &own);
     let mut units: Vec<u64> = book
-        .dues(Duration::from_secs(1))
+        .dues(at(1), Duration::from_secs(1))
+        .payments
         .iter()
         .map(|d| d.units)
         .collect();
     units.sort_unstable();
     assert_eq!(units, [100, 100]);
+}
+
+/// The length of the union of `spans` (each `[start, end)`, sorted by start).
+fn union_length(spans: &[(Timestamp, Timestamp)]) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut reached = Timestamp::EPOCH;
+    for &(start, end) in spans {
+        let start = start.max(reached);
+        total += end.saturating_since(start);
+        reached = reached.max(end);
+    }
+    total
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Rounds late by anything (a busy runtime, Redis round trips) pay for
+    /// every instant the share refilled within the counter's memory (its
+    /// window, 1 s here) of a round, and a tick ahead: what the counter
+    /// paid covers the refills of the union of those spans, and exceeds
+    /// them by less than one unit.
+    #[test]
+    fn late_rounds_pay_for_every_refill_within_the_counters_memory(
+        lateness_ms in proptest::collection::vec(0u64..3_000, 1..40),
+    ) {
+        const TICK: Duration = Duration::from_secs(1);
+        const WINDOW: Duration = Duration::from_secs(1);
+        let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+        let (one, mut rx) = stream(&book);
+        let mut last = 0;
+        paid(&book, one, report("a", 1, 0), &rules);
+        paid(&book, one, report("a", 5, 0), &rules);
+        let share = rate(&mut rx, &mut last);
+        proptest::prop_assert_eq!(share, 25, "a quiet Envoy's floor");
+        let mut now = at(0);
+        let mut first = None;
+        let mut spans = Vec::new();
+        let mut paid_ns: u128 = 0;
+        for late in lateness_ms {
+            now = now.saturating_add(TICK + Duration::from_millis(late));
+            let dues = book.dues(now, TICK);
+            let taken: Vec<u64> = dues.payments.iter().map(|p| p.units).collect();
+            paid_ns += taken.iter().map(|&u| u128::from(u)).sum::<u128>() * WINDOW.as_nanos();
+            pay_in_full(&book, book.settle(dues, &taken));
+            proptest::prop_assert_eq!(rate(&mut rx, &mut last), share, "paid in full: no cut");
+            // What this round must have paid for: its memory behind (not
+            // before the first round) and a tick ahead.
+            let first = *first.get_or_insert(now);
+            let behind = Timestamp::from_nanos(now.as_nanos().saturating_sub(WINDOW.as_nanos() as u64));
+            spans.push((behind.max(first), now.saturating_add(TICK)));
+            let refilled_ns = u128::from(share) * union_length(&spans).as_nanos();
+            proptest::prop_assert!(
+                paid_ns >= refilled_ns,
+                "paid {paid_ns} unit·ns, the share refilled {refilled_ns}"
+            );
+            proptest::prop_assert!(
+                paid_ns < refilled_ns + WINDOW.as_nanos(),
+                "paid {paid_ns} unit·ns, a unit or more over the refills {refilled_ns}"
+            );
+        }
+    }
 }
