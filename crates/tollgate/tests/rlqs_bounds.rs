@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usag
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc;
 use tollgate_protocol::rls::RlsClient;
-use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::budget::{Stopwatch, poll_until};
 use tollgate_testkit::http::try_get;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
@@ -52,27 +52,27 @@ const P99: Duration = Duration::from_millis(10);
 const WORST: Duration = Duration::from_millis(500);
 
 /// The value of `series` on `/metrics`; `None` if it did not answer within its timeout.
+fn scrape(http: SocketAddr, series: &str) -> Option<u64> {
+    let text = try_get(http, "/metrics", &[]).ok()?.body;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// [`scrape`] off the runtime's threads.
 async fn metric(http: SocketAddr, series: &'static str) -> Option<u64> {
-    tokio::task::spawn_blocking(move || {
-        let text = try_get(http, "/metrics", &[]).ok()?.body;
-        text.lines()
-            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .and_then(|value| value.trim().parse().ok())
-    })
-    .await
-    .expect("the scrape thread ends")
+    tokio::task::spawn_blocking(move || scrape(http, series))
+        .await
+        .expect("the scrape thread ends")
 }
 
 /// Polls `series` until it is `want` (at most [`PHASE`]); whether it got there.
 async fn reaches(http: SocketAddr, series: &'static str, want: u64) -> bool {
-    let watch = Stopwatch::start();
-    while !watch.exceeded(PHASE) {
-        if metric(http, series).await == Some(want) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    false
+    tokio::task::spawn_blocking(move || {
+        poll_until(PHASE, || (scrape(http, series) == Some(want)).then_some(())).is_some()
+    })
+    .await
+    .expect("the polling thread ends")
 }
 
 /// One report naming `buckets` tenants, each seen once in the last second.
