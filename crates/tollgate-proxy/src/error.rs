@@ -15,7 +15,7 @@ use tollgate_shed::Shed;
 use tollgate_upstream::PickError;
 
 use crate::context::MissingContext;
-use crate::forward::error::UpstreamError;
+use crate::forward::error::{ForwardError, UpstreamError};
 use crate::global_ratelimit::error::{
     GlobalRateLimitError, GlobalRateLimited, RateLimitServiceFailed,
 };
@@ -96,6 +96,16 @@ impl std::error::Error for ProxyError {}
 impl From<UpstreamError> for ProxyError {
     fn from(e: UpstreamError) -> Self {
         ProxyError::Upstream(e)
+    }
+}
+
+impl From<ForwardError> for ProxyError {
+    fn from(e: ForwardError) -> Self {
+        match e {
+            ForwardError::Upstream(e) => ProxyError::Upstream(e),
+            ForwardError::BrokenBody(m) => ProxyError::BadRequest(BadRequestReason::BrokenBody(m)),
+            e @ ForwardError::Uri(_) => ProxyError::Internal(e.to_string()),
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use http::request::Parts;
 
 use crate::config::envoy::{HitsAddendConfig, RepeatedCostHeader};
 use crate::config::{ConfigPath, FieldError};
-use crate::descriptors::RequestHeader;
+use crate::request_header::RequestHeader;
 
 /// The largest cost Envoy accepts.
 pub const MAX_HITS_ADDEND: u64 = 1_000_000_000;

@@ -33,7 +33,9 @@ pub mod limit_req;
 pub mod local_ratelimit;
 pub mod metrics;
 pub mod reply;
+pub mod request_header;
 pub mod response_future;
+pub mod route_labels;
 pub mod server;
 
 pub use body::{BoxError, ProxyBody};

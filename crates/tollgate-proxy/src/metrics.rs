@@ -13,15 +13,8 @@ use tollgate_upstream::PickError;
 
 use crate::error::ProxyError;
 use crate::forward::error::UpstreamError;
-
-/// Labels of per-route counters (configured names, written escaped).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
-    /// The route.
-    pub route: LabelValue,
-    /// The cluster.
-    pub cluster: LabelValue,
-}
+pub use crate::route_labels::RouteLabels;
+use crate::route_labels::gauge_value;
 
 /// Labels of responses by class.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -253,11 +246,6 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
-}
-
-/// A count as a gauge's value (saturating).
-pub(crate) fn gauge_value(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Response classes counted per route, in [`ResponseClass`] order.

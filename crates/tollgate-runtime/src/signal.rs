@@ -2,7 +2,7 @@
 
 use tokio::task::JoinHandle;
 
-use crate::watcher::ReloadTrigger;
+use crate::reload_trigger::ReloadTrigger;
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
 pub async fn shutdown_signal() {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::entries::{ConfigEntries, ConfigEvents};
+use crate::reload_trigger::{ReloadTrigger, Trigger};
 use crate::task::AbortOnDrop;
 use notify::RecursiveMode;
 use notify_debouncer_mini::{Config, DebounceEventResult, DebouncedEventKind, new_debouncer_opt};
@@ -27,33 +28,6 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// How long the configuration must stay quiet (no file event) before it is reloaded, unless configured otherwise.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(100);
-
-/// Why the watcher calls the reload callback.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    /// The watched files changed and then went quiet; a caller may skip a reload when the files read the same.
-    FileChange,
-    /// A forced reload (SIGHUP or [`ReloadTrigger::force`]): reload even if the files look the same.
-    Forced,
-}
-
-impl Trigger {
-    /// Whether this reload was forced.
-    pub fn is_forced(self) -> bool {
-        self == Trigger::Forced
-    }
-}
-
-/// A handle that forces reloads, for instance from a signal handler or a test.
-#[derive(Clone, Debug)]
-pub struct ReloadTrigger(UnboundedSender<Trigger>);
-
-impl ReloadTrigger {
-    /// Asks for a forced reload now; false once the watcher has stopped.
-    pub fn force(&self) -> bool {
-        self.0.send(Trigger::Forced).is_ok()
-    }
-}
 
 /// The file watch and its debouncer, stopped when dropped.
 type Debouncer = Box<dyn Send>;

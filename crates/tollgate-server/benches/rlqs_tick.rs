@@ -12,42 +12,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaResponse;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tollgate_core::{Clock, ManualClock, Timestamp};
 use tollgate_rules::{LoadOptions, load_sources};
 use tollgate_server::rlqs::{PAY_TICK, QuotaBook, RlqsOptions, pay_and_apply, pay_round};
 use tollgate_server::{Engine, EngineOptions, LiveEngine};
+use tollgate_testkit::rlqs::usage_report;
 
 /// Where a stream's responses go.
 type Outbox = mpsc::Receiver<Result<RateLimitQuotaResponse, tonic::Status>>;
 
 /// A rate no tick runs out of: every share stays paid in full.
 const LIMITS: &str = "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
-
-/// One report naming `buckets` tenants.
-fn report(buckets: usize) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: "quota".to_owned(),
-        bucket_quota_usages: (0..buckets)
-            .map(|i| BucketQuotaUsage {
-                bucket_id: Some(BucketId {
-                    bucket: [("tenant".to_owned(), format!("t{i}"))].into(),
-                }),
-                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                num_requests_allowed: 1,
-                num_requests_denied: 0,
-            })
-            .collect(),
-    }
-}
 
 /// An engine on [`LIMITS`], its clock, and an empty book with room for `buckets`.
 fn setup(buckets: usize) -> (LiveEngine<ManualClock>, ManualClock, Arc<QuotaBook>) {
@@ -75,7 +53,11 @@ async fn one_stream_reporting(
     let (tx, rx) = mpsc::channel(1 << 16);
     let id = book.open(tx).expect("a stream");
     let changes = book
-        .report(id, report(buckets), live.engine().rules())
+        .report(
+            id,
+            usage_report("quota", "tenant", buckets as u64),
+            live.engine().rules(),
+        )
         .expect("a report within the bounds");
     pay_and_apply(live, book, changes).await;
     rx

@@ -29,6 +29,7 @@ pub mod process;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_sentinel;
+pub mod rlqs;
 pub mod scratch;
 pub mod tollgate;
 pub mod upstream;

@@ -20,12 +20,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 use tokio::sync::mpsc;
 use tollgate_protocol::rls::RlsClient;
 use tollgate_testkit::budget::{Stopwatch, poll_until};
 use tollgate_testkit::http::try_get;
+use tollgate_testkit::rlqs::usage_report;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
@@ -73,26 +72,6 @@ async fn reaches(http: SocketAddr, series: &'static str, want: u64) -> bool {
     })
     .await
     .expect("the polling thread ends")
-}
-
-/// One report naming `buckets` tenants, each seen once in the last second.
-fn report(buckets: u64) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: "quota".to_owned(),
-        bucket_quota_usages: (0..buckets)
-            .map(|i| BucketQuotaUsage {
-                bucket_id: Some(BucketId {
-                    bucket: [("tenant".to_owned(), format!("t{i}"))].into(),
-                }),
-                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                num_requests_allowed: 1,
-                num_requests_denied: 0,
-            })
-            .collect(),
-    }
 }
 
 /// RLS calls one at a time for at least three payment ticks (at most
@@ -150,7 +129,10 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
 
     // The attack: one stream, one message at the bound, kept open.
     let (reports, outgoing) = mpsc::channel(1);
-    reports.send(report(cap)).await.expect("the stream is open");
+    reports
+        .send(usage_report("quota", "tenant", cap))
+        .await
+        .expect("the stream is open");
     let responses = RateLimitQuotaServiceClient::new(channel(&grpc).await)
         .stream_rate_limit_quotas(ReceiverStream::new(outgoing))
         .await

@@ -45,13 +45,14 @@ pub(super) fn stack(
     timeout: Option<Duration>,
 ) -> RouteService {
     let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
-    // Forward errs with ProxyError, so each layer's error converts into it.
+    // Each layer's error, and the forwarder's, converts into ProxyError.
     let stack = ServiceBuilder::new()
         .option_layer(layers.local)
         .option_layer(layers.limit_req)
         .option_layer(layers.priority)
         .option_layer(layers.concurrency)
         .option_layer(layers.global)
+        .map_err(ProxyError::from)
         .layer(balance)
         .service(Forward::new(Arc::clone(cluster), timeout));
     BoxCloneSyncService::new(stack)

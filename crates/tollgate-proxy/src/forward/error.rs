@@ -1,4 +1,4 @@
-//! Why an upstream could not answer.
+//! Why the forwarder could not answer: the upstream failed, or the request's body broke on the way.
 
 use std::fmt;
 use std::time::Duration;
@@ -39,3 +39,38 @@ impl fmt::Display for UpstreamError {
 }
 
 impl std::error::Error for UpstreamError {}
+
+/// Why [`super::Forward`] gave no response.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The upstream failed (503 or 504).
+    Upstream(UpstreamError),
+    /// The request's body broke (a malformed chunk): the client's request was bad (400); hyper's reason.
+    BrokenBody(String),
+    /// The upstream URI could not be built from the endpoint's address: a bug (500).
+    Uri(String),
+}
+
+impl fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForwardError::Upstream(e) => e.fmt(f),
+            ForwardError::BrokenBody(m) => f.write_str(m),
+            ForwardError::Uri(m) => write!(f, "upstream URI: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+impl From<UpstreamError> for ForwardError {
+    fn from(e: UpstreamError) -> Self {
+        ForwardError::Upstream(e)
+    }
+}
+
+impl From<PickError> for ForwardError {
+    fn from(pick: PickError) -> Self {
+        ForwardError::Upstream(UpstreamError::Unavailable(pick))
+    }
+}

@@ -13,7 +13,7 @@ use tollgate_core::LeakyBucket;
 use tollgate_store::WordStore;
 
 use super::policy::{DELAY_BUCKETS, LimitReqStats};
-use crate::metrics::{RouteLabels, gauge_value};
+use crate::route_labels::{RouteLabels, gauge_value};
 
 /// A route's key tables alive now, read at each render: the policy in
 /// service's, and one a reload replaced while requests still wait on it.

@@ -12,6 +12,9 @@ use super::headers::BucketReport;
 use crate::context::MissingContext;
 use crate::hits_addend::InvalidHitsAddend;
 
+/// The body of Envoy's local rate-limited reply.
+pub const LOCAL_RATE_LIMITED_BODY: &str = "local_rate_limited";
+
 /// Why the local rate limit answered a request itself.
 #[derive(Debug)]
 pub enum LocalRateLimitError {

@@ -23,12 +23,9 @@ pub mod policy;
 pub mod service;
 
 pub use bucket_spec::{BucketSpec, MIN_FILL_INTERVAL};
-pub use error::{LocalRateLimitError, LocalRateLimited};
+pub use error::{LOCAL_RATE_LIMITED_BODY, LocalRateLimitError, LocalRateLimited};
 pub use headers::{BucketReport, HeaderToAdd, x_ratelimit_headers};
 pub use layer::LocalRateLimitLayer;
 pub use limiter::{LocalLimiter, LocalVerdict, SharedClock};
 pub use policy::{DEFAULT_MAX_DYNAMIC_DESCRIPTORS, DescriptorSpec, Fraction, LocalRateLimitPolicy};
 pub use service::LocalRateLimitService;
-
-/// The body of Envoy's local rate-limited reply.
-pub const LOCAL_RATE_LIMITED_BODY: &str = "local_rate_limited";

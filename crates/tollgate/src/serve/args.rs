@@ -21,7 +21,7 @@ use crate::limits_args::LimitsArgs;
 pub use crate::logging::LogFormat;
 use crate::tls_args::ServeTlsArgs;
 
-use super::*;
+use super::combine::{Settings, parse_ratio};
 
 /// The arguments of `tollgate serve`.
 ///

@@ -12,7 +12,7 @@ use crate::CommandError;
 use crate::upstream_env::UpstreamEnv;
 use crate::upstream_redis::{UpstreamStore, upstream_store};
 
-use super::*;
+use super::args::{LogFormat, ServeArgs};
 
 /// The address served when neither a flag nor an environment variable names one.
 pub(super) const DEFAULT_GRPC_ADDR: SocketAddr =

@@ -3,11 +3,17 @@
 use std::path::Path;
 
 use clap::Parser;
-use tollgate_protocol::rls::{HeaderOptions, LimitHeaderNames};
+use tollgate_protocol::rls::{HeaderOptions, LimitHeaderNames, RequestCaps};
 use tollgate_server::metrics::DEFAULT_NEAR_LIMIT_RATIO;
 use tollgate_store::DEFAULT_MAX_LOG_ENTRIES;
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::args::{LogFormat, ServeArgs};
+use super::combine::{Settings, settings};
+use crate::CommandError;
+use crate::upstream_env::UpstreamEnv;
 
 #[derive(Parser)]
 struct Cli {

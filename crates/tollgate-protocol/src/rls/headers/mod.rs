@@ -36,11 +36,6 @@ pub use ietf::{
 pub use jitter::Jitter;
 pub use pick::pick_status;
 pub use raw_body::raw_body;
-pub use render::{HeaderOptions, Rendered, ResponseHeaders};
+pub use render::{DELAY_HEADER, HeaderOptions, Rendered, ResponseHeaders};
 pub use retry_after::{overall_retry_after, retry_after_seconds};
 pub use trio::{LimitHeaderNames, limit_headers};
-
-/// The response header that says how long a shaper held a request, in
-/// milliseconds: a route's `limit_req` in the proxy, or a leaky bucket with
-/// `delay` in a limits file (the service's OK answer carries it).
-pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";

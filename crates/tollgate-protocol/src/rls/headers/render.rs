@@ -10,6 +10,11 @@ use super::retry_after::{overall_retry_after, retry_after_seconds};
 use super::trio::{LimitHeaderNames, limit_headers};
 use crate::rls::model::{Code, Descriptor, RateLimitResponse};
 
+/// The response header that says how long a shaper held a request, in
+/// milliseconds: a route's `limit_req` in the proxy, or a leaky bucket with
+/// `delay` in a limits file (the service's OK answer carries it).
+pub const DELAY_HEADER: &str = "x-tollgate-delay-ms";
+
 /// Which headers (and body) to add; everything off by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeaderOptions {

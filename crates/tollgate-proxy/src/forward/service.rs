@@ -1,0 +1,149 @@
+//! [`Forward`], the service that sends a request to the endpoint the balancer picked and streams the response back.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tollgate_runtime::trace_context;
+use tollgate_upstream::balance::SelectedEndpoint;
+use tower::Service;
+use tracing::Instrument;
+
+use super::cluster::{Cluster, UpstreamProtocol};
+use super::error::{ForwardError, UpstreamError};
+use super::hop_headers::{append_forwarded_for, strip_hop_by_hop};
+use super::request_body::{BodyFault, RequestBody};
+use crate::body::ProxyBody;
+use crate::context::RequestContext;
+
+/// Sends requests to a cluster, bounded by a timeout.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    cluster: Arc<Cluster>,
+    timeout: Option<Duration>,
+}
+
+impl Forward {
+    /// Forwards to `cluster`, waiting at most `timeout` for the response headers.
+    pub fn new(cluster: Arc<Cluster>, timeout: Option<Duration>) -> Self {
+        Forward { cluster, timeout }
+    }
+}
+
+impl Service<Request<Incoming>> for Forward {
+    type Response = Response<ProxyBody>;
+    type Error = ForwardError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, ForwardError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let cluster = Arc::clone(&self.cluster);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            // The balancer (BalanceLayer, outside) put its pick in the extensions.
+            let authority = match parts.extensions.get::<SelectedEndpoint>() {
+                Some(selected) => selected.address.clone(),
+                None => match cluster.endpoints.first() {
+                    Some(endpoint) => endpoint.address.to_string(),
+                    None => return Err(UpstreamError::NoEndpoint.into()),
+                },
+            };
+            let peer = parts
+                .extensions
+                .get::<PeerAddress>()
+                .map(|p| p.0)
+                .or_else(|| parts.extensions.get::<RequestContext>().map(|c| c.client));
+            if !parts.headers.contains_key(header::HOST)
+                && let Some(authority) = parts.uri.authority()
+                && let Ok(host) = HeaderValue::from_str(authority.as_str())
+            {
+                parts.headers.insert(header::HOST, host);
+            }
+            strip_hop_by_hop(&mut parts.headers);
+            if let Some(peer) = peer {
+                append_forwarded_for(&mut parts.headers, peer);
+            }
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            parts.uri = Uri::builder()
+                .scheme(cluster.client.scheme())
+                .authority(authority)
+                .path_and_query(path)
+                .build()
+                .map_err(|e| ForwardError::Uri(e.to_string()))?;
+            parts.version = match cluster.protocol {
+                UpstreamProtocol::Http2 => Version::HTTP_2,
+                UpstreamProtocol::Http1 => Version::HTTP_11,
+            };
+            parts.extensions = http::Extensions::new();
+            // With tracing on, the upstream call is a client span, and the
+            // upstream gets its trace context.
+            let span = if trace_context::enabled() {
+                let span = tracing::info_span!(
+                    target: trace_context::TARGET,
+                    "upstream",
+                    otel.kind = "client",
+                    cluster = %cluster.name,
+                    server.address = %parts.uri.authority().map_or("", |a| a.as_str()),
+                );
+                trace_context::pass_on(&span, &mut parts.headers);
+                span
+            } else {
+                tracing::Span::none()
+            };
+            let fault = BodyFault::default();
+            let client = cluster.client.clone();
+            let sent = async {
+                // A body broken from its first frame sends nothing upstream.
+                let body = RequestBody::read_first(body, fault.clone())
+                    .await
+                    .map_err(|e| ForwardError::BrokenBody(e.to_string()))?;
+                client
+                    .request(Request::from_parts(parts, body))
+                    .await
+                    .map_err(|e| {
+                        ForwardError::from(if e.is_connect() {
+                            UpstreamError::Connect(e.to_string())
+                        } else {
+                            UpstreamError::Reset(e.to_string())
+                        })
+                    })
+            }
+            .instrument(span);
+            let result = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, sent).await {
+                    Ok(result) => result,
+                    Err(_) => Err(UpstreamError::Timeout(limit).into()),
+                },
+                None => sent.await,
+            };
+            // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
+            if let Some(reason) = fault.reason() {
+                return Err(ForwardError::BrokenBody(reason.to_owned()));
+            }
+            let response = result?;
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            let body: ProxyBody = body.map_err(Into::into).boxed_unsync();
+            Ok(Response::from_parts(parts, body))
+        })
+    }
+}
+
+/// The downstream peer's address, in the request's extensions.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddress(pub IpAddr);

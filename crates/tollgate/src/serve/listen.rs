@@ -1,0 +1,216 @@
+//! The listeners of `serve`: binding them, announcing them, and serving gRPC, HTTP and the debug port until a shutdown signal.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tollgate_core::CoarseClock;
+use tollgate_protocol::rls::{RequestCaps, ResponseHeaders};
+use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
+use tollgate_server::http::HttpLimits;
+use tollgate_server::metrics::Metrics;
+use tollgate_server::reload;
+use tollgate_server::rlqs::QuotaBook;
+use tollgate_server::statsd::StatsdFlusher;
+use tollgate_server::{LiveEngine, grpc, http};
+use tollgate_tls::TlsAcceptor;
+
+use crate::CommandError;
+
+use super::combine::StatsdSetting;
+
+/// Where `serve` listens and sends statistics.
+#[derive(Clone, Debug)]
+pub(super) struct Listen {
+    pub(super) grpc: SocketAddr,
+    pub(super) http: SocketAddr,
+    /// Upstream's debug port: the HTTP API again (`/rlconfig`, `/metrics`, …).
+    pub(super) debug: Option<SocketAddr>,
+    pub(super) statsd: Option<StatsdSetting>,
+}
+
+/// Binds `addr`, returning the listener and the address bound.
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), CommandError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|error| CommandError::Failed(format!("cannot listen on {addr}: {error}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| CommandError::Failed(format!("cannot read the bound address: {error}")))?;
+    Ok((listener, bound))
+}
+
+/// What each listener allows its clients, and how long both keep serving after a shutdown signal.
+pub(super) struct Listeners {
+    /// The gRPC listener's connection limit.
+    pub(super) grpc: Arc<ConnectionLimit>,
+    /// The HTTP listener's connection limit and request-head timeout.
+    pub(super) http: HttpLimits,
+    /// The same for the debug port (upstream's), which serves the HTTP API again.
+    pub(super) debug: HttpLimits,
+    /// TLS on the gRPC listener, if any (the HTTP listener's is in `http`).
+    pub(super) grpc_tls: Option<TlsAcceptor>,
+    /// How long `/readyz` fails while both listeners still serve, after a signal.
+    pub(super) drain_delay: Duration,
+}
+
+impl Listeners {
+    /// The connection limits by listener name, for the gauges.
+    pub(super) fn gauged(&self) -> Vec<(&'static str, Arc<ConnectionLimit>)> {
+        let mut gauged = vec![("grpc", Arc::clone(&self.grpc))];
+        if let Some(http) = &self.http.connection_limit {
+            gauged.push(("http", Arc::clone(http)));
+        }
+        if let Some(debug) = &self.debug.connection_limit {
+            gauged.push(("debug", Arc::clone(debug)));
+        }
+        gauged
+    }
+}
+
+/// Binds every address, announces them and serves gRPC and HTTP until a shutdown signal.
+pub(super) async fn serve(
+    listen: Listen,
+    live: Arc<LiveEngine<CoarseClock>>,
+    headers: Arc<ResponseHeaders>,
+    metrics: Arc<Metrics>,
+    caps: RequestCaps,
+    limits: Listeners,
+    quota_book: Arc<QuotaBook>,
+) -> Result<(), CommandError> {
+    // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
+    let _reloading = reload::watch(&live);
+    let _tls_reloading = [("gRPC", &limits.grpc_tls), ("HTTP", &limits.http.tls)]
+        .into_iter()
+        .filter_map(|(name, tls)| tls.as_ref().map(|tls| watch_tls(tls, name)))
+        .collect::<Vec<_>>();
+    let (listener, bound) = bind(listen.grpc).await?;
+    let options = headers.options();
+    tracing::info!(
+        addr = %bound,
+        shadow_mode = live.load().options().global_shadow_mode,
+        limit_headers = options.limit_headers,
+        ietf_headers = options.ietf_headers,
+        retry_after = options.retry_after,
+        retry_after_jitter = ?options.retry_after_jitter,
+        raw_body = options.raw_body,
+        max_descriptors = caps.max_descriptors,
+        max_descriptor_entries = caps.max_descriptor_entries,
+        max_request_bytes = caps.max_message_bytes,
+        max_connections = limits.grpc.max(),
+        drain_delay = ?limits.drain_delay,
+        tls = limits.grpc_tls.is_some(),
+        mutual_tls = limits
+            .grpc_tls
+            .as_ref()
+            .is_some_and(|tls| tls.files().client_ca.is_some()),
+        "gRPC rate limit service listening"
+    );
+    let (http_listener, http_bound) = bind(listen.http).await?;
+    tracing::info!(
+        addr = %http_bound,
+        request_headers_timeout = ?limits.http.request_headers_timeout,
+        tls = limits.http.tls.is_some(),
+        "HTTP API listening"
+    );
+    let debug = match listen.debug {
+        Some(addr) => {
+            let (debug_listener, debug_bound) = bind(addr).await?;
+            tracing::info!(addr = %debug_bound, "debug port (the HTTP API) listening");
+            Some((debug_listener, debug_bound))
+        }
+        None => None,
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout must not stop the server; the log lines above say the same.
+    let _ = writeln!(stdout, "listening on {bound}")
+        .and_then(|()| writeln!(stdout, "http listening on {http_bound}"))
+        .and_then(|()| match &debug {
+            Some((_, debug_bound)) => writeln!(stdout, "debug listening on {debug_bound}"),
+            None => Ok(()),
+        })
+        .and_then(|()| stdout.flush());
+    drop(stdout);
+
+    // One signal stops both servers: /readyz turns 503 as soon as it
+    // arrives, and the listeners close once the drain delay has passed.
+    let ready = Arc::new(AtomicBool::new(true));
+    let shutdown = Shutdown::new();
+    let _signal = {
+        let ready = Arc::clone(&ready);
+        shutdown.trigger_after(
+            shutdown_signal(),
+            move || ready.store(false, Ordering::Release),
+            limits.drain_delay,
+        )
+    };
+
+    let router = http::router(
+        http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
+            .with_metrics(Arc::clone(&metrics))
+            .with_caps(caps)
+            .with_build_info(crate::version::build_info()),
+    );
+    let statsd = match &listen.statsd {
+        Some(setting) => {
+            let flusher = StatsdFlusher::connect(Arc::clone(&metrics), &setting.target)
+                .await
+                .map_err(|error| {
+                    CommandError::Failed(format!(
+                        "cannot send statsd to {}: {error}",
+                        setting.target
+                    ))
+                })?;
+            tracing::info!(target = %setting.target, interval = ?setting.interval, "statsd output on");
+            Some(tokio::spawn(
+                flusher.run(setting.interval, shutdown.stopped()),
+            ))
+        }
+        None => None,
+    };
+    let service = grpc::RateLimitGrpc::live(Arc::clone(&live), headers)
+        .with_metrics(metrics)
+        .with_caps(caps)
+        .with_quota_book(quota_book);
+    let grpc_server = async {
+        grpc::serve_capped(
+            listener,
+            service,
+            Some(limits.grpc),
+            limits.grpc_tls,
+            shutdown.stopped(),
+        )
+        .await
+        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+    };
+    let debug_router = router.clone();
+    let debug_server = async {
+        match debug {
+            Some((debug_listener, _)) => http::serve_capped(
+                debug_listener,
+                debug_router,
+                limits.debug,
+                shutdown.stopped(),
+            )
+            .await
+            .map_err(|error| CommandError::Failed(format!("the debug server failed: {error}"))),
+            None => Ok(()),
+        }
+    };
+    let http_server = async {
+        http::serve_capped(http_listener, router, limits.http, shutdown.stopped())
+            .await
+            .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
+    };
+    tokio::try_join!(grpc_server, http_server, debug_server)?;
+    live.return_leases().await;
+    if let Some(statsd) = statsd {
+        // The last flush after the stop; a panic in it is not worth failing the exit.
+        let _ = statsd.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! [`run`]: loads the limits, connects the store, builds the engine and the quota book, then serves until a signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::CoarseClock;
+use tollgate_protocol::rls::{Jitter, ResponseHeaders};
+use tollgate_redis::RedisStore;
+use tollgate_rules::LoadOptions;
+use tollgate_runtime::ConnectionLimit;
+use tollgate_server::bounds::{BoundsCollector, BoundsSource};
+use tollgate_server::http::HttpLimits;
+use tollgate_server::metric_key::MetricKeys;
+use tollgate_server::metrics::{ConfigStats, Metrics};
+use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
+use tollgate_server::store::{RemoteOptions, RemoteStore};
+use tollgate_server::{Engine, LiveEngine};
+
+use crate::CommandError;
+use crate::upstream_env::UpstreamEnv;
+use crate::upstream_redis::UpstreamStore;
+
+use super::args::ServeArgs;
+use super::combine::settings;
+use super::listen::{Listen, Listeners, serve};
+
+/// Loads the limits, then serves gRPC until SIGTERM or Ctrl-C and drains the calls in flight.
+///
+/// A configuration with any error never starts: every diagnostic is
+/// printed as `file:line:col: …` on stderr and the command fails. While
+/// serving, a change under the config path or SIGHUP reloads it all or
+/// nothing (see [`tollgate_server::reload`]).
+pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
+    let settings = settings(args, &UpstreamEnv::from_process())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tollgate-worker")
+        .build()
+        .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
+    // The exporter's client runs on the runtime; it flushes when `_traces` drops.
+    let (trace_layer, _traces) = {
+        let _entered = runtime.enter();
+        crate::telemetry::start(&settings.tracing)?.unzip()
+    };
+    // A second initialisation (only possible in tests) keeps the first subscriber.
+    crate::logging::init_with(settings.log_level, settings.log_format, trace_layer);
+    for note in &settings.notes {
+        tracing::info!("{note}");
+    }
+    let config_path = &settings.config;
+
+    // Reloads keep refusing an empty configuration unless it is allowed,
+    // whatever the start accepted.
+    let options = LoadOptions {
+        merge_domains: settings.merge_domains,
+        ..args.limits.load_options()
+    };
+    let start_options = LoadOptions {
+        allow_empty: options.allow_empty || settings.force_start_without_initial_config,
+        ..options
+    };
+    let crate::limits_file::StartRules {
+        rules,
+        hash: config_hash,
+    } = crate::limits_file::read_at_start(config_path, start_options)?;
+    if rules.rule_count() == 0 && !args.limits.allow_empty_config {
+        tracing::warn!(
+            config = %config_path.display(),
+            "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
+        );
+    }
+
+    let engine_options = args.engine_options(&settings);
+    // Follows the system wall clock (re-read every millisecond, never going
+    // back): the in-memory counters and the Redis store's `local` fallback
+    // both decide on it. See tollgate_core::clock for steps of the wall.
+    let clock = CoarseClock::shifted(args.clock_offset);
+    let engine = match &settings.store {
+        None => Engine::new(Arc::new(rules), engine_options, clock.clone()),
+        Some(store) => {
+            let redis = runtime
+                .block_on(connect_store(store, settings.store_timeout))
+                .map_err(|error| CommandError::Failed(error.to_string()))?;
+            let redis = match &settings.key_prefix {
+                Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
+                None => redis,
+            };
+            tracing::info!(store = ?redis.target(), timeout = ?settings.store_timeout, "counters in Redis");
+            let remote = RemoteStore::new(
+                redis,
+                RemoteOptions {
+                    expected_instances: args.expected_instances.max(1),
+                    quick_deny_keys: args.quick_deny_keys,
+                    lease_period: args.lease_period,
+                    lease_max_keys: args.lease_max_keys,
+                    ..RemoteOptions::default()
+                },
+            );
+            Engine::with_remote(Arc::new(rules), engine_options, clock.clone(), remote)
+        }
+    };
+    let engine = Arc::new(engine);
+    let live = Arc::new(LiveEngine::new(
+        engine,
+        config_path.clone(),
+        options,
+        config_hash,
+    ));
+
+    let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
+    let caps = args.request_caps();
+    let (grpc_tls, http_tls) = args.tls.acceptors(settings.tls.as_ref())?;
+    let limits = Listeners {
+        grpc: ConnectionLimit::new(args.max_connections),
+        http: HttpLimits {
+            connection_limit: Some(ConnectionLimit::new(args.max_connections)),
+            request_headers_timeout: args.request_headers_timeout,
+            tls: http_tls.clone(),
+        },
+        debug: HttpLimits {
+            connection_limit: Some(ConnectionLimit::new(args.max_connections)),
+            request_headers_timeout: args.request_headers_timeout,
+            tls: http_tls.clone(),
+        },
+        grpc_tls,
+        drain_delay: args.drain_delay,
+    };
+    let quota_book = Arc::new(QuotaBook::new(RlqsOptions {
+        max_streams: args.rlqs_max_streams,
+        max_buckets: args.rlqs_max_buckets,
+        max_stream_buckets: args.rlqs_max_stream_buckets,
+        max_entries: caps.max_descriptor_entries,
+        assignment_ttl: args.rlqs_assignment_ttl,
+    }));
+    let mut metrics = Metrics::new(
+        Arc::clone(&live) as Arc<dyn ConfigStats>,
+        settings.near_limit_ratio,
+    )
+    .with_request_caps(&caps)
+    .with_metric_keys(MetricKeys::new(
+        args.max_metric_keys,
+        args.max_metric_label_bytes,
+    ))
+    .with_bounds(BoundsCollector::new(
+        Arc::clone(&live) as Arc<dyn BoundsSource>,
+        limits.gauged(),
+    ))
+    .with_quota(RlqsCollector::new(Arc::clone(&quota_book)));
+    if let Some(remote) = live.load().remote() {
+        metrics = metrics.with_store(Arc::clone(remote));
+    }
+    if settings.statsd.is_some() {
+        metrics = metrics.with_statsd_timings();
+    }
+    let metrics = Arc::new(metrics.with_build_info(&crate::version::build_info()));
+    let listen = Listen {
+        grpc: settings.grpc_addr,
+        http: settings.http_addr,
+        debug: settings.debug_addr,
+        statsd: settings.statsd.clone(),
+    };
+    runtime.block_on(serve(
+        listen, live, headers, metrics, caps, limits, quota_book,
+    ))
+}
+
+/// Opens the Redis store `store` names, with calls limited to `timeout`.
+async fn connect_store(
+    store: &UpstreamStore,
+    timeout: Duration,
+) -> Result<RedisStore, tollgate_redis::ConnectError> {
+    let target = tollgate_redis::RedisTarget::parse(&store.url)
+        .map_err(tollgate_redis::ConnectError::Target)?;
+    let tls = store
+        .tls
+        .as_ref()
+        .map(crate::upstream_redis::TlsFiles::certificates);
+    RedisStore::connect_with_tls(target, timeout, tls).await
+}
