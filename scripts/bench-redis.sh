@@ -80,6 +80,7 @@ serve_run() { # KEYS MODE
         lease=*) store+=(--lease-period "${2#lease=}") ;;
         *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR)" >&2; exit 2 ;;
     esac
+    : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
     taskset -c 0 "$bin" serve --config "$work/limits.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         "${store[@]}" --store-timeout "$store_timeout" --log-level warn \
         ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &

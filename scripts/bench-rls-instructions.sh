@@ -22,6 +22,7 @@ write_rls_bench_limits "$work"
 
 count() { # CONFIG_DIR
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
+        : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
         "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""

@@ -20,6 +20,7 @@ source scripts/rls-bench-limits.sh
 write_rls_bench_limits "$work"
 
 run() { # CONFIG_DIR KEYS
+    : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
     taskset -c 0 "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
