@@ -216,18 +216,36 @@ fn split_auth(s: &str) -> (Option<&str>, &str) {
     }
 }
 
-/// `url` with the password of `scheme://user:password@…` hidden.
+/// `url` with every password hidden: the `user:password@` part of
+/// `scheme://user:password@…`, and a `pass=` or `password=` in its query
+/// (`unix:///path?pass=…`).
 fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
     };
-    match rest.rsplit_once('@') {
-        Some((auth, host)) => {
-            let user = auth.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_owned(),
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((auth, host)) => {
+                let user = auth.split_once(':').map_or("", |(u, _)| u);
+                format!("{scheme}://{user}:***@{host}")
+            }
+            None => head.to_owned(),
+        },
+        None => head.to_owned(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name == "pass" || name == "password" => format!("{name}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -272,5 +290,17 @@ mod tests {
         assert_eq!(format!("{t:?}"), "redis://alice:***@h:1");
         let t = RedisTarget::parse("redis-cluster://alice:secret@a:1,b:2").unwrap();
         assert!(!format!("{t:?}").contains("secret"));
+        // A unix socket's password is in its query, as upstream's REDIS_AUTH becomes.
+        let t = RedisTarget::parse("unix:///run/redis.sock?db=2&pass=s3cret").unwrap();
+        assert_eq!(format!("{t:?}"), "unix:///run/redis.sock?db=2&pass=***");
+        let t = RedisTarget::parse("redis://h:1/0?password=s3cret&protocol=resp3").unwrap();
+        assert_eq!(
+            format!("{t:?}"),
+            "redis://h:1/0?password=***&protocol=resp3"
+        );
+        let e = RedisTarget::parse("memcached://u:s3cret@h?pass=s3cret")
+            .unwrap_err()
+            .0;
+        assert!(!e.contains("s3cret"), "{e}");
     }
 }

@@ -158,6 +158,76 @@ fn json_logs_are_one_object_per_line() {
     );
 }
 
+/// Stops `server` with SIGTERM and returns its stderr (it must exit 0).
+fn stop(mut server: Server) -> String {
+    let pid = server.child.id().to_string();
+    let kill = Command::new("kill")
+        .args(["-TERM", pid.as_str()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let (code, _, stderr) = server.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_variable_that_changes_nothing_is_a_warning_at_upstreams_log_level_warn() {
+    let server = Server::spawn_with_env(
+        &["serve", "--config", "../../examples/limits"],
+        &[
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("PORT", "0"),
+            ("LOG_LEVEL", "warn"),
+            ("MEMCACHE_HOST_PORT", "memcached:11211"),
+        ],
+    );
+    let _serving = server.address();
+    let stderr = stop(server);
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("MEMCACHE_HOST_PORT is set and changes nothing"))
+        .collect();
+    assert_eq!(notes.len(), 1, "said once, at WARN: {stderr}");
+    assert!(notes[0].contains("WARN"), "{}", notes[0]);
+}
+
+#[test]
+fn log_level_debug_is_tollgates_debugging_not_the_http2_librarys() {
+    let server = Server::spawn_with_env(
+        &["serve", "--config", "../../examples/limits"],
+        &[
+            ("GRPC_HOST", "127.0.0.1"),
+            ("GRPC_PORT", "0"),
+            ("PORT", "0"),
+            ("LOG_LEVEL", "debug"),
+            ("RUST_LOG", ""),
+        ],
+    );
+    let addr = server.address();
+    for _ in 0..3 {
+        let output = check(&addr, &["path=/login"]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    }
+    let stderr = stop(server);
+    let chatter: Vec<&str> = stderr
+        .lines()
+        .filter(|l| {
+            l.contains(" h2::")
+                || l.contains(" hyper")
+                || l.contains(" tonic::")
+                || l.contains(" tower::")
+        })
+        .collect();
+    assert!(
+        chatter.is_empty(),
+        "{} library lines, e.g. {:?}",
+        chatter.len(),
+        chatter.first()
+    );
+}
+
 #[test]
 fn upstream_variables_choose_the_address_and_shadow_mode() {
     let server = Server::spawn_with_env(

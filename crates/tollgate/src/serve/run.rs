@@ -44,8 +44,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     };
     // A second initialisation (only possible in tests) keeps the first subscriber.
     crate::logging::init_with(settings.log_level, settings.log_format, trace_layer);
+    // Seen at LOG_LEVEL=warn, the level docs/migrating.md recommends: each once, at start.
     for note in &settings.notes {
-        tracing::info!("{note}");
+        tracing::warn!("{note}");
     }
     let config_path = &settings.config;
 
