@@ -278,6 +278,7 @@ pub async fn serve<F>(
             drain_timeout: Some(drain),
             connection_limit: Some(limit),
             tls: spec.tls.clone(),
+            max_connection_age: None,
         };
         let proxy = Arc::clone(&proxy);
         let stopped = stop.stopped();

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
-use tokio::sync::OwnedSemaphorePermit;
 use tollgate_tls::{ServerStream, TlsAcceptor};
 
 use crate::connection_limit::ConnectionLimit;
+use crate::open_connections::{ConnectionAge, OpenConnections};
 use crate::shutdown::{Drained, drain};
 
 /// The pause after a failed `accept`, so a full file table does not spin a core.
@@ -35,6 +35,8 @@ pub struct AcceptOptions {
     /// runs on the connection's own task when hyper first reads or writes,
     /// bounded by the acceptor's handshake timeout.
     pub tls: Option<TlsAcceptor>,
+    /// Each connection asked to go away once older than this (plus jitter) and closed after its grace (`None`: they live as long as their clients keep them).
+    pub max_connection_age: Option<ConnectionAge>,
 }
 
 /// Accepts on `listener` until `shutdown` completes, serving each connection that `connect` makes; then stops accepting and drains.
@@ -59,10 +61,10 @@ where
     S: Future<Output = ()>,
     M: FnMut(ServerStream, SocketAddr) -> C,
     C: GracefulConnection + Send + 'static,
-    C::Error: Display,
+    C::Error: Display + Send,
 {
     let server = options.name;
-    let connections = GracefulShutdown::new();
+    let connections = OpenConnections::new();
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_limit_log: Option<tokio::time::Instant> = None;
     loop {
@@ -100,23 +102,11 @@ where
             Some(tls) => tls.stream(stream),
             None => ServerStream::plain(stream),
         };
-        let connection = connections.watch(connect(stream, peer));
-        tokio::spawn(serve_one(connection, slot, server));
+        let connection = connect(stream, peer);
+        tokio::spawn(connections.serve(connection, options.max_connection_age, slot, server));
     }
     drop(listener);
-    drain(connections, options.drain_timeout).await
-}
-
-/// Runs one connection to its end, holding its slot of the connection limit until then.
-async fn serve_one<F, E>(connection: F, slot: Option<OwnedSemaphorePermit>, server: &'static str)
-where
-    F: Future<Output = Result<(), E>>,
-    E: Display,
-{
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, server, "connection ended with an error");
-    }
-    drop(slot);
+    drain(&connections, options.drain_timeout).await
 }
 
 /// Warns that `limit` is reached, unless it was said less than [`LIMIT_LOG_INTERVAL`] ago.

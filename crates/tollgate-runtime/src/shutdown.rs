@@ -4,9 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
 
+use crate::open_connections::OpenConnections;
 use crate::task::AbortOnDrop;
 
 /// A stop that several servers share: [`trigger`](Self::trigger) once and every [`stopped`](Self::stopped) completes.
@@ -99,12 +99,12 @@ pub enum Drained {
     TimedOut,
 }
 
-/// Asks every connection `connections` watches to finish and waits for them, for at most `timeout` (`None`: as long as they take).
+/// Asks every connection of `connections` to finish and waits for them, for at most `timeout` (`None`: as long as they take).
 ///
 /// A connection finishes the requests it has begun and takes no new ones.
-pub async fn drain(connections: GracefulShutdown, timeout: Option<Duration>) -> Drained {
+pub async fn drain(connections: &OpenConnections, timeout: Option<Duration>) -> Drained {
     let open = connections.count();
-    let finished = connections.shutdown();
+    let finished = connections.stop_and_wait();
     match timeout {
         None => {
             finished.await;

@@ -64,6 +64,7 @@ async fn past_the_limit_a_client_waits_until_a_connection_closes() {
         drain_timeout: Some(BUDGET),
         connection_limit: Some(Arc::clone(&limit)),
         tls: None,
+        max_connection_age: None,
     };
     let (parked_at_cap, mut parked) = mpsc::unbounded_channel();
     let logs = tracing_subscriber::registry().with(ParkedAtCap(parked_at_cap));

@@ -9,11 +9,12 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_runtime::{AcceptOptions, Drained, Shutdown, drain, serve_connections};
+use tollgate_runtime::{
+    AcceptOptions, Drained, OpenConnections, Shutdown, drain, serve_connections,
+};
 
 /// How long one step may take.
 const BUDGET: Duration = Duration::from_secs(10);
@@ -69,6 +70,7 @@ async fn the_accept_loop_stops_accepting_and_waits_for_the_request_in_flight() {
         drain_timeout: None,
         connection_limit: None,
         tls: None,
+        max_connection_age: None,
     };
     let serving = tokio::spawn(serve_connections(
         listener,
@@ -126,16 +128,14 @@ async fn a_drain_gives_up_after_its_timeout() {
     let (server_io, client_io) = tokio::io::duplex(4096);
     let (started, mut requests) = mpsc::unbounded_channel();
     let never = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let connections = GracefulShutdown::new();
-    let connection = connections.watch(
-        hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(server_io), held_service(started, never)),
-    );
-    tokio::spawn(connection);
+    let connections = OpenConnections::new();
+    let connection = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(server_io), held_service(started, never));
+    tokio::spawn(connections.serve(connection, None, None, "test"));
     let client = tokio::spawn(get(client_io));
     requests.recv().await.expect("the request arrives");
 
-    let drained = drain(connections, Some(Duration::from_secs(10))).await;
+    let drained = drain(&connections, Some(Duration::from_secs(10))).await;
     assert_eq!(drained, Drained::TimedOut);
     assert!(!client.is_finished(), "the request in flight was cut off");
 }

@@ -209,6 +209,7 @@ where
         drain_timeout: None,
         connection_limit: limits.connection_limit,
         tls: limits.tls,
+        max_connection_age: None,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http1.serve_connection(

@@ -109,14 +109,8 @@ pub const VARIABLES: &[Variable] = &[
         "GRPC_UDS",
         "Tollgate serves gRPC on TCP only (GRPC_HOST, GRPC_PORT)",
     ),
-    refused_when_set(
-        "GRPC_MAX_CONNECTION_AGE",
-        "Tollgate does not close gRPC connections by age",
-    ),
-    refused_when_set(
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "Tollgate does not close gRPC connections by age",
-    ),
+    honoured("GRPC_MAX_CONNECTION_AGE", "24h"),
+    honoured("GRPC_MAX_CONNECTION_AGE_GRACE", "1h"),
     honoured("GRPC_SERVER_USE_TLS", "false"),
     honoured("GRPC_SERVER_TLS_CERT", ""),
     honoured("GRPC_SERVER_TLS_KEY", ""),

@@ -11,5 +11,5 @@ pub mod authority;
 mod serve;
 mod service;
 
-pub use serve::{serve, serve_capped, serve_with};
+pub use serve::{GrpcLimits, serve, serve_capped, serve_with};
 pub use service::RateLimitGrpc;

@@ -13,7 +13,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
-use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
+use tollgate_runtime::{AcceptOptions, ConnectionAge, ConnectionLimit, serve_connections};
 use tollgate_tls::TlsAcceptor;
 use tonic::codegen::http;
 use tonic_health::ServingStatus;
@@ -63,20 +63,34 @@ where
     C: Clock + 'static,
     F: Future<Output = ()> + Send,
 {
-    serve_capped(listener, service, None, None, shutdown).await
+    serve_capped(listener, service, GrpcLimits::default(), shutdown).await
 }
 
-/// [`serve_with`] keeping at most `connection_limit` connections open: while
-/// it is reached nothing is accepted, new clients wait in the listen backlog
-/// and the accept loop logs `connection limit reached` (see
-/// [`serve_connections`]). With `tls`, every connection is TLS (its
-/// acceptor should offer ALPN `h2`; the handshake completes before HTTP/2
-/// sees a byte).
+/// What the gRPC listener allows its clients.
+#[derive(Clone, Debug, Default)]
+pub struct GrpcLimits {
+    /// The most connections open at once (`None`: no limit); past it new
+    /// clients wait in the listen backlog.
+    pub connection_limit: Option<Arc<ConnectionLimit>>,
+    /// TLS on every connection (`None`: plain HTTP/2); the acceptor should offer ALPN `h2`.
+    pub tls: Option<TlsAcceptor>,
+    /// Each connection sent GOAWAY once older than this, plus jitter, and
+    /// closed after its grace (`None`: connections live as long as their
+    /// clients keep them). Rebalances long-lived Envoy connections after a
+    /// scale-out.
+    pub max_connection_age: Option<ConnectionAge>,
+}
+
+/// [`serve_with`] within `limits`: at most `connection_limit` connections
+/// open (while it is reached nothing is accepted, new clients wait in the
+/// listen backlog and the accept loop logs `connection limit reached`, see
+/// [`serve_connections`]); with `tls`, every connection is TLS (the
+/// handshake completes before HTTP/2 sees a byte); with
+/// `max_connection_age`, connections are aged out.
 pub async fn serve_capped<C, F>(
     listener: TcpListener,
     service: RateLimitGrpc<C>,
-    connection_limit: Option<Arc<ConnectionLimit>>,
-    tls: Option<TlsAcceptor>,
+    grpc_limits: GrpcLimits,
     shutdown: F,
 ) -> io::Result<()>
 where
@@ -149,8 +163,9 @@ where
     let options = AcceptOptions {
         name: "gRPC",
         drain_timeout: None,
-        connection_limit,
-        tls,
+        connection_limit: grpc_limits.connection_limit,
+        tls: grpc_limits.tls,
+        max_connection_age: grpc_limits.max_connection_age,
     };
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(

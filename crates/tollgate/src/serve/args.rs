@@ -249,7 +249,24 @@ pub struct ServeArgs {
         value_parser = tollgate_core::duration::parse_duration
     )]
     pub drain_delay: Duration,
+    /// Each gRPC connection is sent GOAWAY once older than this (plus up to
+    /// a tenth, so connections made together do not leave together), so
+    /// long-lived Envoy connections spread over the replicas after a
+    /// scale-out; upstream's `GRPC_MAX_CONNECTION_AGE`. Default: none, or
+    /// upstream's 24h without --config.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE", value_name = "DUR", value_parser = parse_timeout)]
+    pub max_connection_age: Option<Duration>,
+    /// How long an aged connection's calls in flight may take before it is
+    /// closed; upstream's `GRPC_MAX_CONNECTION_AGE_GRACE` (default 1h, upstream's).
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
+    pub max_connection_age_grace: Option<Duration>,
 }
+
+/// Upstream's `GRPC_MAX_CONNECTION_AGE` default, used without --config.
+pub(super) const UPSTREAM_MAX_CONNECTION_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// Upstream's `GRPC_MAX_CONNECTION_AGE_GRACE` default, used whenever connections are aged.
+pub(super) const DEFAULT_MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(3600);
 
 /// The connections each listener keeps open unless configured otherwise (the proxy's default).
 pub(super) const DEFAULT_MAX_CONNECTIONS: usize = 10_000;

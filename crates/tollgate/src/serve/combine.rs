@@ -12,7 +12,10 @@ use crate::CommandError;
 use crate::upstream_env::UpstreamEnv;
 use crate::upstream_redis::{UpstreamStore, upstream_store};
 
-use super::args::{LogFormat, ServeArgs};
+use super::args::{
+    DEFAULT_MAX_CONNECTION_AGE_GRACE, LogFormat, ServeArgs, UPSTREAM_MAX_CONNECTION_AGE,
+};
+use tollgate_runtime::ConnectionAge;
 
 /// The address served when neither a flag nor an environment variable names one.
 pub(super) const DEFAULT_GRPC_ADDR: SocketAddr =
@@ -53,6 +56,8 @@ pub(super) struct StatsdSetting {
 pub(super) struct Settings {
     /// Upstream variables that are set and change nothing, to log at start.
     pub(super) notes: Vec<String>,
+    /// The gRPC connections' maximum age and grace (`None`: not aged).
+    pub(super) max_connection_age: Option<ConnectionAge>,
     pub(super) config: PathBuf,
     pub(super) merge_domains: bool,
     /// Every descriptor is a quota descriptor (upstream's `QUOTA_MODE`).
@@ -81,6 +86,45 @@ pub(super) struct Settings {
 
 /// Combines the flags (and `TOLLGATE_*` variables, which clap has read)
 /// with upstream's variables in `env`; the variables' table is checked first.
+/// The gRPC connections' age: the flags, else upstream's `GRPC_MAX_CONNECTION_AGE`
+/// and `_GRACE`, else upstream's defaults without --config and no aging with it.
+fn connection_age(
+    args: &ServeArgs,
+    env: &UpstreamEnv,
+    upstream: bool,
+) -> Result<Option<ConnectionAge>, CommandError> {
+    let duration = |name: &str| -> Result<Option<Duration>, CommandError> {
+        env.get(name)
+            .filter(|v| !v.trim().is_empty())
+            .map(|value| {
+                tollgate_core::duration::parse_duration(value.trim())
+                    .map_err(|error| CommandError::Usage(format!("{name}={value:?}: {error}")))
+            })
+            .transpose()
+    };
+    let age = match (
+        args.max_connection_age,
+        duration("GRPC_MAX_CONNECTION_AGE")?,
+    ) {
+        (Some(age), _) | (None, Some(age)) => Some(age),
+        (None, None) => upstream.then_some(UPSTREAM_MAX_CONNECTION_AGE),
+    };
+    let grace = match (
+        args.max_connection_age_grace,
+        duration("GRPC_MAX_CONNECTION_AGE_GRACE")?,
+    ) {
+        (Some(grace), _) | (None, Some(grace)) => grace,
+        (None, None) => DEFAULT_MAX_CONNECTION_AGE_GRACE,
+    };
+    match age {
+        Some(age) if age.is_zero() => Err(CommandError::Usage(
+            "a maximum connection age of 0 would close every connection at once; unset it to keep connections".to_owned(),
+        )),
+        Some(max_age) => Ok(Some(ConnectionAge { max_age, grace })),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, CommandError> {
     let notes = env.check()?;
     // Without --config, `serve` is configured the way upstream is: its
@@ -124,6 +168,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         }
         prefix => prefix.map(str::to_owned),
     };
+    let max_connection_age = connection_age(args, env, upstream)?;
     let statsd = statsd_setting(env)?;
     let upstream_shadow = env.bool("SHADOW_MODE")?.unwrap_or(false);
     let log_level = match (args.log_level, env.get("LOG_LEVEL")) {
@@ -175,6 +220,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
     };
     Ok(Settings {
         notes,
+        max_connection_age,
         config,
         merge_domains: args.limits.merge_domains
             || env.bool("MERGE_DOMAIN_CONFIG")?.unwrap_or(false),

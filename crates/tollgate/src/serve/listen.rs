@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tollgate_core::CoarseClock;
 use tollgate_protocol::rls::{RequestCaps, ResponseHeaders};
-use tollgate_runtime::{ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
+use tollgate_runtime::{ConnectionAge, ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metrics::Metrics;
 use tollgate_server::reload;
@@ -53,6 +53,8 @@ pub(super) struct Listeners {
     pub(super) debug: HttpLimits,
     /// TLS on the gRPC listener, if any (the HTTP listener's is in `http`).
     pub(super) grpc_tls: Option<TlsAcceptor>,
+    /// The gRPC connections' maximum age and grace (`None`: not aged).
+    pub(super) grpc_max_connection_age: Option<ConnectionAge>,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
     pub(super) drain_delay: Duration,
 }
@@ -101,6 +103,8 @@ pub(super) async fn serve(
         max_descriptor_entries = caps.max_descriptor_entries,
         max_request_bytes = caps.max_message_bytes,
         max_connections = limits.grpc.max(),
+        max_connection_age = ?limits.grpc_max_connection_age.map(|a| a.max_age),
+        max_connection_age_grace = ?limits.grpc_max_connection_age.map(|a| a.grace),
         drain_delay = ?limits.drain_delay,
         tls = limits.grpc_tls.is_some(),
         mutual_tls = limits
@@ -176,15 +180,14 @@ pub(super) async fn serve(
         .with_caps(caps)
         .with_quota_book(quota_book);
     let grpc_server = async {
-        grpc::serve_capped(
-            listener,
-            service,
-            Some(limits.grpc),
-            limits.grpc_tls,
-            shutdown.stopped(),
-        )
-        .await
-        .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+        let grpc_limits = grpc::GrpcLimits {
+            connection_limit: Some(limits.grpc),
+            tls: limits.grpc_tls,
+            max_connection_age: limits.grpc_max_connection_age,
+        };
+        grpc::serve_capped(listener, service, grpc_limits, shutdown.stopped())
+            .await
+            .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let debug_router = router.clone();
     let debug_server = async {

@@ -124,6 +124,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
             tls: http_tls.clone(),
         },
         grpc_tls,
+        grpc_max_connection_age: settings.max_connection_age,
         drain_delay: args.drain_delay,
     };
     let quota_book = Arc::new(QuotaBook::new(RlqsOptions {

@@ -287,6 +287,20 @@ fn honoured_case(name: &str) -> HonouredCase {
         "GRPC_PORT" => (vec![("GRPC_PORT", "9")], |s| {
             s.grpc_addr == addr("0.0.0.0:9")
         }),
+        "GRPC_MAX_CONNECTION_AGE" => (vec![("GRPC_MAX_CONNECTION_AGE", "24h")], |s| {
+            s.max_connection_age.map(|a| (a.max_age, a.grace))
+                == Some((Duration::from_secs(86_400), Duration::from_secs(3600)))
+        }),
+        "GRPC_MAX_CONNECTION_AGE_GRACE" => (
+            vec![
+                ("GRPC_MAX_CONNECTION_AGE", "10m"),
+                ("GRPC_MAX_CONNECTION_AGE_GRACE", "30s"),
+            ],
+            |s| {
+                s.max_connection_age.map(|a| (a.max_age, a.grace))
+                    == Some((Duration::from_secs(600), Duration::from_secs(30)))
+            },
+        ),
         "DEBUG_HOST" => (vec![("DEBUG_HOST", "::1")], |s| {
             s.debug_addr == Some(addr("[::1]:6070"))
         }),
@@ -534,9 +548,38 @@ fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstr
     assert_eq!(s.debug_addr, Some(addr("0.0.0.0:6070")));
     assert_eq!(s.store, None);
     assert_eq!(s.store_timeout, tollgate_redis::DEFAULT_TIMEOUT);
-    // With --config, Tollgate's own loopback defaults and no debug port.
+    // Upstream's connection age: 24h, then an hour's grace.
+    assert_eq!(
+        s.max_connection_age.map(|a| (a.max_age, a.grace)),
+        Some((Duration::from_secs(86_400), Duration::from_secs(3600)))
+    );
+    // With --config, Tollgate's own loopback defaults, no debug port and no aging.
     let s = resolve(&[], &[]).expect("valid");
     assert_eq!(s.debug_addr, None);
+    assert_eq!(s.max_connection_age, None);
+    // The flags win over upstream's variables; an age of 0 is refused.
+    let s = resolve(
+        &[
+            "--max-connection-age",
+            "5m",
+            "--max-connection-age-grace",
+            "10s",
+        ],
+        &[("GRPC_MAX_CONNECTION_AGE", "24h")],
+    )
+    .expect("valid");
+    assert_eq!(
+        s.max_connection_age.map(|a| (a.max_age, a.grace)),
+        Some((Duration::from_secs(300), Duration::from_secs(10)))
+    );
+    let Err(e) = resolve(&[], &[("GRPC_MAX_CONNECTION_AGE", "0s")]) else {
+        panic!("GRPC_MAX_CONNECTION_AGE=0s is refused");
+    };
+    assert!(e.to_string().contains("maximum connection age of 0"), "{e}");
+    let Err(e) = resolve(&[], &[("GRPC_MAX_CONNECTION_AGE", "soon")]) else {
+        panic!("GRPC_MAX_CONNECTION_AGE=soon is refused");
+    };
+    assert!(e.to_string().contains("GRPC_MAX_CONNECTION_AGE"), "{e}");
     // A host without a port listens on upstream's port (it used to be ignored).
     let s = resolve(&[], &[("GRPC_HOST", "::"), ("HOST", "0.0.0.0")]).expect("valid");
     assert_eq!(s.grpc_addr, addr("[::]:8081"));
