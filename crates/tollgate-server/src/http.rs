@@ -562,6 +562,12 @@ pub fn rules_dump(rules: &RuleSet) -> String {
             if rule.detailed_metric {
                 out.push_str(", detailed_metric");
             }
+            if let Some(lease) = rule.lease {
+                let _ = write!(out, ", lease={}", duration_text(lease));
+            }
+            if rule.stagger {
+                out.push_str(", stagger");
+            }
             out.push('\n');
         }
     }
@@ -587,6 +593,9 @@ fn limit_summary(limit: &Limit) -> String {
             if let Some(burst) = limit.burst {
                 let _ = write!(text, " burst={burst}");
             }
+            if let Some(delay) = limit.delay {
+                let _ = write!(text, " delay={delay}");
+            }
         }
     }
     text
@@ -594,7 +603,11 @@ fn limit_summary(limit: &Limit) -> String {
 
 /// A window's length in seconds (`60s`), or milliseconds when it is not whole seconds.
 fn window_text(window: WindowLength) -> String {
-    let d = window.duration();
+    duration_text(window.duration())
+}
+
+/// A duration in seconds (`60s`), or milliseconds when it is not whole seconds.
+fn duration_text(d: std::time::Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
     } else {

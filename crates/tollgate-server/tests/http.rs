@@ -369,6 +369,26 @@ async fn rlconfig_lists_one_line_per_rule() {
     server.stop().await;
 }
 
+#[test]
+fn rlconfig_shows_a_shapers_delay_a_lease_and_staggered_windows() {
+    let yaml = "domain: edge\ndescriptors:\n  - key: user\n    stagger: true\n    lease: 1s\n    rate_limit: {unit: minute, requests_per_unit: 100}\n  - key: upload\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 5, delay: 2}\n";
+    let loaded = tollgate_rules::load_sources(
+        [(std::path::Path::new("edge.yaml"), yaml)],
+        tollgate_rules::LoadOptions::default(),
+    );
+    assert!(!loaded.diagnostics.has_errors(), "{:?}", loaded.diagnostics);
+    let dump = http::rules_dump(&loaded.rule_set);
+    let lines: Vec<&str> = dump.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "edge.user: requests_per_unit=100 window=60s algorithm=fixed_window, lease=1s, stagger",
+            "edge.upload: requests_per_unit=10 window=1s algorithm=leaky_bucket burst=5 delay=2",
+        ],
+        "{dump}"
+    );
+}
+
 #[tokio::test]
 async fn metrics_count_per_rule_with_bounded_labels() {
     let server = TestServer::start(false).await;

@@ -113,11 +113,16 @@ pub fn run(args: &CheckArgs) -> Result<Verdict, CommandError> {
                 ))
             })
     })?;
-    let overall = code_name(response.overall_code);
-    println!("{overall}");
+    let mut text = format!("{}\n", code_name(response.overall_code));
     for (descriptor, status) in request.descriptors.iter().zip(&response.statuses) {
-        println!("  {}: {}", descriptor_text(descriptor), status_text(status));
+        text.push_str(&format!(
+            "  {}: {}\n",
+            descriptor_text(descriptor),
+            status_text(status)
+        ));
     }
+    crate::stdout_text::print(&text)
+        .map_err(|error| CommandError::Failed(format!("cannot write the answer: {error}")))?;
     if response.overall_code == wire::CODE_OVER_LIMIT {
         Ok(Verdict::OverLimit)
     } else {

@@ -22,6 +22,7 @@ mod proxy;
 mod proxy_limits;
 mod serve;
 mod simulate;
+mod stdout_text;
 mod telemetry;
 mod tls_args;
 mod upstream_env;

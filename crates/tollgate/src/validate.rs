@@ -48,7 +48,8 @@ pub fn run(args: &ValidateArgs) -> Result<(), CommandError> {
         (e, 0) => counted(e, "error"),
         (e, w) => format!("{}, {}", counted(e, "error"), counted(w, "warning")),
     };
-    println!("{counts}: {verdict}");
+    crate::stdout_text::print(&format!("{counts}: {verdict}\n"))
+        .map_err(|error| CommandError::Failed(format!("cannot write the verdict: {error}")))?;
     if errors > 0 {
         return Err(CommandError::Failed(format!(
             "{} has {}",

@@ -290,6 +290,37 @@ fn a_bad_config_exits_1_with_file_line_col_and_never_listens() {
 }
 
 #[test]
+fn check_and_validate_end_quietly_when_the_reader_of_their_output_is_gone() {
+    let server = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+    ]);
+    let url = format!("http://{}", server.address());
+    let runs: [Vec<&str>; 2] = [
+        vec!["check", "--addr", &url, "--domain", "edge", "path=/login"],
+        vec!["validate", "../../examples/limits"],
+    ];
+    for args in runs {
+        // `… | head -0`: the pipe's reader is gone before anything is written.
+        let mut child = tollgate(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tollgate runs");
+        drop(child.stdout.take());
+        let output = child.wait_with_output().expect("tollgate ends");
+        let stderr = text(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn check_rejects_a_descriptor_that_is_not_key_value() {
     let output = tollgate(&["check", "--domain", "edge", "path"])
         .output()
