@@ -324,6 +324,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             booked: granted,
             target,
             tokens,
+            spare: book.pool.share().rate.saturating_mul(16) >= book.limit.rate,
         })
     }
 }
@@ -347,7 +348,8 @@ fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
 /// (members × floor_divisor)` (a newcomer, with no demand yet, the floor);
 /// the rates are split by [`fair_shares`] and capped at what each wants, so
 /// what nobody wants stays in the pool; bursts follow the rates in
-/// proportion (at least one token for a holder with any rate).
+/// proportion (at least one token for a holder with any rate). A target
+/// within an eighth of the booking keeps the booking.
 fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec<HolderId> {
     let limit = book.limit;
     let n = book.holdings.len().max(members).max(1) as u64;
@@ -373,7 +375,17 @@ fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec
                 .max(u64::from(rate > 0))
                 .min(limit.burst)
         };
-        holding.target = Share { rate, burst };
+        let target = Share { rate, burst };
+        // Within an eighth of what is booked, the booking stands: a target that
+        // moves a little at every report would shrink and grow holders for nothing.
+        let booked = holding.booked;
+        let near = |t: u64, b: u64| t.abs_diff(b).saturating_mul(8) <= b;
+        holding.target = if booked.rate > 0 && near(rate, booked.rate) && near(burst, booked.burst)
+        {
+            booked
+        } else {
+            target
+        };
         if holding.target != holding.booked {
             changed.push(holding.holder);
         }

@@ -102,6 +102,24 @@ impl Demand {
         }
         self.count = self.count.saturating_add(cost);
     }
+
+    /// What to report at `now`: the smoothed rate, or the current period's
+    /// if it is higher (or the only one) and an eighth of a period has passed.
+    fn estimate(&self, now: Timestamp, period: Duration) -> Option<u64> {
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let elapsed = now.as_nanos().saturating_sub(self.period_start.as_nanos());
+        let current = (elapsed >= period_ns / 8 && elapsed > 0).then(|| {
+            u64::try_from(
+                u128::from(self.count) * u128::from(MILLI_PER_TOKEN) * 1_000_000_000
+                    / u128::from(elapsed),
+            )
+            .unwrap_or(u64::MAX)
+        });
+        match (self.rate, current) {
+            (Some(rate), Some(current)) => Some(rate.max(current)),
+            (rate, current) => rate.or(current),
+        }
+    }
 }
 
 /// One key as a holder keeps it.
@@ -120,6 +138,8 @@ struct HeldKey {
     answered: bool,
     /// Released: reported with nothing in force, forgotten once the authority takes it.
     released: bool,
+    /// The last answer said the pool has rate to spare: a denial here is reported.
+    spare: bool,
 }
 
 /// A call in flight.
@@ -232,6 +252,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
                     dirty: false,
                     answered: false,
                     released: false,
+                    spare: false,
                 },
             );
         }
@@ -257,6 +278,11 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         } else {
             Verdict::Deny
         };
+        if verdict == Verdict::Deny && held.spare {
+            // Out of tokens while the pool has some to give: ask at the next call.
+            held.spare = false;
+            report = true;
+        }
         report &= !held.dirty;
         if report {
             held.dirty = true;
@@ -297,6 +323,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             return None;
         }
         self.release_idle(now);
+        let period = self.policy.demand_period;
         self.seq += 1;
         let mut reports = Vec::with_capacity(self.dirty.len());
         let mut keys = Vec::with_capacity(self.dirty.len());
@@ -311,7 +338,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
                 limit: held.limit,
                 in_force: held.bucket.share(),
                 returned: std::mem::take(&mut held.returned),
-                demand: held.demand.rate,
+                demand: held.demand.estimate(now, period),
                 release: held.released,
             });
             keys.push(key);
@@ -407,6 +434,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             held.returned += held.bucket.set_share(now, answer.booked);
             held.bucket.add(now, answer.tokens);
             held.answered = true;
+            held.spare = answer.spare;
             if answer.booked.exceeds(answer.target) {
                 // Shrink before the authority books the release.
                 held.returned += held.bucket.set_share(now, answer.booked.min(answer.target));

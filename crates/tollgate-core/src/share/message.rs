@@ -82,4 +82,6 @@ pub struct KeyAnswer<K> {
     pub target: Share,
     /// Pico-tokens moved from the pool with a grant (at most the burst granted by this answer).
     pub tokens: u128,
+    /// The pool has at least a sixteenth of the key's rate that nobody holds: a holder that runs out should say so.
+    pub spare: bool,
 }
