@@ -195,6 +195,22 @@ impl PlatformScenario {
 
     /// Runs every lane over the trace.
     pub fn run(&self) -> Result<PlatformReport, ConfigError> {
+        let (arrivals, lanes) = self.run_lanes()?;
+        let exact_admitted = lanes[0].1.admitted;
+        let seconds = self.duration.as_secs_f64();
+        Ok(PlatformReport {
+            arrivals,
+            exact_admitted,
+            seconds,
+            lanes: lanes
+                .into_iter()
+                .map(|(mode, stats)| stats.report(mode, exact_admitted, seconds))
+                .collect(),
+        })
+    }
+
+    /// Runs every lane over the trace: the arrivals, and each lane's counts (exact first).
+    fn run_lanes(&self) -> Result<(u64, Vec<(PlatformMode, LaneStats)>), ConfigError> {
         self.validate()?;
         let rtt_ns = u64::try_from(self.store_rtt.as_nanos()).unwrap_or(u64::MAX);
         let most = self
@@ -258,16 +274,9 @@ impl PlatformScenario {
         for (_, lane, stats) in &mut lanes {
             lane.finish(end, stats);
         }
-        let exact_admitted = lanes[0].2.admitted;
-        let seconds = self.duration.as_secs_f64();
-        Ok(PlatformReport {
+        Ok((
             arrivals,
-            exact_admitted,
-            seconds,
-            lanes: lanes
-                .into_iter()
-                .map(|(mode, _, stats)| stats.report(mode, exact_admitted, seconds))
-                .collect(),
-        })
+            lanes.into_iter().map(|(mode, _, stats)| (mode, stats)).collect(),
+        ))
     }
 }
