@@ -35,7 +35,10 @@ use tollgate_core::Timestamp;
 
 use super::super::bucket::Rate;
 use super::super::payment;
-use super::{Inner, QuotaBook, Shared, StreamId, fresh_tokens};
+use super::counter::{Inner, Shared};
+use super::envoy_bucket::fresh_tokens;
+use super::quota_book::QuotaBook;
+use super::stream::StreamId;
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
 #[derive(Clone, Debug)]

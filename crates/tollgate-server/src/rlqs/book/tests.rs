@@ -5,6 +5,19 @@ use std::path::Path;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use tollgate_rules::{LoadOptions, load_sources};
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tollgate_core::Timestamp;
+use tollgate_rules::RuleSet;
+use tonic::Status;
+
 use super::*;
 
 fn rules() -> RuleSet {

@@ -1,0 +1,57 @@
+//! What the book keeps per shared rule counter (its rate, the Envoys reporting on it, what their shares prepaid) and per report read against the rules.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use tollgate_core::Timestamp;
+
+use super::super::bucket::{Policy, Rate};
+use super::super::payment::Balance;
+use super::changes::BucketKey;
+use super::stream::{Stream, StreamId};
+
+/// A reported bucket read against the rules (before the book is locked).
+pub(super) struct Reading {
+    pub(super) id: BucketId,
+    pub(super) key: BucketKey,
+    pub(super) policy: Policy,
+    /// The reporter's demand per window, for a shared bucket.
+    pub(super) demand: u64,
+}
+
+/// A reporter of a shared bucket.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reporter {
+    pub(super) demand: u64,
+    /// The share in force at that Envoy (last sent).
+    pub(super) share: Option<u64>,
+    /// The share the split gives it; above `share`, a growth waiting for
+    /// its fresh bucket to be paid for (at a report or a tick).
+    pub(super) wanted: u64,
+}
+
+/// A rule counter's budget and the Envoys sharing it.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) rate: Rate,
+    pub(super) reporters: BTreeMap<StreamId, Reporter>,
+    /// What the shares in force prepaid from the shared budget ([`super::super::payment`]).
+    pub(super) balance: Balance,
+    /// Held while the counter is in the book: a payment for it is owed only then.
+    pub(super) owed: Arc<()>,
+    /// The domain and a bucket (as a descriptor) of the latest report on
+    /// this counter: what the service checks to take units of its budget.
+    pub(super) domain: String,
+    pub(super) entries: Vec<(String, String)>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Inner {
+    pub(super) streams: HashMap<StreamId, Stream>,
+    pub(super) shared: HashMap<Vec<u8>, Shared>,
+    pub(super) buckets: usize,
+    pub(super) next: StreamId,
+    /// The instant the last round paid the shares in force through (none before the first).
+    pub(super) paid_through: Option<Timestamp>,
+}
