@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
 use super::{PICO_PER_TOKEN, Share, ShareBucket};
 use crate::Timestamp;
-use crate::fair_share::fair_shares;
+use crate::fair_share::{Leftover, fair_shares};
 
 /// How the authority splits a key and how long a registration lasts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,10 +346,13 @@ fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
 ///
 /// A holder wants `max(headroom × demand, floor)` with `floor = rate /
 /// (members × floor_divisor)` (a newcomer, with no demand yet, the floor);
-/// the rates are split by [`fair_shares`] and capped at what each wants, so
-/// what nobody wants stays in the pool; bursts follow the rates in
-/// proportion (at least one token for a holder with any rate). A target
-/// within an eighth of the booking keeps the booking.
+/// the rates are split max-min fair with the leftover unassigned (each at
+/// most what it wants) by [`steady_shares`], which keeps a booking while
+/// the fair share is within a tenth of it and never lets the targets sum
+/// past the rate; so what nobody wants stays in the pool and the holders
+/// above the fair level get equal parts, however their demands differ.
+/// Bursts follow the rates in proportion (at least one token for a holder
+/// with any rate; a kept rate keeps its burst).
 fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec<HolderId> {
     let limit = book.limit;
     let n = book.holdings.len().max(members).max(1) as u64;
@@ -362,11 +365,32 @@ fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec
                 .map_or(floor, |d| d.saturating_mul(policy.headroom).max(floor))
         })
         .collect();
-    let rates = fair_shares(limit.rate, &wants);
+    let claims: Vec<Option<u64>> = wants.iter().map(|&w| Some(w)).collect();
+    let held: Vec<Option<u64>> = book
+        .holdings
+        .iter()
+        .map(|h| (h.booked.rate > 0).then_some(h.booked.rate))
+        .collect();
+    // Max-min fair; a booking within a tenth of its fair share is kept,
+    // unless the kept ones would then sum past the rate: then every share
+    // falls to its fair one, so a holder below its fair share can grow.
+    let fair = fair_shares(limit.rate, &claims, Leftover::Unassigned);
+    let within = |old: u64, new: u64| old.abs_diff(new).saturating_mul(10) <= old;
+    let kept: Vec<u64> = fair
+        .iter()
+        .zip(&held)
+        .map(|(&new, &old)| match old {
+            Some(old) if within(old, new) => old,
+            _ => new,
+        })
+        .collect();
+    let total = kept.iter().fold(0u64, |sum, &k| sum.saturating_add(k));
+    let rates = if total <= limit.rate { kept } else { fair };
     let mut changed = Vec::new();
-    for ((holding, &want), &fair) in book.holdings.iter_mut().zip(&wants).zip(&rates) {
-        let rate = fair.min(want);
-        let burst = if limit.rate == 0 {
+    for (holding, &rate) in book.holdings.iter_mut().zip(&rates) {
+        let burst = if rate == holding.booked.rate {
+            holding.booked.burst
+        } else if limit.rate == 0 {
             0
         } else {
             let part = u128::from(limit.burst) * u128::from(rate) / u128::from(limit.rate);
@@ -375,17 +399,7 @@ fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec
                 .max(u64::from(rate > 0))
                 .min(limit.burst)
         };
-        let target = Share { rate, burst };
-        // Within an eighth of what is booked, the booking stands: a target that
-        // moves a little at every report would shrink and grow holders for nothing.
-        let booked = holding.booked;
-        let near = |t: u64, b: u64| t.abs_diff(b).saturating_mul(8) <= b;
-        holding.target = if booked.rate > 0 && near(rate, booked.rate) && near(burst, booked.burst)
-        {
-            booked
-        } else {
-            target
-        };
+        holding.target = Share { rate, burst };
         if holding.target != holding.booked {
             changed.push(holding.holder);
         }

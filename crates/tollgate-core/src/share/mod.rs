@@ -30,9 +30,15 @@
 //! A holder wants `wᵢ = max(h·dᵢ, f)`: `h` times its demand `dᵢ` (`h` = the
 //! headroom, 2 by default) and at least the floor `f = r / (m·k)` for `m`
 //! registered members (`k` = 2 by default; a newcomer, whose demand is not
-//! known yet, wants `f`). The rates are split by
-//! [`fair_shares`](crate::fair_share::fair_shares) and each capped at
-//! what it wants; bursts follow rates in proportion. What nobody wants
+//! known yet, wants `f`). The rates are split max-min fair by
+//! [`fair_shares`](crate::fair_share::fair_shares) with the leftover
+//! unassigned: a holder wanting less than an equal part of what is left
+//! gets all it wants, the others split the rest equally (so noise in the
+//! demands of busy holders does not move their shares); a booking within a
+//! tenth of its fair share is kept while the targets then still fit in the
+//! limit (otherwise all fall to their fair shares, so no holder is kept
+//! below its share by the others' hysteresis); bursts follow rates in
+//! proportion. What nobody wants
 //! stays in the pool, so a newcomer's first call is granted at once from it
 //! (and its tokens) rather than waiting for the others to shrink. Targets
 //! are wishes: a grant is at most what the pool has, so targets never

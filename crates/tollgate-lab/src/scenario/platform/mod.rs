@@ -276,7 +276,10 @@ impl PlatformScenario {
         }
         Ok((
             arrivals,
-            lanes.into_iter().map(|(mode, _, stats)| (mode, stats)).collect(),
+            lanes
+                .into_iter()
+                .map(|(mode, _, stats)| (mode, stats))
+                .collect(),
         ))
     }
 }

@@ -53,9 +53,6 @@ pub(super) struct LaneStats {
     key_checkers: Vec<ConformanceChecker>,
     platform_checker: Option<ConformanceChecker>,
     start: Timestamp,
-    /// Admitted requests per key (for tests that look at where a mode differs).
-    #[cfg(test)]
-    pub(super) per_key: Vec<u32>,
 }
 
 impl LaneStats {
@@ -79,8 +76,6 @@ impl LaneStats {
                 .collect(),
             platform_checker: platform.map(|p| ConformanceChecker::new(p, start)),
             start,
-            #[cfg(test)]
-            per_key: vec![0; keys as usize],
         }
     }
 
@@ -94,10 +89,6 @@ impl LaneStats {
             return;
         }
         self.admitted += 1;
-        #[cfg(test)]
-        {
-            self.per_key[key as usize] += 1;
-        }
         let mut conforms = self.key_checkers[key as usize].admit(decided, 1);
         if let Some(platform) = &mut self.platform_checker {
             conforms &= platform.admit(decided, 1);

@@ -94,21 +94,3 @@ fn bad_parameters_are_refused_with_their_name() {
     run.scale = vec![(Duration::from_secs(1), 0)];
     assert!(run.run().unwrap_err().to_string().contains("instances"));
 }
-
-#[test]
-fn diag() {
-    let mut run = scenario(KeyDistribution::Zipf(1.0), Vec::new());
-    run.rate = 1_000_000.0;
-    run.keys = 100_000;
-    run.instances = 10;
-    run.platform_limit = Some(Share::per_second(500_000, 500_000));
-    run.modes = vec![PlatformMode::Shares];
-    run.duration = Duration::from_secs(std::env::var("DIAG_SECS").map_or(10, |s| s.parse().unwrap()));
-    let (_, lanes) = run.run_lanes().unwrap();
-    let bounds = [0usize, 10, 100, 400, 827, 1200, 2000, 5000, 20000, 100000];
-    for w in bounds.windows(2) {
-        let sum = |l: &LaneStats| l.per_key[w[0]..w[1]].iter().map(|&x| u64::from(x)).sum::<u64>();
-        let (e, s) = (sum(&lanes[0].1), sum(&lanes[1].1));
-        eprintln!("keys {:>6}..{:<6} exact {:>10} shares {:>10} under {:>6.2}%", w[0], w[1], e, s, (e as f64 - s as f64) * 100.0 / e as f64);
-    }
-}
