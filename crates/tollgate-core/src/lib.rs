@@ -21,7 +21,9 @@
 //! * [`SlidingLog`] — the exact sliding log.
 //!
 //! [`lease`] holds the allocator of quota leases (units a fleet instance
-//! takes from a shared budget ahead of use and spends locally).
+//! takes from a shared budget ahead of use and spends locally); [`share`]
+//! the share protocol (a key's bucket split between instances by demand,
+//! decided locally, rebalanced in batched calls).
 //!
 //! Beside the algorithms, [`breaker::CircuitBreaker`] is the one circuit
 //! breaker state machine (closed, open with doubling backoff, half-open
@@ -42,6 +44,7 @@ pub mod fair_share;
 mod fixed_window;
 pub mod lease;
 mod rate;
+pub mod share;
 mod sliding_log;
 mod sliding_window;
 mod unit;

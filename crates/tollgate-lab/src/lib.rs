@@ -54,9 +54,10 @@ pub use record::{DecisionRecord, state_level_meaning};
 #[cfg(feature = "redis")]
 pub use redis_store::{LAB_CALL_TIMEOUT, LAB_KEY_TTL, RedisStores};
 pub use scenario::{
-    ClientBehavior, Counts, Expectation, Lane, LaneDecision, LaneReport, LaneTick, MAX_ARRIVALS,
-    MAX_CLIENTS, MAX_LANES, MAX_RETRIES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement,
-    RunError, RunReport, Runner, SampledDecision, Scenario, Tick,
+    ClientBehavior, Counts, Expectation, KeyDistribution, Lane, LaneDecision, LaneReport, LaneTick,
+    MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, MAX_RETRIES,
+    MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, PlatformLaneReport, PlatformMode,
+    PlatformReport, PlatformScenario, RunError, RunReport, Runner, SampledDecision, Scenario, Tick,
 };
 pub use simulation::{Simulation, Summary};
 pub use spec_error::SpecError;

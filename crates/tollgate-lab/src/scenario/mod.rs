@@ -17,6 +17,7 @@ mod expectation;
 mod hash;
 mod leased;
 mod model;
+mod platform;
 mod quota;
 mod report;
 mod runner;
@@ -27,6 +28,10 @@ pub use expectation::Expectation;
 pub use model::{
     ClientBehavior, Lane, MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_RETRIES, MAX_SAMPLES_PER_TICK,
     MAX_SIDECARS, MAX_TICKS, Placement, Scenario,
+};
+pub use platform::{
+    KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformLaneReport, PlatformMode,
+    PlatformReport, PlatformScenario,
 };
 pub use report::{
     Counts, LaneDecision, LaneReport, LaneTick, RunError, RunReport, SampledDecision, Tick,

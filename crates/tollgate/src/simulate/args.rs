@@ -136,7 +136,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE", help_heading = "Traffic")]
     pub(super) replay: Option<PathBuf>,
 
-    /// Spread the arrivals at random over this many clients, each with its own key.
+    /// Spread the arrivals at random over this many clients, each with its own key (at most
+    /// 1000, or 10 000 000 with --modes).
     #[arg(long, value_name = "N", default_value_t = 1, help_heading = "Traffic")]
     pub(super) clients: u32,
 
@@ -175,8 +176,9 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = "Run")]
     pub(super) lease_period: Option<Duration>,
 
-    /// With --lease-period: how many instances share the store (round robin).
-    #[arg(long, value_name = "N", default_value_t = 4, requires = "lease_period", value_parser = clap::value_parser!(u32).range(1..=15), help_heading = "Run")]
+    /// With --lease-period: how many instances share the store (round robin, at most 15);
+    /// with --modes: how many instances the requests are spread over at random (at most 1000).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000), help_heading = "Run")]
     pub(super) instances: u32,
 
     /// Run each algorithm as this many Envoys sharing it by the rate limit
@@ -207,6 +209,10 @@ pub struct SimulateArgs {
     /// The format of --decisions, overriding its extension (needed for -).
     #[arg(long, value_enum, requires = "decisions", help_heading = "Output")]
     pub(super) decisions_format: Option<DecisionsFormat>,
+
+    /// The platform scenario (--modes and its flags).
+    #[command(flatten)]
+    pub(super) platform: super::platform::PlatformArgs,
 }
 
 /// A value of a choosing flag (`--algorithm`, `--traffic`) that takes flags of its own.

@@ -13,6 +13,14 @@ use crate::CommandError;
 
 /// Runs `tollgate simulate`.
 pub fn run(args: &SimulateArgs) -> Result<(), CommandError> {
+    if !args.platform.modes.is_empty() {
+        return super::platform::run(args);
+    }
+    if args.instances != 4 && args.lease_period.is_none() {
+        return Err(CommandError::Usage(
+            "--instances needs --lease-period or --modes".into(),
+        ));
+    }
     let plan = Plan::from_args(args)?;
     let redis = match &args.redis {
         Some(url) => Some(RedisStores::connect_blocking(url).map_err(CommandError::Failed)?),

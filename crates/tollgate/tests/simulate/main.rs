@@ -1,6 +1,7 @@
-//! Runs the real `tollgate simulate` binary and checks its output ([`runs`]) and its errors ([`errors`]).
+//! Runs the real `tollgate simulate` binary and checks its output ([`runs`]) and its errors ([`errors`]), and the platform run ([`platform`]).
 
 mod errors;
+mod platform;
 mod runs;
 
 use std::path::PathBuf;

@@ -1,0 +1,421 @@
+//! The authority's side of the share protocol: per key a pool and the holders' bookings, the membership, the targets.
+//!
+//! The authority is the store's state (in memory here; the Redis scripts
+//! keep the same fields). Per key it keeps the limit, the *pool* (the
+//! unallocated part: a [`ShareBucket`] of `limit − Σ booked`) and each
+//! holder's booking, target and last reported demand. Per holder it keeps
+//! the membership: incarnation, registration expiry, last call answered,
+//! the keys it holds and the keys whose target changed since it last heard.
+//!
+//! Every change keeps `pool.share + Σ booked = limit` (component-wise), and
+//! the pool's share never goes below zero: a grant is at most what the pool
+//! has, so bookings never sum past the limit whatever the targets say.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
+use super::{PICO_PER_TOKEN, Share, ShareBucket};
+use crate::Timestamp;
+use crate::fair_share::{Leftover, fair_shares};
+
+/// How the authority splits a key and how long a registration lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthorityPolicy {
+    /// A holder's registration lasts this long after each call the authority takes.
+    pub ttl: Duration,
+    /// A holder is counted as wanting `headroom ×` its reported demand.
+    pub headroom: u64,
+    /// A holder wants at least `rate / (members × floor_divisor)`; 2 keeps
+    /// half of a sparse key's limit in the pool for newcomers and grants.
+    pub floor_divisor: u64,
+}
+
+impl Default for AuthorityPolicy {
+    fn default() -> Self {
+        AuthorityPolicy {
+            ttl: Duration::from_secs(10),
+            headroom: 2,
+            floor_divisor: 2,
+        }
+    }
+}
+
+/// One holder's part of a key.
+#[derive(Clone, Copy, Debug)]
+struct Holding {
+    holder: HolderId,
+    booked: Share,
+    target: Share,
+    demand: Option<u64>,
+}
+
+/// A key's limit, pool and holdings.
+#[derive(Clone, Debug)]
+struct KeyBook {
+    limit: Share,
+    pool: ShareBucket,
+    holdings: Vec<Holding>,
+}
+
+/// One registered holder.
+#[derive(Clone, Debug)]
+struct Member<K> {
+    incarnation: u64,
+    expires: Timestamp,
+    last_seq: u64,
+    keys: HashSet<K>,
+    /// Keys whose target differs from the booking, to answer at the next call.
+    dirty: HashSet<K>,
+}
+
+/// The authority: pools, bookings and membership for every key.
+#[derive(Clone, Debug)]
+pub struct Authority<K> {
+    policy: AuthorityPolicy,
+    books: HashMap<K, KeyBook>,
+    members: HashMap<HolderId, Member<K>>,
+}
+
+impl<K: Clone + Eq + Hash> Authority<K> {
+    /// An authority with no keys and no members.
+    pub fn new(policy: AuthorityPolicy) -> Self {
+        Authority {
+            policy,
+            books: HashMap::new(),
+            members: HashMap::new(),
+        }
+    }
+
+    /// Registered holders.
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Keys with a book (held, or with a pool still refilling).
+    pub fn keys(&self) -> usize {
+        self.books.len()
+    }
+
+    /// What the pool of `key` has unallocated, and the sum of its bookings (`None`: no book).
+    pub fn split(&self, key: &K) -> Option<(Share, Share)> {
+        let book = self.books.get(key)?;
+        let booked = book.holdings.iter().fold(Share::ZERO, |sum, h| Share {
+            rate: sum.rate + h.booked.rate,
+            burst: sum.burst + h.booked.burst,
+        });
+        Some((book.pool.share(), booked))
+    }
+
+    /// The pool of `key` (`None`: no book).
+    pub fn pool(&self, key: &K) -> Option<ShareBucket> {
+        self.books.get(key).map(|b| b.pool)
+    }
+
+    /// What `key` books to `holder` (zero if nothing).
+    pub fn booked(&self, key: &K, holder: HolderId) -> Share {
+        self.books
+            .get(key)
+            .and_then(|b| b.holdings.iter().find(|h| h.holder == holder))
+            .map_or(Share::ZERO, |h| h.booked)
+    }
+
+    /// Takes one call at `now` and answers it.
+    pub fn sync(&mut self, now: Timestamp, call: &SyncCall<K>) -> SyncReply<K> {
+        self.expire(now);
+        let mut reply = SyncReply {
+            holder: call.holder,
+            incarnation: call.incarnation,
+            seq: call.seq,
+            accepted: false,
+            lapsed: false,
+            answers: Vec::new(),
+        };
+        match self.members.get(&call.holder) {
+            Some(m) if call.incarnation < m.incarnation => return reply,
+            Some(m) if call.incarnation == m.incarnation && call.seq <= m.last_seq => return reply,
+            Some(m) if call.incarnation > m.incarnation => self.reclaim(call.holder, now),
+            Some(_) => {}
+            None if !call.registering => {
+                // Its registration lapsed (and its shares came back): it
+                // must not go on using them as if it had been renewed.
+                reply.lapsed = true;
+                return reply;
+            }
+            None => {}
+        }
+        let ttl = self.policy.ttl;
+        let member = self.members.entry(call.holder).or_insert_with(|| Member {
+            incarnation: call.incarnation,
+            expires: now,
+            last_seq: 0,
+            keys: HashSet::new(),
+            dirty: HashSet::new(),
+        });
+        member.expires = now.saturating_add(ttl);
+        member.last_seq = call.seq;
+        reply.accepted = true;
+        let mut answered = HashSet::new();
+        for report in &call.reports {
+            if let Some(answer) = self.apply(call.holder, report, now) {
+                answered.insert(answer.key.clone());
+                reply.answers.push(answer);
+            }
+        }
+        if call.leaving {
+            self.reclaim(call.holder, now);
+            reply.answers.clear();
+            return reply;
+        }
+        let dirty: Vec<K> = self
+            .members
+            .get_mut(&call.holder)
+            .map(|m| m.dirty.drain().collect())
+            .unwrap_or_default();
+        for key in dirty {
+            if answered.contains(&key) {
+                continue;
+            }
+            if let Some(answer) = self.answer(call.holder, &key, now) {
+                reply.answers.push(answer);
+            }
+        }
+        reply
+    }
+
+    /// Reclaims every holder whose registration has lapsed by `now`: its
+    /// bookings return to the pools with no tokens.
+    pub fn expire(&mut self, now: Timestamp) {
+        let lapsed: Vec<HolderId> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.expires <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for holder in lapsed {
+            self.reclaim(holder, now);
+        }
+    }
+
+    /// Forgets keys nobody holds whose pool is full again at `now` (an
+    /// absent key starts with a full pool, so nothing changes).
+    pub fn forget_idle(&mut self, now: Timestamp) {
+        self.books.retain(|_, book| {
+            book.pool.advance(now);
+            !(book.holdings.is_empty() && book.pool.level() >= book.limit.capacity())
+        });
+    }
+
+    /// Removes `holder` and returns all it booked to the pools, with no tokens.
+    fn reclaim(&mut self, holder: HolderId, now: Timestamp) {
+        let Some(member) = self.members.remove(&holder) else {
+            return;
+        };
+        let members = self.members.len();
+        for key in member.keys {
+            let Some(book) = self.books.get_mut(&key) else {
+                continue;
+            };
+            if let Some(i) = book.holdings.iter().position(|h| h.holder == holder) {
+                let gone = book.holdings.swap_remove(i);
+                give_back(book, gone.booked, 0, now);
+                let changed = retarget(book, members, &self.policy);
+                mark_dirty(&mut self.members, &key, changed);
+            }
+        }
+    }
+
+    /// Applies one report; the answer for it (none for a release).
+    fn apply(
+        &mut self,
+        holder: HolderId,
+        report: &KeyReport<K>,
+        now: Timestamp,
+    ) -> Option<KeyAnswer<K>> {
+        let members = self.members.len();
+        let book = self
+            .books
+            .entry(report.key.clone())
+            .or_insert_with(|| KeyBook {
+                limit: report.limit,
+                pool: ShareBucket::full(report.limit, now),
+                holdings: Vec::new(),
+            });
+        let index = match book.holdings.iter().position(|h| h.holder == holder) {
+            Some(i) => i,
+            None => {
+                book.holdings.push(Holding {
+                    holder,
+                    booked: Share::ZERO,
+                    target: Share::ZERO,
+                    demand: None,
+                });
+                book.holdings.len() - 1
+            }
+        };
+        // What the holder has in force is the truth about what it can use:
+        // anything booked above it (a grant whose reply was lost) returns.
+        let held = book.holdings[index].booked;
+        let kept = held.min(report.in_force);
+        book.holdings[index].booked = kept;
+        give_back(
+            book,
+            Share {
+                rate: held.rate - kept.rate,
+                burst: held.burst - kept.burst,
+            },
+            report.returned,
+            now,
+        );
+        book.holdings[index].demand = report.demand;
+        let member = self.members.get_mut(&holder)?;
+        if report.release {
+            book.holdings.swap_remove(index);
+            member.keys.remove(&report.key);
+            member.dirty.remove(&report.key);
+            let changed = retarget(book, members, &self.policy);
+            mark_dirty(&mut self.members, &report.key, changed);
+            return None;
+        }
+        member.keys.insert(report.key.clone());
+        let changed = retarget(book, members, &self.policy);
+        let changed: Vec<HolderId> = changed.into_iter().filter(|&h| h != holder).collect();
+        mark_dirty(&mut self.members, &report.key, changed);
+        self.answer(holder, &report.key, now)
+    }
+
+    /// Grants what the pool allows toward `holder`'s target of `key` and says where it stands.
+    fn answer(&mut self, holder: HolderId, key: &K, now: Timestamp) -> Option<KeyAnswer<K>> {
+        let book = self.books.get_mut(key)?;
+        let index = book.holdings.iter().position(|h| h.holder == holder)?;
+        let pool = book.pool.share();
+        let Holding { booked, target, .. } = book.holdings[index];
+        let grow = |booked: u64, target: u64, pool: u64| {
+            if target > booked {
+                booked + (target - booked).min(pool)
+            } else {
+                booked
+            }
+        };
+        let granted = Share {
+            rate: grow(booked.rate, target.rate, pool.rate),
+            burst: grow(booked.burst, target.burst, pool.burst),
+        };
+        let delta = Share {
+            rate: granted.rate - booked.rate,
+            burst: granted.burst - booked.burst,
+        };
+        // Book first: the pool gives up the rate and capacity (tokens above
+        // its new capacity vanish) and at most the granted burst in tokens.
+        let tokens = book
+            .pool
+            .take_up_to(now, u128::from(delta.burst) * PICO_PER_TOKEN);
+        book.pool.set_share(
+            now,
+            Share {
+                rate: pool.rate - delta.rate,
+                burst: pool.burst - delta.burst,
+            },
+        );
+        book.holdings[index].booked = granted;
+        Some(KeyAnswer {
+            key: key.clone(),
+            booked: granted,
+            target,
+            tokens,
+            spare: book.pool.share().rate.saturating_mul(16) >= book.limit.rate,
+        })
+    }
+}
+
+/// Returns `share` (and `tokens` pico-tokens) from a holding to the pool of `book`.
+fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
+    let pool = book.pool.share();
+    book.pool.set_share(
+        now,
+        Share {
+            rate: pool.rate + share.rate,
+            burst: pool.burst + share.burst,
+        },
+    );
+    book.pool.add(now, tokens);
+}
+
+/// Recomputes every holding's target of `book`; the holders whose target now differs from their booking.
+///
+/// A holder wants `max(headroom × demand, floor)` with `floor = rate /
+/// (members × floor_divisor)` (a newcomer, with no demand yet, the floor);
+/// the rates are split max-min fair with the leftover unassigned (each at
+/// most what it wants) by [`steady_shares`], which keeps a booking while
+/// the fair share is within a tenth of it and never lets the targets sum
+/// past the rate; so what nobody wants stays in the pool and the holders
+/// above the fair level get equal parts, however their demands differ.
+/// Bursts follow the rates in proportion (at least one token for a holder
+/// with any rate; a kept rate keeps its burst).
+fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec<HolderId> {
+    let limit = book.limit;
+    let n = book.holdings.len().max(members).max(1) as u64;
+    let floor = limit.rate / n.saturating_mul(policy.floor_divisor.max(1));
+    let wants: Vec<u64> = book
+        .holdings
+        .iter()
+        .map(|h| {
+            h.demand
+                .map_or(floor, |d| d.saturating_mul(policy.headroom).max(floor))
+        })
+        .collect();
+    let claims: Vec<Option<u64>> = wants.iter().map(|&w| Some(w)).collect();
+    let held: Vec<Option<u64>> = book
+        .holdings
+        .iter()
+        .map(|h| (h.booked.rate > 0).then_some(h.booked.rate))
+        .collect();
+    // Max-min fair; a booking within a tenth of its fair share is kept,
+    // unless the kept ones would then sum past the rate: then every share
+    // falls to its fair one, so a holder below its fair share can grow.
+    let fair = fair_shares(limit.rate, &claims, Leftover::Unassigned);
+    let within = |old: u64, new: u64| old.abs_diff(new).saturating_mul(10) <= old;
+    let kept: Vec<u64> = fair
+        .iter()
+        .zip(&held)
+        .map(|(&new, &old)| match old {
+            Some(old) if within(old, new) => old,
+            _ => new,
+        })
+        .collect();
+    let total = kept.iter().fold(0u64, |sum, &k| sum.saturating_add(k));
+    let rates = if total <= limit.rate { kept } else { fair };
+    let mut changed = Vec::new();
+    for (holding, &rate) in book.holdings.iter_mut().zip(&rates) {
+        let burst = if rate == holding.booked.rate {
+            holding.booked.burst
+        } else if limit.rate == 0 {
+            0
+        } else {
+            let part = u128::from(limit.burst) * u128::from(rate) / u128::from(limit.rate);
+            u64::try_from(part)
+                .unwrap_or(limit.burst)
+                .max(u64::from(rate > 0))
+                .min(limit.burst)
+        };
+        holding.target = Share { rate, burst };
+        if holding.target != holding.booked {
+            changed.push(holding.holder);
+        }
+    }
+    changed
+}
+
+/// Marks `key` dirty for each of `holders` still registered.
+fn mark_dirty<K: Clone + Eq + Hash>(
+    members: &mut HashMap<HolderId, Member<K>>,
+    key: &K,
+    holders: Vec<HolderId>,
+) {
+    for holder in holders {
+        if let Some(member) = members.get_mut(&holder) {
+            member.dirty.insert(key.clone());
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! The holder's side of the share protocol: per key a sub-bucket decided locally, demand measured, one batched call at a time.
+//!
+//! A holder (one instance) decides a request on a key from its own
+//! [`ShareBucket`] of the share the authority booked to it, with no call.
+//! What it must tell the authority (a key used for the first time, a share
+//! shrunk, a key idle long enough to release, a demand that left its band)
+//! waits in a dirty list for the next call: at most one call is in flight;
+//! a call goes out every [`HolderPolicy::sync_interval`] (a heartbeat even
+//! with nothing to say), or after [`HolderPolicy::batch_interval`] when a
+//! request waits for a key's first share or a shrink waits to be booked.
+//!
+//! The holder uses its shares only until `t_send + ttl − ttl_margin`, where
+//! `t_send` is when it sent the last call the authority took: the
+//! authority's registration runs to at least `t_receipt + ttl` on the same
+//! or a slower clock. Past that deadline it drops every share (a lapse:
+//! nothing in force, a new incarnation) and asks again.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::message::{HolderId, KeyReport, SyncCall, SyncReply};
+use super::{MILLI_PER_TOKEN, Share, ShareBucket};
+use crate::Timestamp;
+
+/// When a holder calls, how long it trusts its registration, what it forgets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HolderPolicy {
+    /// A call (a heartbeat with whatever is dirty) at least this often.
+    pub sync_interval: Duration,
+    /// A call this soon after the last one when a request waits on it.
+    pub batch_interval: Duration,
+    /// A call with no reply after this long is given up (its reply, if it comes, is ignored).
+    pub call_timeout: Duration,
+    /// The authority's registration TTL.
+    pub ttl: Duration,
+    /// Subtracted from the TTL on the holder's side: clock drift and skew.
+    pub ttl_margin: Duration,
+    /// A key not seen for this long is released and forgotten.
+    pub idle_after: Duration,
+    /// Demand is measured over periods of this length (smoothed over about four).
+    pub demand_period: Duration,
+    /// At most this many keys held at once; a request for another is denied.
+    pub max_keys: usize,
+}
+
+impl Default for HolderPolicy {
+    fn default() -> Self {
+        HolderPolicy {
+            sync_interval: Duration::from_millis(100),
+            batch_interval: Duration::from_millis(1),
+            call_timeout: Duration::from_millis(500),
+            ttl: Duration::from_secs(10),
+            ttl_margin: Duration::from_secs(1),
+            idle_after: Duration::from_secs(30),
+            demand_period: Duration::from_secs(1),
+            max_keys: 1_000_000,
+        }
+    }
+}
+
+/// What a holder says about one request on one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The local share has the tokens: take them with [`Holder::take`].
+    Admit,
+    /// The local share has not (or the holder holds its most keys).
+    Deny,
+    /// The key has no answer from the authority yet: decide again after the next reply.
+    Wait,
+}
+
+/// Smoothed arrivals on one key, in milli-tokens per second.
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    period_start: Timestamp,
+    count: u64,
+    rate: Option<u64>,
+}
+
+impl Demand {
+    fn record(&mut self, now: Timestamp, cost: u64, period: Duration) {
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let elapsed = now.as_nanos().saturating_sub(self.period_start.as_nanos());
+        if elapsed >= period_ns {
+            let sample = u64::try_from(
+                u128::from(self.count) * u128::from(MILLI_PER_TOKEN) * 1_000_000_000
+                    / u128::from(period_ns),
+            )
+            .unwrap_or(u64::MAX);
+            let mut rate = match self.rate {
+                None => sample,
+                Some(old) => old - old / 4 + sample / 4,
+            };
+            // Periods with no arrival at all decay it by a quarter each.
+            for _ in 1..(elapsed / period_ns).min(64) {
+                rate -= rate / 4;
+            }
+            self.rate = Some(rate);
+            self.count = 0;
+            self.period_start = Timestamp::from_nanos(now.as_nanos() - elapsed % period_ns);
+        }
+        self.count = self.count.saturating_add(cost);
+    }
+
+    /// What to report at `now`: the smoothed rate, or the current period's
+    /// if it is higher (or the only one) and an eighth of a period has passed.
+    fn estimate(&self, now: Timestamp, period: Duration) -> Option<u64> {
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let elapsed = now.as_nanos().saturating_sub(self.period_start.as_nanos());
+        let current = (elapsed >= period_ns / 8 && elapsed > 0).then(|| {
+            u64::try_from(
+                u128::from(self.count) * u128::from(MILLI_PER_TOKEN) * 1_000_000_000
+                    / u128::from(elapsed),
+            )
+            .unwrap_or(u64::MAX)
+        });
+        match (self.rate, current) {
+            (Some(rate), Some(current)) => Some(rate.max(current)),
+            (rate, current) => rate.or(current),
+        }
+    }
+}
+
+/// One key as a holder keeps it.
+#[derive(Clone, Debug)]
+struct HeldKey {
+    limit: Share,
+    bucket: ShareBucket,
+    /// Pico-tokens shrunk out of the bucket, to hand back with the next report.
+    returned: u128,
+    demand: Demand,
+    reported_demand: Option<u64>,
+    last_seen: Timestamp,
+    /// In the dirty list.
+    dirty: bool,
+    /// The authority has answered for this key at least once.
+    answered: bool,
+    /// Released: reported with nothing in force, forgotten once the authority takes it.
+    released: bool,
+    /// The last answer said the pool has rate to spare: a denial here is reported.
+    spare: bool,
+}
+
+/// A call in flight.
+#[derive(Clone, Debug)]
+struct InFlight<K> {
+    seq: u64,
+    sent: Timestamp,
+    keys: Vec<K>,
+}
+
+/// One holder: its keys, its dirty list, its call in flight.
+#[derive(Clone, Debug)]
+pub struct Holder<K> {
+    id: HolderId,
+    policy: HolderPolicy,
+    incarnation: u64,
+    seq: u64,
+    keys: HashMap<K, HeldKey>,
+    dirty: Vec<K>,
+    /// A request waits on the next call, or a shrink waits to be booked.
+    urgent: bool,
+    in_flight: Option<InFlight<K>>,
+    last_call: Option<Timestamp>,
+    /// Shares may be used until then (`None`: never registered, or lapsed).
+    valid_until: Option<Timestamp>,
+    last_sweep: Timestamp,
+    lapses: u64,
+}
+
+/// Demand `d` left the band around `reported`: above `2·r + 1/s`, or below `(r − 1/s)/2`.
+fn outside_band(reported: Option<u64>, d: u64) -> bool {
+    match reported {
+        None => true,
+        Some(r) => {
+            d > r.saturating_mul(2) + MILLI_PER_TOKEN || d.saturating_mul(2) + MILLI_PER_TOKEN < r
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash> Holder<K> {
+    /// Holder `id`, holding nothing, at `now`.
+    pub fn new(id: HolderId, policy: HolderPolicy, now: Timestamp) -> Self {
+        Holder {
+            id,
+            policy,
+            incarnation: 1,
+            seq: 0,
+            keys: HashMap::new(),
+            dirty: Vec::new(),
+            urgent: false,
+            in_flight: None,
+            last_call: None,
+            valid_until: None,
+            last_sweep: now,
+            lapses: 0,
+        }
+    }
+
+    /// The holder's id.
+    pub fn id(&self) -> HolderId {
+        self.id
+    }
+
+    /// Keys held (including ones being released).
+    pub fn keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Times the holder dropped every share because its registration ran out.
+    pub fn lapses(&self) -> u64 {
+        self.lapses
+    }
+
+    /// The share of `key` in force (zero if none).
+    pub fn in_force(&self, key: &K) -> Share {
+        self.keys.get(key).map_or(Share::ZERO, |k| k.bucket.share())
+    }
+
+    /// Whether the holder may use its shares at `now` (registered, deadline not passed).
+    pub fn valid_at(&self, now: Timestamp) -> bool {
+        self.valid_until.is_some_and(|v| now < v)
+    }
+
+    /// Whether a call is in flight.
+    pub fn calling(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Judges a request of `cost` on `key` (whose whole limit is `limit`) at `now`; takes nothing.
+    pub fn check(&mut self, key: &K, limit: Share, now: Timestamp, cost: u64) -> Verdict {
+        self.lapse_if_due(now);
+        let period = self.policy.demand_period;
+        if !self.keys.contains_key(key) {
+            if self.keys.len() >= self.policy.max_keys {
+                return Verdict::Deny;
+            }
+            self.keys.insert(
+                key.clone(),
+                HeldKey {
+                    limit,
+                    bucket: ShareBucket::new(Share::ZERO, 0, now),
+                    returned: 0,
+                    demand: Demand {
+                        period_start: now,
+                        count: 0,
+                        rate: None,
+                    },
+                    reported_demand: None,
+                    last_seen: now,
+                    dirty: false,
+                    answered: false,
+                    released: false,
+                    spare: false,
+                },
+            );
+        }
+        let Some(held) = self.keys.get_mut(key) else {
+            return Verdict::Deny;
+        };
+        held.last_seen = now;
+        held.demand.record(now, cost, period);
+        let mut report = !held.answered
+            || held.released
+            || held
+                .demand
+                .rate
+                .is_some_and(|d| outside_band(held.reported_demand, d));
+        if held.released {
+            held.released = false;
+            held.answered = false;
+        }
+        let verdict = if !held.answered {
+            Verdict::Wait
+        } else if self.valid_until.is_some_and(|v| now < v) && held.bucket.has(now, cost) {
+            Verdict::Admit
+        } else {
+            Verdict::Deny
+        };
+        if verdict == Verdict::Deny && held.spare {
+            // Out of tokens while the pool has some to give: ask at the next call.
+            held.spare = false;
+            report = true;
+        }
+        report &= !held.dirty;
+        if report {
+            held.dirty = true;
+            self.dirty.push(key.clone());
+        }
+        if verdict == Verdict::Wait {
+            self.urgent = true;
+        }
+        verdict
+    }
+
+    /// Takes `cost` tokens of `key` at `now` after [`check`](Self::check) said [`Verdict::Admit`]; whether it could.
+    pub fn take(&mut self, key: &K, now: Timestamp, cost: u64) -> bool {
+        self.valid_until.is_some_and(|v| now < v)
+            && self
+                .keys
+                .get_mut(key)
+                .is_some_and(|k| k.bucket.try_take(now, cost))
+    }
+
+    /// The call to send at `now`, if one is due.
+    pub fn poll(&mut self, now: Timestamp) -> Option<SyncCall<K>> {
+        self.lapse_if_due(now);
+        if let Some(flight) = &self.in_flight {
+            if now < flight.sent.saturating_add(self.policy.call_timeout) {
+                return None;
+            }
+            self.give_up();
+        }
+        let due = match self.last_call {
+            None => self.urgent,
+            Some(last) => {
+                now >= last.saturating_add(self.policy.sync_interval)
+                    || (self.urgent && now >= last.saturating_add(self.policy.batch_interval))
+            }
+        };
+        if !due || (self.keys.is_empty() && self.dirty.is_empty()) {
+            return None;
+        }
+        self.release_idle(now);
+        let period = self.policy.demand_period;
+        self.seq += 1;
+        let mut reports = Vec::with_capacity(self.dirty.len());
+        let mut keys = Vec::with_capacity(self.dirty.len());
+        for key in std::mem::take(&mut self.dirty) {
+            let Some(held) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            held.dirty = false;
+            held.reported_demand = held.demand.rate;
+            reports.push(KeyReport {
+                key: key.clone(),
+                limit: held.limit,
+                in_force: held.bucket.share(),
+                returned: std::mem::take(&mut held.returned),
+                demand: held.demand.estimate(now, period),
+                release: held.released,
+            });
+            keys.push(key);
+        }
+        self.urgent = false;
+        self.last_call = Some(now);
+        self.in_flight = Some(InFlight {
+            seq: self.seq,
+            sent: now,
+            keys,
+        });
+        Some(SyncCall {
+            holder: self.id,
+            incarnation: self.incarnation,
+            seq: self.seq,
+            registering: self.valid_until.is_none(),
+            leaving: false,
+            reports,
+        })
+    }
+
+    /// The last call of a holder shutting down: releases every share (shrunk to nothing first).
+    pub fn leave(&mut self, now: Timestamp) -> SyncCall<K> {
+        self.seq += 1;
+        let reports = self
+            .keys
+            .drain()
+            .map(|(key, mut held)| {
+                let returned = held.bucket.set_share(now, Share::ZERO) + held.returned;
+                KeyReport {
+                    key,
+                    limit: held.limit,
+                    in_force: Share::ZERO,
+                    returned,
+                    demand: None,
+                    release: true,
+                }
+            })
+            .collect();
+        self.dirty.clear();
+        self.in_flight = None;
+        let registering = self.valid_until.take().is_none();
+        SyncCall {
+            holder: self.id,
+            incarnation: self.incarnation,
+            seq: self.seq,
+            registering,
+            leaving: true,
+            reports,
+        }
+    }
+
+    /// Takes the authority's reply at `now`; whether it was the reply to the call in flight.
+    pub fn on_reply(&mut self, now: Timestamp, reply: SyncReply<K>) -> bool {
+        let Some(flight) = &self.in_flight else {
+            return false;
+        };
+        if reply.holder != self.id
+            || reply.incarnation != self.incarnation
+            || reply.seq != flight.seq
+        {
+            return false;
+        }
+        if reply.lapsed {
+            self.lapse();
+            return false;
+        }
+        if !reply.accepted {
+            self.give_up();
+            return false;
+        }
+        let Some(flight) = self.in_flight.take() else {
+            return false;
+        };
+        let deadline = flight
+            .sent
+            .saturating_add(self.policy.ttl.saturating_sub(self.policy.ttl_margin));
+        self.valid_until = Some(deadline);
+        for key in &flight.keys {
+            if self.keys.get(key).is_some_and(|k| k.released) {
+                self.keys.remove(key);
+            }
+        }
+        for answer in reply.answers {
+            let Some(held) = self.keys.get_mut(&answer.key) else {
+                continue;
+            };
+            if held.released {
+                continue;
+            }
+            // The booking is at least what is in force (nothing grew since
+            // the call went out): put it in force, then the tokens it brought.
+            held.returned += held.bucket.set_share(now, answer.booked);
+            held.bucket.add(now, answer.tokens);
+            held.answered = true;
+            held.spare = answer.spare;
+            if answer.booked.exceeds(answer.target) {
+                // Shrink before the authority books the release.
+                held.returned += held.bucket.set_share(now, answer.booked.min(answer.target));
+                self.urgent = true;
+                if !held.dirty {
+                    held.dirty = true;
+                    self.dirty.push(answer.key);
+                }
+            }
+        }
+        true
+    }
+
+    /// Gives up the call in flight: its keys are reported again with the next one.
+    fn give_up(&mut self) {
+        if let Some(flight) = self.in_flight.take() {
+            for key in flight.keys {
+                if let Some(held) = self.keys.get_mut(&key)
+                    && !held.dirty
+                {
+                    held.dirty = true;
+                    if !held.answered || held.released {
+                        self.urgent = true;
+                    }
+                    self.dirty.push(key);
+                }
+            }
+        }
+    }
+
+    /// Past the registration's deadline: drop every share, start a new incarnation.
+    fn lapse_if_due(&mut self, now: Timestamp) {
+        if self.valid_until.is_some_and(|v| now >= v) {
+            self.lapse();
+        }
+    }
+
+    /// Drops every share and starts a new incarnation (the authority reclaims the old one).
+    fn lapse(&mut self) {
+        self.keys.clear();
+        self.dirty.clear();
+        self.urgent = false;
+        self.in_flight = None;
+        self.valid_until = None;
+        self.incarnation += 1;
+        self.lapses += 1;
+    }
+
+    /// Marks keys not seen for `idle_after` released (shrunk to nothing), at most once per half of it.
+    fn release_idle(&mut self, now: Timestamp) {
+        let half = self.policy.idle_after / 2;
+        if now < self.last_sweep.saturating_add(half) {
+            return;
+        }
+        self.last_sweep = now;
+        let idle_after = self.policy.idle_after;
+        for (key, held) in &mut self.keys {
+            if held.answered && !held.released && now >= held.last_seen.saturating_add(idle_after) {
+                held.returned += held.bucket.set_share(now, Share::ZERO);
+                held.released = true;
+                if !held.dirty {
+                    held.dirty = true;
+                    self.dirty.push(key.clone());
+                }
+            }
+        }
+    }
+}

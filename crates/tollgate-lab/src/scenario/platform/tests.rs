@@ -1,0 +1,96 @@
+//! Tests of the platform scenario: each mode's figures on a small fleet, and the checker seeing over-admission where it happens.
+
+use std::time::Duration;
+
+use tollgate_core::Timestamp;
+use tollgate_core::share::{AuthorityPolicy, HolderPolicy, Share};
+
+use super::*;
+
+fn scenario(distribution: KeyDistribution, scale: Vec<(Duration, u32)>) -> PlatformScenario {
+    PlatformScenario {
+        start: Timestamp::from_secs(1_700_000_000),
+        duration: Duration::from_secs(10),
+        rate: 20_000.0,
+        poisson: true,
+        seed: 7,
+        keys: 1_000,
+        distribution,
+        instances: 4,
+        scale,
+        key_limit: Share::per_second(100, 100),
+        platform_limit: Some(Share::per_second(15_000, 15_000)),
+        modes: PlatformMode::ALL.to_vec(),
+        store_rtt: Duration::from_micros(500),
+        lease_period: Duration::from_secs(1),
+        holder: HolderPolicy::default(),
+        authority: AuthorityPolicy::default(),
+    }
+}
+
+fn lane(report: &PlatformReport, mode: PlatformMode) -> &PlatformLaneReport {
+    report
+        .lanes
+        .iter()
+        .find(|l| l.mode == mode)
+        .expect("lane ran")
+}
+
+#[test]
+fn shares_admit_nothing_past_either_limit_with_few_calls_through_a_scale_out_and_in() {
+    for distribution in [KeyDistribution::Zipf(1.0), KeyDistribution::Uniform] {
+        let run = scenario(
+            distribution,
+            vec![(Duration::from_secs(4), 6), (Duration::from_secs(7), 2)],
+        );
+        let report = run.run().expect("valid");
+        let exact = lane(&report, PlatformMode::Exact);
+        assert_eq!(exact.decisions, report.arrivals);
+        assert_eq!((exact.over_admitted, exact.calls_per_decision), (0, 1.0));
+        let shares = lane(&report, PlatformMode::Shares);
+        assert_eq!(
+            shares.decisions, report.arrivals,
+            "{distribution:?}: every request decided once"
+        );
+        assert_eq!(shares.over_admitted, 0, "{distribution:?}");
+        assert!(
+            shares.calls_per_decision <= 0.05,
+            "{distribution:?}: {shares:?}"
+        );
+        assert!(
+            shares.under_admission_pct <= 3.0,
+            "{distribution:?}: {shares:?}"
+        );
+        assert_eq!(
+            lane(&report, PlatformMode::Leased).over_admitted,
+            0,
+            "{distribution:?}"
+        );
+    }
+}
+
+#[test]
+fn local_limits_drift_past_the_limit_and_the_checker_counts_it() {
+    let report = scenario(KeyDistribution::Zipf(1.0), Vec::new())
+        .run()
+        .expect("valid");
+    let local = lane(&report, PlatformMode::Local);
+    assert!(
+        local.over_admitted > 0 && local.worst_over_second > 0,
+        "{local:?}"
+    );
+    assert!(
+        local.under_admission_pct < 0.0,
+        "it admits more than the exact limiter"
+    );
+    assert_eq!(local.store_calls, 0);
+}
+
+#[test]
+fn bad_parameters_are_refused_with_their_name() {
+    let mut run = scenario(KeyDistribution::Zipf(0.0), Vec::new());
+    assert!(run.run().unwrap_err().to_string().contains("zipf_s"));
+    run.distribution = KeyDistribution::Uniform;
+    run.scale = vec![(Duration::from_secs(1), 0)];
+    assert!(run.run().unwrap_err().to_string().contains("instances"));
+}
