@@ -59,7 +59,7 @@ use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_core::duration::ceil_seconds;
 use tollgate_protocol::rls::caps::{JsonEntries, RequestCaps};
-use tollgate_protocol::rls::convert::{engine_request, wire_response};
+use tollgate_protocol::rls::convert::engine_request;
 use tollgate_protocol::rls::headers::ResponseHeaders;
 use tollgate_protocol::rls::model::{
     Code, Descriptor, DescriptorStatus, RateLimitRequest, RateLimitResponse,
@@ -346,7 +346,9 @@ async fn json_endpoint<C: Clock + 'static>(
         Ok(response) => response,
         Err(message) => return bad_request(message),
     };
-    json_response(status_for(response.overall), &wire_response(&response))
+    // The headers the gRPC answer carries too (upstream's /json includes them).
+    let wire = state.headers.wire_answer(&request.descriptors, &response);
+    json_response(status_for(response.overall), &wire)
 }
 
 // ---------------------------------------------------------------- /v1/check

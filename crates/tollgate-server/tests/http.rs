@@ -265,6 +265,25 @@ async fn bad_json_and_invalid_requests_are_400_naming_the_problem() {
 }
 
 #[tokio::test]
+async fn json_carries_the_limit_headers_the_grpc_answer_carries() {
+    let server = TestServer::start(true).await;
+    let reply = server.send("POST", "/json", LOGIN_JSON).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let names = LimitHeaderNames::default();
+    assert_eq!(
+        reply.json()["responseHeadersToAdd"],
+        json!([
+            {"key": names.limit, "value": "3"},
+            {"key": names.remaining, "value": "2"},
+            {"key": names.reset, "value": "15"}
+        ]),
+        "{}",
+        reply.body
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn check_answers_the_native_shape_with_limit_headers() {
     let server = TestServer::start(true).await;
     let body = r#"{"domain":"edge","descriptors":[{"path":"/login"}],"hits":1}"#;

@@ -24,8 +24,8 @@ use std::task::{Context, Poll};
 
 use futures_util::future::Either;
 use tollgate_core::{Clock, Timestamp};
-use tollgate_protocol::rls::convert::{engine_request, wire_response};
-use tollgate_protocol::rls::headers::{DELAY_HEADER, ResponseHeaders};
+use tollgate_protocol::rls::convert::engine_request;
+use tollgate_protocol::rls::headers::ResponseHeaders;
 use tollgate_protocol::rls::model::{RateLimitRequest, RateLimitResponse};
 use tollgate_protocol::rls::wire::{self, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
 use tollgate_protocol::rls::{RequestCaps, RlsCodec};
@@ -198,23 +198,11 @@ impl<C: Clock> RateLimitGrpc<C> {
         }
         match answer {
             Ok(response) => {
-                let mut wire = wire_response(&response);
-                let rendered = self.headers.render(&request.descriptors, &response);
-                wire.response_headers_to_add = rendered
-                    .headers
-                    .into_iter()
-                    .map(|(key, value)| wire::HeaderValue { key, value })
-                    .collect();
-                wire.raw_body = rendered.raw_body.unwrap_or_default();
-                if !response.delay.is_zero() {
-                    // A shaper's wait, visible to the client the request reaches.
-                    wire.response_headers_to_add.push(wire::HeaderValue {
-                        key: DELAY_HEADER.to_owned(),
-                        value: response.delay.as_millis().to_string(),
-                    });
-                    if let Some(metrics) = &self.metrics {
-                        metrics.observe_shaped(response.delay);
-                    }
+                let wire = self.headers.wire_answer(&request.descriptors, &response);
+                if !response.delay.is_zero()
+                    && let Some(metrics) = &self.metrics
+                {
+                    metrics.observe_shaped(response.delay);
                 }
                 Ok(Answer {
                     response: wire,
