@@ -159,7 +159,7 @@ impl Server {
         loop {
             match self.stdout_lines.recv_timeout(BUDGET) {
                 Ok(line) => {
-                    if let Some(addr) = line.strip_prefix("listening on ") {
+                    if let Some(addr) = announced(&line).strip_prefix("listening on ") {
                         return addr.to_owned();
                     }
                 }
@@ -179,7 +179,7 @@ impl Server {
                 .stdout_lines
                 .recv_timeout(BUDGET)
                 .unwrap_or_else(|error| panic!("no `{prefix}` line within {BUDGET:?}: {error}"));
-            if let Some(rest) = line.strip_prefix(prefix) {
+            if let Some(rest) = announced(&line).strip_prefix(prefix) {
                 return rest.to_owned();
             }
         }
@@ -232,6 +232,7 @@ impl LoggedChild {
         while addr.is_none() || (admin && admin_addr.is_none()) {
             match lines.recv_timeout(BUDGET) {
                 Ok(line) => {
+                    let line = announced(&line);
                     if let Some(a) = line.strip_prefix("admin listening on ") {
                         admin_addr = Some(a.parse().expect("an admin address"));
                     } else if let Some(a) = line.strip_prefix("listening on ") {
@@ -275,4 +276,16 @@ impl LoggedChild {
         }
         LoggedChild::spawn(command, log, admin)
     }
+}
+
+/// What a stdout line announces: the line itself, or with JSON logs its `fields.message`.
+#[must_use]
+pub fn announced(line: &str) -> String {
+    if line.starts_with('{')
+        && let Ok(object) = serde_json::from_str::<serde_json::Value>(line)
+        && let Some(message) = object["fields"]["message"].as_str()
+    {
+        return message.to_owned();
+    }
+    line.to_owned()
 }

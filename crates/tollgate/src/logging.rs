@@ -141,6 +141,35 @@ pub fn warning(message: &str) {
     }
 }
 
+/// Announces on stdout where a command listens, a line each (`listening on
+/// ADDR`, the harness's and the scripts' interface): as text, or with
+/// `json` one object per line in the log's own shape (`timestamp`, `level`,
+/// `fields.message`, `target`), so a collector reading stdout parses every
+/// line too. A closed stdout is ignored: the log says the same.
+pub fn announce(lines: &[String]) {
+    let mut text = String::new();
+    for line in lines {
+        if json() {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a log line's wall-clock timestamp; no decision reads it"
+            )]
+            let now = std::time::SystemTime::now();
+            let object = serde_json::json!({
+                "timestamp": humantime::format_rfc3339_micros(now).to_string(),
+                "level": "INFO",
+                "fields": {"message": line},
+                "target": "tollgate",
+            });
+            text.push_str(&object.to_string());
+        } else {
+            text.push_str(line);
+        }
+        text.push('\n');
+    }
+    let _ = crate::stdout_text::print(&text);
+}
+
 /// A limits file's diagnostic: `file:line:column: severity: message`, or an event with those fields.
 pub fn diagnostic(diagnostic: &Diagnostic) {
     if !json() {

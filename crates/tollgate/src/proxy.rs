@@ -1,6 +1,5 @@
 //! `tollgate proxy`: the HTTP sidecar / edge proxy with Envoy's local and global rate-limit filters.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -197,13 +196,7 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
     drop(runtime);
     // Watch (and hear SIGHUP) before announcing the listeners, so no change after the announcement is missed.
     let _reloading = tollgate_proxy::watch_config(&proxy);
-    {
-        let mut stdout = std::io::stdout().lock();
-        for line in lines {
-            let _ = writeln!(stdout, "{line}");
-        }
-        let _ = stdout.flush();
-    }
+    crate::logging::announce(&lines);
     tollgate_proxy::serve(
         proxy,
         listeners,

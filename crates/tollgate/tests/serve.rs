@@ -142,7 +142,7 @@ fn json_logs_are_one_object_per_line() {
         .status()
         .expect("kill runs");
     assert!(kill.success());
-    let (code, _, stderr) = server.finish();
+    let (code, stdout, stderr) = server.finish();
     assert_eq!(code, Some(0), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(!lines.is_empty(), "no log lines");
@@ -156,6 +156,16 @@ fn json_logs_are_one_object_per_line() {
         stderr.contains("gRPC rate limit service listening"),
         "{stderr}"
     );
+    // stdout's announcements are JSON too, in the log's shape (the first,
+    // `listening on`, was read by `address()`).
+    assert!(!stdout.is_empty(), "{stdout:?}");
+    for line in &stdout {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}"));
+        assert!(value["timestamp"].is_string(), "{line}");
+        let message = value["fields"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("listening on 127.0.0.1:"), "{line}");
+    }
 }
 
 /// Stops `server` with SIGTERM and returns its stderr (it must exit 0).

@@ -1,6 +1,5 @@
 //! The listeners of `serve`: binding them, announcing them, and serving gRPC, HTTP and the debug port until a shutdown signal.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,16 +127,14 @@ pub(super) async fn serve(
         }
         None => None,
     };
-    let mut stdout = std::io::stdout().lock();
-    // A closed stdout must not stop the server; the log lines above say the same.
-    let _ = writeln!(stdout, "listening on {bound}")
-        .and_then(|()| writeln!(stdout, "http listening on {http_bound}"))
-        .and_then(|()| match &debug {
-            Some((_, debug_bound)) => writeln!(stdout, "debug listening on {debug_bound}"),
-            None => Ok(()),
-        })
-        .and_then(|()| stdout.flush());
-    drop(stdout);
+    let mut announced = vec![
+        format!("listening on {bound}"),
+        format!("http listening on {http_bound}"),
+    ];
+    if let Some((_, debug_bound)) = &debug {
+        announced.push(format!("debug listening on {debug_bound}"));
+    }
+    crate::logging::announce(&announced);
 
     // One signal stops both servers: /readyz turns 503 as soon as it
     // arrives, and the listeners close once the drain delay has passed.
