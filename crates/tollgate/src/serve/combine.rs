@@ -29,6 +29,12 @@ pub(super) const DEFAULT_HTTP_ADDR: SocketAddr =
 pub(super) const UPSTREAM_PORTS: (u16, u16, u16) = (8081, 8080, 6070);
 
 /// The store to use, if not memory: the flag (or `TOLLGATE_STORE`), else upstream's `REDIS_*` variables.
+///
+/// Configured the way upstream is (no `--config`), a missing `REDIS_URL` is
+/// refused: upstream would connect to its default socket, and counting in
+/// each replica's memory instead would multiply every limit by the
+/// replica count without a word. `--store memory` (`TOLLGATE_STORE=memory`)
+/// asks for that explicitly.
 pub(super) fn store_setting(
     args: &ServeArgs,
     env: &UpstreamEnv,
@@ -39,9 +45,21 @@ pub(super) fn store_setting(
             url: url.to_owned(),
             tls: None,
         })),
-        None => upstream_store(env),
+        None => match upstream_store(env)? {
+            None if args.config.is_none() => Err(CommandError::Usage(format!(
+                "REDIS_URL is not set: envoyproxy/ratelimit would use its default, {} ({} socket); \
+                 set REDIS_URL to your Redis, or TOLLGATE_STORE=memory to count in this process only \
+                 (each replica then counts on its own, so a limit is multiplied by the replicas)",
+                UPSTREAM_DEFAULT_REDIS_URL, UPSTREAM_DEFAULT_REDIS_SOCKET_TYPE
+            ))),
+            store => Ok(store),
+        },
     }
 }
+
+/// envoyproxy/ratelimit's `REDIS_URL` and `REDIS_SOCKET_TYPE` defaults (a twemproxy socket).
+const UPSTREAM_DEFAULT_REDIS_URL: &str = "/var/run/nutcracker/ratelimit.sock";
+const UPSTREAM_DEFAULT_REDIS_SOCKET_TYPE: &str = "unix";
 
 /// How `serve` writes its log lines.
 /// Where statsd lines go (upstream's `USE_STATSD`, `STATSD_HOST`, `STATSD_PORT`, `STATS_FLUSH_INTERVAL`).

@@ -484,9 +484,14 @@ fn redis_tls_files_are_read_at_start() {
 #[test]
 fn every_upstream_variable_is_honoured_refused_or_noted_by_name() {
     use crate::upstream_env::{Disposition, VARIABLES};
+    // A REDIS_URL unless the case names one: without it upstream's mode refuses to start.
     let upstream = |env: &[(&str, &str)]| {
         let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
-        settings(&cli.serve, &UpstreamEnv::from_pairs(env.iter().copied()))
+        let mut pairs = env.to_vec();
+        if !pairs.iter().any(|(name, _)| *name == "REDIS_URL") {
+            pairs.insert(0, ("REDIS_URL", "/run/redis.sock"));
+        }
+        settings(&cli.serve, &UpstreamEnv::from_pairs(pairs))
     };
     for variable in VARIABLES {
         let name = variable.name;
@@ -540,7 +545,17 @@ fn every_upstream_variable_is_honoured_refused_or_noted_by_name() {
 
 #[test]
 fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstream() {
+    // Without REDIS_URL, upstream's mode never counts per pod in silence.
     let cli = Cli::try_parse_from(["serve"]).expect("no flags parse");
+    let Err(e) = settings(&cli.serve, &UpstreamEnv::default()) else {
+        panic!("serve without --config and without REDIS_URL must not count in memory in silence");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("REDIS_URL is not set") && e.contains("TOLLGATE_STORE=memory"),
+        "{e}"
+    );
+    let cli = Cli::try_parse_from(["serve", "--store", "memory"]).expect("the flags parse");
     let s = settings(&cli.serve, &UpstreamEnv::default()).expect("valid");
     assert_eq!(s.config, Path::new("/srv/runtime_data/current/config"));
     assert_eq!(s.grpc_addr, addr("0.0.0.0:8081"));
