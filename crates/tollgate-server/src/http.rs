@@ -82,6 +82,17 @@ pub struct HttpState<C: Clock> {
     metrics: Option<Arc<Metrics>>,
     caps: RequestCaps,
     build: Option<BuildInfo>,
+    refunds: Refunds,
+}
+
+/// Whether the HTTP API gives units back (`isNegativeHits` in `/json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Refunds {
+    /// Anyone who reaches the API may give units back (upstream's behaviour).
+    #[default]
+    Allowed,
+    /// A request that gives units back is refused with 403, spending and giving back nothing.
+    Refused,
 }
 
 impl<C: Clock> Clone for HttpState<C> {
@@ -93,6 +104,7 @@ impl<C: Clock> Clone for HttpState<C> {
             metrics: self.metrics.clone(),
             caps: self.caps,
             build: self.build.clone(),
+            refunds: self.refunds,
         }
     }
 }
@@ -111,7 +123,15 @@ impl<C: Clock> HttpState<C> {
             metrics: None,
             caps: RequestCaps::default(),
             build: None,
+            refunds: Refunds::Allowed,
         }
+    }
+
+    /// This state, giving units back or refusing to (`--http-refunds`).
+    #[must_use]
+    pub fn with_refunds(mut self, refunds: Refunds) -> Self {
+        self.refunds = refunds;
+        self
     }
 
     /// This state, refusing bodies and requests over `caps` (the defaults otherwise).
@@ -341,6 +361,13 @@ async fn json_endpoint<C: Clock + 'static>(
         Ok(request) => request,
         Err(error) => return bad_request(format!("invalid RateLimitRequest JSON: {error}")),
     };
+    if state.refunds == Refunds::Refused && request.descriptors.iter().any(|d| d.is_negative_hits) {
+        return (
+            StatusCode::FORBIDDEN,
+            "refunds (isNegativeHits) are refused on this listener (--http-refunds refuse); nothing was spent or given back\n",
+        )
+            .into_response();
+    }
     let request = engine_request(request);
     let response = match decide(&state, &request).await {
         Ok(response) => response,

@@ -58,6 +58,15 @@ impl TestServer {
 
     /// [`TestServer::start`] refusing requests over `caps`.
     async fn start_with_caps(limit_headers: bool, caps: RequestCaps) -> TestServer {
+        TestServer::start_with(limit_headers, caps, http::Refunds::Allowed).await
+    }
+
+    /// [`TestServer::start_with_caps`], giving units back or refusing to.
+    async fn start_with(
+        limit_headers: bool,
+        caps: RequestCaps,
+        refunds: http::Refunds,
+    ) -> TestServer {
         let (engine, _clock) = fixed_engine::engine(LIMITS, 45_000);
         let headers = ResponseHeaders::new(
             HeaderOptions {
@@ -78,7 +87,8 @@ impl TestServer {
         );
         let state = HttpState::new(live, Arc::new(headers), Arc::clone(&ready))
             .with_metrics(metrics)
-            .with_caps(caps);
+            .with_caps(caps)
+            .with_refunds(refunds);
         let listener = bind_loopback().await;
         let addr = listener.local_addr().expect("local address").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -183,6 +193,30 @@ async fn json_answers_ok_then_429_with_proto3_json_fields() {
             }]
         })
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn refunds_refused_give_nothing_back_and_spend_nothing() {
+    let server =
+        TestServer::start_with(false, RequestCaps::default(), http::Refunds::Refused).await;
+    let reply = server.send("POST", "/json", LOGIN_JSON).await;
+    assert_eq!(reply.json()["statuses"][0]["limitRemaining"], json!(2));
+    let refund = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"path","value":"/login"}],"isNegativeHits":true}]}"#;
+    let reply = server.send("POST", "/json", refund).await;
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert!(reply.body.contains("--http-refunds"), "{}", reply.body);
+    // Nothing was given back: the next request sees one unit spent, then this one.
+    let reply = server.send("POST", "/json", LOGIN_JSON).await;
+    assert_eq!(reply.json()["statuses"][0]["limitRemaining"], json!(1));
+    server.stop().await;
+    // Allowed (upstream's behaviour), the same refund gives the unit back.
+    let server = TestServer::start(false).await;
+    server.send("POST", "/json", LOGIN_JSON).await;
+    let reply = server.send("POST", "/json", refund).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let reply = server.send("POST", "/json", LOGIN_JSON).await;
+    assert_eq!(reply.json()["statuses"][0]["limitRemaining"], json!(2));
     server.stop().await;
 }
 

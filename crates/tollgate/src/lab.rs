@@ -64,8 +64,10 @@ pub fn run(args: &LabArgs) -> Result<(), CommandError> {
         let addr = listener.local_addr().map_err(|error| {
             CommandError::Failed(format!("cannot read the listening address: {error}"))
         })?;
+        // The signal handlers are in place before the address is announced.
+        let signal = tollgate_runtime::shutdown_signal();
         println!("tollgate lab: open http://{addr}/");
-        web::serve(listener, lab, tollgate_runtime::shutdown_signal())
+        web::serve(listener, lab, signal)
             .await
             .map_err(|error| CommandError::Failed(format!("the lab stopped: {error}")))
     })

@@ -196,15 +196,10 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
     drop(runtime);
     // Watch (and hear SIGHUP) before announcing the listeners, so no change after the announcement is missed.
     let _reloading = tollgate_proxy::watch_config(&proxy);
+    // The signal handlers are in place before the addresses are announced.
+    let signal = tollgate_runtime::shutdown_signal();
     crate::logging::announce(&lines);
-    tollgate_proxy::serve(
-        proxy,
-        listeners,
-        admin,
-        tollgate_runtime::shutdown_signal(),
-        args.drain_timeout,
-    )
-    .await;
+    tollgate_proxy::serve(proxy, listeners, admin, signal, args.drain_timeout).await;
     if let Some(own_limits) = &own_limits {
         own_limits.return_leases().await;
     }

@@ -191,6 +191,7 @@ fn a_variable_that_changes_nothing_is_a_warning_at_upstreams_log_level_warn() {
             ("PORT", "0"),
             ("LOG_LEVEL", "warn"),
             ("MEMCACHE_HOST_PORT", "memcached:11211"),
+            ("TOLLGATE_DRAIN_DELAY", "0s"),
         ],
     );
     let _serving = server.address();
@@ -204,6 +205,68 @@ fn a_variable_that_changes_nothing_is_a_warning_at_upstreams_log_level_warn() {
 }
 
 #[test]
+fn sigterm_right_after_the_listening_line_drains_and_exits_0() {
+    // A process manager may stop a server the moment it says where it
+    // listens: the handlers must be in place by then, or SIGTERM kills it.
+    for _ in 0..8 {
+        let server = Server::spawn(&[
+            "serve",
+            "--config",
+            "../../examples/limits",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--drain-delay",
+            "0s",
+        ]);
+        let _serving = server.address();
+        let stderr = stop(server);
+        assert!(stderr.contains("SIGTERM received"), "{stderr}");
+    }
+}
+
+#[test]
+fn an_http_api_open_beyond_loopback_without_client_certificates_is_warned_of() {
+    let warning = "the HTTP API answers anyone who reaches it";
+    let open = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "0.0.0.0:0",
+        "--drain-delay",
+        "0s",
+    ]);
+    let _serving = open.address();
+    let stderr = stop(open);
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(warning)).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("WARN") && lines[0].contains("--http-refunds refuse"),
+        "{}",
+        lines[0]
+    );
+    // On loopback, nothing to warn of.
+    let local = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--drain-delay",
+        "0s",
+    ]);
+    let _serving = local.address();
+    let stderr = stop(local);
+    assert!(!stderr.contains(warning), "{stderr}");
+}
+
+#[test]
 fn log_level_debug_is_tollgates_debugging_not_the_http2_librarys() {
     let server = Server::spawn_with_env(
         &["serve", "--config", "../../examples/limits"],
@@ -213,6 +276,7 @@ fn log_level_debug_is_tollgates_debugging_not_the_http2_librarys() {
             ("PORT", "0"),
             ("LOG_LEVEL", "debug"),
             ("RUST_LOG", ""),
+            ("TOLLGATE_DRAIN_DELAY", "0s"),
         ],
     );
     let addr = server.address();

@@ -260,6 +260,20 @@ pub struct ServeArgs {
     /// closed; upstream's `GRPC_MAX_CONNECTION_AGE_GRACE` (default 1h, upstream's).
     #[arg(long, env = "TOLLGATE_MAX_CONNECTION_AGE_GRACE", value_name = "DUR", value_parser = tollgate_core::duration::parse_duration)]
     pub max_connection_age_grace: Option<Duration>,
+    /// Whether the HTTP API gives units back when `/json` asks
+    /// (`isNegativeHits`): `allow` (upstream's behaviour) or `refuse` (403,
+    /// nothing spent or given back). Anyone who reaches the listener can ask.
+    #[arg(long, env = "TOLLGATE_HTTP_REFUNDS", value_name = "allow|refuse", default_value = "allow", value_parser = parse_refunds)]
+    pub http_refunds: tollgate_server::http::Refunds,
+}
+
+/// `allow` or `refuse`.
+fn parse_refunds(text: &str) -> Result<tollgate_server::http::Refunds, String> {
+    match text.trim() {
+        "allow" => Ok(tollgate_server::http::Refunds::Allowed),
+        "refuse" => Ok(tollgate_server::http::Refunds::Refused),
+        other => Err(format!("{other:?} is not allow or refuse")),
+    }
 }
 
 /// Upstream's `GRPC_MAX_CONNECTION_AGE` default, used without --config.

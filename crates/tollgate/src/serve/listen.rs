@@ -54,6 +54,8 @@ pub(super) struct Listeners {
     pub(super) grpc_tls: Option<TlsAcceptor>,
     /// The gRPC connections' maximum age and grace (`None`: not aged).
     pub(super) grpc_max_connection_age: Option<ConnectionAge>,
+    /// Whether the HTTP API gives units back (`--http-refunds`).
+    pub(super) http_refunds: http::Refunds,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
     pub(super) drain_delay: Duration,
 }
@@ -127,6 +129,20 @@ pub(super) async fn serve(
         }
         None => None,
     };
+    warn_if_anyone_can_spend(
+        "HTTP API",
+        http_bound,
+        limits.http.tls.as_ref(),
+        limits.http_refunds,
+    );
+    if let Some((_, debug_bound)) = &debug {
+        warn_if_anyone_can_spend(
+            "debug port",
+            *debug_bound,
+            limits.debug.tls.as_ref(),
+            limits.http_refunds,
+        );
+    }
     let mut announced = vec![
         format!("listening on {bound}"),
         format!("http listening on {http_bound}"),
@@ -134,16 +150,17 @@ pub(super) async fn serve(
     if let Some((_, debug_bound)) = &debug {
         announced.push(format!("debug listening on {debug_bound}"));
     }
-    crate::logging::announce(&announced);
-
     // One signal stops both servers: /readyz turns 503 as soon as it
-    // arrives, and the listeners close once the drain delay has passed.
+    // arrives, and the listeners close once the drain delay has passed. Its
+    // handlers are in place before the addresses are announced.
+    let signal = shutdown_signal();
+    crate::logging::announce(&announced);
     let ready = Arc::new(AtomicBool::new(true));
     let shutdown = Shutdown::new();
     let _signal = {
         let ready = Arc::clone(&ready);
         shutdown.trigger_after(
-            shutdown_signal(),
+            signal,
             move || ready.store(false, Ordering::Release),
             limits.drain_delay,
         )
@@ -153,7 +170,8 @@ pub(super) async fn serve(
         http::HttpState::new(Arc::clone(&live), Arc::clone(&headers), ready)
             .with_metrics(Arc::clone(&metrics))
             .with_caps(caps)
-            .with_build_info(crate::version::build_info()),
+            .with_build_info(crate::version::build_info())
+            .with_refunds(limits.http_refunds),
     );
     let statsd = match &listen.statsd {
         Some(setting) => {
@@ -213,4 +231,32 @@ pub(super) async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Warns once, at start, that `listener` (the HTTP API) answers anyone who
+/// reaches `bound`: beyond loopback and without client certificates, any
+/// caller can spend a tenant's quota through `/json` and, unless refunds
+/// are refused, give it back.
+fn warn_if_anyone_can_spend(
+    listener: &'static str,
+    bound: SocketAddr,
+    tls: Option<&TlsAcceptor>,
+    refunds: http::Refunds,
+) {
+    let authenticated = tls.is_some_and(|tls| tls.files().client_ca.is_some());
+    if bound.ip().is_loopback() || authenticated {
+        return;
+    }
+    tracing::warn!(
+        listener,
+        addr = %bound,
+        refunds = ?refunds,
+        "the HTTP API answers anyone who reaches it: any caller can spend quota through /json{}; \
+         require client certificates (--http-tls with --tls-client-ca) or listen on loopback",
+        if refunds == http::Refunds::Allowed {
+            " and give it back (isNegativeHits; --http-refunds refuse turns that off)"
+        } else {
+            ""
+        }
+    );
 }

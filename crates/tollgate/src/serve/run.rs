@@ -125,6 +125,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         },
         grpc_tls,
         grpc_max_connection_age: settings.max_connection_age,
+        http_refunds: args.http_refunds,
         drain_delay: args.drain_delay,
     };
     let quota_book = Arc::new(QuotaBook::new(RlqsOptions {
