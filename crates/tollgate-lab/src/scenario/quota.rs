@@ -4,9 +4,11 @@
 //! request against it with no call. Every report interval each Envoy
 //! reports what it saw per key (allowed plus denied, scaled to the limit's
 //! window `W`), and the shares of the limit's `R` units per `W` are split
-//! again with [`steady_shares`], the function the service runs: a floor of
-//! `⌊R / 4n⌋` each, the rest by demand, never more than `R` in all, and a
-//! share within a tenth of the one in force kept. A share
+//! again with [`steady_shares`], the function the service runs: max-min
+//! fair (a key asking less than its fair share gets all it asks, the rest
+//! split the same way), the rate left when every demand is served spread
+//! as headroom, never more than `R` in all, and a share within a tenth of
+//! the one in force kept. A share
 //! `s` becomes the service's token bucket: `max(1, ⌊C × s / R⌋)` tokens
 //! (`C` the limit's capacity), refilled with `⌊s × F / W⌋` every
 //! `F = ⌈W⌉` whole seconds. A changed assignment starts full, as Envoy's
@@ -21,7 +23,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate_core::fair_share::steady_shares;
+use tollgate_core::fair_share::{Leftover, steady_shares};
 use tollgate_core::{AnyAlgorithm, Decision, Timestamp, TokenBucket, WordAlgorithm};
 
 use super::hash::mix64;
@@ -120,12 +122,14 @@ impl QuotaFleet {
         keys.dedup();
         let scale = self.window.as_secs_f64() / (self.report_ns as f64 / 1e9);
         for key in keys {
-            let demands: Vec<u64> = self
+            let demands: Vec<Option<u64>> = self
                 .envoys
                 .iter()
                 .map(|e| {
-                    e.get(&key)
-                        .map_or(0, |a| (a.seen as f64 * scale).round() as u64)
+                    Some(
+                        e.get(&key)
+                            .map_or(0, |a| (a.seen as f64 * scale).round() as u64),
+                    )
                 })
                 .collect();
             let held: Vec<Option<u64>> = self
@@ -134,7 +138,7 @@ impl QuotaFleet {
                 .map(|e| e.get(&key).map(|a| a.share).filter(|&s| s != u64::MAX))
                 .collect();
             // As the service: a share within a tenth of the one in force keeps it.
-            let shares = steady_shares(self.rate, &demands, &held);
+            let shares = steady_shares(self.rate, &demands, &held, Leftover::Spread);
             for (envoy, share) in shares.into_iter().enumerate() {
                 let assignment = self.envoys[envoy].entry(key).or_insert(Assignment {
                     share: u64::MAX,

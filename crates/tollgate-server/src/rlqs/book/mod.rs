@@ -4,9 +4,9 @@
 //! the rules ([`super::bucket`]) and, for a shared bucket (same rule
 //! counter, any number of Envoys), records the reporter's demand per window
 //! `d = (allowed + denied) × W / max(elapsed, 1 s)` and splits the rate with
-//! [`tollgate_core::fair_share`]. An Envoy's share is at most twice its
-//! demand (or the floor; its fair share at its first report, which says
-//! nothing of its rate yet): the budget is shared with RLS callers and
+//! [`tollgate_core::fair_share`] (max-min fair; at its first report, which
+//! says nothing of its rate yet, an Envoy claims an equal part). An
+//! Envoy's share is at most twice its demand (or a quarter of its equal part): the budget is shared with RLS callers and
 //! other instances, so the spare rate is left to them. Each Envoy gets a
 //! token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋` (at least
 //! 1), `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole seconds
@@ -16,8 +16,9 @@
 //! A share that falls is sent at once to its stream; one that grows is
 //! decided at that Envoy's own report and sent once its fresh bucket is
 //! paid for from the shared budget ([`changes`]), and one that moves by less
-//! than a tenth, up or down, keeps the assignment in force
-//! ([`tollgate_core::fair_share::steady_shares`]; Envoy keeps a token bucket's state only while its
+//! than a tenth (of it, or of an equal part), up or down, keeps the
+//! assignment in force ([`tollgate_core::fair_share::steady_shares`];
+//! Envoy keeps a token bucket's state only while its
 //! settings stay the same, and restarts it full on a change). So the rates in
 //! force never sum past the rule's, but for the moment a decrease pushed
 //! to one Envoy and the increase it pays for are both on the wire, and an

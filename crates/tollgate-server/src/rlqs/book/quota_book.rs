@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use parking_lot::Mutex;
-use tollgate_core::fair_share::steady_shares;
+use tollgate_core::fair_share::{Leftover, steady_shares};
 use tollgate_rules::RuleSet;
 use tonic::Status;
 
@@ -298,11 +298,16 @@ impl QuotaBook {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
         };
-        let demands: Vec<u64> = shared.reporters.values().map(|r| r.demand).collect();
+        // An Envoy with no share yet has not shown its rate: a newcomer.
+        let demands: Vec<Option<u64>> = shared
+            .reporters
+            .values()
+            .map(|r| r.share.map(|_| r.demand))
+            .collect();
         let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
-        let shares = steady_shares(shared.rate.requests, &demands, &held);
+        let shares = steady_shares(shared.rate.requests, &demands, &held, Leftover::Spread);
         // Room to double, not the spare rate: the budget is shared with RLS
         // callers and other instances, and the shares in force are paid for.
         // A first report says nothing of the rate yet: its fair share.
