@@ -75,7 +75,12 @@ async fn one_stream_reporting(
     let (tx, rx) = mpsc::channel(1 << 16);
     let id = book.open(tx).expect("a stream");
     let changes = book
-        .report(id, report(buckets), live.engine().rules())
+        .report(
+            id,
+            report(buckets),
+            live.engine().rules(),
+            Timestamp::from_secs(1_000),
+        )
         .expect("a report within the bounds");
     pay_and_apply(live, book, changes).await;
     rx
