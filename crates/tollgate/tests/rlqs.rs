@@ -1,8 +1,10 @@
 //! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, RLS callers on the same budget, and two services on one Redis.
 //!
-//! Envoy reports and is answered in real time (its reporting interval is
-//! 1 s), so the phases are bounded by request counts and wall-clock
-//! deadlines, and every figure is compared with the time it took.
+//! Envoy reports and is answered in real time (Envoy 1.40 reports every
+//! 5 s whatever its `reporting_interval`), so the phases are bounded by
+//! request counts and wall-clock deadlines, and every figure is compared
+//! with the time it took. Shares following demand, max-min, are the
+//! phases of `two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -139,7 +141,7 @@ fn assert_bounded_and_fed(admitted: u64, took: Duration, services: u64, logs: &d
 const SLOW: u64 = 1;
 
 #[test]
-fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
+fn two_envoys_share_one_limit_through_rlqs() {
     let dir = TempDir::new("rlqs-e2e");
     let upstream = Upstream::spawn();
     let tollgate = LoggedChild::serve(
@@ -171,23 +173,6 @@ fn two_envoys_share_one_limit_through_rlqs_and_shares_follow_demand() {
     );
     assert!(limited > 0, "demand above the rate is limited; {}", logs());
     assert_bounded_and_fed(a + b, took, 1, &logs);
-
-    // Nine requests in ten on the first Envoy: after three reports its share follows.
-    let _ = drive(ports, "skewed", [9, 1], Duration::from_secs(3));
-    let (tallies, took) = drive(ports, "skewed", [9, 1], Duration::from_secs(3));
-    let [a, b] = admitted(&tallies);
-    eprintln!("nine in ten on the first: {a} + {b} admitted in {took:?}");
-    assert!(
-        a + b <= bound(took),
-        "{a} + {b} admitted in {took:?}; {}",
-        logs()
-    );
-    assert!(
-        a * 100 >= (a + b) * 65,
-        "the busy Envoy got {a} of {}; {}",
-        a + b,
-        logs()
-    );
 }
 
 /// `tollgate serve` of `limits` with its gRPC listener on `grpc_port`.
