@@ -57,6 +57,7 @@ async fn one_stream_reporting(
             id,
             usage_report("quota", "tenant", buckets as u64),
             live.engine().rules(),
+            Timestamp::from_secs(1_000),
         )
         .expect("a report within the bounds");
     pay_and_apply(live, book, changes).await;

@@ -122,15 +122,16 @@ fn stream(book: &QuotaBook) -> (u64, Outbox) {
 
 const TICK: Duration = Duration::from_secs(1);
 
-/// Takes `report` on `book` and sends what it changed, paid for from the shared budget.
+/// Takes `report` on `book` at `now` and sends what it changed, paid for from the shared budget.
 async fn report_paid<C: tollgate_core::Clock>(
     live: &LiveEngine<C>,
     book: &Arc<QuotaBook>,
     envoy: u64,
     report: RateLimitQuotaUsageReports,
+    now: Timestamp,
 ) {
     let changes = book
-        .report(envoy, report, live.engine().rules())
+        .report(envoy, report, live.engine().rules(), now)
         .expect("a good report");
     pay_and_apply(live, book, changes).await;
 }
@@ -144,40 +145,45 @@ async fn in_memory_rls_callers_and_envoys_spend_one_budget() {
     for _ in 0..70 {
         assert!(rls_allows(&live, "acme").await);
     }
-    // The Envoy's first report would get the whole rate, a bucket that
-    // starts with 100 tokens; 30 are left to pay for it, so its share is 30.
-    report_paid(&live, &book, envoy, report("acme", 1, 0, 0)).await;
-    assert_eq!(assigned(&mut outbox), 30);
+    // The Envoy's first report claims an equal part, 98 (the rate less the
+    // fortieth left in the counter): a bucket of 98 tokens and its refills
+    // two ticks ahead, 294 units. 30 are left: its share is the largest
+    // those pay for, 10 (10 + 2 × 10).
+    report_paid(&live, &book, envoy, report("acme", 1, 0, 0), clock.now()).await;
+    assert_eq!(assigned(&mut outbox), 10);
     // Those 30 left the budget before the Envoy spends them: the RLS callers are over.
     assert!(!rls_allows(&live, "acme").await);
     let stats = book.stats();
     assert_eq!(stats.units_taken.load(Ordering::Relaxed), 30);
     assert_eq!(stats.shares_cut.load(Ordering::Relaxed), 1);
 
-    // Its demand shows 20 a second: it wants room to double, 40, a bucket
-    // of 10 tokens more; none are left this second, so the 30 stand.
-    report_paid(&live, &book, envoy, report("acme", 20, 0, 1)).await;
-    assert_eq!(assigned(&mut outbox), 30);
+    // Its demand shows 30 a second: it claims 33, a new bucket of 33 and
+    // its refills, less the 10's refills prepaid: a growth waits for the
+    // next round, so the 10 stand (the answer to the report renews them).
+    report_paid(&live, &book, envoy, report("acme", 30, 0, 1), clock.now()).await;
+    assert_eq!(latest(&mut outbox), Some(10));
 
-    // The next second's tick pays the 30 in force, then the growth's 10
-    // tokens: the RLS callers get the other 60.
+    // The next second's round pays a tick more of the 10 in force, then
+    // the growth: 33 + 2 × 33 − 2 × 10 = 79. The RLS callers get the other 11.
     clock.advance(TICK);
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(assigned(&mut outbox), 40);
+    assert_eq!(assigned(&mut outbox), 33);
     let mut admitted = 0;
     for _ in 0..100 {
         admitted += u32::from(rls_allows(&live, "acme").await);
     }
-    assert_eq!(admitted, 60);
+    assert_eq!(admitted, 11);
 
-    // The next second RLS callers spend the budget before the tick's
-    // payment: the share is cut to 0.
+    // The next second RLS callers spend the budget before the round: the
+    // share is paid only a tick ahead, less than the next round and half a
+    // tick, so it is cut to what the refills prepaid beyond now pay for
+    // (34 unit·s: a bucket of 11 and two ticks of its refills), not to deny-all.
     clock.advance(TICK);
     for _ in 0..100 {
         assert!(rls_allows(&live, "acme").await);
     }
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(assigned(&mut outbox), 0);
+    assert_eq!(assigned(&mut outbox), 11);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,7 +206,14 @@ async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
     let mut shares = Vec::new();
     for (live, book) in &instances {
         let (envoy, mut outbox) = stream(book);
-        report_paid(live, book, envoy, report("acme", 1, 0, 0)).await;
+        report_paid(
+            live,
+            book,
+            envoy,
+            report("acme", 1, 0, 0),
+            Timestamp::from_secs(1_000),
+        )
+        .await;
         shares.push(assigned(&mut outbox));
     }
     // An RLS caller of either instance finds the budget spent.
@@ -215,8 +228,8 @@ async fn two_instances_on_one_redis_never_hand_out_more_than_the_budget() {
         "shares {shares:?} and RLS {rls:?}: more than 100 + {refilled}"
     );
     assert_eq!(
-        shares[0], 100,
-        "the first instance paid for its Envoy's whole share"
+        shares[0], 96,
+        "the first instance paid for its Envoy's share: the largest whose bucket and two ticks of refills the 100 pay for"
     );
     assert!(
         shares[1] <= refilled,
@@ -235,20 +248,37 @@ async fn with_the_store_down_a_share_follows_the_rules_on_store_error() {
     assert!(!rls_allows(&live, "strict").await);
     assert!(rls_allows(&live, "open").await);
     let (envoy, mut outbox) = stream(&book);
-    report_paid(&live, &book, envoy, report("strict", 1, 0, 0)).await;
+    report_paid(
+        &live,
+        &book,
+        envoy,
+        report("strict", 1, 0, 0),
+        Timestamp::from_secs(1_000),
+    )
+    .await;
     assert_eq!(assigned(&mut outbox), 0, "`deny`: nothing paid, deny all");
-    report_paid(&live, &book, envoy, report("open", 1, 0, 0)).await;
-    assert_eq!(assigned(&mut outbox), 100, "`allow`: the share as if paid");
+    report_paid(
+        &live,
+        &book,
+        envoy,
+        report("open", 1, 0, 0),
+        Timestamp::from_secs(1_000),
+    )
+    .await;
+    assert_eq!(assigned(&mut outbox), 98, "`allow`: the share as if paid");
 }
 
 #[tokio::test]
 async fn a_late_tick_pays_for_the_time_that_passed_up_to_the_counters_memory() {
     let (clock, live, book) = in_memory_at_100_a_second();
     let (envoy, mut outbox) = stream(&book);
-    // A first report gets the whole rate; a quiet Envoy keeps the floor, 25 a second.
-    report_paid(&live, &book, envoy, report("acme", 1, 0, 0)).await;
-    report_paid(&live, &book, envoy, report("acme", 5, 0, 1)).await;
-    assert_eq!(latest(&mut outbox), Some(25));
+    // A first report (33: 33 + 2 × 33 of the 100), then 10 a second shown
+    // 5 s later: it claims 11, or the floor a quiet Envoy keeps, ⌊98 / 4⌋
+    // = 24, within a tenth of an equal part (98) of the 33 in force: kept.
+    report_paid(&live, &book, envoy, report("acme", 1, 0, 0), clock.now()).await;
+    clock.advance(5 * TICK);
+    report_paid(&live, &book, envoy, report("acme", 50, 0, 5), clock.now()).await;
+    assert_eq!(latest(&mut outbox), Some(33));
     let taken = || book.stats().units_taken.load(Ordering::Relaxed);
     let rls_admitted = async || {
         let mut admitted = 0;
@@ -257,31 +287,33 @@ async fn a_late_tick_pays_for_the_time_that_passed_up_to_the_counters_memory() {
         }
         admitted
     };
+    // A first round pays through two ticks ahead (and the second since the report).
+    clock.advance(TICK);
+    pay_round(&live, &book, clock.now(), TICK).await;
 
-    // On time: a tick pays one second of the 25, the RLS callers get the other 75.
+    // On time: a round pays one second of the 33, the RLS callers get the other 67.
     clock.advance(TICK);
     let before = taken();
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(taken() - before, 25);
-    assert_eq!(rls_admitted().await, 75);
+    assert_eq!(taken() - before, 33);
+    assert_eq!(rls_admitted().await, 67);
 
-    // Half a second late: the Envoy's token bucket refilled for 1.5 s since
-    // the instant last paid for, so 37.5 units are owed (38 taken, half a
-    // unit carried over); the RLS callers get 62, not 75.
+    // Half a second late: the round pays 1.5 s more, 49.5 units (50
+    // taken, half a unit carried over); the RLS callers get 50, not 67.
     clock.advance(TICK + TICK / 2);
     let before = taken();
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(taken() - before, 38, "a tick 0.5 s late pays 1.5 s");
-    assert_eq!(rls_admitted().await, 62);
+    assert_eq!(taken() - before, 50, "a round 0.5 s late pays 1.5 s");
+    assert_eq!(rls_admitted().await, 50);
 
     // A stall of 8 s: the counter forgets spend older than its window (1 s),
-    // so the round pays that window behind and the tick ahead, 2 s: 50
-    // units less the half carried over; the share stays, the RLS callers get 50.
+    // so the round pays that window behind and two ticks ahead, 3 s: 99
+    // units less the half carried over; the share stays.
     clock.advance(8 * TICK);
     let before = taken();
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(taken() - before, 50, "a stall pays at most a window behind");
-    assert_eq!(rls_admitted().await, 50);
+    assert_eq!(taken() - before, 99, "a stall pays at most a window behind");
+    assert_eq!(rls_admitted().await, 1);
     assert_eq!(
         latest(&mut outbox),
         None,

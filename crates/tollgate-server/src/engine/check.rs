@@ -7,7 +7,7 @@ use tollgate_runtime::trace_context;
 use super::error::EngineError;
 use super::plan::{Plan, PlannedCounter};
 use super::setup::Engine;
-use super::store_call::StoreCall;
+use super::store_call::{StoreAnswer, StoreCall};
 
 /// What [`Engine::check`] made of a request.
 #[derive(Debug)]
@@ -31,13 +31,14 @@ impl<C: Clock> Decided<'_, C> {
         }
     }
 
-    /// The answer where the counters counted the request (in memory, or in
-    /// the shared store); `None` where the store failed, for a caller that
-    /// must know (the quota service paying for shares).
-    pub async fn counted(self) -> Option<RateLimitResponse> {
+    /// The answer and whether the counters counted it (in memory, or in
+    /// the shared store) or the store failed and each rule's
+    /// `on_store_error` gave it, for a caller that must know (the quota
+    /// service paying for shares).
+    pub async fn store_answer(self) -> StoreAnswer {
         match self {
-            Decided::Ready(response) => Some(response),
-            Decided::NeedsStore(call) => call.call().await.counted(),
+            Decided::Ready(response) => StoreAnswer::Counted(response),
+            Decided::NeedsStore(call) => call.call().await,
         }
     }
 }

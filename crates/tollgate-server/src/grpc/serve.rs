@@ -127,16 +127,19 @@ where
     });
     let quota_book = Arc::clone(service.quota_book());
     // The quota service's shares are paid for from the budget RLS callers spend.
+    // One clock for the rounds and the reports: the time Envoys' buckets refill in.
+    let quota_clock = tollgate_core::MonotonicClock::new();
     let quota_payer = tokio::spawn(crate::rlqs::pay_every(
         Arc::clone(service.live_engine()),
         Arc::clone(&quota_book),
         crate::rlqs::PAY_TICK,
-        tollgate_core::MonotonicClock::new(),
+        quota_clock.clone(),
     ));
     let services = GrpcServices {
         quota: RateLimitQuotaServiceServer::new(RlqsService::new(
             Arc::clone(service.live_engine()),
             Arc::clone(&quota_book),
+            quota_clock,
         )),
         rate_limit: service,
         health: HealthServer::new(HealthService::from_health_reporter(reporter)),

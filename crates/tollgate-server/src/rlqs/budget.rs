@@ -33,6 +33,8 @@ use std::time::Duration;
 use tollgate_core::{Clock, Timestamp};
 use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitResponse};
 
+use crate::engine::StoreAnswer;
+
 use super::book::{Changes, Payment, QuotaBook};
 use super::off_runtime::with_book;
 use crate::engine::{Engine, EngineError};
@@ -134,38 +136,44 @@ pub async fn take_units<C: Clock>(
         }],
         hits_addend: 0,
     };
-    let remaining = match counted(engine, &ask(0)).await {
-        Ok(Some(response)) if passed(&response) => remaining(&response),
-        Ok(None) => return without_store(engine, &ask(units), units).await,
-        _ => 0,
-    };
+    // With the store failing, each answer is the rule's `on_store_error`
+    // one, as an RLS caller's: `allow` and `local` hand the share out as if
+    // paid (`local` counts it in memory), `deny` takes nothing. The read of
+    // what remains counts nothing, so where it fails the take is asked once
+    // for its own answer.
+    let remaining =
+        match answer(engine, &ask(0)).await {
+            Ok(StoreAnswer::Counted(response)) if passed(&response) => remaining(&response),
+            Ok(StoreAnswer::StoreFailed { .. }) => {
+                return match answer(engine, &ask(units)).await {
+                    Ok(
+                        StoreAnswer::Counted(r) | StoreAnswer::StoreFailed { on_store_error: r },
+                    ) if passed(&r) => units,
+                    _ => 0,
+                };
+            }
+            _ => 0,
+        };
     let units = units.min(remaining);
     if units == 0 {
         return 0;
     }
-    match counted(engine, &ask(units)).await {
-        Ok(Some(response)) if passed(&response) => units,
-        Ok(None) => without_store(engine, &ask(units), units).await,
+    match answer(engine, &ask(units)).await {
+        Ok(StoreAnswer::Counted(r) | StoreAnswer::StoreFailed { on_store_error: r })
+            if passed(&r) =>
+        {
+            units
+        }
         _ => 0,
     }
 }
 
-/// The engine's answer to `ask` where the counters counted it; `None` where the shared store failed.
-async fn counted<C: Clock>(
+/// The engine's answer to `ask`, counted or given by `on_store_error`.
+async fn answer<C: Clock>(
     engine: &Engine<C>,
     ask: &RateLimitRequest,
-) -> Result<Option<RateLimitResponse>, EngineError> {
-    Ok(engine.check(ask)?.counted().await)
-}
-
-/// With the store failing, the rule's `on_store_error` decides, as for an
-/// RLS caller: `allow` and `local` hand the share out as if paid (`local`
-/// counts it in memory), `deny` takes nothing.
-async fn without_store<C: Clock>(engine: &Engine<C>, ask: &RateLimitRequest, units: u64) -> u64 {
-    match engine.decide(ask).await {
-        Ok(response) if passed(&response) => units,
-        _ => 0,
-    }
+) -> Result<StoreAnswer, EngineError> {
+    Ok(engine.check(ask)?.store_answer().await)
 }
 
 /// What remains of the tightest limit a response reports (none: nothing limits it).

@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_core::Clock;
+use tollgate_core::{Clock, MonotonicClock};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::book::{QuotaBook, StreamId};
@@ -30,12 +30,19 @@ const OUTBOX: usize = 64;
 pub struct RlqsService<C: Clock> {
     engine: Arc<LiveEngine<C>>,
     book: Arc<QuotaBook>,
+    clock: MonotonicClock,
 }
 
 impl<C: Clock> RlqsService<C> {
-    /// The service over `engine`'s rules (reloads included) and `book`.
-    pub fn new(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook>) -> Self {
-        RlqsService { engine, book }
+    /// The service over `engine`'s rules (reloads included) and `book`,
+    /// reading reports at the time `clock` gives: the clock the payment
+    /// rounds run on ([`super::pay_every`]), real elapsed time.
+    pub fn new(engine: Arc<LiveEngine<C>>, book: Arc<QuotaBook>, clock: MonotonicClock) -> Self {
+        RlqsService {
+            engine,
+            book,
+            clock,
+        }
     }
 }
 
@@ -67,12 +74,14 @@ impl<C: Clock + 'static> RateLimitQuotaService for RlqsService<C> {
         let (gone, client_gone) = oneshot::channel();
         let reports = request.into_inner();
         let (engine, book) = (Arc::clone(&self.engine), Arc::clone(&self.book));
+        let clock = self.clock.clone();
         tokio::spawn(async move {
             tokio::select! {
-                () = follow(&engine, &book, id, reports) => {}
+                () = follow(&engine, &book, &clock, id, reports) => {}
                 _ = client_gone => {}
             }
-            let changes = with_book(&book, move |book| book.close(id)).await;
+            let now = clock.now();
+            let changes = with_book(&book, move |book| book.close(id, now)).await;
             pay_and_apply(&engine, &book, changes).await;
         });
         Ok(Response::new(Responses {
@@ -87,6 +96,7 @@ impl<C: Clock + 'static> RateLimitQuotaService for RlqsService<C> {
 async fn follow<C: Clock>(
     engine: &LiveEngine<C>,
     book: &Arc<QuotaBook>,
+    clock: &MonotonicClock,
     id: StreamId,
     mut reports: Streaming<RateLimitQuotaUsageReports>,
 ) {
@@ -94,11 +104,13 @@ async fn follow<C: Clock>(
         match reports.message().await {
             Ok(Some(report)) => {
                 let rules = Arc::clone(engine.engine().rules());
-                match with_book(book, move |book| book.report(id, report, &rules)).await {
+                let now = clock.now();
+                match with_book(book, move |book| book.report(id, report, &rules, now)).await {
                     Ok(changes) => pay_and_apply(engine, book, changes).await,
                     Err(status) => {
                         tracing::warn!(error = %status.message(), "a rate limit quota stream was refused");
-                        let changes = with_book(book, move |book| book.fail(id, status)).await;
+                        let now = clock.now();
+                        let changes = with_book(book, move |book| book.fail(id, status, now)).await;
                         pay_and_apply(engine, book, changes).await;
                         return;
                     }

@@ -1,28 +1,39 @@
-//! Paying for shares before Envoys can spend them: a changed assignment's fresh bucket when it is sent, and the shares in force at every tick.
+//! Paying for shares before Envoys can spend them: every changed assignment's fresh bucket when it is sent, the refills of the shares in force a tick and a margin ahead, and cuts that never hand out a bucket nobody paid for.
 //!
 //! Envoy starts every new assignment with a full token bucket of
-//! `⌊burst × s / R⌋` tokens, then adds `s × F / W` tokens every `F`
-//! seconds. Both are paid from the rule's counter in the shared store
-//! (see [`super::super::payment`]) before Envoy can spend them:
+//! `⌊burst × s / R⌋` tokens, whatever the bucket it replaces held, then
+//! adds `s × F / W` tokens every `F` seconds. Everything Envoy could spend
+//! is paid from the rule's counter in the shared store (see
+//! [`super::super::payment`]) before it can spend it, from one balance per
+//! counter that carries what was paid and not yet spent:
 //!
-//! * a report that gives an Envoy a new or larger share returns
-//!   [`Changes`] with what its fresh bucket costs, per counter: all its
-//!   tokens for a first assignment, the difference from the old bucket for
-//!   a larger one (the old bucket's refills were paid at the ticks). The
-//!   service takes the units, and [`QuotaBook::apply`] sends the
-//!   assignments, a growth cut to what was paid (a first assignment to
-//!   deny-all if nothing was); a growth that could not be paid waits for
-//!   the next tick. A share that falls is sent at once, unpaid. Envoy
-//!   restarts a bucket full on every change, so a change can hand back up
-//!   to the old bucket's tokens if they were spent: the bound in
-//!   `docs/quota.md` counts them;
-//! * every tick, [`QuotaBook::dues`] says what the shares in force cost
-//!   from the instant the last round paid through to a tick ahead (more
-//!   than a tick when the round runs late: [`super::super::payment::interval`])
-//!   and [`QuotaBook::settle`] credits what the service took;
-//!   where it falls short, the shares that fit it stay (largest first) and
-//!   the others go to deny-all, so no cut hands out a fresh bucket nobody
-//!   paid for; then the growths still waiting try again.
+//! * **A change** (a first assignment, a larger or a smaller share) costs
+//!   its fresh bucket, all of it, plus the new share's refills from now to
+//!   the instant the shares are paid through; the old share's refills
+//!   prepaid for that time come back. The book returns the [`Changes`] with
+//!   what the balance lacks, per counter; the service takes those units and
+//!   [`QuotaBook::apply`] makes the changes, falls before growths, each to
+//!   the largest share the balance pays for: a growth once all of it is
+//!   paid (until then the balance carries what was taken for it, round
+//!   after round), a first assignment as far as it is paid (deny-all if
+//!   nothing was), a fall to at most its target. A fall pays for
+//!   itself when the share at least halves (its refunded refills buy the
+//!   smaller bucket); otherwise the margin below pays.
+//! * **Every tick**, [`QuotaBook::dues`] says what the refills of the shares
+//!   in force cost from the instant they are paid through to a tick and a
+//!   margin of one more tick ahead ([`super::super::payment::span`]), and
+//!   [`QuotaBook::settle`] credits what the service took. A short round
+//!   spends the margin and cuts nothing while what is paid reaches the
+//!   next round and half a tick more (time for that round to come late
+//!   in). Only below that are the shares cut: to the largest total whose changed buckets and
+//!   refills through the next round and the margin the balance (and the
+//!   refills prepaid beyond now) pays for, split max-min among the shares in force,
+//!   so the smaller shares stay as they are and only the larger ones get
+//!   new (paid) buckets. Then the growths still waiting try again.
+//!
+//! So at every instant the tokens an Envoy could have been given — fresh
+//! buckets and refills — were taken from the counter before: the Envoys
+//! of a rule admit at most what its counter gave them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -32,8 +43,9 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 
 use tollgate_core::Timestamp;
+use tollgate_core::fair_share::{Leftover, fair_shares};
 
-use super::super::bucket::Rate;
+use super::super::budget::PAY_TICK;
 use super::super::payment;
 use super::counter::{Inner, Shared};
 use super::envoy_bucket::fresh_tokens;
@@ -51,30 +63,27 @@ pub struct Payment {
     pub domain: String,
     /// A bucket on that counter, as a descriptor.
     pub entries: Vec<(String, String)>,
-    /// For a tick, the shares in force, summed.
-    share: u64,
     /// The units to take; 0 when nothing is owed.
     pub units: u64,
-    /// For a tick, the time the shares are paid for (zero for fresh buckets).
-    interval: Duration,
+    /// For a tick, the span the refills are paid for (empty for changes).
+    span: (Timestamp, Timestamp),
 }
 
 impl Payment {
-    fn new(counter: &[u8], shared: &Shared, share: u64, units: u64) -> Self {
+    fn new(counter: &[u8], shared: &Shared, units: u64) -> Self {
         Payment {
             counter: counter.to_vec(),
             owed: Arc::downgrade(&shared.owed),
             domain: shared.domain.clone(),
             entries: shared.entries.clone(),
-            share,
             units,
-            interval: Duration::ZERO,
+            span: (Timestamp::EPOCH, Timestamp::EPOCH),
         }
     }
 
-    /// For a tick, the time it pays the shares in force for.
+    /// For a tick, the time it pays the refills of the shares in force for.
     pub fn interval(&self) -> Duration {
-        self.interval
+        self.span.1.saturating_since(self.span.0)
     }
 
     /// Whether its counter is still in the book: once the last stream
@@ -89,8 +98,10 @@ impl Payment {
 pub struct Dues {
     /// One per shared counter with shares in force.
     pub payments: Vec<Payment>,
-    /// The instant they pay through: a tick ahead of the round.
-    through: Timestamp,
+    /// The round's instant.
+    now: Timestamp,
+    /// The time to the next round.
+    tick: Duration,
 }
 
 /// A bucket of a stream, by its entries sorted by key.
@@ -99,104 +110,199 @@ pub(super) type BucketKey = Vec<(String, String)>;
 /// The reporter to answer and the buckets its report named.
 pub(super) type Answer = (StreamId, Vec<BucketKey>);
 
-/// Assignments that changed, held until their fresh buckets are paid for.
+/// Assignments to change once paid for, and the answer to a report.
 #[derive(Debug, Default)]
 #[must_use = "changed assignments are sent by QuotaBook::apply"]
 pub struct Changes {
     /// The reporter to answer and its buckets, by their sorted entries.
     answer: Option<Answer>,
-    /// The streams whose share of a counter changed.
+    /// Assignments that changed already (a cut at a tick): sent as they are.
     changed: Vec<(Vec<u8>, StreamId)>,
-    /// Those of them whose share is new or larger: their fresh buckets are paid for.
-    grown: Vec<(Vec<u8>, StreamId)>,
-    /// What the fresh buckets cost, one payment per counter.
+    /// The reporters whose share is to move to what the split wants, once paid.
+    pending: Vec<(Vec<u8>, StreamId)>,
+    /// What the balances lack for them, one payment per counter.
     pub payments: Vec<Payment>,
+    /// The instant they were priced at.
+    now: Timestamp,
+}
+
+/// What moving one reporter's share from `old` to `new` costs and gives
+/// back, in unit·ns: the fresh buckets and the new share's refills to the
+/// instant the counter is paid through; the old share's refills for that
+/// time. On a counter with no share in force, the refills are paid
+/// through the next round ([`cover`]).
+fn price(
+    shared: &Shared,
+    old: Option<u64>,
+    new: u64,
+    buckets: u64,
+    now: Timestamp,
+) -> (u128, u128) {
+    let window = shared.rate.window.as_nanos().max(1);
+    let ahead = cover(shared, now).saturating_since(now).as_nanos();
+    let buckets = u128::from(buckets);
+    let cost =
+        (u128::from(fresh_tokens(&shared.rate, new)) * window + u128::from(new) * ahead) * buckets;
+    let refund = u128::from(old.unwrap_or(0)) * ahead * buckets;
+    (cost, refund)
+}
+
+/// Whether a reporter's move to `wanted` from `share` is a fall (or a first assignment of nothing).
+fn falls(share: Option<u64>, wanted: u64) -> bool {
+    share.is_some_and(|old| wanted < old)
 }
 
 impl QuotaBook {
-    /// The [`Changes`] for `changed` shares, of which `grown` are new or
-    /// larger (and the answer to `answer`'s report, if any): what the
-    /// grown ones' fresh buckets cost, per counter.
+    /// The [`Changes`] for the `pending` reporters (and the answer to
+    /// `answer`'s report, if any), priced at `now`: what each counter's
+    /// balance lacks to move them all to their targets. Growths only at a
+    /// `round`: between rounds only falls and first assignments move (a
+    /// growth paid between two rounds would take the units of a fixed
+    /// window the next round's refills need; it waits a tick at most).
     pub(super) fn changes(
         &self,
         inner: &Inner,
         answer: Option<Answer>,
-        mut changed: Vec<(Vec<u8>, StreamId)>,
-        mut grown: Vec<(Vec<u8>, StreamId)>,
+        changed: Vec<(Vec<u8>, StreamId)>,
+        mut pending: Vec<(Vec<u8>, StreamId)>,
+        now: Timestamp,
+        round: bool,
     ) -> Changes {
-        changed.sort_unstable();
-        changed.dedup();
-        grown.sort_unstable();
-        grown.dedup();
-        let mut payments: Vec<Payment> = Vec::new();
-        let mut by_counter: HashMap<&[u8], usize> = HashMap::new();
-        for (counter, stream) in &grown {
+        pending.sort_unstable();
+        pending.dedup();
+        pending.retain(|(counter, stream)| {
+            round
+                || inner
+                    .shared
+                    .get(counter)
+                    .and_then(|s| s.reporters.get(stream))
+                    .is_some_and(|r| r.share.is_none() || falls(r.share, r.wanted))
+        });
+        let mut costs: HashMap<&[u8], (u128, u128)> = HashMap::new();
+        for (counter, stream) in &pending {
             let Some(shared) = inner.shared.get(counter) else {
                 continue;
             };
-            let in_force = shared.reporters.get(stream).and_then(|r| r.share);
-            let tokens = growth_cost(&shared.rate, in_force, growth_target(shared, *stream))
-                .saturating_mul(buckets_on(inner, *stream, counter));
-            match by_counter.get(counter.as_slice()) {
-                Some(&i) => payments[i].units = payments[i].units.saturating_add(tokens),
-                None => {
-                    by_counter.insert(counter, payments.len());
-                    payments.push(Payment::new(counter, shared, 0, tokens));
-                }
+            let Some(reporter) = shared.reporters.get(stream) else {
+                continue;
+            };
+            let target = target(shared, *stream, true);
+            if reporter.share == Some(target) {
+                continue;
             }
+            let buckets = buckets_on(inner, *stream, counter);
+            let (cost, refund) = price(shared, reporter.share, target, buckets, now);
+            let sum = costs.entry(counter.as_slice()).or_default();
+            *sum = (sum.0 + cost, sum.1 + refund);
         }
+        let payments = costs
+            .into_iter()
+            .filter_map(|(counter, (cost, refund))| {
+                let shared = inner.shared.get(counter)?;
+                let mut balance = shared.balance;
+                balance.refund(refund);
+                let units = balance.units_for(cost, shared.rate.window);
+                Some(Payment::new(counter, shared, units))
+            })
+            .collect();
         Changes {
             answer,
             changed,
-            grown,
+            pending,
             payments,
+            now,
         }
     }
 
-    /// Sends `changes` once `taken[i]` units were taken for
-    /// `changes.payments[i]`: where they fall short, the grown shares of
-    /// that counter are scaled down to fit, or else set to 0 (deny all).
+    /// Credits `taken[i]` units to `changes.payments[i]`'s counter, makes
+    /// the pending changes the balances pay for (falls first, then growths;
+    /// see the module docs) and sends every assignment that changed.
     pub fn apply(&self, changes: Changes, taken: &[u64]) {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
-        let mut changed = changes.changed;
-        let mut grown: HashMap<&[u8], Vec<StreamId>> = HashMap::new();
-        for (counter, stream) in &changes.grown {
-            grown.entry(counter).or_default().push(*stream);
-        }
+        let now = changes.now;
         for (payment, &units) in changes.payments.iter().zip(taken) {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
-            // The units taken, spent on the grown shares in turn.
-            let mut pool = units;
-            let counter = &payment.counter;
-            for stream in grown.get(counter.as_slice()).into_iter().flatten() {
-                let buckets = buckets_on(inner, *stream, counter).max(1);
-                let Some(shared) = inner.shared.get_mut(counter) else {
-                    continue;
-                };
-                let target = growth_target(shared, *stream);
-                let Some(reporter) = shared.reporters.get_mut(stream) else {
-                    continue;
-                };
-                let in_force = reporter.share;
-                let old_tokens = in_force.map_or(0, |old| fresh_tokens(&shared.rate, old));
-                let affordable = target.min(shares_for(&shared.rate, pool / buckets + old_tokens));
-                let grows = in_force.is_none_or(|old| affordable > old);
-                if grows {
-                    pool -= growth_cost(&shared.rate, in_force, affordable) * buckets;
-                    reporter.share = Some(affordable);
-                    changed.push((counter.clone(), *stream));
-                    if affordable < target {
-                        self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+            if let Some(shared) = inner.shared.get_mut(&payment.counter) {
+                shared.balance.credit(units, shared.rate.window);
             }
         }
+        let mut changed = changes.changed;
+        let mut pending = changes.pending;
+        // Falls first: they give back the refills the growths then spend.
+        pending.sort_by_key(|(counter, stream)| {
+            let reporter = inner
+                .shared
+                .get(counter)
+                .and_then(|s| s.reporters.get(stream));
+            let fall = reporter.is_some_and(|r| falls(r.share, r.wanted));
+            (!fall, counter.clone(), *stream)
+        });
+        for (counter, stream) in pending {
+            if self.move_share(inner, &counter, stream, now) {
+                changed.push((counter, stream));
+            }
+        }
+        self.send_changed(inner, changes.answer, &changed);
+    }
+
+    /// Moves `stream`'s share of `counter` toward its target as far as the
+    /// balance pays; whether its assignment changed.
+    fn move_share(
+        &self,
+        inner: &mut Inner,
+        counter: &[u8],
+        stream: StreamId,
+        now: Timestamp,
+    ) -> bool {
+        let buckets = buckets_on(inner, stream, counter);
+        let Some(shared) = inner.shared.get_mut(counter) else {
+            return false;
+        };
+        let Some(reporter) = shared.reporters.get(&stream).copied() else {
+            return false;
+        };
+        let target = target(shared, stream, false);
+        let old = reporter.share;
+        if old == Some(target) {
+            return false;
+        }
+        let affordable = |s: u64| {
+            let (cost, refund) = price(shared, old, s, buckets, now);
+            cost <= shared.balance.nanos() + refund
+        };
+        let chosen = if falls(old, target) || old.is_none() {
+            // Down to the target, or below if the balance cannot pay for
+            // its bucket; a share of 0 (deny all) costs nothing.
+            largest(0, target, affordable)
+        } else if affordable(target) {
+            // A growth goes all the way once paid for: a step short of it
+            // would pay for a fresh bucket twice.
+            target
+        } else {
+            return false;
+        };
+        let (cost, refund) = price(shared, old, chosen, buckets, now);
+        shared.balance.refund(refund);
+        let spent = shared.balance.spend(cost);
+        debug_assert!(spent, "a move is made only when it is paid for");
+        shared.covered = Some(cover(shared, now));
+        if chosen < target {
+            self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(r) = shared.reporters.get_mut(&stream) {
+            r.share = Some(chosen);
+        }
+        true
+    }
+
+    /// Sends the answer to a report and every changed assignment, one response per stream.
+    fn send_changed(&self, inner: &Inner, answer: Option<Answer>, changed: &[(Vec<u8>, StreamId)]) {
         let mut buckets: HashMap<StreamId, HashSet<BucketKey>> = HashMap::new();
-        if let Some((stream, keys)) = changes.answer {
+        if let Some((stream, keys)) = answer {
             buckets.entry(stream).or_default().extend(keys);
         }
-        for (counter, stream) in &changed {
+        for (counter, stream) in changed {
             if let Some(keys) = inner
                 .streams
                 .get(stream)
@@ -223,10 +329,10 @@ impl QuotaBook {
         self.send(inner, pushes);
     }
 
-    /// What the shares in force cost, per shared counter, for a round at
-    /// `now`: from the instant the last round paid through to a `tick`
-    /// ahead ([`payment::interval`]); the service takes the units and passes
-    /// what it got to [`QuotaBook::settle`].
+    /// What the refills of the shares in force cost, per shared counter,
+    /// for a round at `now`: from the instant they are paid through to a
+    /// `tick` and a margin ahead ([`payment::span`]), less the balance; the
+    /// service takes the units and passes what it got to [`QuotaBook::settle`].
     pub fn dues(&self, now: Timestamp, tick: Duration) -> Dues {
         let inner = self.inner.lock();
         let payments = inner
@@ -234,133 +340,212 @@ impl QuotaBook {
             .iter()
             .filter_map(|(counter, shared)| {
                 let share = in_force(&inner, counter, shared);
-                let interval =
-                    payment::interval(inner.paid_through, now, tick, shared.rate.memory());
-                (share > 0 && !interval.is_zero()).then(|| {
+                let span = payment::span(shared.covered, now, tick, shared.rate.memory());
+                let length = span.1.saturating_since(span.0).as_nanos();
+                (share > 0 && length > 0).then(|| {
                     let units = shared
                         .balance
-                        .units_due(share, interval, shared.rate.window);
+                        .units_for(u128::from(share) * length, shared.rate.window);
                     Payment {
-                        interval,
-                        ..Payment::new(counter, shared, share, units)
+                        span,
+                        ..Payment::new(counter, shared, units)
                     }
                 })
             })
             .collect();
         Dues {
             payments,
-            through: now.saturating_add(tick),
+            now,
+            tick,
         }
     }
 
-    /// Credits `taken[i]` units to `dues.payments[i]`'s counter and debits
-    /// its interval of the shares; where the units fall short, the shares
-    /// are cut to a split of what they cover (by demand): the [`Changes`]
-    /// to pay for and apply. The shares in force are paid through the
-    /// round's instant from then on (a share that was cut refills nothing).
+    /// Credits `taken[i]` units to `dues.payments[i]`'s counter and pays
+    /// the refills of its span as far as the balance reaches; where that is
+    /// short of the next round, cuts the shares (see the module docs). The
+    /// [`Changes`] to pay for and apply: the cuts, and the growths waiting.
     pub fn settle(&self, dues: Dues, taken: &[u64]) -> Changes {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
-        inner.paid_through = inner.paid_through.max(Some(dues.through));
-        let payments = dues.payments;
+        let (now, tick) = (dues.now, dues.tick);
+        // The next round, and half a tick for it to come late in.
+        let next_round = now.saturating_add(tick + tick / 2);
         let mut changed = Vec::new();
-        let mut short: HashSet<&[u8]> = HashSet::new();
-        for (payment, &units) in payments.iter().zip(taken) {
+        let mut short: HashSet<Vec<u8>> = HashSet::new();
+        for (payment, &units) in dues.payments.iter().zip(taken) {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
-            let Some(shared) = inner.shared.get(&payment.counter) else {
+            let Some(share) = inner
+                .shared
+                .get(&payment.counter)
+                .map(|shared| in_force(inner, &payment.counter, shared))
+            else {
                 continue;
             };
-            // Shares that fell since the dues were read cost less, never more.
-            let share = in_force(inner, &payment.counter, shared).min(payment.share);
-            // Each reporter's shares, once per bucket, largest first.
-            let mut by_size: Vec<(StreamId, u64)> = shared
-                .reporters
-                .iter()
-                .filter_map(|(&stream, r)| {
-                    Some((
-                        stream,
-                        r.share? * buckets_on(inner, stream, &payment.counter),
-                    ))
-                })
-                .filter(|(_, share)| *share > 0)
-                .collect();
-            by_size.sort_by_key(|&(stream, share)| (std::cmp::Reverse(share), stream));
             let Some(shared) = inner.shared.get_mut(&payment.counter) else {
                 continue;
             };
-            let covered = shared
-                .balance
-                .settle(units, share, payment.interval, shared.rate.window);
-            if covered >= share {
+            shared.balance.credit(units, shared.rate.window);
+            let (from, until) = payment::span(shared.covered, now, tick, shared.rate.memory());
+            let length = until.saturating_since(from).as_nanos();
+            let covered = shared.balance.spend_refills(share, length);
+            let reached = from.saturating_add(Duration::from_nanos(
+                u64::try_from(covered).unwrap_or(u64::MAX),
+            ));
+            shared.covered = Some(shared.covered.map_or(reached, |c| c.max(reached)));
+            if shared.covered.is_some_and(|c| c >= next_round) {
                 continue;
             }
-            short.insert(&payment.counter);
-            // The shares that fit what was paid stay as they are; the others
-            // go to 0 (deny all). A smaller share would be a fresh bucket
-            // with nothing paid for its tokens.
-            let mut room = covered;
-            for (stream, share) in by_size {
-                if share <= room {
-                    room -= share;
-                    continue;
-                }
-                if let Some(reporter) = shared.reporters.get_mut(&stream) {
-                    reporter.share = Some(0);
-                    self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
-                    changed.push((payment.counter.clone(), stream));
-                }
-            }
+            short.insert(payment.counter.clone());
+            changed.extend(self.cut(inner, &payment.counter, now, tick));
         }
-        // Growths still waiting for their fresh buckets try again, where
-        // this tick's payment did not just come short.
-        let grown: Vec<(Vec<u8>, StreamId)> = inner
+        // Growths still waiting try again, where this round did not just come short.
+        let pending: Vec<(Vec<u8>, StreamId)> = inner
             .shared
             .iter()
-            .filter(|(counter, _)| !short.contains(counter.as_slice()))
+            .filter(|(counter, _)| !short.contains(*counter))
             .flat_map(|(counter, shared)| {
                 shared
                     .reporters
                     .iter()
-                    .filter(|(_, r)| r.share.is_none_or(|s| r.wanted > s))
+                    .filter(|(_, r)| r.share != Some(r.wanted))
                     .map(|(stream, _)| (counter.clone(), *stream))
             })
             .collect();
-        self.changes(inner, None, changed, grown)
+        self.changes(inner, None, changed, pending, now, true)
+    }
+
+    /// Cuts `counter`'s shares to what its balance pays for through the
+    /// next round (the module docs' rule); the reporters whose share changed.
+    fn cut(
+        &self,
+        inner: &mut Inner,
+        counter: &[u8],
+        now: Timestamp,
+        tick: Duration,
+    ) -> Vec<(Vec<u8>, StreamId)> {
+        let held: Vec<(StreamId, u64, u64)> = match inner.shared.get(counter) {
+            Some(shared) => shared
+                .reporters
+                .iter()
+                .filter_map(|(&stream, r)| {
+                    Some((stream, r.share?, buckets_on(inner, stream, counter)))
+                })
+                .collect(),
+            None => return Vec::new(),
+        };
+        let Some(shared) = inner.shared.get_mut(counter) else {
+            return Vec::new();
+        };
+        // The refills prepaid beyond now come back: the cut restarts from now.
+        let ahead = shared
+            .covered
+            .map_or(0, |covered| covered.saturating_since(now).as_nanos());
+        let in_force: u128 = held
+            .iter()
+            .map(|&(_, s, k)| u128::from(s) * u128::from(k))
+            .sum();
+        shared.balance.refund(in_force * ahead);
+        let window = shared.rate.window.as_nanos().max(1);
+        // Paid again through the next round and the margin.
+        let until = payment::span(None, now, tick, Duration::ZERO).1;
+        let tick_ns = until.saturating_since(now).as_nanos();
+        let demands: Vec<Option<u64>> = held.iter().map(|&(_, s, _)| Some(s)).collect();
+        let split = |total: u64| fair_shares(total, &demands, Leftover::Unassigned);
+        let cost = |shares: &[u64]| -> u128 {
+            held.iter()
+                .zip(shares)
+                .map(|(&(_, old, k), &new)| {
+                    let fresh = if new == old {
+                        0
+                    } else {
+                        u128::from(fresh_tokens(&shared.rate, new)) * window
+                    };
+                    (fresh + u128::from(new) * tick_ns) * u128::from(k)
+                })
+                .sum()
+        };
+        let total: u64 = held.iter().map(|&(_, s, _)| s).sum();
+        let balance = shared.balance.nanos();
+        let mut best = largest(0, total, |t| cost(&split(t)) <= balance);
+        if cost(&split(best)) > balance {
+            best = 0;
+        }
+        let shares = split(best);
+        let spent = shared.balance.spend(cost(&shares));
+        debug_assert!(spent, "a cut is paid for");
+        shared.covered = Some(until);
+        let mut changed = Vec::new();
+        for (&(stream, old, _), &new) in held.iter().zip(&shares) {
+            if new == old {
+                continue;
+            }
+            if let Some(r) = shared.reporters.get_mut(&stream) {
+                r.share = Some(new);
+            }
+            self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
+            changed.push((counter.to_vec(), stream));
+        }
+        changed
     }
 }
 
-/// What `stream`'s share can grow to now: what it wants, within the rate
-/// less the shares in force at the others (so the shares never sum past it).
-fn growth_target(shared: &Shared, stream: StreamId) -> u64 {
+/// The instant `shared`'s shares are paid through, for a change at `now`:
+/// with no share in force (none yet, or all deny), the rounds paid nothing
+/// and a first share is paid a round's span ahead, the margin included
+/// (a round in the same fixed window then cuts nothing).
+fn cover(shared: &Shared, now: Timestamp) -> Timestamp {
+    let in_force = shared.reporters.values().any(|r| r.share.unwrap_or(0) > 0);
+    match shared.covered {
+        Some(covered) if in_force => covered,
+        _ => payment::span(None, now, PAY_TICK, Duration::ZERO).1,
+    }
+}
+
+/// The largest `s` in `lo..=hi` for which `fits` holds (it holds up to
+/// some point, then not); `lo` when none does but `lo` is 0, else 0.
+fn largest(lo: u64, hi: u64, fits: impl Fn(u64) -> bool) -> u64 {
+    if lo > hi || !fits(lo) {
+        return 0;
+    }
+    let (mut yes, mut no) = (lo, hi.saturating_add(1));
+    while no - yes > 1 {
+        let mid = yes + (no - yes) / 2;
+        if fits(mid) {
+            yes = mid;
+        } else {
+            no = mid;
+        }
+    }
+    yes
+}
+
+/// What `stream`'s share moves to: what the split wants, a growth within
+/// the rate less the shares in force at the others (so the shares never
+/// sum past it); when `priced`, less the shares they are falling to (the
+/// falls go first when the changes are applied).
+fn target(shared: &Shared, stream: StreamId, priced: bool) -> u64 {
+    let Some(reporter) = shared.reporters.get(&stream) else {
+        return 0;
+    };
+    if falls(reporter.share, reporter.wanted) {
+        return reporter.wanted;
+    }
     let others = shared
         .reporters
         .iter()
         .filter(|(s, _)| **s != stream)
-        .filter_map(|(_, r)| r.share)
+        .filter_map(|(_, r)| match r.share {
+            Some(share) if priced => Some(share.min(r.wanted)),
+            share => share,
+        })
         .fold(0u64, u64::saturating_add);
-    let wanted = shared.reporters.get(&stream).map_or(0, |r| r.wanted);
-    wanted.min(shared.rate.requests.saturating_sub(others))
-}
-
-/// What growing a share from `in_force` to `target` costs: the new
-/// bucket's tokens, less the old bucket's (its refills were paid for at the
-/// ticks); all of them for a first assignment.
-fn growth_cost(rate: &Rate, in_force: Option<u64>, target: u64) -> u64 {
-    let old = in_force.map_or(0, |share| fresh_tokens(rate, share));
-    fresh_tokens(rate, target).saturating_sub(old)
-}
-
-/// The largest share whose fresh bucket costs at most `tokens` (the inverse of [`fresh_tokens`]).
-fn shares_for(rate: &Rate, tokens: u64) -> u64 {
-    if tokens == 0 {
-        return 0;
-    }
-    let share = u128::from(tokens) * u128::from(rate.requests) / u128::from(rate.burst.max(1));
-    u64::try_from(share).unwrap_or(u64::MAX)
+    reporter
+        .wanted
+        .min(shared.rate.requests.saturating_sub(others))
 }
 
 /// The shares in force on `counter`, each once per bucket its Envoy enforces it in.
-fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
+pub(super) fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
     shared
         .reporters
         .iter()
@@ -371,7 +556,7 @@ fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
 }
 
 /// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).
-fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
+pub(super) fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
     inner
         .streams
         .get(&stream)

@@ -16,18 +16,20 @@ pub(super) struct Reading {
     pub(super) id: BucketId,
     pub(super) key: BucketKey,
     pub(super) policy: Policy,
-    /// The reporter's demand per window, for a shared bucket.
-    pub(super) demand: u64,
+    /// Requests the report counts (allowed and denied).
+    pub(super) arrived: u64,
 }
 
 /// A reporter of a shared bucket.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Reporter {
-    pub(super) demand: u64,
+    /// Its demand per window; `None` before a report that shows its rate.
+    pub(super) demand: Option<u64>,
     /// The share in force at that Envoy (last sent).
     pub(super) share: Option<u64>,
-    /// The share the split gives it; above `share`, a growth waiting for
-    /// its fresh bucket to be paid for (at a report or a tick).
+    /// The share the split gives it; where it differs from `share`, a
+    /// change waiting for its fresh bucket to be paid for (at a report, a
+    /// close or a tick).
     pub(super) wanted: u64,
 }
 
@@ -36,8 +38,11 @@ pub(super) struct Reporter {
 pub(super) struct Shared {
     pub(super) rate: Rate,
     pub(super) reporters: BTreeMap<StreamId, Reporter>,
-    /// What the shares in force prepaid from the shared budget ([`super::super::payment`]).
+    /// Units paid and not yet spent on fresh buckets or refills, in unit·ns ([`super::super::payment`]).
     pub(super) balance: Balance,
+    /// The instant the refills of the shares in force are paid through
+    /// (none before the first payment).
+    pub(super) covered: Option<Timestamp>,
     /// Held while the counter is in the book: a payment for it is owed only then.
     pub(super) owed: Arc<()>,
     /// The domain and a bucket (as a descriptor) of the latest report on
@@ -52,6 +57,4 @@ pub(super) struct Inner {
     pub(super) shared: HashMap<Vec<u8>, Shared>,
     pub(super) buckets: usize,
     pub(super) next: StreamId,
-    /// The instant the last round paid the shares in force through (none before the first).
-    pub(super) paid_through: Option<Timestamp>,
 }

@@ -3,28 +3,28 @@
 //! A stream reports usage per bucket; the book reads each bucket id against
 //! the rules ([`super::bucket`]) and, for a shared bucket (same rule
 //! counter, any number of Envoys), records the reporter's demand per window
-//! `d = (allowed + denied) × W / max(elapsed, 1 s)` and splits the rate with
-//! [`tollgate_core::fair_share`] (max-min fair; at its first report, which
-//! says nothing of its rate yet, an Envoy claims an equal part). An
-//! Envoy's share is at most twice its demand (or a quarter of its equal part): the budget is shared with RLS callers and
-//! other instances, so the spare rate is left to them. Each Envoy gets a
-//! token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋` (at least
-//! 1), `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole seconds
-//! (Envoy 1.40 reads the fill interval in whole seconds), so its rate is at
-//! most `s` per window.
+//! `d = (allowed + denied) × W / max(elapsed, 1 s)`, `elapsed` on the
+//! service's clock since that Envoy's last report of the bucket (Envoy
+//! 1.40 truncates its `time_elapsed` to whole seconds), and splits the rate
+//! max-min fairly ([`tollgate_core::fair_share`]; the claims and the part
+//! of the rate left in the counter: `QuotaBook::rebalance`). Each Envoy
+//! gets a token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋`
+//! (at least 1), `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole
+//! seconds (Envoy 1.40 reads the fill interval in whole seconds), so its
+//! rate is at most `s` per window.
 //!
-//! A share that falls is sent at once to its stream; one that grows is
-//! decided at that Envoy's own report and sent once its fresh bucket is
-//! paid for from the shared budget ([`changes`]), and one that moves by less
-//! than a tenth (of it, or of an equal part), up or down, keeps the
-//! assignment in force ([`tollgate_core::fair_share::steady_shares`];
-//! Envoy keeps a token bucket's state only while its
-//! settings stay the same, and restarts it full on a change). So the rates in
-//! force never sum past the rule's, but for the moment a decrease pushed
-//! to one Envoy and the increase it pays for are both on the wire, and an
-//! Envoy whose outbox is full (a client not reading) catches up at its next
-//! report. Every report is answered with the reporter's assignments, which
-//! renews their time to live. A stream that ends gives its shares back.
+//! Every change of a share is sent once its fresh bucket is paid for from
+//! the shared budget ([`changes`]): a fall at once, a growth at the next
+//! payment round that pays for all of it; a move of less than a tenth (of
+//! the share, or of an equal part), up or down, keeps the assignment in
+//! force ([`tollgate_core::fair_share::steady_shares`]; Envoy keeps a token
+//! bucket's state only while its settings stay the same, and restarts it
+//! full on a change). So the rates in force never sum past the rule's, and
+//! an Envoy whose outbox is full (a client not reading) catches up at its
+//! next report. Every report is answered with the reporter's assignments,
+//! which renews their time to live. A stream that ends gives its shares
+//! back: its prepaid refills return to the balance, and the others grow at
+//! the next round.
 //!
 //! Every operation costs in proportion to what it changes, never to a
 //! stream's buckets times its changes: a report reads its buckets against

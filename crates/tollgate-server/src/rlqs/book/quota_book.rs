@@ -11,6 +11,8 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use std::time::Duration;
+use tollgate_core::Timestamp;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
@@ -73,15 +75,17 @@ impl QuotaBook {
         Ok(id)
     }
 
-    /// Takes one usage report of stream `id` and splits the shares again;
-    /// the answer to the report and the pushes of shares that fell wait in
-    /// the [`Changes`] until their fresh buckets are paid for
-    /// ([`QuotaBook::apply`]). An error ends the stream (its status names the problem).
+    /// Takes one usage report of stream `id`, read at `now` (the clock the
+    /// payment rounds run on), and splits the shares again; the answer to
+    /// the report and every share that moves wait in the [`Changes`] until
+    /// their fresh buckets are paid for ([`QuotaBook::apply`]). An error
+    /// ends the stream (its status names the problem).
     pub fn report(
         &self,
         id: StreamId,
         report: RateLimitQuotaUsageReports,
         rules: &RuleSet,
+        now: Timestamp,
     ) -> Result<Changes, Status> {
         if report.domain.is_empty() {
             return Err(Status::invalid_argument(
@@ -111,9 +115,9 @@ impl QuotaBook {
         }
         let mut answered: Vec<BucketKey> = Vec::with_capacity(readings.len());
         let mut touched: HashSet<Vec<u8>> = HashSet::new();
-        let mut changed: Vec<(Vec<u8>, StreamId)> = Vec::new();
-        let mut grown: Vec<(Vec<u8>, StreamId)> = Vec::new();
+        let mut pending: Vec<(Vec<u8>, StreamId)> = Vec::new();
         for reading in readings {
+            let previous = stream.buckets.get(&reading.key).and_then(|b| b.reported);
             let new = !stream.buckets.contains_key(&reading.key);
             if new {
                 if *buckets >= self.options.max_buckets {
@@ -133,10 +137,14 @@ impl QuotaBook {
                 Policy::DenyAll => (Assignment::Deny, None),
                 Policy::Share(rate) => {
                     let counter = rate.counter.clone();
+                    // The bucket's first report says nothing of its rate yet.
+                    let demand =
+                        previous.map(|at| demand(reading.arrived, now.saturating_since(at), &rate));
                     let shared = shared.entry(counter.clone()).or_insert_with(|| Shared {
                         rate: rate.clone(),
                         reporters: BTreeMap::new(),
                         balance: Balance::default(),
+                        covered: None,
                         owed: Arc::new(()),
                         domain: String::new(),
                         entries: Vec::new(),
@@ -147,9 +155,9 @@ impl QuotaBook {
                     shared
                         .reporters
                         .entry(id)
-                        .and_modify(|r| r.demand = reading.demand)
+                        .and_modify(|r| r.demand = demand.or(r.demand))
                         .or_insert(Reporter {
-                            demand: reading.demand,
+                            demand,
                             share: None,
                             wanted: 0,
                         });
@@ -160,7 +168,7 @@ impl QuotaBook {
             if new {
                 // A new bucket starts with a full token bucket: paid for like a change.
                 if let Some(counter) = &counter {
-                    grown.push((counter.clone(), id));
+                    pending.push((counter.clone(), id));
                 }
                 *buckets += 1;
             }
@@ -170,6 +178,7 @@ impl QuotaBook {
                     id: reading.id,
                     counter,
                     policy: assignment,
+                    reported: Some(now),
                 },
             );
             answered.push(reading.key);
@@ -183,9 +192,16 @@ impl QuotaBook {
             .counters
             .store(shared.len() as u64, Ordering::Relaxed);
         for counter in touched {
-            self.rebalance(&mut inner, &counter, id, &mut changed, &mut grown);
+            self.rebalance(&mut inner, &counter, &mut pending);
         }
-        Ok(self.changes(&inner, Some((id, answered)), changed, grown))
+        Ok(self.changes(
+            &inner,
+            Some((id, answered)),
+            Vec::new(),
+            pending,
+            now,
+            false,
+        ))
     }
 
     /// Reads each usage of a report of `domain` against `rules` (no lock
@@ -213,39 +229,44 @@ impl QuotaBook {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect();
-                let demand = match &policy {
-                    Policy::Share(rate) => demand(&usage, rate),
-                    _ => 0,
-                };
                 Ok(Reading {
                     id,
                     key,
                     policy,
-                    demand,
+                    arrived: usage
+                        .num_requests_allowed
+                        .saturating_add(usage.num_requests_denied),
                 })
             })
             .collect()
     }
 
-    /// Forgets stream `id`: its shares go back to the others sharing its
-    /// buckets (a share that falls meanwhile waits in the [`Changes`]).
-    pub fn close(&self, id: StreamId) -> Changes {
+    /// Forgets stream `id` at `now`: the refills its shares prepaid come
+    /// back to their counters' balances, and its shares go to the others
+    /// sharing its buckets as soon as they are paid (the [`Changes`]).
+    pub fn close(&self, id: StreamId, now: Timestamp) -> Changes {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let Some(stream) = inner.streams.remove(&id) else {
             return Changes::default();
         };
         inner.buckets = inner.buckets.saturating_sub(stream.buckets.len());
-        let mut changed = Vec::new();
-        for counter in stream.by_counter.into_keys() {
+        let mut pending = Vec::new();
+        for (counter, keys) in stream.by_counter {
             if let Some(shared) = inner.shared.get_mut(&counter) {
-                shared.reporters.remove(&id);
+                if let Some(gone) = shared.reporters.remove(&id) {
+                    let ahead = shared
+                        .covered
+                        .map_or(0, |covered| covered.saturating_since(now).as_nanos());
+                    let share = u128::from(gone.share.unwrap_or(0));
+                    shared.balance.refund(share * keys.len() as u128 * ahead);
+                }
                 if shared.reporters.is_empty() {
                     inner.shared.remove(&counter);
                     continue;
                 }
             }
-            self.rebalance(inner, &counter, id, &mut changed, &mut Vec::new());
+            self.rebalance(inner, &counter, &mut pending);
         }
         let largest = inner.streams.values().map(|s| s.buckets.len()).max();
         self.stats
@@ -260,7 +281,7 @@ impl QuotaBook {
         self.stats
             .counters
             .store(inner.shared.len() as u64, Ordering::Relaxed);
-        self.changes(inner, None, changed, Vec::new())
+        self.changes(inner, None, Vec::new(), pending, now, false)
     }
 
     /// Ends every stream (shutdown): their response streams finish.
@@ -277,64 +298,47 @@ impl QuotaBook {
     }
 
     /// Ends stream `id` with `status` (then as [`QuotaBook::close`]).
-    pub fn fail(&self, id: StreamId, status: Status) -> Changes {
+    pub fn fail(&self, id: StreamId, status: Status, now: Timestamp) -> Changes {
         if let Some(stream) = self.inner.lock().streams.get(&id) {
             let _ = stream.outbox.try_send(Err(status));
         }
-        self.close(id)
+        self.close(id, now)
     }
 
-    /// Splits `counter`'s rate again: `reporting`'s share falls at once
-    /// (into `changed`) or, new or larger, waits in `grown` for its fresh
-    /// bucket to be paid; every other reporter whose share fell goes into `changed`.
-    fn rebalance(
-        &self,
-        inner: &mut Inner,
-        counter: &[u8],
-        reporting: StreamId,
-        changed: &mut Vec<(Vec<u8>, StreamId)>,
-        grown: &mut Vec<(Vec<u8>, StreamId)>,
-    ) {
+    /// Splits `counter`'s rate again: every reporter whose share in force
+    /// differs from what the split now wants goes into `pending`, to move
+    /// once paid for (falls and growths alike, the reporter's or another's).
+    ///
+    /// Each claims its demand and a tenth more (room for its demand to
+    /// wobble before its next report, five seconds away with Envoy 1.40),
+    /// at least `⌊R' / 4n⌋` so a quiet Envoy can start, or an equal part
+    /// before its rate shows; the split is max-min fair
+    /// ([`tollgate_core::fair_share`]) over `R' = R − ⌊R / 40⌋`: the
+    /// fortieth left in the counter absorbs the jitter of the payment
+    /// rounds against a refilling counter, and the rate no claim needs is
+    /// left to the RLS callers and other instances on the same budget.
+    fn rebalance(&self, inner: &mut Inner, counter: &[u8], pending: &mut Vec<(Vec<u8>, StreamId)>) {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
         };
-        // An Envoy with no share yet has not shown its rate: a newcomer.
-        let demands: Vec<Option<u64>> = shared
+        let capacity = shared_capacity(shared.rate.requests);
+        let floor = capacity / (4 * shared.reporters.len() as u64).max(1);
+        let claims: Vec<Option<u64>> = shared
             .reporters
             .values()
-            .map(|r| r.share.map(|_| r.demand))
+            .map(|r| {
+                r.demand
+                    .map(|d| d.saturating_add(d.div_ceil(10)).max(floor))
+            })
             .collect();
         let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
-        let shares = steady_shares(shared.rate.requests, &demands, &held, Leftover::Spread);
-        // Room to double, not the spare rate: the budget is shared with RLS
-        // callers and other instances, and the shares in force are paid for.
-        // A first report says nothing of the rate yet: its fair share.
-        let floor = shared.rate.requests / (4 * shared.reporters.len() as u64).max(1);
+        let shares = steady_shares(capacity, &claims, &held, Leftover::Unassigned);
         for ((&stream, reporter), kept) in shared.reporters.iter_mut().zip(shares) {
-            let kept = match reporter.share {
-                Some(_) if stream == reporting => {
-                    kept.min(reporter.demand.saturating_mul(2).max(floor))
-                }
-                _ => kept,
-            };
-            if stream == reporting {
-                reporter.wanted = kept;
-                match reporter.share {
-                    Some(old) if kept == old => {}
-                    Some(old) if kept < old => {
-                        reporter.share = Some(kept);
-                        changed.push((counter.to_vec(), stream));
-                    }
-                    _ => grown.push((counter.to_vec(), stream)),
-                }
-            } else if reporter.share.is_some_and(|old| kept < old) {
-                // Another Envoy's share grows only at its own report (its
-                // answer); one that falls is pushed now.
-                reporter.share = Some(kept);
-                reporter.wanted = reporter.wanted.min(kept);
-                changed.push((counter.to_vec(), stream));
+            reporter.wanted = kept;
+            if reporter.share != Some(kept) {
+                pending.push((counter.to_vec(), stream));
             }
         }
     }
@@ -397,18 +401,14 @@ impl QuotaBook {
     }
 }
 
-/// A reporter's demand per window of `rate`: what arrived in the report's
-/// interval (at least a second), scaled to the window.
-pub(super) fn demand(usage: &BucketQuotaUsage, rate: &Rate) -> u64 {
-    let elapsed = usage
-        .time_elapsed
-        .map_or(0, |d| u64::try_from(d.seconds).unwrap_or(0))
-        .max(1);
-    let arrived = usage
-        .num_requests_allowed
-        .saturating_add(usage.num_requests_denied);
-    u64::try_from(
-        u128::from(arrived) * rate.window.as_nanos() / (u128::from(elapsed) * 1_000_000_000),
-    )
-    .unwrap_or(u64::MAX)
+/// What the split shares of a rule's rate `requests`: all but a fortieth (see [`QuotaBook::rebalance`]).
+pub(super) fn shared_capacity(requests: u64) -> u64 {
+    requests - requests / 40
+}
+
+/// A reporter's demand per window of `rate`: the requests `arrived` in
+/// `elapsed` (at least a second), scaled to the window.
+pub(super) fn demand(arrived: u64, elapsed: Duration, rate: &Rate) -> u64 {
+    let elapsed = elapsed.max(Duration::from_secs(1)).as_nanos();
+    u64::try_from(u128::from(arrived) * rate.window.as_nanos() / elapsed).unwrap_or(u64::MAX)
 }

@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaResponse};
 use tokio::sync::mpsc;
+use tollgate_core::Timestamp;
 use tonic::Status;
 
 use super::changes::BucketKey;
@@ -30,6 +31,9 @@ pub(super) struct StreamBucket {
     /// The shared bucket's counter, when the bucket is shared.
     pub(super) counter: Option<Vec<u8>>,
     pub(super) policy: Assignment,
+    /// When the service last read a report of it (its own clock: Envoy's
+    /// `time_elapsed` is truncated to whole seconds).
+    pub(super) reported: Option<Timestamp>,
 }
 
 /// One Envoy's stream.
