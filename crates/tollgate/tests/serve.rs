@@ -38,7 +38,7 @@ fn the_example_limits_validate() {
 
 #[test]
 fn serve_answers_check_until_the_first_over_limit_and_drains_on_sigterm() {
-    let mut server = Server::spawn(&[
+    let server = Server::spawn(&[
         "serve",
         "--config",
         "../../examples/limits",
@@ -109,19 +109,12 @@ fn serve_answers_check_until_the_first_over_limit_and_drains_on_sigterm() {
     );
 
     // SIGTERM: a graceful stop with exit code 0.
-    let pid = server.child.id().to_string();
-    let kill = Command::new("kill")
-        .args(["-TERM", pid.as_str()])
-        .status()
-        .expect("kill runs");
-    assert!(kill.success());
-    let (code, _, stderr) = server.finish();
-    assert_eq!(code, Some(0), "{stderr}");
+    stop(server);
 }
 
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let mut server = Server::spawn_with_env(
+    let server = Server::spawn_with_env(
         &[
             "serve",
             "--config",
@@ -136,14 +129,7 @@ fn json_logs_are_one_object_per_line() {
     let addr = server.address();
     let output = check(&addr, &["path=/login"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let pid = server.child.id().to_string();
-    let kill = Command::new("kill")
-        .args(["-TERM", pid.as_str()])
-        .status()
-        .expect("kill runs");
-    assert!(kill.success());
-    let (code, stdout, stderr) = server.finish();
-    assert_eq!(code, Some(0), "{stderr}");
+    let (stdout, stderr) = stop_with_stdout(server);
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(!lines.is_empty(), "no log lines");
     for line in &lines {
@@ -168,32 +154,57 @@ fn json_logs_are_one_object_per_line() {
     }
 }
 
+/// `serve` on the example limits, gRPC on a free loopback port, HTTP on `http_addr`, no drain delay.
+fn serve_examples(http_addr: &str) -> Server {
+    Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        http_addr,
+        "--drain-delay",
+        "0s",
+    ])
+}
+
+/// `serve` on the example limits with upstream's variables `env`, on free loopback ports, no drain delay.
+fn serve_examples_with_env(env: &[(&str, &str)]) -> Server {
+    let mut all = vec![
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("PORT", "0"),
+        ("TOLLGATE_DRAIN_DELAY", "0s"),
+    ];
+    all.extend_from_slice(env);
+    Server::spawn_with_env(&["serve", "--config", "../../examples/limits"], &all)
+}
+
 /// Stops `server` with SIGTERM and returns its stderr (it must exit 0).
-fn stop(mut server: Server) -> String {
+fn stop(server: Server) -> String {
+    stop_with_stdout(server).1
+}
+
+/// Stops `server` with SIGTERM (a graceful stop: it must exit 0); the stdout lines not yet read, and its stderr.
+fn stop_with_stdout(mut server: Server) -> (Vec<String>, String) {
     let pid = server.child.id().to_string();
     let kill = Command::new("kill")
         .args(["-TERM", pid.as_str()])
         .status()
         .expect("kill runs");
     assert!(kill.success());
-    let (code, _, stderr) = server.finish();
+    let (code, stdout, stderr) = server.finish();
     assert_eq!(code, Some(0), "{stderr}");
-    stderr
+    (stdout, stderr)
 }
 
 #[test]
 fn a_variable_that_changes_nothing_is_a_warning_at_upstreams_log_level_warn() {
-    let server = Server::spawn_with_env(
-        &["serve", "--config", "../../examples/limits"],
-        &[
-            ("GRPC_HOST", "127.0.0.1"),
-            ("GRPC_PORT", "0"),
-            ("PORT", "0"),
-            ("LOG_LEVEL", "warn"),
-            ("MEMCACHE_HOST_PORT", "memcached:11211"),
-            ("TOLLGATE_DRAIN_DELAY", "0s"),
-        ],
-    );
+    let server = serve_examples_with_env(&[
+        ("LOG_LEVEL", "warn"),
+        ("MEMCACHE_HOST_PORT", "memcached:11211"),
+    ]);
     let _serving = server.address();
     let stderr = stop(server);
     let notes: Vec<&str> = stderr
@@ -209,17 +220,7 @@ fn sigterm_right_after_the_listening_line_drains_and_exits_0() {
     // A process manager may stop a server the moment it says where it
     // listens: the handlers must be in place by then, or SIGTERM kills it.
     for _ in 0..8 {
-        let server = Server::spawn(&[
-            "serve",
-            "--config",
-            "../../examples/limits",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--drain-delay",
-            "0s",
-        ]);
+        let server = serve_examples("127.0.0.1:0");
         let _serving = server.address();
         let stderr = stop(server);
         assert!(stderr.contains("SIGTERM received"), "{stderr}");
@@ -229,17 +230,7 @@ fn sigterm_right_after_the_listening_line_drains_and_exits_0() {
 #[test]
 fn an_http_api_open_beyond_loopback_without_client_certificates_is_warned_of() {
     let warning = "the HTTP API answers anyone who reaches it";
-    let open = Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "0.0.0.0:0",
-        "--drain-delay",
-        "0s",
-    ]);
+    let open = serve_examples("0.0.0.0:0");
     let _serving = open.address();
     let stderr = stop(open);
     let lines: Vec<&str> = stderr.lines().filter(|l| l.contains(warning)).collect();
@@ -250,17 +241,7 @@ fn an_http_api_open_beyond_loopback_without_client_certificates_is_warned_of() {
         lines[0]
     );
     // On loopback, nothing to warn of.
-    let local = Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--drain-delay",
-        "0s",
-    ]);
+    let local = serve_examples("127.0.0.1:0");
     let _serving = local.address();
     let stderr = stop(local);
     assert!(!stderr.contains(warning), "{stderr}");
@@ -268,17 +249,7 @@ fn an_http_api_open_beyond_loopback_without_client_certificates_is_warned_of() {
 
 #[test]
 fn log_level_debug_is_tollgates_debugging_not_the_http2_librarys() {
-    let server = Server::spawn_with_env(
-        &["serve", "--config", "../../examples/limits"],
-        &[
-            ("GRPC_HOST", "127.0.0.1"),
-            ("GRPC_PORT", "0"),
-            ("PORT", "0"),
-            ("LOG_LEVEL", "debug"),
-            ("RUST_LOG", ""),
-            ("TOLLGATE_DRAIN_DELAY", "0s"),
-        ],
-    );
+    let server = serve_examples_with_env(&[("LOG_LEVEL", "debug"), ("RUST_LOG", "")]);
     let addr = server.address();
     for _ in 0..3 {
         let output = check(&addr, &["path=/login"]);
