@@ -21,9 +21,14 @@
 //!   down, as a dead one is, for the gauge, `/readyz` and gRPC health;
 //! * the lease book and the quick-deny cache ([`QuickDeny`], in
 //!   `crate::quick_deny`), which answer without a store call.
+//!
+//! A store may start unconnected ([`RemoteStore::unconnected`]: Redis was not
+//! up when `serve` started): until [`RemoteStore::connected`] hands it the
+//! connection, every batch is answered by its rules' `on_store_error`, no
+//! lease is taken and the store counts as down.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -202,7 +207,10 @@ pub struct StoreStats {
 /// Redis behind a breaker, with the local fallback counters.
 #[derive(Debug)]
 pub struct RemoteStore {
-    redis: RedisStore,
+    /// Empty until the first connection (see [`RemoteStore::unconnected`]).
+    redis: OnceLock<RedisStore>,
+    /// How long a lease grant may be waited for (the store's call timeout).
+    timeout: Duration,
     breaker: Breaker,
     fallback: MemoryCounters,
     quick_deny: QuickDeny,
@@ -222,8 +230,18 @@ pub struct RemoteStore {
 impl RemoteStore {
     /// Wraps a connected Redis store.
     pub fn new(redis: RedisStore, options: RemoteOptions) -> Arc<Self> {
+        let store = Self::unconnected(redis.timeout(), options);
+        store.connected(redis);
+        store
+    }
+
+    /// A store whose Redis is not connected yet (calls limited to
+    /// `timeout` once it is): down, every batch answered by `on_store_error`
+    /// until [`RemoteStore::connected`].
+    pub fn unconnected(timeout: Duration, options: RemoteOptions) -> Arc<Self> {
         Arc::new(RemoteStore {
-            redis,
+            redis: OnceLock::new(),
+            timeout,
             breaker: Breaker::new(
                 options.breaker_threshold,
                 options.breaker_backoff,
@@ -245,8 +263,18 @@ impl RemoteStore {
             stats: StoreStats::default(),
             failures: FailureLog::new(FAILURE_LOG_INTERVAL, STORE_FAILED),
             fallbacks: FailureLog::new(FAILURE_LOG_INTERVAL, ANSWERED_WITHOUT_STORE),
-            up: AtomicBool::new(true),
+            up: AtomicBool::new(false),
         })
+    }
+
+    /// Hands over the first connection: from now on batches go to Redis.
+    /// Returns false (and keeps the first) when one was handed over already.
+    pub fn connected(&self, redis: RedisStore) -> bool {
+        let first = self.redis.set(redis).is_ok();
+        if first {
+            self.up.store(true, Ordering::Relaxed);
+        }
+        first
     }
 
     /// Decides a batch planned under rule `generation` (see
@@ -266,14 +294,16 @@ impl RemoteStore {
         let sent = clock.now();
         self.last_decision
             .fetch_max(sent.as_nanos(), Ordering::Relaxed);
+        let Some(redis) = self.redis.get() else {
+            // Not connected yet: no lease, no cache, no call; the rules' `on_store_error` answers.
+            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
+        };
         let mut refills = Vec::new();
         let local = self
             .leases
             .try_local(counters, generation, sent, decisions, &mut refills)
-            || (self
-                .leases
-                .wait_for_grant(counters, self.redis.timeout())
-                .await
+            || (self.leases.wait_for_grant(counters, self.timeout).await
                 && self.leases.try_local(
                     counters,
                     generation,
@@ -287,7 +317,7 @@ impl RemoteStore {
                 if self.breaker.admit(sent) {
                     // This request waits for the next grant; the others keep
                     // spending what is left of the lease meanwhile.
-                    self.leases.refill(&self.redis, refills, clock.now()).await;
+                    self.leases.refill(redis, refills, clock.now()).await;
                 } else {
                     self.leases.cancel(refills);
                 }
@@ -304,11 +334,7 @@ impl RemoteStore {
             return Err(StoreError::CircuitOpen);
         }
         self.stats.exact.fetch_add(1, Ordering::Relaxed);
-        match self
-            .redis
-            .check_batch(counters, clock.now(), decisions)
-            .await
-        {
+        match redis.check_batch(counters, clock.now(), decisions).await {
             Ok(()) => {
                 self.breaker.on_success();
                 self.up.store(true, Ordering::Relaxed);
@@ -317,7 +343,7 @@ impl RemoteStore {
                     .leases
                     .after_exact(counters, periods, decisions, generation, sent);
                 if !asks.is_empty() {
-                    self.leases.refill(&self.redis, asks, clock.now()).await;
+                    self.leases.refill(redis, asks, clock.now()).await;
                 }
                 Ok(())
             }
@@ -341,7 +367,10 @@ impl RemoteStore {
 
     /// Gives every outstanding lease back to Redis (graceful shutdown); the units it took back.
     pub async fn return_leases(&self, now: Timestamp) -> u64 {
-        self.leases.return_all(&self.redis, now).await
+        match self.redis.get() {
+            Some(redis) => self.leases.return_all(redis, now).await,
+            None => 0,
+        }
     }
 
     /// After a reload: forgets the quick-deny entries, ends every lease at
@@ -357,7 +386,10 @@ impl RemoteStore {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(self);
             runtime.spawn(async move {
-                let units = store.leases.give_back_retired(&store.redis, retired).await;
+                let Some(redis) = store.redis.get() else {
+                    return;
+                };
+                let units = store.leases.give_back_retired(redis, retired).await;
                 tracing::debug!(units, "leases returned after a reload");
             });
         }
@@ -430,15 +462,18 @@ impl RemoteStore {
         &self.stats
     }
 
-    /// The Redis store.
-    pub fn redis(&self) -> &RedisStore {
-        &self.redis
+    /// The Redis store, once connected.
+    pub fn redis(&self) -> Option<&RedisStore> {
+        self.redis.get()
     }
 
     /// Whether the store takes a write now (for `/readyz` and gRPC health):
     /// down when it is unreachable, too slow or refuses writes (out of memory).
     pub async fn check_ready(&self) -> Result<(), StoreError> {
-        let probe = self.redis.probe_write().await;
+        let probe = match self.redis.get() {
+            Some(redis) => redis.probe_write().await,
+            None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
+        };
         self.up.store(probe.is_ok(), Ordering::Relaxed);
         probe
     }
@@ -460,6 +495,10 @@ impl RemoteStore {
         self.fallbacks.record(now, &FallbackAnswer(policy));
     }
 }
+
+/// Why a batch or probe found no store: Redis was not up at start and has not been reached since.
+const NOT_CONNECTED: &str =
+    "Redis is not connected yet (it was not up at start; reconnecting in the background)";
 
 /// What a fallback warning says about the policy that answered.
 struct FallbackAnswer(StoreErrorPolicy);

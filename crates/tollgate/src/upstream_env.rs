@@ -94,7 +94,7 @@ fn is_wait(value: &str) -> bool {
 }
 
 const NO_POOL: &str = "Tollgate multiplexes every call on one connection per Redis node and pipelines concurrent calls, so there is no pool to size or window to set";
-const NO_STARTUP_RETRY: &str = "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it";
+const NO_STARTUP_RETRY: &str = "Tollgate retries a Redis that is not up in the background without end (200 ms doubling to 5 s, jittered), answering by each rule's on_store_error meanwhile; the intervals are fixed";
 
 /// Every single upstream variable and what Tollgate does with it.
 pub const VARIABLES: &[Variable] = &[

@@ -1,0 +1,139 @@
+//! Connecting `serve` to Redis: at once when it is up, else in the background with backoff and jitter while the rules' `on_store_error` answers.
+//!
+//! A store that is merely not up yet (connection refused, no socket file,
+//! timed out, dropped) never stops start-up: [`open_store`] returns an
+//! unconnected [`RemoteStore`] and a task retries with exponential backoff
+//! and full jitter ([`backon`]), logging at most one warning per
+//! [`FAILURE_LOG_INTERVAL`] with the redacted URL, and hands the connection
+//! to the store once `PING` answers. Anything else (a bad URL, a wrong
+//! password, a TLS error) is an error naming it, and `serve` does not start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use tollgate_core::{Clock, CoarseClock};
+use tollgate_redis::{ConnectError, RedisStore, RedisTarget};
+use tollgate_server::failure_log::{FAILURE_LOG_INTERVAL, FailureLog};
+use tollgate_server::store::{RemoteOptions, RemoteStore};
+
+use crate::CommandError;
+use crate::upstream_redis::UpstreamStore;
+
+/// The first wait before a reconnection attempt (doubled each time, jittered).
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+
+/// The longest wait between two reconnection attempts.
+const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
+/// The message of the rate-limited reconnection warnings.
+const NOT_UP: &str = "Redis is not up: every rule answers by its on_store_error (no leases) until it is; reconnecting with backoff";
+
+/// Opens the store `store` names: connected when Redis answers now, else
+/// unconnected with a background task (on the current runtime) that
+/// connects it. Errors for a store that cannot work once up.
+pub async fn open_store(
+    store: &UpstreamStore,
+    timeout: Duration,
+    key_prefix: Option<&str>,
+    options: RemoteOptions,
+    clock: CoarseClock,
+) -> Result<Arc<RemoteStore>, CommandError> {
+    let target = RedisTarget::parse(&store.url).map_err(|e| CommandError::Failed(e.to_string()))?;
+    let redacted = target.redacted();
+    let attempt = Attempt {
+        target,
+        timeout,
+        tls: store.tls.clone(),
+        key_prefix: key_prefix.map(str::to_owned),
+    };
+    match attempt.connect().await {
+        Ok(redis) => {
+            tracing::info!(store = %redacted, timeout = ?timeout, "counters in Redis");
+            Ok(RemoteStore::new(redis, options))
+        }
+        Err(error) if not_up_yet(&error) => {
+            let remote = RemoteStore::unconnected(timeout, options);
+            let log = FailureLog::new(FAILURE_LOG_INTERVAL, NOT_UP);
+            log.record(clock.now(), &error);
+            tokio::spawn(reconnect(
+                attempt,
+                Arc::clone(&remote),
+                log,
+                clock,
+                redacted,
+            ));
+            Ok(remote)
+        }
+        Err(error) => Err(CommandError::Failed(format!("{error} ({redacted})"))),
+    }
+}
+
+/// Whether `error` says only that Redis is not up yet: worth waiting for.
+fn not_up_yet(error: &ConnectError) -> bool {
+    match error {
+        ConnectError::Timeout(_) => true,
+        ConnectError::Redis(e) => {
+            e.is_connection_refusal() || e.is_connection_dropped() || e.is_timeout()
+        }
+        ConnectError::Target(_) => false,
+    }
+}
+
+/// Retries until connected, then hands the connection to `remote`.
+async fn reconnect(
+    attempt: Attempt,
+    remote: Arc<RemoteStore>,
+    log: FailureLog,
+    clock: CoarseClock,
+    redacted: String,
+) {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(FIRST_RETRY)
+        .with_max_delay(LONGEST_RETRY)
+        .with_jitter()
+        .without_max_times();
+    let connected = (|| attempt.connect())
+        .retry(backoff)
+        .notify(|error, _wait| {
+            // A store that answers but refuses us (a wrong password) is worth an error line.
+            if !not_up_yet(error) {
+                tracing::error!(store = %redacted, error = %error, "Redis answered but cannot be used; retrying");
+            } else {
+                log.record(clock.now(), error);
+            }
+        })
+        .await;
+    match connected {
+        Ok(redis) => {
+            remote.connected(redis);
+            tracing::warn!(store = %redacted, "Redis is up: counters in Redis again");
+        }
+        Err(error) => {
+            tracing::error!(store = %redacted, error = %error, "gave up connecting to Redis");
+        }
+    }
+}
+
+/// One connection attempt's inputs.
+struct Attempt {
+    target: RedisTarget,
+    timeout: Duration,
+    tls: Option<crate::upstream_redis::TlsFiles>,
+    key_prefix: Option<String>,
+}
+
+impl Attempt {
+    /// Connects once and sends the first `PING`.
+    async fn connect(&self) -> Result<RedisStore, ConnectError> {
+        let tls = self
+            .tls
+            .as_ref()
+            .map(crate::upstream_redis::TlsFiles::certificates);
+        let redis = RedisStore::connect_with_tls(self.target.clone(), self.timeout, tls).await?;
+        Ok(match &self.key_prefix {
+            Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
+            None => redis,
+        })
+    }
+}
