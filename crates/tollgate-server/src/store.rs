@@ -18,7 +18,10 @@
 //!   a limiter answering `on_store_error: allow` is seen running open;
 //! * whether the store took its latest call or write probe
 //!   (`ratelimit_store_up`): a store out of memory that refuses writes is
-//!   down, as a dead one is, for the gauge, `/readyz` and gRPC health;
+//!   down, as a dead one is, for the gauge and `/healthz/store`, and each
+//!   change seen by a write probe is logged at warn; `/readyz` and gRPC
+//!   health follow it only with [`RemoteOptions::ready_requires_store`]
+//!   (otherwise the replica is ready while its rules answer by `on_store_error`);
 //! * the lease book and the quick-deny cache ([`QuickDeny`], in
 //!   `crate::quick_deny`), which answer without a store call.
 //!
@@ -163,6 +166,10 @@ pub struct RemoteOptions {
     pub lease_period: Duration,
     /// Counters the lease book may track (each about 200 bytes).
     pub lease_max_keys: usize,
+    /// Whether this replica is ready only while the store takes writes
+    /// (`--ready-requires-store`); by default it is ready while its rules
+    /// answer by `on_store_error`.
+    pub ready_requires_store: bool,
 }
 
 impl Default for RemoteOptions {
@@ -177,6 +184,7 @@ impl Default for RemoteOptions {
             quick_deny_keys: 65_536,
             lease_period: Duration::ZERO,
             lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
+            ready_requires_store: false,
         }
     }
 }
@@ -225,6 +233,8 @@ pub struct RemoteStore {
     fallbacks: FailureLog,
     /// Whether the latest store call or write probe succeeded.
     up: AtomicBool,
+    /// Whether the latest write probe succeeded (its changes are logged).
+    probed_up: AtomicBool,
 }
 
 impl RemoteStore {
@@ -264,6 +274,7 @@ impl RemoteStore {
             failures: FailureLog::new(FAILURE_LOG_INTERVAL, STORE_FAILED),
             fallbacks: FailureLog::new(FAILURE_LOG_INTERVAL, ANSWERED_WITHOUT_STORE),
             up: AtomicBool::new(false),
+            probed_up: AtomicBool::new(true),
         })
     }
 
@@ -467,15 +478,39 @@ impl RemoteStore {
         self.redis.get()
     }
 
-    /// Whether the store takes a write now (for `/readyz` and gRPC health):
-    /// down when it is unreachable, too slow or refuses writes (out of memory).
-    pub async fn check_ready(&self) -> Result<(), StoreError> {
+    /// Whether the store takes a write now (`/healthz/store`): down when it
+    /// is unreachable, too slow or refuses writes (out of memory). A change
+    /// since the previous probe is logged at warn.
+    pub async fn check_store(&self) -> Result<(), StoreError> {
         let probe = match self.redis.get() {
             Some(redis) => redis.probe_write().await,
             None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
         };
         self.up.store(probe.is_ok(), Ordering::Relaxed);
+        let was_up = self.probed_up.swap(probe.is_ok(), Ordering::Relaxed);
+        match &probe {
+            Err(error) if was_up => tracing::warn!(
+                %error,
+                ready = !self.options.ready_requires_store,
+                "the store is down: every rule answers by its on_store_error"
+            ),
+            Ok(()) if !was_up => tracing::warn!("the store is up again: counters in the store"),
+            _ => {}
+        }
         probe
+    }
+
+    /// Whether this replica is ready to answer (`/readyz`, gRPC health):
+    /// always, since every rule answers by its `on_store_error` while the
+    /// store is down, unless [`RemoteOptions::ready_requires_store`], then
+    /// as [`RemoteStore::check_store`]. Probes the store either way.
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
+        let store = self.check_store().await;
+        if self.options.ready_requires_store {
+            store
+        } else {
+            Ok(())
+        }
     }
 
     /// Whether the latest store call or write probe succeeded (`ratelimit_store_up`).

@@ -202,7 +202,7 @@ pub const VARIABLES: &[Variable] = &[
     no_effect(
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "false",
-        "Tollgate's /readyz already follows the store",
+        "Tollgate's /healthz/store follows the store (and /readyz with --ready-requires-store)",
     ),
     honoured("CACHE_KEY_PREFIX", ""),
     no_effect(

@@ -85,6 +85,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                     quick_deny_keys: args.quick_deny_keys,
                     lease_period: args.lease_period,
                     lease_max_keys: args.lease_max_keys,
+                    ready_requires_store: args.ready_requires_store,
                     ..RemoteOptions::default()
                 },
                 clock.clone(),
