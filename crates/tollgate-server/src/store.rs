@@ -28,10 +28,15 @@
 //! A store may start unconnected ([`RemoteStore::unconnected`]: Redis was not
 //! up when `serve` started): until [`RemoteStore::connected`] hands it the
 //! connection, every batch is answered by its rules' `on_store_error`, no
-//! lease is taken and the store counts as down.
+//! lease is taken and the store counts as down. A later
+//! [`RemoteStore::connected`] replaces the connection (a master
+//! re-resolved through Sentinel after a failover); calls already under way
+//! finish on the one they started with.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -216,7 +221,7 @@ pub struct StoreStats {
 #[derive(Debug)]
 pub struct RemoteStore {
     /// Empty until the first connection (see [`RemoteStore::unconnected`]).
-    redis: OnceLock<RedisStore>,
+    redis: ArcSwapOption<RedisStore>,
     /// How long a lease grant may be waited for (the store's call timeout).
     timeout: Duration,
     breaker: Breaker,
@@ -250,7 +255,7 @@ impl RemoteStore {
     /// until [`RemoteStore::connected`].
     pub fn unconnected(timeout: Duration, options: RemoteOptions) -> Arc<Self> {
         Arc::new(RemoteStore {
-            redis: OnceLock::new(),
+            redis: ArcSwapOption::empty(),
             timeout,
             breaker: Breaker::new(
                 options.breaker_threshold,
@@ -278,14 +283,11 @@ impl RemoteStore {
         })
     }
 
-    /// Hands over the first connection: from now on batches go to Redis.
-    /// Returns false (and keeps the first) when one was handed over already.
-    pub fn connected(&self, redis: RedisStore) -> bool {
-        let first = self.redis.set(redis).is_ok();
-        if first {
-            self.up.store(true, Ordering::Relaxed);
-        }
-        first
+    /// Hands over a connection, the first or a new one replacing the
+    /// current: from now on batches go to it.
+    pub fn connected(&self, redis: RedisStore) {
+        self.redis.store(Some(Arc::new(redis)));
+        self.up.store(true, Ordering::Relaxed);
     }
 
     /// Decides a batch planned under rule `generation` (see
@@ -305,7 +307,7 @@ impl RemoteStore {
         let sent = clock.now();
         self.last_decision
             .fetch_max(sent.as_nanos(), Ordering::Relaxed);
-        let Some(redis) = self.redis.get() else {
+        let Some(redis) = self.redis.load_full() else {
             // Not connected yet: no lease, no cache, no call; the rules' `on_store_error` answers.
             self.stats.fallback.fetch_add(1, Ordering::Relaxed);
             return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
@@ -328,7 +330,7 @@ impl RemoteStore {
                 if self.breaker.admit(sent) {
                     // This request waits for the next grant; the others keep
                     // spending what is left of the lease meanwhile.
-                    self.leases.refill(redis, refills, clock.now()).await;
+                    self.leases.refill(&redis, refills, clock.now()).await;
                 } else {
                     self.leases.cancel(refills);
                 }
@@ -354,7 +356,7 @@ impl RemoteStore {
                     .leases
                     .after_exact(counters, periods, decisions, generation, sent);
                 if !asks.is_empty() {
-                    self.leases.refill(redis, asks, clock.now()).await;
+                    self.leases.refill(&redis, asks, clock.now()).await;
                 }
                 Ok(())
             }
@@ -378,8 +380,8 @@ impl RemoteStore {
 
     /// Gives every outstanding lease back to Redis (graceful shutdown); the units it took back.
     pub async fn return_leases(&self, now: Timestamp) -> u64 {
-        match self.redis.get() {
-            Some(redis) => self.leases.return_all(redis, now).await,
+        match self.redis.load_full() {
+            Some(redis) => self.leases.return_all(&redis, now).await,
             None => 0,
         }
     }
@@ -397,10 +399,10 @@ impl RemoteStore {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(self);
             runtime.spawn(async move {
-                let Some(redis) = store.redis.get() else {
+                let Some(redis) = store.redis.load_full() else {
                     return;
                 };
-                let units = store.leases.give_back_retired(redis, retired).await;
+                let units = store.leases.give_back_retired(&redis, retired).await;
                 tracing::debug!(units, "leases returned after a reload");
             });
         }
@@ -473,16 +475,16 @@ impl RemoteStore {
         &self.stats
     }
 
-    /// The Redis store, once connected.
-    pub fn redis(&self) -> Option<&RedisStore> {
-        self.redis.get()
+    /// The Redis store in use, once connected.
+    pub fn redis(&self) -> Option<Arc<RedisStore>> {
+        self.redis.load_full()
     }
 
     /// Whether the store takes a write now (`/healthz/store`): down when it
     /// is unreachable, too slow or refuses writes (out of memory). A change
     /// since the previous probe is logged at warn.
     pub async fn check_store(&self) -> Result<(), StoreError> {
-        let probe = match self.redis.get() {
+        let probe = match self.redis.load_full() {
             Some(redis) => redis.probe_write().await,
             None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
         };

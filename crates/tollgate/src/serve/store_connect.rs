@@ -7,6 +7,12 @@
 //! [`FAILURE_LOG_INTERVAL`] with the redacted URL, and hands the connection
 //! to the store once `PING` answers. Anything else (a bad URL, a wrong
 //! password, a TLS error) is an error naming it, and `serve` does not start.
+//!
+//! Behind Sentinel, the master can change (a failover): while the store is
+//! down (a failed call or write probe; the gRPC health watcher probes every
+//! second), [`follow_sentinel`] asks the sentinels for the master again every
+//! [`FAILOVER_CHECK`] and hands the new connection to the store, so `serve`
+//! counts in the promoted replica without a restart.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +31,12 @@ const FIRST_RETRY: Duration = Duration::from_millis(200);
 
 /// The longest wait between two reconnection attempts.
 const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
+/// How often a Sentinel store that is down re-resolves its master.
+const FAILOVER_CHECK: Duration = Duration::from_millis(500);
+
+/// The message of the rate-limited re-resolution warnings.
+const NO_MASTER: &str = "the master found through Sentinel is down: re-resolving it";
 
 /// The message of the rate-limited reconnection warnings.
 const NOT_UP: &str = "Redis is not up: every rule answers by its on_store_error (no leases) until it is; reconnecting with backoff";
@@ -50,7 +62,14 @@ pub async fn open_store(
     match attempt.connect().await {
         Ok(redis) => {
             tracing::info!(store = %redacted, timeout = ?timeout, "counters in Redis");
-            Ok(RemoteStore::new(redis, options))
+            let remote = RemoteStore::new(redis, options);
+            tokio::spawn(follow_sentinel(
+                attempt,
+                Arc::clone(&remote),
+                clock,
+                redacted,
+            ));
+            Ok(remote)
         }
         Err(error) if not_up_yet(&error) => {
             let remote = RemoteStore::unconnected(timeout, options);
@@ -108,9 +127,43 @@ async fn reconnect(
         Ok(redis) => {
             remote.connected(redis);
             tracing::warn!(store = %redacted, "Redis is up: counters in Redis again");
+            follow_sentinel(attempt, remote, clock, redacted).await;
         }
         Err(error) => {
             tracing::error!(store = %redacted, error = %error, "gave up connecting to Redis");
+        }
+    }
+}
+
+/// For a Sentinel target: while the store is down, asks the sentinels for
+/// the master again every [`FAILOVER_CHECK`] and hands the new connection to
+/// the store. Returns at once for any other target.
+async fn follow_sentinel(
+    attempt: Attempt,
+    remote: Arc<RemoteStore>,
+    clock: CoarseClock,
+    redacted: String,
+) {
+    if !matches!(attempt.target, RedisTarget::Sentinel { .. }) {
+        return;
+    }
+    let log = FailureLog::new(FAILURE_LOG_INTERVAL, NO_MASTER);
+    let mut tick = tokio::time::interval(FAILOVER_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Runs as long as the runtime: one attempt at a time, at most one per tick.
+    loop {
+        tick.tick().await;
+        if remote.is_up() {
+            continue;
+        }
+        match attempt.connect().await {
+            Ok(redis) => {
+                remote.connected(redis);
+                tracing::warn!(store = %redacted, "connected to the master Sentinel names now");
+            }
+            Err(error) => {
+                log.record(clock.now(), &error);
+            }
         }
     }
 }
