@@ -80,6 +80,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                 store,
                 settings.store_timeout,
                 settings.key_prefix.as_deref(),
+                settings.store_retry,
                 RemoteOptions {
                     expected_instances: args.expected_instances.max(1),
                     quick_deny_keys: args.quick_deny_keys,

@@ -26,11 +26,24 @@ use tollgate_server::store::{RemoteOptions, RemoteStore};
 use crate::CommandError;
 use crate::upstream_redis::UpstreamStore;
 
-/// The first wait before a reconnection attempt (doubled each time, jittered).
-const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// The backoff of reconnections to a Redis that is not up yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreRetry {
+    /// The first wait (doubled each time, jittered): `REDIS_STARTUP_INITIAL_INTERVAL`.
+    pub first: Duration,
+    /// The longest wait: `REDIS_STARTUP_MAX_INTERVAL`.
+    pub longest: Duration,
+}
 
-/// The longest wait between two reconnection attempts.
-const LONGEST_RETRY: Duration = Duration::from_secs(5);
+impl Default for StoreRetry {
+    /// 200 ms doubling up to 5 s.
+    fn default() -> Self {
+        StoreRetry {
+            first: Duration::from_millis(200),
+            longest: Duration::from_secs(5),
+        }
+    }
+}
 
 /// How often a Sentinel store that is down re-resolves its master.
 const FAILOVER_CHECK: Duration = Duration::from_millis(500);
@@ -48,6 +61,7 @@ pub async fn open_store(
     store: &UpstreamStore,
     timeout: Duration,
     key_prefix: Option<&str>,
+    retry: StoreRetry,
     options: RemoteOptions,
     clock: CoarseClock,
 ) -> Result<Arc<RemoteStore>, CommandError> {
@@ -77,6 +91,7 @@ pub async fn open_store(
             log.record(clock.now(), &error);
             tokio::spawn(reconnect(
                 attempt,
+                retry,
                 Arc::clone(&remote),
                 log,
                 clock,
@@ -102,14 +117,15 @@ fn not_up_yet(error: &ConnectError) -> bool {
 /// Retries until connected, then hands the connection to `remote`.
 async fn reconnect(
     attempt: Attempt,
+    retry: StoreRetry,
     remote: Arc<RemoteStore>,
     log: FailureLog,
     clock: CoarseClock,
     redacted: String,
 ) {
     let backoff = ExponentialBuilder::default()
-        .with_min_delay(FIRST_RETRY)
-        .with_max_delay(LONGEST_RETRY)
+        .with_min_delay(retry.first)
+        .with_max_delay(retry.longest)
         .with_jitter()
         .without_max_times();
     let connected = (|| attempt.connect())
