@@ -145,6 +145,8 @@ class Manifests(unittest.TestCase):
         drain = seconds(flag(args, "drain-delay"))
         readiness = container["readinessProbe"]
         self.assertLess(readiness["periodSeconds"] * readiness["failureThreshold"], drain)
+        # One lost probe never takes a replica out of rotation.
+        self.assertGreaterEqual(readiness["failureThreshold"], 3)
         self.assertGreaterEqual(pod["terminationGracePeriodSeconds"], drain + 20)
         self.assertNotIn("lifecycle", container, "the drain delay is the binary's; no preStop")
         self.assertTrue(pod["securityContext"]["runAsNonRoot"])

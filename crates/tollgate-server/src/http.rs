@@ -16,10 +16,11 @@
 //!   answers `{"allowed":…,"statuses":[…]}` with 200 or 429, plus the
 //!   configured response headers ([`ResponseHeaders`]) as HTTP headers; a
 //!   leaky-bucket shaper's wait is `delay_ms` (the caller holds the request).
-//! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness) and
+//! * `GET /healthcheck` (upstream's, `OK`), `GET /healthz` (liveness),
 //!   `GET /readyz` (200 while the readiness flag is set, 503 once shutdown
-//!   starts, or while a shared store does not take a write: down, too slow,
-//!   or out of memory).
+//!   starts, or, with `ready_requires_store`, while a shared store does not
+//!   take a write: down, too slow, or out of memory) and `GET /healthz/store`
+//!   (200 while the shared store takes a write or there is none, else 503).
 //! * Both POST endpoints take only `Content-Type: application/json`
 //!   (parameters such as `charset` allowed), and answer 415 naming the
 //!   expected type otherwise: a web page can send a cross-origin `text/plain`
@@ -165,6 +166,7 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .route("/healthcheck", get(|| async { "OK" }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz::<C>))
+        .route("/healthz/store", get(store_health::<C>))
         .route("/rlconfig", get(rlconfig::<C>))
         .route("/metrics", get(metrics_endpoint::<C>))
         .route("/version", get(version::<C>))
@@ -539,6 +541,20 @@ async fn readyz<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Respon
             .into_response();
     }
     (StatusCode::OK, "ready").into_response()
+}
+
+async fn store_health<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
+    let Some(remote) = state.engine.load().remote().cloned() else {
+        return (StatusCode::OK, "no shared store").into_response();
+    };
+    match remote.check_store().await {
+        Ok(()) => (StatusCode::OK, "store up").into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable: {error}"),
+        )
+            .into_response(),
+    }
 }
 
 async fn version<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {

@@ -18,12 +18,25 @@
 //!   a limiter answering `on_store_error: allow` is seen running open;
 //! * whether the store took its latest call or write probe
 //!   (`ratelimit_store_up`): a store out of memory that refuses writes is
-//!   down, as a dead one is, for the gauge, `/readyz` and gRPC health;
+//!   down, as a dead one is, for the gauge and `/healthz/store`, and each
+//!   change seen by a write probe is logged at warn; `/readyz` and gRPC
+//!   health follow it only with [`RemoteOptions::ready_requires_store`]
+//!   (otherwise the replica is ready while its rules answer by `on_store_error`);
 //! * the lease book and the quick-deny cache ([`QuickDeny`], in
 //!   `crate::quick_deny`), which answer without a store call.
+//!
+//! A store may start unconnected ([`RemoteStore::unconnected`]: Redis was not
+//! up when `serve` started): until [`RemoteStore::connected`] hands it the
+//! connection, every batch is answered by its rules' `on_store_error`, no
+//! lease is taken and the store counts as down. A later
+//! [`RemoteStore::connected`] replaces the connection (a master
+//! re-resolved through Sentinel after a failover); calls already under way
+//! finish on the one they started with.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -158,6 +171,10 @@ pub struct RemoteOptions {
     pub lease_period: Duration,
     /// Counters the lease book may track (each about 200 bytes).
     pub lease_max_keys: usize,
+    /// Whether this replica is ready only while the store takes writes
+    /// (`--ready-requires-store`); by default it is ready while its rules
+    /// answer by `on_store_error`.
+    pub ready_requires_store: bool,
 }
 
 impl Default for RemoteOptions {
@@ -172,6 +189,7 @@ impl Default for RemoteOptions {
             quick_deny_keys: 65_536,
             lease_period: Duration::ZERO,
             lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
+            ready_requires_store: false,
         }
     }
 }
@@ -202,7 +220,10 @@ pub struct StoreStats {
 /// Redis behind a breaker, with the local fallback counters.
 #[derive(Debug)]
 pub struct RemoteStore {
-    redis: RedisStore,
+    /// Empty until the first connection (see [`RemoteStore::unconnected`]).
+    redis: ArcSwapOption<RedisStore>,
+    /// How long a lease grant may be waited for (the store's call timeout).
+    timeout: Duration,
     breaker: Breaker,
     fallback: MemoryCounters,
     quick_deny: QuickDeny,
@@ -217,13 +238,25 @@ pub struct RemoteStore {
     fallbacks: FailureLog,
     /// Whether the latest store call or write probe succeeded.
     up: AtomicBool,
+    /// Whether the latest write probe succeeded (its changes are logged).
+    probed_up: AtomicBool,
 }
 
 impl RemoteStore {
     /// Wraps a connected Redis store.
     pub fn new(redis: RedisStore, options: RemoteOptions) -> Arc<Self> {
+        let store = Self::unconnected(redis.timeout(), options);
+        store.connected(redis);
+        store
+    }
+
+    /// A store whose Redis is not connected yet (calls limited to
+    /// `timeout` once it is): down, every batch answered by `on_store_error`
+    /// until [`RemoteStore::connected`].
+    pub fn unconnected(timeout: Duration, options: RemoteOptions) -> Arc<Self> {
         Arc::new(RemoteStore {
-            redis,
+            redis: ArcSwapOption::empty(),
+            timeout,
             breaker: Breaker::new(
                 options.breaker_threshold,
                 options.breaker_backoff,
@@ -245,8 +278,16 @@ impl RemoteStore {
             stats: StoreStats::default(),
             failures: FailureLog::new(FAILURE_LOG_INTERVAL, STORE_FAILED),
             fallbacks: FailureLog::new(FAILURE_LOG_INTERVAL, ANSWERED_WITHOUT_STORE),
-            up: AtomicBool::new(true),
+            up: AtomicBool::new(false),
+            probed_up: AtomicBool::new(true),
         })
+    }
+
+    /// Hands over a connection, the first or a new one replacing the
+    /// current: from now on batches go to it.
+    pub fn connected(&self, redis: RedisStore) {
+        self.redis.store(Some(Arc::new(redis)));
+        self.up.store(true, Ordering::Relaxed);
     }
 
     /// Decides a batch planned under rule `generation` (see
@@ -266,14 +307,16 @@ impl RemoteStore {
         let sent = clock.now();
         self.last_decision
             .fetch_max(sent.as_nanos(), Ordering::Relaxed);
+        let Some(redis) = self.redis.load_full() else {
+            // Not connected yet: no lease, no cache, no call; the rules' `on_store_error` answers.
+            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
+        };
         let mut refills = Vec::new();
         let local = self
             .leases
             .try_local(counters, generation, sent, decisions, &mut refills)
-            || (self
-                .leases
-                .wait_for_grant(counters, self.redis.timeout())
-                .await
+            || (self.leases.wait_for_grant(counters, self.timeout).await
                 && self.leases.try_local(
                     counters,
                     generation,
@@ -287,7 +330,7 @@ impl RemoteStore {
                 if self.breaker.admit(sent) {
                     // This request waits for the next grant; the others keep
                     // spending what is left of the lease meanwhile.
-                    self.leases.refill(&self.redis, refills, clock.now()).await;
+                    self.leases.refill(&redis, refills, clock.now()).await;
                 } else {
                     self.leases.cancel(refills);
                 }
@@ -304,11 +347,7 @@ impl RemoteStore {
             return Err(StoreError::CircuitOpen);
         }
         self.stats.exact.fetch_add(1, Ordering::Relaxed);
-        match self
-            .redis
-            .check_batch(counters, clock.now(), decisions)
-            .await
-        {
+        match redis.check_batch(counters, clock.now(), decisions).await {
             Ok(()) => {
                 self.breaker.on_success();
                 self.up.store(true, Ordering::Relaxed);
@@ -317,7 +356,7 @@ impl RemoteStore {
                     .leases
                     .after_exact(counters, periods, decisions, generation, sent);
                 if !asks.is_empty() {
-                    self.leases.refill(&self.redis, asks, clock.now()).await;
+                    self.leases.refill(&redis, asks, clock.now()).await;
                 }
                 Ok(())
             }
@@ -341,7 +380,10 @@ impl RemoteStore {
 
     /// Gives every outstanding lease back to Redis (graceful shutdown); the units it took back.
     pub async fn return_leases(&self, now: Timestamp) -> u64 {
-        self.leases.return_all(&self.redis, now).await
+        match self.redis.load_full() {
+            Some(redis) => self.leases.return_all(&redis, now).await,
+            None => 0,
+        }
     }
 
     /// After a reload: forgets the quick-deny entries, ends every lease at
@@ -357,7 +399,10 @@ impl RemoteStore {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(self);
             runtime.spawn(async move {
-                let units = store.leases.give_back_retired(&store.redis, retired).await;
+                let Some(redis) = store.redis.load_full() else {
+                    return;
+                };
+                let units = store.leases.give_back_retired(&redis, retired).await;
                 tracing::debug!(units, "leases returned after a reload");
             });
         }
@@ -430,17 +475,44 @@ impl RemoteStore {
         &self.stats
     }
 
-    /// The Redis store.
-    pub fn redis(&self) -> &RedisStore {
-        &self.redis
+    /// The Redis store in use, once connected.
+    pub fn redis(&self) -> Option<Arc<RedisStore>> {
+        self.redis.load_full()
     }
 
-    /// Whether the store takes a write now (for `/readyz` and gRPC health):
-    /// down when it is unreachable, too slow or refuses writes (out of memory).
-    pub async fn check_ready(&self) -> Result<(), StoreError> {
-        let probe = self.redis.probe_write().await;
+    /// Whether the store takes a write now (`/healthz/store`): down when it
+    /// is unreachable, too slow or refuses writes (out of memory). A change
+    /// since the previous probe is logged at warn.
+    pub async fn check_store(&self) -> Result<(), StoreError> {
+        let probe = match self.redis.load_full() {
+            Some(redis) => redis.probe_write().await,
+            None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
+        };
         self.up.store(probe.is_ok(), Ordering::Relaxed);
+        let was_up = self.probed_up.swap(probe.is_ok(), Ordering::Relaxed);
+        match &probe {
+            Err(error) if was_up => tracing::warn!(
+                %error,
+                ready = !self.options.ready_requires_store,
+                "the store is down: every rule answers by its on_store_error"
+            ),
+            Ok(()) if !was_up => tracing::warn!("the store is up again: counters in the store"),
+            _ => {}
+        }
         probe
+    }
+
+    /// Whether this replica is ready to answer (`/readyz`, gRPC health):
+    /// always, since every rule answers by its `on_store_error` while the
+    /// store is down, unless [`RemoteOptions::ready_requires_store`], then
+    /// as [`RemoteStore::check_store`]. Probes the store either way.
+    pub async fn check_ready(&self) -> Result<(), StoreError> {
+        let store = self.check_store().await;
+        if self.options.ready_requires_store {
+            store
+        } else {
+            Ok(())
+        }
     }
 
     /// Whether the latest store call or write probe succeeded (`ratelimit_store_up`).
@@ -460,6 +532,10 @@ impl RemoteStore {
         self.fallbacks.record(now, &FallbackAnswer(policy));
     }
 }
+
+/// Why a batch or probe found no store: Redis was not up at start and has not been reached since.
+const NOT_CONNECTED: &str =
+    "Redis is not connected yet (it was not up at start; reconnecting in the background)";
 
 /// What a fallback warning says about the policy that answered.
 struct FallbackAnswer(StoreErrorPolicy);

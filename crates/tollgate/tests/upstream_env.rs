@@ -48,7 +48,7 @@ fn password_protected_redis() -> RedisServer {
 
 /// Starting against a Redis that refuses the (missing) password used to
 /// succeed and then answer every request with the rule's `on_store_error`;
-/// now it stops start-up like an unreachable Redis.
+/// now it stops start-up (an unreachable Redis does not: it is waited for).
 #[test]
 fn a_store_that_cannot_authenticate_stops_start_up() {
     let redis = password_protected_redis();

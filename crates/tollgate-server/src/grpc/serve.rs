@@ -103,7 +103,8 @@ where
             .set_service_status(name, ServingStatus::Serving)
             .await;
     }
-    // With a shared store, the service's health follows the store (checked every second).
+    // With a shared store, the service's health follows the replica's readiness
+    // (RemoteStore::check_ready, checked every second).
     let store_reporter = reporter.clone();
     let store_watch = service.engine().remote().cloned().map(|remote| {
         tokio::spawn(async move {

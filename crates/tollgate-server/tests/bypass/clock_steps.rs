@@ -73,7 +73,11 @@ async fn in_memory_no_step_of_the_wall_admits_past_a_limit() {
 /// One check of `limit` for the key named after its algorithm at `at` on Redis.
 async fn redis_decide(target: &Target, limit: &Limit, at: Timestamp) -> Outcome {
     let engine = target.live.engine();
-    let redis = engine.remote().expect("a Redis store").redis();
+    let redis = engine
+        .remote()
+        .expect("a Redis store")
+        .redis()
+        .expect("connected at start");
     let counter = Counter {
         group: 0,
         key: limit.algorithm_kind.name().as_bytes(),

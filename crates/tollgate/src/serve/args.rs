@@ -190,6 +190,12 @@ pub struct ServeArgs {
         default_value_t = 1
     )]
     pub expected_instances: u64,
+    /// Answer `/readyz` 503 (and gRPC health NOT_SERVING) while the shared
+    /// store does not take a write. By default a replica stays ready while
+    /// its rules answer by `on_store_error`; `/healthz/store` and
+    /// `ratelimit_store_up` show the store either way.
+    #[arg(long, env = "TOLLGATE_READY_REQUIRES_STORE", value_parser = BoolishValueParser::new())]
+    pub ready_requires_store: bool,
     /// The most descriptors one request (gRPC, `/json`, `/v1/check`) may
     /// have; more is INVALID_ARGUMENT / 400, refused before it is decoded.
     #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", value_name = "N", default_value_t = DEFAULT_MAX_DESCRIPTORS, value_parser = parse_cap)]

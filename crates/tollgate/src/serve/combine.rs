@@ -92,6 +92,8 @@ pub(super) struct Settings {
     pub(super) store: Option<UpstreamStore>,
     pub(super) store_timeout: Duration,
     pub(super) key_prefix: Option<String>,
+    /// The backoff of reconnections to a Redis not up yet (`REDIS_STARTUP_*`).
+    pub(super) store_retry: super::store_connect::StoreRetry,
     pub(super) statsd: Option<StatsdSetting>,
     pub(super) shadow_mode: bool,
     pub(super) log_level: tracing::Level,
@@ -186,6 +188,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         }
         prefix => prefix.map(str::to_owned),
     };
+    let store_retry = startup_retry(env)?;
     let max_connection_age = connection_age(args, env, upstream)?;
     let statsd = statsd_setting(env)?;
     let upstream_shadow = env.bool("SHADOW_MODE")?.unwrap_or(false);
@@ -258,6 +261,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         store,
         store_timeout,
         key_prefix,
+        store_retry,
         statsd,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
@@ -266,6 +270,29 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         near_limit_ratio,
         headers,
     })
+}
+
+/// The reconnection backoff: upstream's `REDIS_STARTUP_INITIAL_INTERVAL`
+/// and `REDIS_STARTUP_MAX_INTERVAL` where set, Tollgate's otherwise.
+fn startup_retry(env: &UpstreamEnv) -> Result<super::store_connect::StoreRetry, CommandError> {
+    let read = |name: &str, default: Duration| match env.get(name) {
+        None => Ok(default),
+        Some(value) => match tollgate_core::duration::parse_duration(value.trim()) {
+            Ok(wait) if !wait.is_zero() => Ok(wait),
+            _ => Err(CommandError::Usage(format!(
+                "{name}={value:?} is not a positive duration"
+            ))),
+        },
+    };
+    let defaults = super::store_connect::StoreRetry::default();
+    let first = read("REDIS_STARTUP_INITIAL_INTERVAL", defaults.first)?;
+    let longest = read("REDIS_STARTUP_MAX_INTERVAL", defaults.longest.max(first))?;
+    if longest < first {
+        return Err(CommandError::Usage(format!(
+            "REDIS_STARTUP_MAX_INTERVAL ({longest:?}) is shorter than REDIS_STARTUP_INITIAL_INTERVAL ({first:?})"
+        )));
+    }
+    Ok(super::store_connect::StoreRetry { first, longest })
 }
 
 /// The address to listen on: the flag; else, when upstream's host or port

@@ -9,6 +9,7 @@ mod args;
 mod combine;
 mod listen;
 mod run;
+mod store_connect;
 #[cfg(test)]
 mod tests;
 

@@ -1,11 +1,9 @@
 //! [`run`]: loads the limits, connects the store, builds the engine and the quota book, then serves until a signal.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tollgate_core::CoarseClock;
 use tollgate_protocol::rls::{Jitter, ResponseHeaders};
-use tollgate_redis::RedisStore;
 use tollgate_rules::LoadOptions;
 use tollgate_runtime::ConnectionLimit;
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
@@ -13,12 +11,11 @@ use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::MetricKeys;
 use tollgate_server::metrics::{ConfigStats, Metrics};
 use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
-use tollgate_server::store::{RemoteOptions, RemoteStore};
+use tollgate_server::store::RemoteOptions;
 use tollgate_server::{Engine, LiveEngine};
 
 use crate::CommandError;
 use crate::upstream_env::UpstreamEnv;
-use crate::upstream_redis::UpstreamStore;
 
 use super::args::ServeArgs;
 use super::combine::settings;
@@ -79,24 +76,21 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let engine = match &settings.store {
         None => Engine::new(Arc::new(rules), engine_options, clock.clone()),
         Some(store) => {
-            let redis = runtime
-                .block_on(connect_store(store, settings.store_timeout))
-                .map_err(|error| CommandError::Failed(error.to_string()))?;
-            let redis = match &settings.key_prefix {
-                Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
-                None => redis,
-            };
-            tracing::info!(store = ?redis.target(), timeout = ?settings.store_timeout, "counters in Redis");
-            let remote = RemoteStore::new(
-                redis,
+            let remote = runtime.block_on(super::store_connect::open_store(
+                store,
+                settings.store_timeout,
+                settings.key_prefix.as_deref(),
+                settings.store_retry,
                 RemoteOptions {
                     expected_instances: args.expected_instances.max(1),
                     quick_deny_keys: args.quick_deny_keys,
                     lease_period: args.lease_period,
                     lease_max_keys: args.lease_max_keys,
+                    ready_requires_store: args.ready_requires_store,
                     ..RemoteOptions::default()
                 },
-            );
+                clock.clone(),
+            ))?;
             Engine::with_remote(Arc::new(rules), engine_options, clock.clone(), remote)
         }
     };
@@ -165,18 +159,4 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     runtime.block_on(serve(
         listen, live, headers, metrics, caps, limits, quota_book,
     ))
-}
-
-/// Opens the Redis store `store` names, with calls limited to `timeout`.
-async fn connect_store(
-    store: &UpstreamStore,
-    timeout: Duration,
-) -> Result<RedisStore, tollgate_redis::ConnectError> {
-    let target = tollgate_redis::RedisTarget::parse(&store.url)
-        .map_err(tollgate_redis::ConnectError::Target)?;
-    let tls = store
-        .tls
-        .as_ref()
-        .map(crate::upstream_redis::TlsFiles::certificates);
-    RedisStore::connect_with_tls(target, timeout, tls).await
 }

@@ -433,6 +433,12 @@ fn honoured_case(name: &str) -> HonouredCase {
         "CACHE_KEY_PREFIX" => (vec![("CACHE_KEY_PREFIX", "app_")], |s| {
             s.key_prefix.as_deref() == Some("app_")
         }),
+        "REDIS_STARTUP_INITIAL_INTERVAL" => (vec![("REDIS_STARTUP_INITIAL_INTERVAL", "1s")], |s| {
+            s.store_retry.first == Duration::from_secs(1)
+        }),
+        "REDIS_STARTUP_MAX_INTERVAL" => (vec![("REDIS_STARTUP_MAX_INTERVAL", "30s")], |s| {
+            s.store_retry.longest == Duration::from_secs(30)
+        }),
         "REDIS_TIMEOUT" => (vec![("REDIS_TIMEOUT", "250ms")], |s| {
             s.store_timeout == Duration::from_millis(250)
         }),
