@@ -85,6 +85,11 @@ impl ShareBucket {
         self.share
     }
 
+    /// When the level was last brought up to date.
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+
     /// The level in pico-tokens at the last update.
     pub fn level(&self) -> u128 {
         self.level
