@@ -7,8 +7,10 @@
 //! the membership: incarnation, registration expiry, last call answered,
 //! the keys it holds and the keys whose target changed since it last heard.
 //!
-//! Every change keeps `pool.share + Σ booked = limit` (component-wise), and
-//! the pool's share never goes below zero: a grant is at most what the pool
+//! Every change keeps `pool.share + Σ booked = limit` (component-wise;
+//! `≤` while a reload has lowered the limit below what is booked, until the
+//! holders shrink to their new targets), and the pool's share never goes
+//! below zero: a grant is at most what the pool
 //! has, so bookings never sum past the limit whatever the targets say.
 
 use std::collections::{HashMap, HashSet};
@@ -423,6 +425,13 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                 pool: ShareBucket::full(report.limit, now),
                 holdings: Vec::new(),
             });
+        if book.limit != report.limit {
+            // A reload changed the limit: the pool keeps only what the new
+            // limit leaves beside the bookings (none while they exceed it,
+            // until their holders shrink to the new targets).
+            book.limit = report.limit;
+            give_back(book, Share::ZERO, 0, now);
+        }
         prune(book, &self.members, now);
         let incarnation = self.members.get(&holder).map_or(0, |m| m.incarnation);
         let index = match book.holdings.iter().position(|h| h.holder == holder) {
@@ -536,13 +545,26 @@ fn prune<K>(book: &mut KeyBook, members: &HashMap<HolderId, Member<K>>, now: Tim
 }
 
 /// Returns `share` (and `tokens` pico-tokens) from a holding to the pool of `book`.
+///
+/// The pool never holds more than the limit leaves beside the bookings (it
+/// always does unless a reload lowered the limit below what is booked).
 fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
     let pool = book.pool.share();
+    let booked = book.holdings.iter().fold(Share::ZERO, |sum, h| Share {
+        rate: sum.rate.saturating_add(h.booked.rate),
+        burst: sum.burst.saturating_add(h.booked.burst),
+    });
     book.pool.set_share(
         now,
         Share {
-            rate: pool.rate + share.rate,
-            burst: pool.burst + share.burst,
+            rate: pool
+                .rate
+                .saturating_add(share.rate)
+                .min(book.limit.rate.saturating_sub(booked.rate)),
+            burst: pool
+                .burst
+                .saturating_add(share.burst)
+                .min(book.limit.burst.saturating_sub(booked.burst)),
         },
     );
     book.pool.add(now, tokens);

@@ -261,7 +261,16 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         };
         held.last_seen = now;
         held.demand.record(now, cost, period);
-        let mut report = !held.answered
+        let relimited = held.limit != limit;
+        if relimited {
+            // A reload changed the limit: shrink to it at once (shrinking
+            // needs nobody's leave) and tell the authority at the next call.
+            held.limit = limit;
+            let within = held.bucket.share().min(limit);
+            held.returned += held.bucket.set_share(now, within);
+        }
+        let mut report = relimited
+            || !held.answered
             || held.released
             || held
                 .demand
