@@ -234,10 +234,11 @@ fn busy(
 ) {
     for t in (from..to).step_by(5) {
         for (holder, limit) in holders.iter_mut() {
-            if holder.check(&7, *limit, ms(t), 1) == Verdict::Admit && holder.take(&7, ms(t), 1) {
-                if let Some(c) = checker.as_deref_mut() {
-                    c.admit(ms(t), 1);
-                }
+            if holder.check(&7, *limit, ms(t), 1) == Verdict::Admit
+                && holder.take(&7, ms(t), 1)
+                && let Some(c) = checker.as_deref_mut()
+            {
+                c.admit(ms(t), 1);
             }
             round_trip(holder, authority, ms(t));
         }
