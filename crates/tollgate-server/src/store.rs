@@ -34,6 +34,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::failure_log::{ANSWERED_WITHOUT_STORE, FAILURE_LOG_INTERVAL, FailureLog, STORE_FAILED};
 pub use crate::quick_deny::QuickDeny;
+use crate::shares::{SharesBook, SharesOptions};
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
 use tollgate_core::lease::LeasePolicy;
 use tollgate_core::{Clock, Decision, Timestamp};
@@ -158,6 +159,8 @@ pub struct RemoteOptions {
     pub lease_period: Duration,
     /// Counters the lease book may track (each about 200 bytes).
     pub lease_max_keys: usize,
+    /// How `shares: true` rules run (their holder's key bound among them).
+    pub shares: SharesOptions,
 }
 
 impl Default for RemoteOptions {
@@ -172,6 +175,7 @@ impl Default for RemoteOptions {
             quick_deny_keys: 65_536,
             lease_period: Duration::ZERO,
             lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
+            shares: SharesOptions::default(),
         }
     }
 }
@@ -199,6 +203,13 @@ pub struct StoreStats {
     pub fallback: AtomicU64,
 }
 
+/// A random holder id for this process (a new one each start: a restarted
+/// instance registers afresh while its old registration runs out).
+fn random_holder_id() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::process::id())
+}
+
 /// Redis behind a breaker, with the local fallback counters.
 #[derive(Debug)]
 pub struct RemoteStore {
@@ -207,6 +218,7 @@ pub struct RemoteStore {
     fallback: MemoryCounters,
     quick_deny: QuickDeny,
     leases: LeaseBook,
+    shares: Arc<SharesBook>,
     /// The time of the latest decision (nanoseconds), for the lease gauge.
     last_decision: AtomicU64,
     options: RemoteOptions,
@@ -223,7 +235,7 @@ impl RemoteStore {
     /// Wraps a connected Redis store.
     pub fn new(redis: RedisStore, options: RemoteOptions) -> Arc<Self> {
         Arc::new(RemoteStore {
-            redis,
+            redis: redis.clone(),
             breaker: Breaker::new(
                 options.breaker_threshold,
                 options.breaker_backoff,
@@ -240,6 +252,7 @@ impl RemoteStore {
                 LeasePolicy::for_fleet(options.lease_period, options.expected_instances).divisor,
                 options.lease_max_keys,
             ),
+            shares: SharesBook::new(redis.clone(), random_holder_id(), options.shares),
             last_decision: AtomicU64::new(0),
             options,
             stats: StoreStats::default(),
@@ -255,7 +268,74 @@ impl RemoteStore {
     /// Redis unless the breaker is open (then taking leases for
     /// `periods[i]`, counter `i`'s lease period, zero for none). A batch of
     /// an earlier generation neither spends nor takes a lease.
+    ///
+    /// Counters marked in `shared` (of `shares: true` rules) are decided
+    /// from this instance's shares instead ([`SharesBook`]); a batch with
+    /// both kinds fails as a whole if either part fails.
     pub async fn check_batch<C: Clock>(
+        &self,
+        clock: &C,
+        counters: &[Counter<'_>],
+        periods: &[Duration],
+        shared: &[bool],
+        generation: u64,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        if !shared.iter().any(|&s| s) {
+            return self
+                .check_store(clock, counters, periods, generation, decisions)
+                .await;
+        }
+        let (mut by_shares, mut by_store) = (Vec::new(), Vec::new());
+        let mut store_periods = Vec::new();
+        for (i, c) in counters.iter().enumerate() {
+            if shared.get(i).copied().unwrap_or(false) {
+                by_shares.push(*c);
+            } else {
+                by_store.push(*c);
+                store_periods.push(periods.get(i).copied().unwrap_or(Duration::ZERO));
+            }
+        }
+        let mut from_shares = Vec::with_capacity(by_shares.len());
+        let decided = self.shares.decide(&by_shares, &mut from_shares).await;
+        if let Err(e) = decided {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
+            self.up.store(false, Ordering::Relaxed);
+            self.failures.record(clock.now(), &e);
+            return Err(e);
+        }
+        let mut from_store = Vec::with_capacity(by_store.len());
+        if !by_store.is_empty() {
+            self.check_store(
+                clock,
+                &by_store,
+                &store_periods,
+                generation,
+                &mut from_store,
+            )
+            .await?;
+        }
+        decisions.clear();
+        let (mut s, mut r) = (from_shares.into_iter(), from_store.into_iter());
+        for i in 0..counters.len() {
+            let next = if shared.get(i).copied().unwrap_or(false) {
+                s.next()
+            } else {
+                r.next()
+            };
+            let Some(decision) = next else {
+                return Err(StoreError::Unavailable(
+                    "a decision is missing from a mixed batch".into(),
+                ));
+            };
+            decisions.push(decision);
+        }
+        Ok(())
+    }
+
+    /// [`check_batch`](Self::check_batch) for counters not in the shares mode.
+    async fn check_store<C: Clock>(
         &self,
         clock: &C,
         counters: &[Counter<'_>],
@@ -373,6 +453,11 @@ impl RemoteStore {
     /// The time of the latest decision: the gauges' "now" (the store keeps no clock).
     fn now_for_gauges(&self) -> Timestamp {
         Timestamp::from_nanos(self.last_decision.load(Ordering::Relaxed))
+    }
+
+    /// This instance's shares (`shares: true` rules).
+    pub fn shares(&self) -> &SharesBook {
+        &self.shares
     }
 
     /// The leases this instance holds.
@@ -616,6 +701,26 @@ impl StoreCollector {
                 "Lease grants and returns that failed",
                 load(&leases.failed_calls),
             ),
+            (
+                "ratelimit_store_shares_decided",
+                "Batches decided from this instance's shares, without a Redis call",
+                load(&self.0.shares().counts().decided),
+            ),
+            (
+                "ratelimit_store_shares_calls",
+                "Holder calls the shares authority answered (each two Redis script calls, more after a conflict)",
+                load(&self.0.shares().authority_stats().calls),
+            ),
+            (
+                "ratelimit_store_shares_script_calls",
+                "Redis script calls of the shares authority",
+                load(&self.0.shares().authority_stats().redis_calls),
+            ),
+            (
+                "ratelimit_store_shares_failed_calls",
+                "Holder calls that failed (Redis unreachable, or the state changed under every attempt)",
+                load(&self.0.shares().counts().failed_calls),
+            ),
         ] {
             let counter = ConstCounter::new(value);
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
@@ -632,6 +737,11 @@ impl StoreCollector {
                 "ratelimit_store_lease_keys",
                 "Counters the lease book tracks (bounded by --lease-max-keys)",
                 self.0.leases().len() as u64,
+            ),
+            (
+                "ratelimit_store_shares_keys",
+                "Keys this instance holds shares of (bounded by --shares-max-keys)",
+                self.0.shares().keys() as u64,
             ),
         ] {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));

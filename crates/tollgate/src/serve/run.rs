@@ -94,6 +94,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                     quick_deny_keys: args.quick_deny_keys,
                     lease_period: args.lease_period,
                     lease_max_keys: args.lease_max_keys,
+                    shares: args.shares_options(),
                     ..RemoteOptions::default()
                 },
             );
