@@ -108,6 +108,11 @@ impl SharesBook {
         self.holder.lock().keys()
     }
 
+    /// The share of `key` (a counter key) in force in this instance.
+    pub fn in_force(&self, key: &[u8]) -> Share {
+        self.holder.lock().in_force(&key.to_vec())
+    }
+
     /// Its counts.
     pub fn counts(&self) -> &SharesCounts {
         &self.counts
@@ -132,12 +137,17 @@ impl SharesBook {
             .iter()
             .map(|c| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO))
             .collect();
-        // A first wait, then one more when the reply made the holder ask again (a lapse).
-        for _ in 0..2 {
+        // At most two waits: the reply to a call already in flight (which
+        // did not carry the key), then the reply to the call that does; one
+        // more decision after each.
+        for attempt in 0..3 {
             let mut replies = self.synced.subscribe();
             if self.try_decide(counters, &shares, decisions) {
                 self.counts.decided.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
+            }
+            if attempt == 2 {
+                break;
             }
             self.counts.waited.fetch_add(1, Ordering::Relaxed);
             let wait = self.policy.call_timeout + self.policy.batch_interval;

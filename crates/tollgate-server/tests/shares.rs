@@ -25,11 +25,16 @@ const SHARED: [&str; 2] = ["token_bucket", "gcra"];
 
 /// One `shares: true` rule per algorithm, `limit` per hour, `on_store_error: deny`.
 fn rules(limit: u64) -> Arc<RuleSet> {
+    rules_per(limit, "hour")
+}
+
+/// One `shares: true` rule per algorithm, `limit` per `unit`, `on_store_error: deny`.
+fn rules_per(limit: u64, unit: &str) -> Arc<RuleSet> {
     let mut yaml = String::from("domain: shares\ndescriptors:\n");
     for algorithm in SHARED {
         yaml.push_str(&format!(
             "  - key: {algorithm}\n    on_store_error: deny\n    shares: true\n    rate_limit: {}\n",
-            exact_rate_limit(limit, "hour", algorithm)
+            exact_rate_limit(limit, unit, algorithm)
         ));
     }
     let loaded = load_sources(
@@ -50,13 +55,23 @@ fn request(key: &str, value: &str) -> RateLimitRequest {
 
 /// `instances` engines on `url`, each its own instance.
 async fn engines(url: &str, instances: u64, rules: &Arc<RuleSet>) -> Vec<Arc<Engine<ManualClock>>> {
+    engines_with(url, instances, rules, RemoteOptions::default()).await
+}
+
+/// [`engines`] with `options`.
+async fn engines_with(
+    url: &str,
+    instances: u64,
+    rules: &Arc<RuleSet>,
+    options: RemoteOptions,
+) -> Vec<Arc<Engine<ManualClock>>> {
     let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
     let mut out = Vec::new();
     for _ in 0..instances {
         let redis = RedisStore::connect(url, Duration::from_secs(2))
             .await
             .expect("Redis answers");
-        let remote = RemoteStore::new(redis, RemoteOptions::default());
+        let remote = RemoteStore::new(redis, options);
         out.push(Arc::new(Engine::with_remote(
             Arc::clone(rules),
             EngineOptions::default(),
@@ -201,4 +216,89 @@ async fn shares_serve_through_an_outage_new_keys_get_on_store_error_then_a_resta
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(back, "the shares mode resumed after the restart");
+}
+
+/// 4 instances share a token bucket of 400/s; each reloads, one at a time,
+/// to 100/s while 256 callers go on. Once every instance has the new
+/// limit (and a sync interval has passed), what passes over any span
+/// conforms to the new bucket: at most its burst plus its rate × the span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_lowering_a_limit_while_shares_are_held_admits_no_more_than_the_new_one() {
+    let redis = RedisServer::start();
+    let high = rules_per(400, "second");
+    let mut fleet = engines(&redis.url(), 4, &high).await;
+    let hot = request("token_bucket", "reload");
+    let (before, _) = load(&fleet, &hot, Duration::from_millis(800)).await;
+    assert!(before > 400, "the old limit was in use: {before}");
+    let low = rules_per(100, "second");
+    for engine in &mut fleet {
+        *engine = Arc::new(engine.with_rules(Arc::clone(&low)));
+        load(
+            std::slice::from_ref(engine),
+            &hot,
+            Duration::from_millis(150),
+        )
+        .await;
+    }
+    // Every instance has the new limit: one more sync interval for the shrinks.
+    load(&fleet, &hot, Duration::from_millis(200)).await;
+    let watch = Stopwatch::start();
+    let (after, _) = load(&fleet, &hot, Duration::from_secs(1)).await;
+    let span = watch.elapsed().as_secs_f64();
+    let bound = 100.0 + 100.0 * span;
+    assert!(
+        after as f64 <= bound,
+        "{after} admitted in {span:.2}s after the reloads to 100/s (bound {bound:.0})"
+    );
+    assert!(after >= 50, "the new limit is used: {after}");
+}
+
+/// Two instances share a token bucket; one stops without a word (its
+/// engine dropped: no release, as a SIGKILL). After its registration's
+/// TTL the other holds the whole limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
+    let redis = RedisServer::start();
+    let rules = rules_per(200, "second");
+    let mut options = RemoteOptions::default();
+    options.shares.holder.ttl = Duration::from_secs(1);
+    options.shares.holder.ttl_margin = Duration::from_millis(100);
+    options.shares.authority.ttl = Duration::from_secs(1);
+    let mut fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let hot = request("token_bucket", "killed");
+    let key = rules
+        .find("shares", &[("token_bucket", "killed")])
+        .expect("the rule")
+        .counter_key("shares", &[("token_bucket", "killed")], 0);
+    load(&fleet, &hot, Duration::from_millis(600)).await;
+    let survivor = Arc::clone(&fleet[1]);
+    let whole = tollgate_core::share::Share::per_second(200, 200);
+    let held = survivor.remote().expect("Redis").shares().in_force(&key);
+    assert!(
+        held.rate < whole.rate,
+        "two busy instances split the key: {held:?}"
+    );
+    drop(fleet.remove(0));
+    // Bounded: 30 rounds of 100 ms of demand.
+    let watch = Stopwatch::start();
+    let mut rounds = 0;
+    while survivor.remote().expect("Redis").shares().in_force(&key) != whole && rounds < 30 {
+        load(
+            std::slice::from_ref(&survivor),
+            &hot,
+            Duration::from_millis(100),
+        )
+        .await;
+        rounds += 1;
+    }
+    let waited = watch.elapsed();
+    assert_eq!(
+        survivor.remote().expect("Redis").shares().in_force(&key),
+        whole,
+        "the whole limit after {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(800),
+        "not before the TTL: {waited:?}"
+    );
 }
