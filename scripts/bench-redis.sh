@@ -26,7 +26,9 @@
 #        ALGORITHM (default token_bucket) is the rule's algorithm, 10^9 per second.
 #        MODES (default "redis") lists the serve runs of each round, side by side:
 #        `memory` (the in-memory store), `redis` (exact, one call per check),
-#        `lease=DUR` (Redis with --lease-period DUR), e.g. MODES="memory redis lease=1s".
+#        `lease=DUR` (Redis with --lease-period DUR), `shares` (Redis, the rule
+#        with `shares: true`: calls/chk then counts the holder's batched calls,
+#        two script calls each), e.g. MODES="memory redis lease=1s shares".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -61,6 +63,7 @@ script_calls() { # EVALSHA + EVAL calls so far
 # default): every call is allowed and writes.
 printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: %s\n' \
     "$algorithm" > "$work/limits.yaml"
+sed 's/^    rate_limit:/    shares: true\n    rate_limit:/' "$work/limits.yaml" > "$work/limits-shares.yaml"
 sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/prelude.lua crates/tollgate-redis/src/check.lua)")
 
 ceiling() { # KEYS
@@ -73,15 +76,16 @@ ceiling() { # KEYS
 }
 
 serve_run() { # KEYS MODE
-    local store=(--store "redis://127.0.0.1:$port")
+    local store=(--store "redis://127.0.0.1:$port") limits="$work/limits.yaml"
     case "$2" in
         memory) store=(--store memory) ;;
         redis) ;;
         lease=*) store+=(--lease-period "${2#lease=}") ;;
-        *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR)" >&2; exit 2 ;;
+        shares) limits="$work/limits-shares.yaml" ;;
+        *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR, shares)" >&2; exit 2 ;;
     esac
     : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
-    taskset -c 0 "$bin" serve --config "$work/limits.yaml" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+    taskset -c 0 "$bin" serve --config "$limits" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         "${store[@]}" --store-timeout "$store_timeout" --log-level warn \
         ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""

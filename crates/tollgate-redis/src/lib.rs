@@ -42,6 +42,7 @@
 mod key;
 mod lease;
 mod lease_book;
+mod shares;
 mod target;
 
 use std::sync::Arc;
@@ -58,6 +59,7 @@ use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use key::redis_key;
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
+pub use shares::{RedisAuthority, SharesStats};
 pub use target::{RedisTarget, TargetError};
 
 /// The default time one script call may take before it counts as a store error.
@@ -466,10 +468,18 @@ impl RedisStore {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<Vec<i64>, StoreError> {
+        self.invoke_as(invocation).await
+    }
+
+    /// [`invoke`](Self::invoke) with any reply type.
+    async fn invoke_as<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
         let call = async {
             match &self.connection {
-                Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
-                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
+                Connection::Single(c) => invocation.invoke_async::<T>(&mut c.clone()).await,
+                Connection::Cluster(c) => invocation.invoke_async::<T>(&mut c.clone()).await,
             }
         };
         self.within(call).await

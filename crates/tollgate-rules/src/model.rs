@@ -146,6 +146,11 @@ pub struct Rule {
     /// store (zero: exact, one store call per request); `None` takes the
     /// service's default (`--lease-period`).
     pub lease: Option<std::time::Duration>,
+    /// `shares: true`: in a shared store, each instance holds a share of
+    /// each key's rate and burst and decides within it, rebalanced by
+    /// demand in batched calls (`tollgate_core::share`); token buckets and
+    /// GCRA only. With the in-memory store the rule is decided exactly.
+    pub shares: bool,
     /// `stagger`: each key's fixed windows start at an offset from a hash of
     /// the key, so keys do not all reset at the same instant (fixed windows only).
     pub stagger: bool,

@@ -35,7 +35,7 @@ fn unknown_keys_name_the_nearest_valid_key() {
         "domain: d\ndescriptors:\n  - key: k\n    zzz: 1\n",
         &[
             "a.yaml:4:5: error: unknown key `zzz` in a descriptor; expected one of `key`, `value`, `descriptors`, \
-             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `lease`, `stagger`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
+             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `lease`, `shares`, `stagger`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
              `share_threshold`, `metadata`",
         ],
     );
@@ -172,7 +172,7 @@ fn duplicate_domains_across_files_name_both_places() {
             "b.yaml:2:9: error: duplicate domain `d`: already defined at a.yaml:1:9; use one file per domain or merge_domains",
             // The second file is still checked.
             "b.yaml:4:5: error: unknown key `zzz` in a descriptor; expected one of `key`, `value`, `descriptors`, \
-             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `lease`, `stagger`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
+             `rate_limit`, `rate_limits`, `shadow_mode`, `on_store_error`, `lease`, `shares`, `stagger`, `detailed_metric`, `quota_mode`, `value_to_metric`, \
              `share_threshold`, `metadata`",
             "b.yaml:4:5: error: descriptor has an empty or missing `key`",
         ]

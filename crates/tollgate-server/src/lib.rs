@@ -29,6 +29,7 @@ pub mod quick_deny;
 pub mod reload;
 pub mod rlqs;
 pub mod rule_stats;
+pub mod shares;
 pub mod statsd;
 pub mod store;
 

@@ -47,6 +47,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::failure_log::{ANSWERED_WITHOUT_STORE, FAILURE_LOG_INTERVAL, FailureLog, STORE_FAILED};
 pub use crate::quick_deny::QuickDeny;
+use crate::shares::{SharesBook, SharesOptions};
 use tollgate_core::breaker::{BreakerPolicy, BreakerState as CoreBreakerState, CircuitBreaker};
 use tollgate_core::lease::LeasePolicy;
 use tollgate_core::{Clock, Decision, Timestamp};
@@ -175,6 +176,8 @@ pub struct RemoteOptions {
     /// (`--ready-requires-store`); by default it is ready while its rules
     /// answer by `on_store_error`.
     pub ready_requires_store: bool,
+    /// How `shares: true` rules run (their holder's key bound among them).
+    pub shares: SharesOptions,
 }
 
 impl Default for RemoteOptions {
@@ -190,6 +193,7 @@ impl Default for RemoteOptions {
             lease_period: Duration::ZERO,
             lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
             ready_requires_store: false,
+            shares: SharesOptions::default(),
         }
     }
 }
@@ -217,6 +221,13 @@ pub struct StoreStats {
     pub fallback: AtomicU64,
 }
 
+/// A random holder id for this process (a new one each start: a restarted
+/// instance registers afresh while its old registration runs out).
+fn random_holder_id() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::process::id())
+}
+
 /// Redis behind a breaker, with the local fallback counters.
 #[derive(Debug)]
 pub struct RemoteStore {
@@ -228,6 +239,10 @@ pub struct RemoteStore {
     fallback: MemoryCounters,
     quick_deny: QuickDeny,
     leases: LeaseBook,
+    /// This instance's shares, made with each connection (a new connection,
+    /// after a failover, starts a new holder: the old one's shares lapse at
+    /// the authority after their TTL, never used twice).
+    shares: ArcSwapOption<SharesBook>,
     /// The time of the latest decision (nanoseconds), for the lease gauge.
     last_decision: AtomicU64,
     options: RemoteOptions,
@@ -273,6 +288,7 @@ impl RemoteStore {
                 LeasePolicy::for_fleet(options.lease_period, options.expected_instances).divisor,
                 options.lease_max_keys,
             ),
+            shares: ArcSwapOption::empty(),
             last_decision: AtomicU64::new(0),
             options,
             stats: StoreStats::default(),
@@ -286,6 +302,11 @@ impl RemoteStore {
     /// Hands over a connection, the first or a new one replacing the
     /// current: from now on batches go to it.
     pub fn connected(&self, redis: RedisStore) {
+        self.shares.store(Some(SharesBook::new(
+            redis.clone(),
+            random_holder_id(),
+            self.options.shares,
+        )));
         self.redis.store(Some(Arc::new(redis)));
         self.up.store(true, Ordering::Relaxed);
     }
@@ -296,7 +317,77 @@ impl RemoteStore {
     /// Redis unless the breaker is open (then taking leases for
     /// `periods[i]`, counter `i`'s lease period, zero for none). A batch of
     /// an earlier generation neither spends nor takes a lease.
+    ///
+    /// Counters marked in `shared` (of `shares: true` rules) are decided
+    /// from this instance's shares instead ([`SharesBook`]); a batch with
+    /// both kinds fails as a whole if either part fails.
     pub async fn check_batch<C: Clock>(
+        &self,
+        clock: &C,
+        counters: &[Counter<'_>],
+        periods: &[Duration],
+        shared: &[bool],
+        generation: u64,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        if !shared.iter().any(|&s| s) {
+            return self
+                .check_counters(clock, counters, periods, generation, decisions)
+                .await;
+        }
+        let (mut by_shares, mut by_store) = (Vec::new(), Vec::new());
+        let mut store_periods = Vec::new();
+        for (i, c) in counters.iter().enumerate() {
+            if shared.get(i).copied().unwrap_or(false) {
+                by_shares.push(*c);
+            } else {
+                by_store.push(*c);
+                store_periods.push(periods.get(i).copied().unwrap_or(Duration::ZERO));
+            }
+        }
+        let mut from_shares = Vec::with_capacity(by_shares.len());
+        let decided = match self.shares.load_full() {
+            Some(shares) => shares.decide(&by_shares, &mut from_shares).await,
+            None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
+        };
+        if let Err(e) = decided {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
+            self.up.store(false, Ordering::Relaxed);
+            self.failures.record(clock.now(), &e);
+            return Err(e);
+        }
+        let mut from_store = Vec::with_capacity(by_store.len());
+        if !by_store.is_empty() {
+            self.check_counters(
+                clock,
+                &by_store,
+                &store_periods,
+                generation,
+                &mut from_store,
+            )
+            .await?;
+        }
+        decisions.clear();
+        let (mut s, mut r) = (from_shares.into_iter(), from_store.into_iter());
+        for i in 0..counters.len() {
+            let next = if shared.get(i).copied().unwrap_or(false) {
+                s.next()
+            } else {
+                r.next()
+            };
+            let Some(decision) = next else {
+                return Err(StoreError::Unavailable(
+                    "a decision is missing from a mixed batch".into(),
+                ));
+            };
+            decisions.push(decision);
+        }
+        Ok(())
+    }
+
+    /// [`check_batch`](Self::check_batch) for counters not in the shares mode.
+    async fn check_counters<C: Clock>(
         &self,
         clock: &C,
         counters: &[Counter<'_>],
@@ -418,6 +509,11 @@ impl RemoteStore {
     /// The time of the latest decision: the gauges' "now" (the store keeps no clock).
     fn now_for_gauges(&self) -> Timestamp {
         Timestamp::from_nanos(self.last_decision.load(Ordering::Relaxed))
+    }
+
+    /// This instance's shares (`shares: true` rules), once connected.
+    pub fn shares(&self) -> Option<Arc<SharesBook>> {
+        self.shares.load_full()
     }
 
     /// The leases this instance holds.
@@ -676,6 +772,10 @@ impl StoreCollector {
             let metric = family.encode_family(&labels)?;
             ConstCounter::new(count).encode(metric)?;
         }
+        // The shares book is made with each connection: its counts start
+        // again after a reconnection (a counter reset, as after a restart).
+        let shares = self.0.shares();
+        let shares_count = |count: &dyn Fn(&SharesBook) -> u64| shares.as_deref().map_or(0, count);
         for (name, help, value) in [
             (
                 "ratelimit_store_lease_granted_units",
@@ -691,6 +791,26 @@ impl StoreCollector {
                 "ratelimit_store_lease_failed_calls",
                 "Lease grants and returns that failed",
                 load(&leases.failed_calls),
+            ),
+            (
+                "ratelimit_store_shares_decided",
+                "Batches decided from this instance's shares, without a Redis call",
+                shares_count(&|s| load(&s.counts().decided)),
+            ),
+            (
+                "ratelimit_store_shares_calls",
+                "Holder calls the shares authority answered (each two Redis script calls, more after a conflict)",
+                shares_count(&|s| load(&s.authority_stats().calls)),
+            ),
+            (
+                "ratelimit_store_shares_script_calls",
+                "Redis script calls of the shares authority",
+                shares_count(&|s| load(&s.authority_stats().redis_calls)),
+            ),
+            (
+                "ratelimit_store_shares_failed_calls",
+                "Holder calls that failed (Redis unreachable, or the state changed under every attempt)",
+                shares_count(&|s| load(&s.counts().failed_calls)),
             ),
         ] {
             let counter = ConstCounter::new(value);
@@ -708,6 +828,11 @@ impl StoreCollector {
                 "ratelimit_store_lease_keys",
                 "Counters the lease book tracks (bounded by --lease-max-keys)",
                 self.0.leases().len() as u64,
+            ),
+            (
+                "ratelimit_store_shares_keys",
+                "Keys this instance holds shares of (bounded by --shares-max-keys)",
+                shares_count(&|s| s.keys() as u64),
             ),
         ] {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));

@@ -7,8 +7,10 @@
 //! the membership: incarnation, registration expiry, last call answered,
 //! the keys it holds and the keys whose target changed since it last heard.
 //!
-//! Every change keeps `pool.share + Σ booked = limit` (component-wise), and
-//! the pool's share never goes below zero: a grant is at most what the pool
+//! Every change keeps `pool.share + Σ booked = limit` (component-wise;
+//! `≤` while a reload has lowered the limit below what is booked, until the
+//! holders shrink to their new targets), and the pool's share never goes
+//! below zero: a grant is at most what the pool
 //! has, so bookings never sum past the limit whatever the targets say.
 
 use std::collections::{HashMap, HashSet};
@@ -42,10 +44,74 @@ impl Default for AuthorityPolicy {
     }
 }
 
+/// A registration as a store keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberRecord {
+    /// The holder's incarnation.
+    pub incarnation: u64,
+    /// When the registration lapses.
+    pub expires: Timestamp,
+    /// The last call answered.
+    pub last_seq: u64,
+}
+
+/// One holder's part of a key, as a store keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldingRecord {
+    /// The holder.
+    pub holder: HolderId,
+    /// Its incarnation when it took the key.
+    pub incarnation: u64,
+    /// What is booked to it.
+    pub booked: Share,
+    /// What it should hold.
+    pub target: Share,
+    /// Its last reported demand (milli-tokens per second).
+    pub demand: Option<u64>,
+}
+
+/// A key's limit, pool and holdings, as a store keeps them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BookRecord {
+    /// The key's whole limit.
+    pub limit: Share,
+    /// The unallocated part.
+    pub pool: ShareBucket,
+    /// Each holder's part.
+    pub holdings: Vec<HoldingRecord>,
+}
+
+impl BookRecord {
+    /// How long until nobody needs this book at `now`: `None` while anyone
+    /// holds a part or the pool never refills, else the time until the pool
+    /// is full again (zero: forget it now; an absent book is a full pool).
+    pub fn idle_for(&self, now: Timestamp) -> Option<Duration> {
+        if !self.holdings.is_empty() {
+            return None;
+        }
+        let mut pool = self.pool;
+        pool.advance(now);
+        let missing = pool.share().capacity().saturating_sub(pool.level());
+        if missing == 0 {
+            return Some(Duration::ZERO);
+        }
+        let rate = u128::from(pool.share().rate);
+        if rate == 0 {
+            return None;
+        }
+        let nanos = missing.div_ceil(rate);
+        Some(Duration::from_nanos(
+            u64::try_from(nanos).unwrap_or(u64::MAX),
+        ))
+    }
+}
+
 /// One holder's part of a key.
 #[derive(Clone, Copy, Debug)]
 struct Holding {
     holder: HolderId,
+    /// The holder's incarnation when it took the key: an older one than the member's is reclaimed.
+    incarnation: u64,
     booked: Share,
     target: Share,
     demand: Option<u64>,
@@ -177,6 +243,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             if answered.contains(&key) {
                 continue;
             }
+            self.tidy(&key, now);
             if let Some(answer) = self.answer(call.holder, &key, now) {
                 reply.answers.push(answer);
             }
@@ -196,6 +263,122 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         for holder in lapsed {
             self.reclaim(holder, now);
         }
+    }
+
+    /// Reclaims from `key`'s book the holdings of holders no longer
+    /// registered (or registered again under a newer incarnation), with no
+    /// tokens, and retargets the rest.
+    ///
+    /// In one process [`expire`](Self::expire) and a new incarnation
+    /// reclaim eagerly and this finds nothing; an authority loaded from a
+    /// store with only the keys a call touches ([`from_parts`](Self::from_parts))
+    /// reclaims this way, key by key, as it reads them.
+    pub fn tidy(&mut self, key: &K, now: Timestamp) {
+        let members = self.members.len();
+        let Some(book) = self.books.get_mut(key) else {
+            return;
+        };
+        if prune(book, &self.members, now) {
+            let changed = retarget(book, members, &self.policy);
+            mark_dirty(&mut self.members, key, changed);
+        }
+    }
+
+    /// An authority over part of the state: every member (with the keys
+    /// marked dirty for it that were read), and the books of the keys a
+    /// call touches, as a store read them.
+    ///
+    /// Members' key lists start empty (a lapsed member's books are
+    /// reclaimed by [`tidy`](Self::tidy) when read), so after a call the
+    /// store writes back what [`member_record`](Self::member_record),
+    /// [`dirty_of`](Self::dirty_of) and [`book_record`](Self::book_record)
+    /// say.
+    pub fn from_parts(
+        policy: AuthorityPolicy,
+        members: impl IntoIterator<Item = (HolderId, MemberRecord, Vec<K>)>,
+        books: impl IntoIterator<Item = (K, BookRecord)>,
+    ) -> Self {
+        let members = members
+            .into_iter()
+            .map(|(id, record, dirty)| {
+                let member = Member {
+                    incarnation: record.incarnation,
+                    expires: record.expires,
+                    last_seq: record.last_seq,
+                    keys: HashSet::new(),
+                    dirty: dirty.into_iter().collect(),
+                };
+                (id, member)
+            })
+            .collect();
+        let books = books
+            .into_iter()
+            .map(|(key, record)| {
+                let holdings = record
+                    .holdings
+                    .iter()
+                    .map(|h| Holding {
+                        holder: h.holder,
+                        incarnation: h.incarnation,
+                        booked: h.booked,
+                        target: h.target,
+                        demand: h.demand,
+                    })
+                    .collect();
+                let book = KeyBook {
+                    limit: record.limit,
+                    pool: record.pool,
+                    holdings,
+                };
+                (key, book)
+            })
+            .collect();
+        Authority {
+            policy,
+            books,
+            members,
+        }
+    }
+
+    /// The registered holders' ids.
+    pub fn member_ids(&self) -> Vec<HolderId> {
+        self.members.keys().copied().collect()
+    }
+
+    /// `holder`'s registration (`None`: not registered).
+    pub fn member_record(&self, holder: HolderId) -> Option<MemberRecord> {
+        self.members.get(&holder).map(|m| MemberRecord {
+            incarnation: m.incarnation,
+            expires: m.expires,
+            last_seq: m.last_seq,
+        })
+    }
+
+    /// The keys whose target for `holder` changed since it last heard.
+    pub fn dirty_of(&self, holder: HolderId) -> Vec<K> {
+        self.members
+            .get(&holder)
+            .map(|m| m.dirty.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// `key`'s book (`None`: no book, which is a full pool and no holder).
+    pub fn book_record(&self, key: &K) -> Option<BookRecord> {
+        self.books.get(key).map(|book| BookRecord {
+            limit: book.limit,
+            pool: book.pool,
+            holdings: book
+                .holdings
+                .iter()
+                .map(|h| HoldingRecord {
+                    holder: h.holder,
+                    incarnation: h.incarnation,
+                    booked: h.booked,
+                    target: h.target,
+                    demand: h.demand,
+                })
+                .collect(),
+        })
     }
 
     /// Forgets keys nobody holds whose pool is full again at `now` (an
@@ -242,11 +425,21 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                 pool: ShareBucket::full(report.limit, now),
                 holdings: Vec::new(),
             });
+        if book.limit != report.limit {
+            // A reload changed the limit: the pool keeps only what the new
+            // limit leaves beside the bookings (none while they exceed it,
+            // until their holders shrink to the new targets).
+            book.limit = report.limit;
+            give_back(book, Share::ZERO, 0, now);
+        }
+        prune(book, &self.members, now);
+        let incarnation = self.members.get(&holder).map_or(0, |m| m.incarnation);
         let index = match book.holdings.iter().position(|h| h.holder == holder) {
             Some(i) => i,
             None => {
                 book.holdings.push(Holding {
                     holder,
+                    incarnation,
                     booked: Share::ZERO,
                     target: Share::ZERO,
                     demand: None,
@@ -329,14 +522,49 @@ impl<K: Clone + Eq + Hash> Authority<K> {
     }
 }
 
+/// Removes from `book` the holdings of holders not registered, or
+/// registered under a newer incarnation, returning their bookings with no
+/// tokens; whether it removed any.
+fn prune<K>(book: &mut KeyBook, members: &HashMap<HolderId, Member<K>>, now: Timestamp) -> bool {
+    let mut pruned = false;
+    let mut i = 0;
+    while i < book.holdings.len() {
+        let h = book.holdings[i];
+        let live = members
+            .get(&h.holder)
+            .is_some_and(|m| m.incarnation <= h.incarnation);
+        if live {
+            i += 1;
+        } else {
+            book.holdings.swap_remove(i);
+            give_back(book, h.booked, 0, now);
+            pruned = true;
+        }
+    }
+    pruned
+}
+
 /// Returns `share` (and `tokens` pico-tokens) from a holding to the pool of `book`.
+///
+/// The pool never holds more than the limit leaves beside the bookings (it
+/// always does unless a reload lowered the limit below what is booked).
 fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
     let pool = book.pool.share();
+    let booked = book.holdings.iter().fold(Share::ZERO, |sum, h| Share {
+        rate: sum.rate.saturating_add(h.booked.rate),
+        burst: sum.burst.saturating_add(h.booked.burst),
+    });
     book.pool.set_share(
         now,
         Share {
-            rate: pool.rate + share.rate,
-            burst: pool.burst + share.burst,
+            rate: pool
+                .rate
+                .saturating_add(share.rate)
+                .min(book.limit.rate.saturating_sub(booked.rate)),
+            burst: pool
+                .burst
+                .saturating_add(share.burst)
+                .min(book.limit.burst.saturating_sub(booked.burst)),
         },
     );
     book.pool.add(now, tokens);

@@ -7,7 +7,7 @@
 //! never moves back in time (an earlier `now` than the last update is read
 //! as the last update).
 
-use crate::Timestamp;
+use crate::{AnyAlgorithm, AnyWordAlgorithm, Timestamp};
 
 /// Pico-tokens in one token: a level's unit.
 pub const PICO_PER_TOKEN: u128 = 1_000_000_000_000;
@@ -34,6 +34,25 @@ impl Share {
             rate: tokens.saturating_mul(MILLI_PER_TOKEN),
             burst,
         }
+    }
+
+    /// The whole share of a token bucket or GCRA limit: its rate (rounded
+    /// down to a milli-token per second) and its burst; `None` for the
+    /// algorithms the share protocol does not split.
+    pub fn of_algorithm(algorithm: &AnyAlgorithm) -> Option<Share> {
+        let (interval, burst) = match algorithm {
+            AnyAlgorithm::Word(AnyWordAlgorithm::TokenBucket(b)) => {
+                (b.token_interval(), b.max_tokens())
+            }
+            AnyAlgorithm::Word(AnyWordAlgorithm::Gcra(g)) => (g.emission_interval(), g.burst()),
+            _ => return None,
+        };
+        let nanos = interval.as_nanos().max(1);
+        let rate = u128::from(MILLI_PER_TOKEN) * 1_000_000_000 / nanos;
+        Some(Share {
+            rate: u64::try_from(rate).unwrap_or(u64::MAX),
+            burst,
+        })
     }
 
     /// The component-wise minimum of two shares.
@@ -83,6 +102,11 @@ impl ShareBucket {
     /// The share in force.
     pub fn share(&self) -> Share {
         self.share
+    }
+
+    /// When the level was last brought up to date.
+    pub fn at(&self) -> Timestamp {
+        self.at
     }
 
     /// The level in pico-tokens at the last update.
@@ -217,6 +241,25 @@ mod tests {
         let excess = bucket.set_share(T0, Share::per_second(4, 4));
         assert_eq!(excess, 6 * PICO_PER_TOKEN);
         assert_eq!(bucket.level(), 4 * PICO_PER_TOKEN);
+    }
+
+    #[test]
+    fn token_buckets_and_gcra_have_a_share_and_windows_none() {
+        let bucket =
+            crate::TokenBucket::new(100, 100, std::time::Duration::from_secs(1)).expect("a bucket");
+        let gcra =
+            crate::Gcra::new(100, std::time::Duration::from_secs(1), 10).expect("a GCRA limit");
+        let window =
+            crate::FixedWindow::new(100, std::time::Duration::from_secs(1)).expect("a window");
+        assert_eq!(
+            Share::of_algorithm(&bucket.into()),
+            Some(Share::per_second(100, 100))
+        );
+        assert_eq!(
+            Share::of_algorithm(&gcra.into()),
+            Some(Share::per_second(100, 10))
+        );
+        assert_eq!(Share::of_algorithm(&window.into()), None);
     }
 
     #[test]

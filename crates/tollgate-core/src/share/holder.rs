@@ -218,6 +218,13 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         self.keys.get(key).map_or(Share::ZERO, |k| k.bucket.share())
     }
 
+    /// Whole tokens of `key`'s sub-bucket at its last update (zero if none).
+    pub fn tokens(&self, key: &K) -> u64 {
+        self.keys.get(key).map_or(0, |k| {
+            u64::try_from(k.bucket.level() / super::PICO_PER_TOKEN).unwrap_or(u64::MAX)
+        })
+    }
+
     /// Whether the holder may use its shares at `now` (registered, deadline not passed).
     pub fn valid_at(&self, now: Timestamp) -> bool {
         self.valid_until.is_some_and(|v| now < v)
@@ -261,7 +268,16 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         };
         held.last_seen = now;
         held.demand.record(now, cost, period);
-        let mut report = !held.answered
+        let relimited = held.limit != limit;
+        if relimited {
+            // A reload changed the limit: shrink to it at once (shrinking
+            // needs nobody's leave) and tell the authority at the next call.
+            held.limit = limit;
+            let within = held.bucket.share().min(limit);
+            held.returned += held.bucket.set_share(now, within);
+        }
+        let mut report = relimited
+            || !held.answered
             || held.released
             || held
                 .demand
@@ -446,6 +462,13 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             }
         }
         true
+    }
+
+    /// The call in flight failed (no reply will come): gives it up now
+    /// rather than at its timeout, so the next call can go out. Safe
+    /// whether or not the authority took it: its keys are reported again.
+    pub fn on_failure(&mut self) {
+        self.give_up();
     }
 
     /// Gives up the call in flight: its keys are reported again with the next one.

@@ -112,7 +112,7 @@ mod message;
 #[cfg(test)]
 mod tests;
 
-pub use authority::{Authority, AuthorityPolicy};
+pub use authority::{Authority, AuthorityPolicy, BookRecord, HoldingRecord, MemberRecord};
 pub use bucket::{ConformanceChecker, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share, ShareBucket};
 pub use holder::{Holder, HolderPolicy, Verdict};
 pub use message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};

@@ -221,3 +221,87 @@ fn a_late_reply_to_a_given_up_call_changes_nothing() {
     assert!(a.on_reply(ms(700), authority.sync(ms(700), &second)));
     assert_eq!(a.in_force(&7), authority.booked(&7, 1));
 }
+
+/// Both holders ask every 5 ms on key 7 (200/s each, past any limit here)
+/// from `from` ms to `to` ms, with `limit` as each one's configuration says;
+/// every admission goes to `checker` when there is one.
+fn busy(
+    holders: &mut [(&mut Holder<u32>, Share)],
+    authority: &mut Authority<u32>,
+    from: u64,
+    to: u64,
+    mut checker: Option<&mut ConformanceChecker>,
+) {
+    for t in (from..to).step_by(5) {
+        for (holder, limit) in holders.iter_mut() {
+            if holder.check(&7, *limit, ms(t), 1) == Verdict::Admit
+                && holder.take(&7, ms(t), 1)
+                && let Some(c) = checker.as_deref_mut()
+            {
+                c.admit(ms(t), 1);
+            }
+            round_trip(holder, authority, ms(t));
+        }
+    }
+}
+
+#[test]
+fn a_lowered_limit_stops_grants_above_it_and_reaches_every_holder_at_its_next_call() {
+    let mut authority = Authority::new(AuthorityPolicy::default());
+    let (mut a, mut b) = (Holder::new(1, policy(), T0), Holder::new(2, policy(), T0));
+    let low = Share::per_second(40, 40);
+    busy(
+        &mut [(&mut a, LIMIT), (&mut b, LIMIT)],
+        &mut authority,
+        0,
+        2_000,
+        None,
+    );
+    let before = a.in_force(&7).rate + b.in_force(&7).rate;
+    assert!(
+        before > low.rate,
+        "both hold more than the new limit: {before}"
+    );
+    // Only `a` has the new limit (its instance reloaded first).
+    busy(
+        &mut [(&mut a, low), (&mut b, LIMIT)],
+        &mut authority,
+        2_000,
+        2_010,
+        None,
+    );
+    let (pool, booked) = authority.split(&7).expect("a book");
+    assert!(a.in_force(&7).rate <= low.rate, "a shrank at once");
+    assert!(
+        booked.rate > low.rate && pool == Share::ZERO,
+        "no grant while the bookings exceed the new limit: pool {pool:?}, booked {booked:?}"
+    );
+    // Then `b` too: at its next calls both hold no more than the new limit together.
+    busy(
+        &mut [(&mut a, low), (&mut b, low)],
+        &mut authority,
+        2_010,
+        3_000,
+        None,
+    );
+    let (a_now, b_now) = (a.in_force(&7), b.in_force(&7));
+    assert!(
+        a_now.rate + b_now.rate <= low.rate && a_now.burst + b_now.burst <= low.burst,
+        "{a_now:?} + {b_now:?} within {low:?}"
+    );
+    // From there on the admitted stream conforms to the new limit.
+    let mut checker = ConformanceChecker::new(low, ms(3_000));
+    busy(
+        &mut [(&mut a, low), (&mut b, low)],
+        &mut authority,
+        3_000,
+        8_000,
+        Some(&mut checker),
+    );
+    assert_eq!(checker.over_admitted(), 0);
+    assert!(
+        checker.admitted() >= 40 * 4,
+        "the new limit is used: {}",
+        checker.admitted()
+    );
+}

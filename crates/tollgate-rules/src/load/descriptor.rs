@@ -23,6 +23,8 @@ struct DescriptorFields<'n> {
     shadow_mode: bool,
     on_store_error: StoreErrorPolicy,
     lease: Option<std::time::Duration>,
+    /// `shares: true`, with where it was written.
+    shares: Option<Position>,
     /// `stagger: true`, with where it was written.
     stagger: Option<Position>,
     detailed_metric: bool,
@@ -132,6 +134,9 @@ impl Loader {
         if let Some(position) = fields.stagger {
             self.check_stagger(file, position, &limits);
         }
+        if let Some(position) = fields.shares {
+            self.check_shares(file, position, &limits, fields.lease);
+        }
         let mut children = Level::default();
         if let Some(list) = fields.children {
             self.load_level(context, rules, &mut children, &own_path, &own_options, list);
@@ -142,6 +147,7 @@ impl Loader {
             shadow_mode: fields.shadow_mode,
             on_store_error: fields.on_store_error,
             lease: fields.lease,
+            shares: fields.shares.is_some(),
             stagger: fields.stagger.is_some(),
             detailed_metric: fields.detailed_metric,
             quota_mode: fields.quota_mode,
@@ -212,6 +218,11 @@ impl Loader {
                             .map_err(|e| format!("`lease` {e}"))
                     });
                 }
+                "shares" => {
+                    fields.shares = self
+                        .bool_value(file, node, "shares")
+                        .then_some(node.position)
+                }
                 "stagger" => {
                     fields.stagger = self
                         .bool_value(file, node, "stagger")
@@ -233,6 +244,50 @@ impl Loader {
             }
         }
         fields
+    }
+
+    /// Reports a `shares: true` (at `position`) the mode cannot keep: on a
+    /// descriptor without a limit, beside a limit that is neither a token
+    /// bucket nor GCRA, or with a `lease` (a rule is shared one way).
+    fn check_shares(
+        &mut self,
+        file: &Path,
+        position: Position,
+        limits: &[Limit],
+        lease: Option<std::time::Duration>,
+    ) {
+        use crate::algorithm::AlgorithmKind;
+        if limits.is_empty() {
+            self.diagnostics.error(
+                file,
+                position,
+                "`shares` needs a `rate_limit` on the same descriptor: it splits that limit between the instances",
+            );
+            return;
+        }
+        if let Some(other) = limits.iter().find(|l| {
+            !l.is_unlimited()
+                && !matches!(
+                    l.algorithm_kind,
+                    AlgorithmKind::TokenBucket | AlgorithmKind::Gcra
+                )
+        }) {
+            self.diagnostics.error(
+                file,
+                position,
+                format!(
+                    "`shares` splits token buckets and GCRA only, and this descriptor's limit on line {} uses {}; remove `shares` or use `algorithm: token_bucket` or `algorithm: gcra`",
+                    other.position.line, other.algorithm_kind
+                ),
+            );
+        }
+        if lease.is_some_and(|l| !l.is_zero()) {
+            self.diagnostics.error(
+                file,
+                position,
+                "`shares` and `lease` both share a limit between instances, in different ways: keep one",
+            );
+        }
     }
 
     /// Reports a `stagger: true` (at `position`) that would shift nothing:

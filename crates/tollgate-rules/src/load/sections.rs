@@ -38,6 +38,7 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "shadow_mode",
     "on_store_error",
     "lease",
+    "shares",
     "stagger",
     "detailed_metric",
     "quota_mode",

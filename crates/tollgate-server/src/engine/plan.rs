@@ -37,6 +37,8 @@ pub(super) struct PlannedCounter {
     pub(super) give_back: bool,
     /// The lease period of its rule in a shared store (zero: exact).
     pub(super) lease: Duration,
+    /// Its rule is in the shares mode (`shares: true`) in a shared store.
+    pub(super) shares: bool,
     /// A staggered fixed window's offset (nanoseconds; 0 for the rest).
     pub(super) phase_ns: u64,
 }
@@ -133,6 +135,7 @@ impl<C: Clock> Engine<C> {
                     hits,
                     give_back,
                     lease: Duration::ZERO,
+                    shares: false,
                     phase_ns: 0,
                 });
                 Work::Override {
@@ -180,6 +183,7 @@ impl<C: Clock> Engine<C> {
                                 hits,
                                 give_back,
                                 lease,
+                                shares: rule.shares,
                                 phase_ns,
                             });
                         }

@@ -92,6 +92,7 @@ impl<'e, C: Clock> StoreCall<'e, C> {
             .map(PlannedCounter::as_counter)
             .collect();
         let periods: Vec<Duration> = plan.counters.iter().map(|c| c.lease).collect();
+        let shared: Vec<bool> = plan.counters.iter().map(|c| c.shares).collect();
         let mut decisions = Vec::with_capacity(counters.len());
         // With tracing on, the store call is a child span of the check; a
         // fallback shows as the `on_store_error` event inside it.
@@ -110,6 +111,7 @@ impl<'e, C: Clock> StoreCall<'e, C> {
                 &engine.clock,
                 &counters,
                 &periods,
+                &shared,
                 engine.lease_generation,
                 &mut decisions,
             )
@@ -129,7 +131,9 @@ impl<'e, C: Clock> StoreCall<'e, C> {
                 .without_store(),
             };
         }
-        let refunds = engine.stopped_increments(&plan, &decisions);
+        let mut refunds = engine.stopped_increments(&plan, &decisions);
+        // A share gives nothing back (the strict side); refunds go to Redis only.
+        refunds.retain(|c| !c.shares);
         if !refunds.is_empty() {
             let refund_counters: Vec<Counter<'_>> =
                 refunds.iter().map(PlannedCounter::as_counter).collect();
@@ -141,6 +145,7 @@ impl<'e, C: Clock> StoreCall<'e, C> {
                     &engine.clock,
                     &refund_counters,
                     &no_leases,
+                    &[],
                     engine.lease_generation,
                     &mut refunded,
                 )

@@ -140,6 +140,22 @@ pub struct ServeArgs {
     /// dropped and its lease left to run out.
     #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::store::DEFAULT_LEASE_MAX_KEYS, value_parser = parse_cap)]
     pub lease_max_keys: usize,
+    /// With a Redis store: the most keys of `shares: true` rules this
+    /// instance holds shares of (each a few hundred bytes); a request for
+    /// another key past it is denied until an idle key is released.
+    #[arg(long, env = "TOLLGATE_SHARES_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::shares::DEFAULT_SHARES_MAX_KEYS, value_parser = parse_cap)]
+    pub shares_max_keys: usize,
+    /// With a Redis store: how often this instance's holder calls Redis for
+    /// `shares: true` rules (a heartbeat with every demand change since);
+    /// a request for a key with no share yet is decided after the next
+    /// call, about a millisecond later.
+    #[arg(long, env = "TOLLGATE_SHARES_SYNC_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = tollgate_core::duration::parse_duration)]
+    pub shares_sync_interval: Duration,
+    /// With a Redis store: how long an instance's registration lasts after
+    /// its last call; a killed instance's shares return after it. The
+    /// instance itself stops using its shares a tenth earlier.
+    #[arg(long, env = "TOLLGATE_SHARES_TTL", value_name = "DURATION", default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
+    pub shares_ttl: Duration,
     /// Envoy rate limit quota (RLQS) streams open at once; past it a new
     /// stream is refused with RESOURCE_EXHAUSTED (each about 1 KB plus its buckets).
     #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAMS", value_name = "N", default_value_t = 1024, value_parser = parse_cap)]
@@ -342,6 +358,25 @@ impl ServeArgs {
     }
 
     /// The bounds on one request.
+    /// How `shares: true` rules run, from the `--shares-*` flags.
+    pub(super) fn shares_options(&self) -> tollgate_server::shares::SharesOptions {
+        let defaults = tollgate_server::shares::SharesOptions::default();
+        let ttl = self.shares_ttl.max(Duration::from_millis(10));
+        tollgate_server::shares::SharesOptions {
+            holder: tollgate_core::share::HolderPolicy {
+                sync_interval: self.shares_sync_interval.max(Duration::from_millis(1)),
+                ttl,
+                ttl_margin: ttl / 10,
+                max_keys: self.shares_max_keys,
+                ..defaults.holder
+            },
+            authority: tollgate_core::share::AuthorityPolicy {
+                ttl,
+                ..defaults.authority
+            },
+        }
+    }
+
     pub(super) fn request_caps(&self) -> RequestCaps {
         RequestCaps {
             max_descriptors: self.max_descriptors,

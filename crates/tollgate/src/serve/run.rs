@@ -87,6 +87,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                     lease_period: args.lease_period,
                     lease_max_keys: args.lease_max_keys,
                     ready_requires_store: args.ready_requires_store,
+                    shares: args.shares_options(),
                     ..RemoteOptions::default()
                 },
                 clock.clone(),

@@ -175,8 +175,8 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     let p = &args.platform;
     if args.redis.is_some() {
         return Err(CommandError::Usage(
-            "--modes runs on the in-memory store only: the shares mode on Redis (its scripts) \
-             is not built yet; drop --redis"
+            "--modes runs on the in-memory store only (the shares mode runs on Redis in \
+             `tollgate serve`, not in the simulator yet); drop --redis"
                 .into(),
         ));
     }

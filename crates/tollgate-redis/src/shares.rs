@@ -1,0 +1,460 @@
+//! The shares authority on Redis: `tollgate_core::share::Authority` run client-side on the state a call touches, written back by compare-and-set.
+//!
+//! One copy of the authority's logic: a call reads, in one atomic script
+//! (`shares_read.lua`), Redis `TIME`, every registration, the caller's
+//! dirty keys, a sample of the graveyard and the books of the keys it
+//! touches; [`Authority::from_parts`] decides on that state; a second
+//! script (`shares_write.lua`) writes back every book and registration that
+//! changed only if none of those read changed since (each is a small blob
+//! with a version), else the call is read and decided again, at most
+//! [`ATTEMPTS`] times. One clock for every instance: Redis `TIME`.
+//!
+//! Layout: every key is under the hash tag `{shares}` (one cluster slot,
+//! so both scripts are atomic on a cluster too): `tg{shares}:m` (a hash:
+//! holder → registration), `tg{shares}:k:<key>` (a key's book),
+//! `tg{shares}:d:<holder>` (keys whose target changed for a holder),
+//! `tg{shares}:h:<holder>` (keys a holder holds) and `tg{shares}:g` (the
+//! graveyard: keys of reclaimed holders, tidied [`GRAVE_SAMPLE`] at a time
+//! by later calls). A book nobody holds expires when its pool would be full
+//! again (an absent book is a full pool), so the number of keys is bounded
+//! by what the holders hold (each holder's `max_keys`) plus what refilled
+//! within the last burst time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::Script;
+use tollgate_core::Timestamp;
+use tollgate_core::share::{
+    Authority, AuthorityPolicy, BookRecord, HolderId, HoldingRecord, MemberRecord, Share,
+    ShareBucket, SyncCall, SyncReply,
+};
+use tollgate_store::StoreError;
+
+use crate::RedisStore;
+
+/// A call whose state changed under it is read and decided again at most this many times.
+pub const ATTEMPTS: usize = 8;
+
+/// Graveyard keys a call tidies along with its own.
+pub const GRAVE_SAMPLE: usize = 32;
+
+static READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("shares_read.lua")));
+static WRITE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("shares_write.lua")));
+
+/// What a [`RedisAuthority`] did: calls, Redis round trips, conflicts.
+#[derive(Debug, Default)]
+pub struct SharesStats {
+    /// Holder calls answered.
+    pub calls: AtomicU64,
+    /// Script calls sent to Redis (two per attempt).
+    pub redis_calls: AtomicU64,
+    /// Attempts whose state changed under them (decided again).
+    pub conflicts: AtomicU64,
+}
+
+/// The shares authority kept in Redis.
+#[derive(Clone, Debug)]
+pub struct RedisAuthority {
+    store: RedisStore,
+    policy: AuthorityPolicy,
+    /// `<store prefix>tg{shares}:`.
+    prefix: Vec<u8>,
+    stats: std::sync::Arc<SharesStats>,
+}
+
+/// What one read brought back.
+struct Snapshot {
+    now: Timestamp,
+    /// Registrations with the version read.
+    members: Vec<(HolderId, u64, MemberRecord)>,
+    dirty: Vec<Vec<u8>>,
+    grave: Vec<Vec<u8>>,
+    /// Books read, with the version (0: absent).
+    books: HashMap<Vec<u8>, (u64, Option<BookRecord>)>,
+}
+
+impl RedisAuthority {
+    /// An authority on `store`'s connection (and key prefix) deciding by `policy`.
+    pub fn new(store: RedisStore, policy: AuthorityPolicy) -> Self {
+        let mut prefix = store.key_prefix().to_vec();
+        prefix.extend_from_slice(b"tg{shares}:");
+        RedisAuthority {
+            store,
+            policy,
+            prefix,
+            stats: std::sync::Arc::default(),
+        }
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> &SharesStats {
+        &self.stats
+    }
+
+    /// Takes one holder call and answers it, at Redis `TIME`.
+    ///
+    /// An error (Redis unreachable, or the state changed under every one
+    /// of [`ATTEMPTS`] attempts) leaves nothing half written: the holder
+    /// treats it as a lost call.
+    pub async fn sync(&self, call: &SyncCall<Vec<u8>>) -> Result<SyncReply<Vec<u8>>, StoreError> {
+        for _ in 0..ATTEMPTS {
+            let snapshot = self.read(call).await?;
+            let (reply, ops) = self.decide(&snapshot, call);
+            if self.write(&ops).await? {
+                self.stats.calls.fetch_add(1, Ordering::Relaxed);
+                return Ok(reply);
+            }
+            self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(StoreError::Unavailable(format!(
+            "shares: the state changed under each of {ATTEMPTS} attempts"
+        )))
+    }
+
+    fn members_key(&self) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.push(b'm');
+        key
+    }
+
+    async fn read(&self, call: &SyncCall<Vec<u8>>) -> Result<Snapshot, StoreError> {
+        let mut invocation = READ_SCRIPT.prepare_invoke();
+        invocation
+            .key(self.members_key())
+            .arg(&self.prefix)
+            .arg(call.holder)
+            .arg(GRAVE_SAMPLE);
+        for report in &call.reports {
+            invocation.arg(&report.key);
+        }
+        self.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        let reply: Vec<Vec<u8>> = self.store.invoke_as(&invocation).await?;
+        parse_snapshot(call, reply).ok_or_else(|| {
+            StoreError::Unavailable("shares: the read script answered a malformed reply".into())
+        })
+    }
+
+    /// Decides `call` on `snapshot`: the reply, and the operations of the write script.
+    fn decide(
+        &self,
+        snapshot: &Snapshot,
+        call: &SyncCall<Vec<u8>>,
+    ) -> (SyncReply<Vec<u8>>, Vec<[Vec<u8>; 5]>) {
+        let now = snapshot.now;
+        let members = snapshot.members.iter().map(|&(id, _, record)| {
+            let dirty = if id == call.holder {
+                snapshot.dirty.clone()
+            } else {
+                Vec::new()
+            };
+            (id, record, dirty)
+        });
+        let books = snapshot
+            .books
+            .iter()
+            .filter_map(|(k, (_, b))| b.clone().map(|b| (k.clone(), b)));
+        let mut authority = Authority::from_parts(self.policy, members, books);
+        let reply = authority.sync(now, call);
+        for key in &snapshot.grave {
+            authority.tidy(key, now);
+        }
+        let mut ops: Vec<[Vec<u8>; 5]> = Vec::new();
+        let op = |kind: &str, a: &[u8], b: Vec<u8>, c: Vec<u8>, d: Vec<u8>| {
+            [kind.as_bytes().to_vec(), a.to_vec(), b, c, d]
+        };
+        // Registrations: those that changed, with the version read.
+        let read: HashMap<HolderId, (u64, MemberRecord)> = snapshot
+            .members
+            .iter()
+            .map(|&(id, v, r)| (id, (v, r)))
+            .collect();
+        let mut ids: HashSet<HolderId> = read.keys().copied().collect();
+        ids.extend(authority.member_ids());
+        for id in &ids {
+            let before = read.get(id);
+            let after = authority.member_record(*id);
+            if before.map(|(_, r)| *r) == after {
+                continue;
+            }
+            let version = before.map_or(0, |(v, _)| *v);
+            let value = after.map_or_else(Vec::new, |r| encode_member(version + 1, &r));
+            ops.push(op(
+                "m",
+                id.to_string().as_bytes(),
+                version.to_string().into_bytes(),
+                value,
+                b"-".to_vec(),
+            ));
+        }
+        // Books: each one read is checked; those that changed are written.
+        for (key, (version, before)) in &snapshot.books {
+            let after = authority.book_record(key);
+            let (value, ttl) = match &after {
+                None if before.is_none() => continue,
+                None => (Vec::new(), 0),
+                Some(b) if before.as_ref() == Some(b) => (b"=".to_vec(), 0),
+                Some(b) => match b.idle_for(now) {
+                    Some(d) if d.is_zero() => (Vec::new(), 0),
+                    Some(d) => (
+                        encode_book(version + 1, b),
+                        // Never before the pool is full: rounded up, a millisecond more.
+                        u64::try_from(d.as_millis())
+                            .unwrap_or(u64::MAX)
+                            .saturating_add(2),
+                    ),
+                    None => (encode_book(version + 1, b), 0),
+                },
+            };
+            ops.push(op(
+                "b",
+                key,
+                version.to_string().into_bytes(),
+                value,
+                ttl.to_string().into_bytes(),
+            ));
+        }
+        // Dirty keys: the caller's as the authority left them, the others' added.
+        let caller = call.holder.to_string();
+        let read_dirty: HashSet<&Vec<u8>> = snapshot.dirty.iter().collect();
+        for id in authority.member_ids() {
+            let name = id.to_string();
+            for key in authority.dirty_of(id) {
+                if id != call.holder || !read_dirty.contains(&key) {
+                    ops.push(op("d+", name.as_bytes(), key, Vec::new(), Vec::new()));
+                }
+            }
+        }
+        let still: HashSet<Vec<u8>> = authority.dirty_of(call.holder).into_iter().collect();
+        for key in &snapshot.dirty {
+            if !still.contains(key) {
+                ops.push(op(
+                    "d-",
+                    caller.as_bytes(),
+                    key.clone(),
+                    Vec::new(),
+                    Vec::new(),
+                ));
+            }
+        }
+        // Held keys of the caller, while it is registered.
+        if reply.accepted && authority.member_record(call.holder).is_some() {
+            for report in &call.reports {
+                let kind = if report.release { "h-" } else { "h+" };
+                ops.push(op(
+                    kind,
+                    caller.as_bytes(),
+                    report.key.clone(),
+                    Vec::new(),
+                    Vec::new(),
+                ));
+            }
+        }
+        for key in &snapshot.grave {
+            ops.push(op("g-", key, Vec::new(), Vec::new(), Vec::new()));
+        }
+        (reply, ops)
+    }
+
+    /// Runs the write script; whether it wrote (false: something read changed).
+    async fn write(&self, ops: &[[Vec<u8>; 5]]) -> Result<bool, StoreError> {
+        let mut invocation = WRITE_SCRIPT.prepare_invoke();
+        invocation.key(self.members_key()).arg(&self.prefix);
+        for op in ops {
+            for part in op {
+                invocation.arg(part);
+            }
+        }
+        self.stats.redis_calls.fetch_add(1, Ordering::Relaxed);
+        let written: i64 = self.store.invoke_as(&invocation).await?;
+        Ok(written == 1)
+    }
+}
+
+/// Splits the read script's reply.
+fn parse_snapshot(call: &SyncCall<Vec<u8>>, reply: Vec<Vec<u8>>) -> Option<Snapshot> {
+    let mut it = reply.into_iter();
+    let number =
+        |v: Option<Vec<u8>>| -> Option<u64> { std::str::from_utf8(&v?).ok()?.parse().ok() };
+    let secs = number(it.next())?;
+    let micros = number(it.next())?;
+    let now = Timestamp::from_nanos(
+        secs.checked_mul(1_000_000_000)?
+            .checked_add(micros * 1_000)?,
+    );
+    let count = number(it.next())?;
+    let mut members = Vec::new();
+    for _ in 0..count {
+        let id = number(it.next())?;
+        let (version, record) = decode_member(&it.next()?)?;
+        members.push((id, version, record));
+    }
+    let list = |it: &mut std::vec::IntoIter<Vec<u8>>| -> Option<Vec<Vec<u8>>> {
+        let n: u64 = std::str::from_utf8(&it.next()?).ok()?.parse().ok()?;
+        (0..n).map(|_| it.next()).collect()
+    };
+    let dirty = list(&mut it)?;
+    let grave = list(&mut it)?;
+    let mut books = HashMap::new();
+    let keys = call
+        .reports
+        .iter()
+        .map(|r| &r.key)
+        .chain(&dirty)
+        .chain(&grave);
+    for key in keys {
+        let value = it.next()?;
+        let entry = if value.is_empty() {
+            (0, None)
+        } else {
+            let (version, book) = decode_book(&value)?;
+            (version, Some(book))
+        };
+        books.insert(key.clone(), entry);
+    }
+    Some(Snapshot {
+        now,
+        members,
+        dirty,
+        grave,
+        books,
+    })
+}
+
+fn encode_member(version: u64, r: &MemberRecord) -> Vec<u8> {
+    format!(
+        "{version} {} {} {}",
+        r.incarnation,
+        r.expires.as_nanos(),
+        r.last_seq
+    )
+    .into_bytes()
+}
+
+fn decode_member(v: &[u8]) -> Option<(u64, MemberRecord)> {
+    let mut f = std::str::from_utf8(v).ok()?.split(' ');
+    let mut next = || -> Option<u64> { f.next()?.parse().ok() };
+    let version = next()?;
+    let record = MemberRecord {
+        incarnation: next()?,
+        expires: Timestamp::from_nanos(next()?),
+        last_seq: next()?,
+    };
+    Some((version, record))
+}
+
+/// `version limit.rate limit.burst pool.rate pool.burst level at n (holder incarnation booked.rate booked.burst target.rate target.burst demand|-)*`.
+fn encode_book(version: u64, b: &BookRecord) -> Vec<u8> {
+    use std::fmt::Write;
+    let pool = b.pool.share();
+    let mut s = format!(
+        "{version} {} {} {} {} {} {} {}",
+        b.limit.rate,
+        b.limit.burst,
+        pool.rate,
+        pool.burst,
+        b.pool.level(),
+        b.pool.at().as_nanos(),
+        b.holdings.len()
+    );
+    for h in &b.holdings {
+        let demand = h.demand.map_or_else(|| "-".to_owned(), |d| d.to_string());
+        let _ = write!(
+            s,
+            " {} {} {} {} {} {} {demand}",
+            h.holder, h.incarnation, h.booked.rate, h.booked.burst, h.target.rate, h.target.burst
+        );
+    }
+    s.into_bytes()
+}
+
+fn decode_book(v: &[u8]) -> Option<(u64, BookRecord)> {
+    let mut f = std::str::from_utf8(v).ok()?.split(' ');
+    let mut word = move || f.next();
+    let num = |w: Option<&str>| -> Option<u64> { w?.parse().ok() };
+    let version = num(word())?;
+    let limit = Share {
+        rate: num(word())?,
+        burst: num(word())?,
+    };
+    let pool_share = Share {
+        rate: num(word())?,
+        burst: num(word())?,
+    };
+    let level: u128 = word()?.parse().ok()?;
+    let at = Timestamp::from_nanos(num(word())?);
+    let n = num(word())?;
+    let mut holdings = Vec::new();
+    for _ in 0..n {
+        let holder = num(word())?;
+        let incarnation = num(word())?;
+        let booked = Share {
+            rate: num(word())?,
+            burst: num(word())?,
+        };
+        let target = Share {
+            rate: num(word())?,
+            burst: num(word())?,
+        };
+        let demand = match word()? {
+            "-" => None,
+            d => Some(d.parse().ok()?),
+        };
+        holdings.push(HoldingRecord {
+            holder,
+            incarnation,
+            booked,
+            target,
+            demand,
+        });
+    }
+    let book = BookRecord {
+        limit,
+        pool: ShareBucket::new(pool_share, level, at),
+        holdings,
+    };
+    Some((version, book))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_book_survives_its_encoding() {
+        let book = BookRecord {
+            limit: Share::per_second(100, 100),
+            pool: ShareBucket::new(
+                Share::per_second(40, 30),
+                12_345_678_901_234,
+                Timestamp::from_secs(7),
+            ),
+            holdings: vec![
+                HoldingRecord {
+                    holder: 3,
+                    incarnation: 2,
+                    booked: Share::per_second(60, 70),
+                    target: Share::per_second(50, 50),
+                    demand: Some(25_000),
+                },
+                HoldingRecord {
+                    holder: 9,
+                    incarnation: 1,
+                    booked: Share::ZERO,
+                    target: Share::per_second(1, 1),
+                    demand: None,
+                },
+            ],
+        };
+        assert_eq!(decode_book(&encode_book(5, &book)), Some((5, book)));
+        let member = MemberRecord {
+            incarnation: 4,
+            expires: Timestamp::from_secs(99),
+            last_seq: 17,
+        };
+        assert_eq!(decode_member(&encode_member(3, &member)), Some((3, member)));
+    }
+}

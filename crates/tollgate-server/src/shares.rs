@@ -1,0 +1,271 @@
+//! The shares mode in `serve`: one [`Holder`] per process deciding `shares: true` rules locally, and the task that syncs it with the Redis authority.
+//!
+//! Requests on a shares rule are decided from this instance's share of each
+//! key ([`tollgate_core::share`]), with no Redis call. One background task
+//! (started with the first such request) sends the holder's batched call:
+//! at most one in flight, one every sync interval, sooner (the batch
+//! interval) when a request waits for a key's first share. A request that
+//! waits is decided again when the reply comes; if the call failed, or no
+//! reply came within the wait, it is a store error and its rule's
+//! `on_store_error` answers. So while Redis is down the instance keeps
+//! deciding within the shares it holds until their deadline (`ttl − margin`
+//! after its last successful call), then every request goes to
+//! `on_store_error`.
+//!
+//! The holder's clock is a monotonic clock of this process; the
+//! authority's is Redis `TIME` (the protocol needs only that both advance
+//! at the same rate, within the TTL's margin).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tollgate_core::clock::{Clock, MonotonicClock};
+use tollgate_core::share::{
+    AuthorityPolicy, Holder, HolderId, HolderPolicy, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share,
+    Verdict,
+};
+use tollgate_core::{Decision, Outcome};
+use tollgate_redis::{RedisAuthority, RedisStore, SharesStats};
+use tollgate_store::{Counter, StoreError};
+
+/// The default bound of the keys one instance holds shares of (`--shares-max-keys`).
+pub const DEFAULT_SHARES_MAX_KEYS: usize = 1_000_000;
+
+/// How the shares mode runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharesOptions {
+    /// The holder's side: sync and batch intervals, TTL and margin, idle release, key bound.
+    pub holder: HolderPolicy,
+    /// The authority's side: TTL, headroom, floor.
+    pub authority: AuthorityPolicy,
+}
+
+impl Default for SharesOptions {
+    fn default() -> Self {
+        let holder = HolderPolicy {
+            max_keys: DEFAULT_SHARES_MAX_KEYS,
+            ..HolderPolicy::default()
+        };
+        SharesOptions {
+            holder,
+            authority: AuthorityPolicy {
+                ttl: holder.ttl,
+                ..AuthorityPolicy::default()
+            },
+        }
+    }
+}
+
+/// What the last sync did, for requests waiting on it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Synced {
+    ok: bool,
+}
+
+/// Counts for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SharesCounts {
+    /// Batches decided from the holder's shares.
+    pub decided: AtomicU64,
+    /// Batches that waited for a key's first share.
+    pub waited: AtomicU64,
+    /// Holder calls that failed (Redis unreachable, or conflicts every attempt).
+    pub failed_calls: AtomicU64,
+}
+
+/// This instance's holder and its link to the authority.
+#[derive(Debug)]
+pub struct SharesBook {
+    holder: Mutex<Holder<Vec<u8>>>,
+    authority: RedisAuthority,
+    clock: MonotonicClock,
+    policy: HolderPolicy,
+    synced: watch::Sender<Synced>,
+    started: AtomicBool,
+    counts: SharesCounts,
+}
+
+impl SharesBook {
+    /// A book for the instance `id` on `redis`'s connection.
+    pub fn new(redis: RedisStore, id: HolderId, options: SharesOptions) -> Arc<Self> {
+        let clock = MonotonicClock::new();
+        Arc::new(SharesBook {
+            holder: Mutex::new(Holder::new(id, options.holder, clock.now())),
+            authority: RedisAuthority::new(redis, options.authority),
+            clock,
+            policy: options.holder,
+            synced: watch::Sender::new(Synced::default()),
+            started: AtomicBool::new(false),
+            counts: SharesCounts::default(),
+        })
+    }
+
+    /// Keys the holder holds (bounded by `max_keys`).
+    pub fn keys(&self) -> usize {
+        self.holder.lock().keys()
+    }
+
+    /// The share of `key` (a counter key) in force in this instance.
+    pub fn in_force(&self, key: &[u8]) -> Share {
+        self.holder.lock().in_force(&key.to_vec())
+    }
+
+    /// Its counts.
+    pub fn counts(&self) -> &SharesCounts {
+        &self.counts
+    }
+
+    /// The authority's counts (calls, Redis script calls, conflicts).
+    pub fn authority_stats(&self) -> &SharesStats {
+        self.authority.stats()
+    }
+
+    /// Decides `counters` (all of `shares: true` rules) from the holder,
+    /// pushing one decision each; a descriptor is admitted only if each of
+    /// its counters is. A store error when a key has no share yet and the
+    /// authority could not be reached.
+    pub async fn decide(
+        self: &Arc<Self>,
+        counters: &[Counter<'_>],
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        self.start();
+        let shares: Vec<Share> = counters
+            .iter()
+            .map(|c| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO))
+            .collect();
+        // At most two waits: the reply to a call already in flight (which
+        // did not carry the key), then the reply to the call that does; one
+        // more decision after each.
+        for attempt in 0..3 {
+            let mut replies = self.synced.subscribe();
+            if self.try_decide(counters, &shares, decisions) {
+                self.counts.decided.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if attempt == 2 {
+                break;
+            }
+            self.counts.waited.fetch_add(1, Ordering::Relaxed);
+            let wait = self.policy.call_timeout + self.policy.batch_interval;
+            match tokio::time::timeout(wait, replies.changed()).await {
+                Ok(Ok(())) if replies.borrow().ok => {}
+                Ok(_) => {
+                    return Err(StoreError::Unavailable(
+                        "shares: the call for a key's first share failed".into(),
+                    ));
+                }
+                Err(_) => return Err(StoreError::Timeout(wait)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            "shares: no share for the key after two calls".into(),
+        ))
+    }
+
+    /// Decides from the shares in force; false when a key waits for its first share.
+    fn try_decide(
+        &self,
+        counters: &[Counter<'_>],
+        shares: &[Share],
+        decisions: &mut Vec<Decision>,
+    ) -> bool {
+        let mut holder = self.holder.lock();
+        let now = self.clock.now();
+        let verdicts: Vec<Verdict> = counters
+            .iter()
+            .zip(shares)
+            .map(|(c, share)| {
+                if c.give_back {
+                    // A give-back returns nothing to a share: the strict side.
+                    Verdict::Admit
+                } else {
+                    holder.check(&c.key.to_vec(), *share, now, c.hits)
+                }
+            })
+            .collect();
+        if verdicts.contains(&Verdict::Wait) {
+            return false;
+        }
+        decisions.clear();
+        let group_admitted = |group: u32| {
+            counters
+                .iter()
+                .zip(&verdicts)
+                .all(|(c, v)| c.group != group || *v == Verdict::Admit)
+        };
+        for (c, share) in counters.iter().zip(shares) {
+            let key = c.key.to_vec();
+            let admitted =
+                group_admitted(c.group) && (c.give_back || holder.take(&key, now, c.hits));
+            let in_force = holder.in_force(&key);
+            let tokens = holder.tokens(&key);
+            let per_token = |missing: u64| {
+                if in_force.rate == 0 {
+                    Duration::from_secs(1).as_nanos() as u64
+                } else {
+                    let pico = u128::from(missing) * PICO_PER_TOKEN;
+                    u64::try_from(pico / u128::from(in_force.rate)).unwrap_or(u64::MAX)
+                }
+            };
+            let reset = per_token(in_force.burst.saturating_sub(tokens));
+            let limit = share.rate / MILLI_PER_TOKEN;
+            decisions.push(if admitted {
+                Decision::from_parts(Outcome::Allowed, limit, tokens, reset, 0)
+            } else {
+                let retry = per_token(c.hits.saturating_sub(tokens).max(1));
+                Decision::from_parts(Outcome::Denied, limit, tokens, reset, retry)
+            });
+        }
+        true
+    }
+
+    /// Starts the sync task once, on the current Tokio runtime.
+    fn start(self: &Arc<Self>) {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(sync_loop(Arc::downgrade(self)));
+        }
+    }
+
+    /// Sends the holder's call if one is due and takes its reply; whether one was sent.
+    async fn sync_once(&self) -> bool {
+        let call = self.holder.lock().poll(self.clock.now());
+        let Some(call) = call else {
+            return false;
+        };
+        let ok = match self.authority.sync(&call).await {
+            Ok(reply) => {
+                self.holder.lock().on_reply(self.clock.now(), reply);
+                true
+            }
+            Err(error) => {
+                self.holder.lock().on_failure();
+                self.counts.failed_calls.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%error, "shares: the holder's call failed");
+                false
+            }
+        };
+        self.synced.send_replace(Synced { ok });
+        true
+    }
+}
+
+/// Polls the holder every batch interval while the book lives.
+async fn sync_loop(book: Weak<SharesBook>) {
+    let tick = match book.upgrade() {
+        Some(book) => book.policy.batch_interval.max(Duration::from_millis(1)),
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(book) = book.upgrade() else {
+            return;
+        };
+        book.sync_once().await;
+    }
+}

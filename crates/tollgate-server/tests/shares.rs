@@ -1,0 +1,304 @@
+//! Engines sharing one real Redis in the shares mode (`shares: true`): never more than the limit under 256 requests in flight, a few Redis calls per thousand checks, serving through an outage within the shares held, and back after a restart.
+//!
+//! Each engine is one instance with its own holder (its own
+//! `RemoteStore`). Limits are per hour, so at most a few tokens refill
+//! during a test: what passes is bounded by the burst plus that refill.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate_core::{ManualClock, Timestamp};
+use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest};
+use tollgate_redis::RedisStore;
+use tollgate_rules::{LoadOptions, RuleSet, load_sources};
+use tollgate_server::store::{RemoteOptions, RemoteStore};
+use tollgate_server::{Engine, EngineOptions};
+use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::limits::exact_rate_limit;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::redis_cluster::RedisCluster;
+
+/// The algorithms the shares mode splits.
+const SHARED: [&str; 2] = ["token_bucket", "gcra"];
+
+/// One `shares: true` rule per algorithm, `limit` per hour, `on_store_error: deny`.
+fn rules(limit: u64) -> Arc<RuleSet> {
+    rules_per(limit, "hour")
+}
+
+/// One `shares: true` rule per algorithm, `limit` per `unit`, `on_store_error: deny`.
+fn rules_per(limit: u64, unit: &str) -> Arc<RuleSet> {
+    let mut yaml = String::from("domain: shares\ndescriptors:\n");
+    for algorithm in SHARED {
+        yaml.push_str(&format!(
+            "  - key: {algorithm}\n    on_store_error: deny\n    shares: true\n    rate_limit: {}\n",
+            exact_rate_limit(limit, unit, algorithm)
+        ));
+    }
+    let loaded = load_sources(
+        [(Path::new("shares.yaml"), yaml.as_str())],
+        LoadOptions::default(),
+    );
+    assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+    Arc::new(loaded.rule_set)
+}
+
+fn request(key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "shares".to_owned(),
+        descriptors: vec![Descriptor::new([(key, value)])],
+        hits_addend: 0,
+    }
+}
+
+/// `instances` engines on `url`, each its own instance.
+async fn engines(url: &str, instances: u64, rules: &Arc<RuleSet>) -> Vec<Arc<Engine<ManualClock>>> {
+    engines_with(url, instances, rules, RemoteOptions::default()).await
+}
+
+/// [`engines`] with `options`.
+async fn engines_with(
+    url: &str,
+    instances: u64,
+    rules: &Arc<RuleSet>,
+    options: RemoteOptions,
+) -> Vec<Arc<Engine<ManualClock>>> {
+    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let mut out = Vec::new();
+    for _ in 0..instances {
+        let redis = RedisStore::connect(url, Duration::from_secs(2))
+            .await
+            .expect("Redis answers");
+        let remote = RemoteStore::new(redis, options);
+        out.push(Arc::new(Engine::with_remote(
+            Arc::clone(rules),
+            EngineOptions::default(),
+            clock.clone(),
+            remote,
+        )));
+    }
+    out
+}
+
+async fn admitted(engine: &Engine<ManualClock>, request: &RateLimitRequest) -> bool {
+    engine.decide(request).await.expect("valid").overall == Code::Ok
+}
+
+/// 64 callers per engine checking `request` for `lasting` (at most 2000
+/// checks each: a key's shares follow demand measured over a fraction of a
+/// second, so a key's first moments see only the newcomers' floor); (admitted, checks).
+async fn load(
+    engines: &[Arc<Engine<ManualClock>>],
+    request: &RateLimitRequest,
+    lasting: Duration,
+) -> (u64, u64) {
+    let passed = Arc::new(AtomicU64::new(0));
+    let checks = Arc::new(AtomicU64::new(0));
+    let watch = Arc::new(Stopwatch::start());
+    let mut callers = Vec::new();
+    for engine in engines {
+        for _ in 0..64 {
+            let (engine, request) = (Arc::clone(engine), request.clone());
+            let (passed, checks, watch) =
+                (Arc::clone(&passed), Arc::clone(&checks), Arc::clone(&watch));
+            callers.push(tokio::spawn(async move {
+                for _ in 0..2000 {
+                    if watch.exceeded(lasting) {
+                        break;
+                    }
+                    checks.fetch_add(1, Ordering::Relaxed);
+                    if admitted(&engine, &request).await {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // A check decided from shares awaits nothing: let the
+                    // holder's sync task run, as network I/O would.
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+    }
+    for caller in callers {
+        caller.await.expect("the caller finishes");
+    }
+    (
+        passed.load(Ordering::Relaxed),
+        checks.load(Ordering::Relaxed),
+    )
+}
+
+/// 4 instances at `url`, 256 in flight, each shared algorithm with 2000 per hour.
+async fn four_instances_on(url: &str) -> u64 {
+    let limit = 2000;
+    let rules = rules(limit);
+    let engines = engines(url, 4, &rules).await;
+    let mut all_checks = 0;
+    for algorithm in SHARED {
+        let watch = Stopwatch::start();
+        let (passed, checks) = load(
+            &engines,
+            &request(algorithm, "hot"),
+            Duration::from_millis(600),
+        )
+        .await;
+        all_checks += checks;
+        // An exact bucket full at the start admits at most the burst plus what refilled.
+        let refilled = limit * watch.elapsed().as_secs().saturating_add(1) / 3600;
+        assert!(
+            passed <= limit + refilled,
+            "{algorithm}: {passed} admitted for a limit of {limit} (+{refilled} refilled)"
+        );
+        assert!(
+            passed >= limit - limit / 10,
+            "{algorithm}: the shares admit most of the limit: {passed} of {limit}"
+        );
+        eprintln!("{algorithm}: {passed} of {limit} admitted in {checks} checks");
+    }
+    let decided: u64 = engines
+        .iter()
+        .map(|e| {
+            let shares = e.remote().expect("Redis").shares().expect("connected");
+            shares.counts().decided.load(Ordering::Relaxed)
+        })
+        .sum();
+    assert!(decided > 0, "requests were decided from shares");
+    all_checks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_in_the_shares_mode_admit_no_more_than_the_limit() {
+    let redis = RedisServer::start();
+    let before = redis.script_calls();
+    let checks = four_instances_on(&redis.url()).await;
+    let calls = redis.script_calls() - before;
+    let per_check = calls as f64 / checks as f64;
+    eprintln!("{calls} script calls, {per_check:.4} per check");
+    assert!(per_check <= 0.05, "{per_check} Redis calls per check");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_in_the_shares_mode_on_a_cluster_admit_no_more_than_the_limit() {
+    let cluster = RedisCluster::start();
+    four_instances_on(&cluster.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_serve_through_an_outage_new_keys_get_on_store_error_then_a_restart_resumes() {
+    let mut redis = RedisServer::start();
+    let rules = rules(1000);
+    let engines = engines(&redis.url(), 1, &rules).await;
+    let engine = &engines[0];
+    let held = request("token_bucket", "held");
+    for _ in 0..10 {
+        assert!(admitted(engine, &held).await, "a lone instance has shares");
+    }
+    redis.kill();
+    // Within the shares held (half the burst for a lone instance): decided locally.
+    assert!(
+        admitted(engine, &held).await,
+        "shares serve while Redis is down"
+    );
+    // A key with no share yet cannot get one: on_store_error (deny) answers.
+    let fresh = request("token_bucket", "fresh");
+    assert!(!admitted(engine, &fresh).await, "no share without Redis");
+    let remote = engine.remote().expect("Redis");
+    assert!(remote.stats().fallback.load(Ordering::Relaxed) > 0);
+    redis.restart();
+    // The restarted Redis has no registration: the holder is told it lapsed,
+    // drops its shares and registers again (bounded: 200 checks).
+    let mut back = false;
+    for _ in 0..200 {
+        if admitted(engine, &fresh).await {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(back, "the shares mode resumed after the restart");
+}
+
+/// 4 instances share a token bucket of 400/s; each reloads, one at a time,
+/// to 100/s while 256 callers go on. Once every instance has the new
+/// limit (and a sync interval has passed), what passes over any span
+/// conforms to the new bucket: at most its burst plus its rate × the span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_lowering_a_limit_while_shares_are_held_admits_no_more_than_the_new_one() {
+    let redis = RedisServer::start();
+    let high = rules_per(400, "second");
+    let mut fleet = engines(&redis.url(), 4, &high).await;
+    let hot = request("token_bucket", "reload");
+    let (before, _) = load(&fleet, &hot, Duration::from_millis(800)).await;
+    assert!(before > 400, "the old limit was in use: {before}");
+    let low = rules_per(100, "second");
+    for engine in &mut fleet {
+        *engine = Arc::new(engine.with_rules(Arc::clone(&low)));
+        load(
+            std::slice::from_ref(engine),
+            &hot,
+            Duration::from_millis(150),
+        )
+        .await;
+    }
+    // Every instance has the new limit: one more sync interval for the shrinks.
+    load(&fleet, &hot, Duration::from_millis(200)).await;
+    let watch = Stopwatch::start();
+    let (after, _) = load(&fleet, &hot, Duration::from_secs(1)).await;
+    let span = watch.elapsed().as_secs_f64();
+    let bound = 100.0 + 100.0 * span;
+    assert!(
+        after as f64 <= bound,
+        "{after} admitted in {span:.2}s after the reloads to 100/s (bound {bound:.0})"
+    );
+    assert!(after >= 50, "the new limit is used: {after}");
+}
+
+/// Two instances share a token bucket; one stops without a word (its
+/// engine dropped: no release, as a SIGKILL). After its registration's
+/// TTL the other holds the whole limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
+    let redis = RedisServer::start();
+    let rules = rules_per(200, "second");
+    let mut options = RemoteOptions::default();
+    options.shares.holder.ttl = Duration::from_secs(1);
+    options.shares.holder.ttl_margin = Duration::from_millis(100);
+    options.shares.authority.ttl = Duration::from_secs(1);
+    let mut fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let hot = request("token_bucket", "killed");
+    let key = rules
+        .find("shares", &[("token_bucket", "killed")])
+        .expect("the rule")
+        .counter_key("shares", &[("token_bucket", "killed")], 0);
+    load(&fleet, &hot, Duration::from_millis(600)).await;
+    let survivor = Arc::clone(&fleet[1]);
+    let whole = tollgate_core::share::Share::per_second(200, 200);
+    let held = survivor.remote().expect("Redis").shares().expect("connected").in_force(&key);
+    assert!(
+        held.rate < whole.rate,
+        "two busy instances split the key: {held:?}"
+    );
+    drop(fleet.remove(0));
+    // Bounded: 30 rounds of 100 ms of demand.
+    let watch = Stopwatch::start();
+    let mut rounds = 0;
+    while survivor.remote().expect("Redis").shares().expect("connected").in_force(&key) != whole && rounds < 30 {
+        load(
+            std::slice::from_ref(&survivor),
+            &hot,
+            Duration::from_millis(100),
+        )
+        .await;
+        rounds += 1;
+    }
+    let waited = watch.elapsed();
+    assert_eq!(
+        survivor.remote().expect("Redis").shares().expect("connected").in_force(&key),
+        whole,
+        "the whole limit after {waited:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(800),
+        "not before the TTL: {waited:?}"
+    );
+}
