@@ -2,14 +2,14 @@
 # Measures Tollgate on Redis in one run, next to the scripted ceiling of the
 # same Redis on the same machine:
 #
-# 1. redis-benchmark calling Tollgate's own check script (EVALSHA, one
+# 1. redis-benchmark calling Tollgate's own check function (FCALL, one
 #    token-bucket counter per call), pipelined 16 deep with 50 clients, for
 #    one hot key and for 100 000 keys: the most scripted decisions per second
 #    this Redis can make.
 # 2. `tollgate serve --store redis://…` under `tollgate bench rls` (64 in
 #    flight) for one hot key and 100 000 keys: checks/s, p50/p99, server CPU
 #    per check (from /proc/PID/stat) and Redis calls per check (the
-#    cmdstat_evalsha/eval/evalsha_ro delta of INFO commandstats ÷ checks).
+#    cmdstat_fcall/evalsha/eval delta of INFO commandstats ÷ checks).
 #
 # Cores: the server is pinned to CPU 0; Redis and the load generators share
 # CPU 1 (needs 2 cores and `taskset`).
@@ -36,39 +36,24 @@ algorithm=${ALGORITHM:-token_bucket}
 modes=${MODES:-redis}
 seconds=${duration%s}
 source scripts/tollgate-bin.sh
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis_pid=""
-cleanup() {
-    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$work" > "$work/redis.log" 2>&1 &
-redis_pid=$!
-for _ in $(seq 1 200); do
-    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
-    read -r -t 0.05 < /dev/zero || true # a bounded wait for Redis to start
-done
-cli() { redis-cli -p "$port" "$@"; }
-script_calls() { # EVALSHA + EVAL calls so far
-    cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_eval(sha)?(_ro)?:/ {n += $3} END {print n + 0}'
+redis_pin=(taskset -c 1)
+source scripts/redis-bench-common.sh
+script_calls() { # FCALL + EVALSHA + EVAL calls so far
+    cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_(fcall|eval(sha)?)(_ro)?:/ {n += $3} END {print n + 0}'
 }
 
 # 10^9 per second (a token bucket of 10^9 filling at 10^9 per second by
 # default): every call is allowed and writes.
 printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: %s\n' \
     "$algorithm" > "$work/limits.yaml"
-sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/prelude.lua crates/tollgate-redis/src/check.lua)")
+load_bench_library
 
 ceiling() { # KEYS
-    local key='tg{0}bench' random=()
-    [ "$1" -gt 1 ] && key='tg{__rand_int__}bench' && random=(-r "$1")
+    local key='tg2{0}bench' random=()
+    [ "$1" -gt 1 ] && key='tg2{__rand_int__}bench' && random=(-r "$1")
     local n=$((seconds * 150000))
     taskset -c 1 redis-benchmark -p "$port" -q -c 50 -P 16 -n "$n" "${random[@]}" \
-        EVALSHA "$sha" 1 "$key" 0 c s 1 1 1000000000 | tr '\r' '\n' |
+        FCALL tollgate_bench_check 1 "$key" 0 c s 1 1 1000000000 0 | tr '\r' '\n' |
         awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 
@@ -121,7 +106,7 @@ print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} 
 PY
 }
 
-echo "redis-server $(redis-server --version | awk '{print $3}'), scripted ceiling (redis-benchmark EVALSHA, -P 16 -c 50):"
+echo "redis-server $(redis-server --version | awk '{print $3}'), scripted ceiling (redis-benchmark FCALL, -P 16 -c 50):"
 printf '%-5s %-7s %12s\n' round keys 'scripts/s'
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do

@@ -68,8 +68,8 @@ async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
     exactly_100_each(&redis.url(), 4, &redis).await;
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert!(
-        stats.contains("cmdstat_evalsha"),
-        "checks go through EVALSHA: {stats}"
+        stats.contains("cmdstat_fcall:"),
+        "checks are calls of the Functions library (FCALL): {stats}"
     );
 }
 
@@ -137,7 +137,7 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     let config = scratch.limits(&every_algorithm(3));
     let server = Server::serve(&config, &redis.url(), &["--store-timeout", "2s"]);
     let channel = channel(&server.address()).await;
-    // Every script call (EVAL and EVALSHA, read-only or not).
+    // Every script or function call (EVAL, EVALSHA, FCALL).
     let calls = || redis.script_calls();
     let fixed = request("exact", "fixed_window", "closed");
     let minute = clear_of_a_minute_edge(&redis).await;

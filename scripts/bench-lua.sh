@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Redis CPU per exact check, the check code of a base commit against this
+# tree's, in one run on one redis-server: `INFO commandstats` usec_per_call
+# (the time Redis spends in the call, the commands it makes included) while
+# redis-benchmark calls the code with one counter per call, 50 clients,
+# pipelined 16 deep.
+#
+# Three ways of calling, per algorithm:
+#   old       the base commit's script (prelude.lua + check.lua), EVALSHA
+#   new       this tree's Functions library, FCALL (what tollgate serve uses)
+#   new-eval  the same code as a script, EVALSHA (a Redis without Functions)
+# Each round measures every algorithm in every way, interleaved, so load on
+# the machine falls on all alike; the table is the median of the rounds and
+# new ÷ old.
+#
+# Every call is allowed and writes (10^9 per second) except the sliding
+# log's, whose cost grows with its entries: its 1 ms window at 10^9 per
+# second holds the calls of the last millisecond (about 100 here).
+#
+# Usage: scripts/bench-lua.sh [ROUNDS] [CALLS]   (defaults: 3 rounds of 200000 calls)
+#        BASE=<commit> (default 454df1f, the last with the hash encoding and
+#        EVALSHA) is the code to compare against.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+calls=${2:-200000}
+base=${BASE:-454df1f}
+src=crates/tollgate-redis/src
+redis_pin=()
+source scripts/redis-bench-common.sh
+
+old=$(cli SCRIPT LOAD "$(git show "$base:$src/prelude.lua" "$base:$src/check.lua")")
+new_eval=$(cli SCRIPT LOAD "$(cat "$src/prelude.lua" "$src/check.lua"; echo 'return check(KEYS, ARGV)')")
+load_bench_library
+
+# name | kind hits p1 p2 phase (the check's ARGV after group and op)
+algorithms=(
+    "token_bucket|s 1 1 1000000000 0"
+    "gcra|s 1 1 1000 0"
+    "leaky_bucket|s 1 1 1001 0"
+    "fixed_window|f 1 1000000 1000000000 0"
+    "sliding_window|w 1 1000000 1000000000 0"
+    "sliding_log|l 1 1000 1000000000 0"
+)
+
+usec_per_call() { # COMMAND-NAME
+    cli INFO commandstats | awk -F'[:=,]' -v c="cmdstat_$1" '$1 == c {for (i = 2; i < NF; i++) if ($i == "usec_per_call") print $(i + 1)}'
+}
+
+measure() { # WAY NAME ARGS
+    local way=$1 name=$2 args=$3 call=() stat=evalsha key
+    case "$way" in
+        old) call=(EVALSHA "$old"); key="tg{0}bench-$name" ;;
+        new) call=(FCALL tollgate_bench_check); stat=fcall; key="tg2{0}bench-$name" ;;
+        new-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
+    esac
+    cli CONFIG RESETSTAT > /dev/null
+    # shellcheck disable=SC2086 # ARGS is a list of words
+    redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null
+    echo "$way $name $(usec_per_call "$stat")"
+}
+
+echo "redis-server $(redis-server --version | awk '{print $3}'), $rounds rounds of $calls calls each (redis-benchmark -c 50 -P 16)," \
+    "old = $base; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for round in $(seq 1 "$rounds"); do
+    for entry in "${algorithms[@]}"; do
+        for way in old new new-eval; do
+            measure "$way" "${entry%%|*}" "${entry#*|}"
+        done
+    done
+    echo "round $round done" >&2
+done > "$work/results"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+python3 - "$work/results" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    way, name, usec = line.split()
+    runs.setdefault(name, {}).setdefault(way, []).append(float(usec))
+print(f"{'algorithm':<15} {'old µs':>7} {'new µs':>7} {'new/old':>8} {'new-eval µs':>12} {'eval/old':>9}   rounds (old | new | new-eval)")
+for name, ways in runs.items():
+    m = {w: statistics.median(v) for w, v in ways.items()}
+    rows = " | ".join(" ".join(f"{x:.2f}" for x in ways[w]) for w in ("old", "new", "new-eval"))
+    print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:12.2f} {m['new-eval'] / m['old']:9.2f}   {rows}")
+PY
