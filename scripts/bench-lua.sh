@@ -5,6 +5,12 @@
 # redis-benchmark calls the code with one counter per call, 50 clients,
 # pipelined 16 deep.
 #
+# Beside it, the CPU time redis-server used per call (utime + stime from
+# /proc, network and protocol included): unlike usec_per_call, which is
+# wall time inside the call, it does not grow when another process takes
+# the core in the middle of a call, so it is the steadier figure on a busy
+# machine.
+#
 # Three ways of calling, per algorithm:
 #   old       the base commit's script (prelude.lua + check.lua), EVALSHA
 #   new       this tree's Functions library, FCALL (what tollgate serve uses)
@@ -55,9 +61,14 @@ measure() { # WAY NAME ARGS
         new-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
     esac
     cli CONFIG RESETSTAT > /dev/null
+    local u0 s0 u1 s1
+    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     # shellcheck disable=SC2086 # ARGS is a list of words
     redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null
-    echo "$way $name $(usec_per_call "$stat")"
+    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
+    local cpu
+    cpu=$(python3 -c "import os; print((($u1 + $s1) - ($u0 + $s0)) * 1e6 / os.sysconf('SC_CLK_TCK') / $calls)")
+    echo "$way $name $(usec_per_call "$stat") $cpu"
 }
 
 echo "redis-server $(redis-server --version | awk '{print $3}'), $rounds rounds of $calls calls each (redis-benchmark -c 50 -P 16)," \
@@ -74,13 +85,20 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 python3 - "$work/results" <<'PY'
 import statistics, sys
-runs = {}
+runs, cpus = {}, {}
 for line in open(sys.argv[1]):
-    way, name, usec = line.split()
+    way, name, usec, cpu = line.split()
     runs.setdefault(name, {}).setdefault(way, []).append(float(usec))
-print(f"{'algorithm':<15} {'old µs':>7} {'new µs':>7} {'new/old':>8} {'new-eval µs':>12} {'eval/old':>9}   rounds (old | new | new-eval)")
-for name, ways in runs.items():
-    m = {w: statistics.median(v) for w, v in ways.items()}
-    rows = " | ".join(" ".join(f"{x:.2f}" for x in ways[w]) for w in ("old", "new", "new-eval"))
-    print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:12.2f} {m['new-eval'] / m['old']:9.2f}   {rows}")
+    cpus.setdefault(name, {}).setdefault(way, []).append(float(cpu))
+ways = ("old", "new", "new-eval")
+def table(title, data):
+    print(title)
+    print(f"{'algorithm':<15} {'old':>7} {'new':>7} {'new/old':>8} {'new-eval':>9} {'eval/old':>9}   rounds (old | new | new-eval)")
+    for name, by_way in data.items():
+        m = {w: statistics.median(v) for w, v in by_way.items()}
+        rows = " | ".join(" ".join(f"{x:.2f}" for x in by_way[w]) for w in ways)
+        print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:9.2f} {m['new-eval'] / m['old']:9.2f}   {rows}")
+table("usec_per_call (INFO commandstats), median µs:", runs)
+print()
+table("redis-server CPU per call (/proc, network included), median µs:", cpus)
 PY

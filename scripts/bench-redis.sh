@@ -8,7 +8,8 @@
 #    this Redis can make.
 # 2. `tollgate serve --store redis://…` under `tollgate bench rls` (64 in
 #    flight) for one hot key and 100 000 keys: checks/s, p50/p99, server CPU
-#    per check (from /proc/PID/stat) and Redis calls per check (the
+#    and Redis CPU per check (from /proc/PID/stat; Redis's includes its
+#    network work) and Redis calls per check (the
 #    cmdstat_fcall/evalsha/eval delta of INFO commandstats ÷ checks).
 #
 # Cores: the server is pinned to CPU 0; Redis and the load generators share
@@ -78,10 +79,12 @@ serve_run() { # KEYS MODE
     local calls0
     calls0=$(script_calls)
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    read -r ru0 rs0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     taskset -c 1 "$bin" bench rls --addr "http://$addr" --domain bench --descriptor 'user={k}' \
         --keys "$1" -c 64 --connections 4 -d "$duration" --warmup 0s --json > "$work/bench.json" ||
         { echo "error: the load generator failed; server stderr: $(cat "$work/serve.err")" >&2; kill "$pid"; exit 1; }
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    read -r ru1 rs1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     local calls1
     calls1=$(script_calls)
     local http fallbacks
@@ -94,15 +97,18 @@ print(int(sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("r
 PY
 )
     kill "$pid"; wait "$pid" 2>/dev/null || true
-    python3 - "$u0" "$s0" "$u1" "$s1" "$calls0" "$calls1" "$work/bench.json" "$fallbacks" <<'PY'
+    python3 - "$u0" "$s0" "$u1" "$s1" "$calls0" "$calls1" "$work/bench.json" "$fallbacks" \
+        "$ru0" "$rs0" "$ru1" "$rs1" <<'PY'
 import json, os, sys
 u0, s0, u1, s1, c0, c1 = map(int, sys.argv[1:7])
 fallbacks = int(sys.argv[8])
+ru0, rs0, ru1, rs1 = map(int, sys.argv[9:13])
+redis_us = (ru1 + rs1 - ru0 - rs0) * 1e6 / os.sysconf("SC_CLK_TCK")
 b = json.load(open(sys.argv[7]))
 cpu_us = (u1 + s1 - u0 - s0) * 1e6 / os.sysconf("SC_CLK_TCK")
 answered = max(b["ok"] + b["over_limit"], 1)
 lat = b["latency_us"]
-print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
+print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {redis_us / answered:12.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
 PY
 }
 
@@ -115,7 +121,7 @@ for round in $(seq 1 "$rounds"); do
 done
 echo
 echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
-printf '%-5s %-7s %-9s %9s %7s %7s %8s %11s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'calls/chk' fallbacks errors
+printf '%-5s %-7s %-9s %9s %7s %7s %8s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
         for mode in $modes; do

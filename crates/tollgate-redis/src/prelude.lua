@@ -34,7 +34,7 @@ local function set_clock(keys, args)
     now_s = tonumber(args[supplied + 1])
     now_sub_ns = tonumber(args[supplied + 2])
     now_us = math.floor(now_sub_ns / 1000)
-    fixed_ttl = tonumber(args[supplied + 3])
+    fixed_ttl = args[supplied + 3]
   else
     local t = redis.call('TIME')
     now_s = tonumber(t[1])
@@ -60,7 +60,10 @@ local function units(free, step)
   return q
 end
 
--- The TTL of a key whose state is fresh again in `ns`: just past it.
+-- The TTL of a key whose state is fresh again in `ns`: just past it. Every
+-- span is at most 2^61 ns (tollgate-core refuses longer ones), so the TTL
+-- stays below 10^13 ms, which redis.call passes as plain digits (from 10^17
+-- on it would pass an exponent form, which SET refuses).
 local function ttl_ms(ns)
   if fixed_ttl then return fixed_ttl end
   local ms = ns / 1000000
