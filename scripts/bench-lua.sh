@@ -15,6 +15,9 @@
 #   old       the base commit's script (prelude.lua + check.lua), EVALSHA
 #   new       this tree's Functions library, FCALL (what tollgate serve uses)
 #   new-eval  the same code as a script, EVALSHA (a Redis without Functions)
+#   floor     a function that only calls TIME, GET and SET … PX (a 16-byte
+#             value) and answers 4 integers: what any exact check reading
+#             Redis TIME and writing its state back costs at the least
 # Each round measures every algorithm in every way, interleaved, so load on
 # the machine falls on all alike; the table is the median of the rounds and
 # new ÷ old.
@@ -38,6 +41,13 @@ source scripts/redis-bench-common.sh
 old=$(cli SCRIPT LOAD "$(git show "$base:$src/prelude.lua" "$base:$src/check.lua")")
 new_eval=$(cli SCRIPT LOAD "$(cat "$src/prelude.lua" "$src/check.lua"; echo 'return check(KEYS, ARGV)')")
 load_bench_library
+cli FUNCTION LOAD REPLACE "#!lua name=tollgate_floor
+redis.register_function('tollgate_floor', function(keys, args)
+  redis.call('TIME')
+  redis.call('GET', keys[1])
+  redis.call('SET', keys[1], '0123456789abcdef', 'PX', 1000)
+  return {0, 1, 2, 3}
+end)" > /dev/null
 
 # name | kind hits p1 p2 phase (the check's ARGV after group and op)
 algorithms=(
@@ -59,6 +69,7 @@ measure() { # WAY NAME ARGS
         old) call=(EVALSHA "$old"); key="tg{0}bench-$name" ;;
         new) call=(FCALL tollgate_bench_check); stat=fcall; key="tg2{0}bench-$name" ;;
         new-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
+        floor) call=(FCALL tollgate_floor); stat=fcall; key="floor-$name" ;;
     esac
     cli CONFIG RESETSTAT > /dev/null
     local u0 s0 u1 s1
@@ -75,7 +86,7 @@ echo "redis-server $(redis-server --version | awk '{print $3}'), $rounds rounds 
     "old = $base; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for round in $(seq 1 "$rounds"); do
     for entry in "${algorithms[@]}"; do
-        for way in old new new-eval; do
+        for way in old new new-eval floor; do
             measure "$way" "${entry%%|*}" "${entry#*|}"
         done
     done
@@ -90,14 +101,14 @@ for line in open(sys.argv[1]):
     way, name, usec, cpu = line.split()
     runs.setdefault(name, {}).setdefault(way, []).append(float(usec))
     cpus.setdefault(name, {}).setdefault(way, []).append(float(cpu))
-ways = ("old", "new", "new-eval")
+ways = ("old", "new", "new-eval", "floor")
 def table(title, data):
     print(title)
-    print(f"{'algorithm':<15} {'old':>7} {'new':>7} {'new/old':>8} {'new-eval':>9} {'eval/old':>9}   rounds (old | new | new-eval)")
+    print(f"{'algorithm':<15} {'old':>7} {'new':>7} {'new/old':>8} {'new-eval':>9} {'eval/old':>9} {'floor':>6}   rounds (old | new | new-eval | floor)")
     for name, by_way in data.items():
         m = {w: statistics.median(v) for w, v in by_way.items()}
         rows = " | ".join(" ".join(f"{x:.2f}" for x in by_way[w]) for w in ways)
-        print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:9.2f} {m['new-eval'] / m['old']:9.2f}   {rows}")
+        print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:9.2f} {m['new-eval'] / m['old']:9.2f} {m['floor']:6.2f}   {rows}")
 table("usec_per_call (INFO commandstats), median µs:", runs)
 print()
 table("redis-server CPU per call (/proc, network included), median µs:", cpus)
