@@ -30,15 +30,16 @@
 -- windows, which count denied requests like envoyproxy/ratelimit.
 
 -- The clock (set_clock, now_*, a supplied time), units, ttl_ms, get_pair,
--- tat_state and put are prelude.lua's, and so is the encoding of each
--- kind's state. Each kind's function reads its key and returns the
--- counter's 4 integers, then the write it wants (the value and its TTL;
--- false deletes the key; nil writes nothing), which the caller makes only
--- if the group allows.
+-- tat_state, read_state and put are prelude.lua's, and so are the two
+-- encodings of each kind's state and the rule for which key holds it.
+-- Each kind's function takes its state (packed, nil when none) and
+-- returns the counter's 4 integers, then the write it wants (the packed
+-- value and its TTL; false deletes the key; nil writes nothing), which the
+-- caller makes only if the group allows, where the state was found.
 
 -- Schedule: the state is the theoretical arrival time (TAT) of the next unit.
-local function schedule(key, op, hits, interval, capacity)
-  local s, n, fs, fn = get_pair(key)
+local function schedule(v, op, hits, interval, capacity)
+  local s, n, fs, fn = get_pair(v)
   local backlog = 0
   if s then
     backlog = (s - now_s) * 1000000000 + (n - now_sub_ns)
@@ -73,11 +74,11 @@ local function schedule(key, op, hits, interval, capacity)
 end
 
 -- Fixed window: the state is the window number and its count.
-local function fixed(key, op, hits, window, limit, phase)
+local function fixed(v, op, hits, window, limit, phase)
   local now_total_us = now_total_us + phase
   local index = now_total_us / window
   index = index - index % 1
-  local stored, c, li, lc = get_pair(key)
+  local stored, c, li, lc = get_pair(v)
   local count = 0
   if stored then
     if stored == index then
@@ -160,11 +161,10 @@ end
 
 -- Sliding window counter: the state is the window number, the previous
 -- window's count and the current one's.
-local function sliding(key, op, hits, window, limit)
+local function sliding(v, op, hits, window, limit)
   local index = now_total_us / window
   index = index - index % 1
   local elapsed = now_total_us - index * window
-  local v = redis.call('GET', key)
   local prev, cur = 0, 0
   if v then
     local si, sp, sc = struct.unpack('<ddd', v)
@@ -236,8 +236,7 @@ local function log_state(ts, cs, window)
 end
 
 -- Sliding log: the state is a list of (time µs, units) pairs, oldest first.
-local function log(key, op, hits, window, limit)
-  local v = redis.call('GET', key)
+local function log(v, op, hits, window, limit)
   local ts, cs, total = {}, {}, 0
   local expired = false
   if v then
@@ -308,45 +307,53 @@ local function log(key, op, hits, window, limit)
   return 1, limit - total, reset, (pass - now_total_us) * 1000
 end
 
--- One counter's decision: its 4 integers, then its write (see above).
+local kinds = {s = true, f = true, w = true, l = true}
+
+-- One counter's decision: the hash key its state lives at (nil: the
+-- packed key, false: an unknown kind), then its 4 integers and its write
+-- (see above).
 local function decide(keys, args, k)
   local a = (k - 1) * 7
   local kind = args[a + 3]
-  local key, op = keys[k], args[a + 2]
+  if not kinds[kind] then return false end
+  local op = args[a + 2]
   local hits, p1, p2 = tonumber(args[a + 4]), tonumber(args[a + 5]), tonumber(args[a + 6])
-  if kind == 's' then return schedule(key, op, hits, p1, p2) end
-  if kind == 'f' then return fixed(key, op, hits, p1, p2, tonumber(args[a + 7])) end
-  if kind == 'w' then return sliding(key, op, hits, p1, p2) end
-  if kind == 'l' then return log(key, op, hits, p1, p2) end
-  return nil
+  local v, hkey = read_state(keys[k], kind)
+  if kind == 's' then return hkey, schedule(v, op, hits, p1, p2) end
+  if kind == 'f' then return hkey, fixed(v, op, hits, p1, p2, tonumber(args[a + 7])) end
+  if kind == 'w' then return hkey, sliding(v, op, hits, p1, p2) end
+  return hkey, log(v, op, hits, p1, p2)
 end
 
 local unknown = 'tollgate: unknown counter kind '
 
--- The call: KEYS and ARGV as described at the top.
-local function check(keys, args)
-  set_clock(keys, args)
+-- The call: KEYS and ARGV as described at the top; `encoding` ('h' or
+-- 'p') is the one new counters are created in (prelude.lua).
+local function check(keys, args, encoding)
+  set_clock(keys, args, encoding)
   if #keys == 1 then
     -- One counter (most calls): its group is itself.
-    local outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
-    if not outcome then return redis.error_reply(unknown .. tostring(args[3])) end
-    if value ~= nil and (outcome == 0 or args[3] == 'f') then put(keys[1], value, ttl) end
+    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
+    if hkey == false then return redis.error_reply(unknown .. tostring(args[3])) end
+    if value ~= nil and (outcome == 0 or args[3] == 'f') then
+      put(keys[1], hkey, args[3], value, ttl)
+    end
     return {outcome, left, reset, retry}
   end
-  local results, values, ttls, denied = {}, {}, {}, {}
+  local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
   for k = 1, #keys do
-    local outcome, left, reset, retry, value, ttl = decide(keys, args, k)
+    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, k)
     local a = (k - 1) * 7
-    if not outcome then return redis.error_reply(unknown .. tostring(args[a + 3])) end
+    if hkey == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
     if outcome ~= 0 then denied[args[a + 1]] = true end
-    if value ~= nil then values[k], ttls[k] = value, ttl end
+    if value ~= nil then values[k], ttls[k], hkeys[k] = value, ttl, hkey end
     local r = #results
     results[r + 1], results[r + 2], results[r + 3], results[r + 4] = outcome, left, reset, retry
   end
   for k = 1, #keys do
     local a = (k - 1) * 7
     if values[k] ~= nil and (not denied[args[a + 1]] or args[a + 3] == 'f') then
-      put(keys[k], values[k], ttls[k])
+      put(keys[k], hkeys[k], args[a + 3], values[k], ttls[k])
     end
   end
   return results

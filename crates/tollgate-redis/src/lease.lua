@@ -23,12 +23,14 @@
 -- given back after it); otherwise its units decay with time. A window's
 -- lease is taken back only inside its window.
 
--- The clock (set_clock, now_*), units, ttl_ms, get_pair, tat_state, put
--- and the encoding of the state are prelude.lua's (its supplied time, 3
--- values after these 7, is never passed here).
+-- The clock (set_clock, now_*), units, ttl_ms, get_pair, tat_state,
+-- read_state, put, the two encodings of the state and the rule for which
+-- key holds it are prelude.lua's (its supplied time, 3 values after these
+-- 7, is never passed here).
 
 local function lease_schedule(key, op, interval, capacity, a1, a2, a3)
-  local s, n = get_pair(key)
+  local v, hkey = read_state(key, 's')
+  local s, n = get_pair(v)
   local backlog = 0
   if s then
     backlog = (s - now_s) * 1000000000 + (n - now_sub_ns)
@@ -41,21 +43,22 @@ local function lease_schedule(key, op, interval, capacity, a1, a2, a3)
     if g <= 0 then return {0, backlog, available, 0, 0} end
     local after = backlog + g * interval
     local value, ttl, ts, tn = tat_state(after, true)
-    put(key, value, ttl)
+    put(key, hkey, 's', value, ttl)
     return {g, after, available - g, ts, tn}
   end
   if not s or s ~= a2 or n ~= a3 then
     return {0, backlog, available, 0, 0}
   end
   local after = math.max(backlog - a1 * interval, 0)
-  put(key, tat_state(after, true))
+  put(key, hkey, 's', tat_state(after, true))
   return {units(backlog - after, interval), after, units(span - after, interval), 0, 0}
 end
 
 local function lease_fixed(key, op, window, limit, a1, a2)
   local index = math.floor(now_total_us / window)
   local reset_ns = ((index + 1) * window - now_total_us) * 1000
-  local stored, c, li, lc = get_pair(key)
+  local v, hkey = read_state(key, 'f')
+  local stored, c, li, lc = get_pair(v)
   local count, leased = 0, 0
   if stored then
     if stored == index then count = c end
@@ -68,20 +71,20 @@ local function lease_fixed(key, op, window, limit, a1, a2)
     local g = 0
     if not stored or stored <= index then g = math.min(a1, math.floor(available / a2)) end
     if g <= 0 then return {0, reset_ns, available, index, 0} end
-    put(key, struct.pack('<dddd', index, count + g, index, leased + g), ttl)
+    put(key, hkey, 'f', struct.pack('<dddd', index, count + g, index, leased + g), ttl)
     return {g, reset_ns, available - g, index, 0}
   end
   if stored ~= index or a2 ~= index or count > limit then
     return {0, reset_ns, available, 0, 0}
   end
   local back = math.min(a1, count, leased)
-  put(key, struct.pack('<dddd', index, count - back, index, leased - back), ttl)
+  put(key, hkey, 'f', struct.pack('<dddd', index, count - back, index, leased - back), ttl)
   return {back, reset_ns, available + back, 0, 0}
 end
 
--- The call: KEYS and ARGV as described at the top.
-local function lease(keys, args)
-  set_clock(keys, args)
+-- The call: KEYS and ARGV as described at the top; `encoding` as check's.
+local function lease(keys, args, encoding)
+  set_clock(keys, args, encoding)
   local key, op, kind = keys[1], args[1], args[2]
   local p1, p2 = tonumber(args[3]), tonumber(args[4])
   local a1, a2, a3 = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])

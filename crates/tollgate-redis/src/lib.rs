@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+pub use library::Encoding;
 use library::{Calls, Entry};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -90,6 +91,8 @@ pub struct RedisStore {
     connection: Connection,
     /// `FCALL` of the library, or `EVALSHA` where Redis has no Functions.
     calls: Calls,
+    /// The format counters with no state yet are created in.
+    encoding: Encoding,
     timeout: Duration,
     target: RedisTarget,
     /// Bytes put before every key (empty in production).
@@ -184,6 +187,7 @@ impl RedisStore {
         let mut store = RedisStore {
             connection,
             calls: Calls::Functions,
+            encoding: Encoding::default(),
             timeout,
             target,
             key_prefix: Arc::from(&[][..]),
@@ -195,7 +199,7 @@ impl RedisStore {
             Err(_) => return Err(ConnectError::Timeout(wait)),
         }
         // The library, once: its answer says whether this Redis has Functions.
-        let load = store.calls.load(Entry::Check);
+        let load = store.calls.load(Entry::Check, store.encoding);
         match tokio::time::timeout(wait, store.query::<redis::Value>(&load)).await {
             Ok(answer) => {
                 store.calls = Calls::from_load(answer.map(drop)).map_err(ConnectError::Redis)?;
@@ -215,6 +219,19 @@ impl RedisStore {
             key_prefix: Arc::from(prefix),
             ..self.clone()
         }
+    }
+
+    /// The same store creating new counters in `encoding` (see [`Encoding`]), sharing the connection.
+    pub fn with_encoding(&self, encoding: Encoding) -> Self {
+        RedisStore {
+            encoding,
+            ..self.clone()
+        }
+    }
+
+    /// The format new counters are created in.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
     }
 
     /// The bytes put before every key (empty in production).
@@ -320,7 +337,7 @@ impl RedisStore {
         for (c, time) in calls {
             let params = ScriptParams::of(&c.algorithm)?;
             let ns = time.at.as_nanos();
-            let mut cmd = self.calls.command(Entry::Check, 1);
+            let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
             cmd.arg(self.key_of(c))
                 .arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
@@ -350,7 +367,7 @@ impl RedisStore {
                     break;
                 }
                 Ok(Err(e)) if library::is_missing(&e) => {
-                    let load = self.calls.load(Entry::Check);
+                    let load = self.calls.load(Entry::Check, self.encoding);
                     let load = load.query_async::<redis::Value>(&mut connection);
                     match tokio::time::timeout(self.timeout, load).await {
                         Ok(Ok(_)) => {}
@@ -434,7 +451,9 @@ impl RedisStore {
         time: Option<SuppliedTime>,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
-        let mut cmd = self.calls.command(Entry::Check, counters.len());
+        let mut cmd = self
+            .calls
+            .command(Entry::Check, self.encoding, counters.len());
         for c in counters {
             cmd.arg(self.key_of(c));
         }
@@ -480,7 +499,7 @@ impl RedisStore {
             match tokio::time::timeout(self.timeout, self.query::<Vec<i64>>(cmd)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if library::is_missing(&e) => {
-                    let load = self.calls.load(entry);
+                    let load = self.calls.load(entry, self.encoding);
                     self.within(self.query::<redis::Value>(&load)).await?;
                 }
                 Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),

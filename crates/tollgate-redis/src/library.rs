@@ -9,6 +9,9 @@
 //! not allowed `FUNCTION`), the same code runs as two scripts, each ending
 //! with a call of its entry on `KEYS`, `ARGV`.
 //!
+//! Each entry comes in two encodings ([`Encoding`]), the format a counter
+//! with no state yet is created in; both read and write either format.
+//!
 //! Either way a node may lose the code (a restart without persistence, a
 //! failover to a node that never had it, `FUNCTION FLUSH` or `SCRIPT
 //! FLUSH`): the call's "missing" error is answered by loading it and
@@ -18,63 +21,105 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, ErrorKind, RedisError, Script};
 
-/// The code both ways of calling share.
-const BODY: &str = concat!(
-    include_str!("prelude.lua"),
-    include_str!("check.lua"),
-    include_str!("lease.lua")
-);
+const PRELUDE: &str = include_str!("prelude.lua");
+const CHECK: &str = include_str!("check.lua");
+const LEASE: &str = include_str!("lease.lua");
 
-/// The check script for a Redis without Functions.
-const CHECK_SCRIPT: &str = concat!(
-    include_str!("prelude.lua"),
-    include_str!("check.lua"),
-    "return check(KEYS, ARGV)\n"
-);
+/// The format a counter with no state in Redis yet is created in.
+///
+/// Whatever the setting, every call keeps a counter's state where it finds
+/// it: the packed key (`tg2{…}`) if it exists, else the hash key (`tg{…}`,
+/// the only one releases before the packed encoding know) if it exists,
+/// else a new one in this encoding (`prelude.lua`). So instances of an
+/// older release and instances in either setting always share one state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// A hash under `tg{…}`, as releases before the packed encoding wrote
+    /// it (the default: safe while any older instance may still run).
+    #[default]
+    Hash,
+    /// One packed string under `tg2{…}` (fewer Redis commands per check);
+    /// a hash found is converted when first touched. Only once no instance
+    /// of an older release is left.
+    Packed,
+}
 
-/// The lease script for a Redis without Functions.
-const LEASE_SCRIPT: &str = concat!(
-    include_str!("prelude.lua"),
-    include_str!("lease.lua"),
-    "return lease(KEYS, ARGV)\n"
-);
+impl Encoding {
+    /// The setting's name (`hash`, `packed`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Hash => "hash",
+            Encoding::Packed => "packed",
+        }
+    }
 
-/// The library's text and names, and the scripts, made once.
+    /// The Lua code's letter for it.
+    fn letter(self) -> char {
+        match self {
+            Encoding::Hash => 'h',
+            Encoding::Packed => 'p',
+        }
+    }
+}
+
+/// One entry in one encoding: its function's name and its script.
+struct Callable {
+    function: String,
+    script: Script,
+    script_text: String,
+}
+
+/// The library's text, and each entry's function and script per encoding, made once.
 struct Code {
     library: String,
-    check_function: String,
-    lease_function: String,
-    check_script: Script,
-    lease_script: Script,
+    /// Indexed by [`Code::index`].
+    callables: Vec<Callable>,
+}
+
+impl Code {
+    fn index(entry: Entry, encoding: Encoding) -> usize {
+        (entry as usize) * 2 + encoding as usize
+    }
 }
 
 static CODE: LazyLock<Code> = LazyLock::new(|| {
     // Script computes the SHA1 of its code; 16 hex digits name the version.
-    let version = Script::new(BODY).get_hash()[..16].to_owned();
+    // The code both ways of calling share.
+    let body = format!("{PRELUDE}{CHECK}{LEASE}");
+    let version = Script::new(&body).get_hash()[..16].to_owned();
     let name = format!("tollgate_{version}");
-    let check_function = format!("{name}_check");
-    let lease_function = format!("{name}_lease");
-    let library = format!(
-        "#!lua name={name}\n{BODY}\
-         redis.register_function('{check_function}', check)\n\
-         redis.register_function('{lease_function}', lease)\n"
-    );
-    Code {
-        library,
-        check_function,
-        lease_function,
-        check_script: Script::new(CHECK_SCRIPT),
-        lease_script: Script::new(LEASE_SCRIPT),
+    let mut library = format!("#!lua name={name}\n{body}");
+    let mut callables = Vec::with_capacity(4);
+    for entry in [Entry::Check, Entry::Lease] {
+        let (lua, text) = match entry {
+            Entry::Check => ("check", CHECK),
+            Entry::Lease => ("lease", LEASE),
+        };
+        for encoding in [Encoding::Hash, Encoding::Packed] {
+            let (e, letter) = (encoding.name(), encoding.letter());
+            let function = format!("{name}_{lua}_{e}");
+            library.push_str(&format!(
+                "redis.register_function('{function}', \
+                 function(keys, args) return {lua}(keys, args, '{letter}') end)\n"
+            ));
+            let script_text = format!("{PRELUDE}{text}return {lua}(KEYS, ARGV, '{letter}')\n");
+            callables.push(Callable {
+                function,
+                script: Script::new(&script_text),
+                script_text,
+            });
+        }
     }
+    Code { library, callables }
 });
 
 /// Which of the library's two calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Entry {
     /// `check.lua`: decide and consume the counters of a request.
-    Check,
+    Check = 0,
     /// `lease.lua`: grant or return a lease on one counter.
-    Lease,
+    Lease = 1,
 }
 
 /// How a store calls the code on its Redis.
@@ -87,42 +132,30 @@ pub(crate) enum Calls {
 }
 
 impl Calls {
-    /// The command that calls `entry` on `keys` keys; its keys and values follow.
-    pub(crate) fn command(self, entry: Entry, keys: usize) -> Cmd {
-        let code = &*CODE;
-        let mut cmd = match (self, entry) {
-            (Calls::Functions, Entry::Check) => {
-                redis::cmd("FCALL").arg(&code.check_function).take()
-            }
-            (Calls::Functions, Entry::Lease) => {
-                redis::cmd("FCALL").arg(&code.lease_function).take()
-            }
-            (Calls::Scripts, Entry::Check) => redis::cmd("EVALSHA")
-                .arg(code.check_script.get_hash())
-                .take(),
-            (Calls::Scripts, Entry::Lease) => redis::cmd("EVALSHA")
-                .arg(code.lease_script.get_hash())
-                .take(),
+    /// The command that calls `entry` in `encoding` on `keys` keys; its keys and values follow.
+    pub(crate) fn command(self, entry: Entry, encoding: Encoding, keys: usize) -> Cmd {
+        let callable = &CODE.callables[Code::index(entry, encoding)];
+        let mut cmd = match self {
+            Calls::Functions => redis::cmd("FCALL").arg(&callable.function).take(),
+            Calls::Scripts => redis::cmd("EVALSHA").arg(callable.script.get_hash()).take(),
         };
         cmd.arg(keys);
         cmd
     }
 
-    /// The command that loads `entry`'s code on a node (the whole library for Functions).
-    pub(crate) fn load(self, entry: Entry) -> Cmd {
+    /// The command that loads `entry`'s code in `encoding` on a node (the whole library for Functions).
+    pub(crate) fn load(self, entry: Entry, encoding: Encoding) -> Cmd {
         let code = &*CODE;
-        match (self, entry) {
-            (Calls::Functions, _) => redis::cmd("FUNCTION")
+        match self {
+            Calls::Functions => redis::cmd("FUNCTION")
                 .arg("LOAD")
                 .arg("REPLACE")
                 .arg(&code.library)
                 .take(),
-            (Calls::Scripts, Entry::Check) => {
-                redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).take()
-            }
-            (Calls::Scripts, Entry::Lease) => {
-                redis::cmd("SCRIPT").arg("LOAD").arg(LEASE_SCRIPT).take()
-            }
+            Calls::Scripts => redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&code.callables[Code::index(entry, encoding)].script_text)
+                .take(),
         }
     }
 

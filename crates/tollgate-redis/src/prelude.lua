@@ -1,21 +1,37 @@
 -- Tollgate: the prelude of the library (check.lua, lease.lua), put in
 -- front of their bodies when the crate is built. It holds what both keep in the same keys: the clock, the TTLs, the exact
--- integer arithmetic and the encoding of a counter's state.
+-- integer arithmetic and the two encodings of a counter's state.
 --
--- Every counter is one string value, set with its TTL in one SET ... PX:
--- little-endian doubles packed with Redis's `struct` library (integers up
--- to 2^53 are exact in them), read with one GET. Per kind:
+-- Packed (key `tg2{…}…`): one string value, set with its TTL in one
+-- SET ... PX: little-endian doubles packed with Redis's `struct` library
+-- (integers up to 2^53 are exact in them), read with one GET. Per kind:
 --   schedule        TAT secs, TAT nanos [, floor secs, floor nanos]
 --   fixed window    window number, count [, leased window, leased count]
 --   sliding window  window number, previous count, current count
 --   sliding log     (time µs, units) pairs, oldest first
 -- The bracketed pair is lease.lua's floor, kept by check.lua's writes.
 --
+-- Hash (key `tg{…}…`, the same key without the `2`): the format of the
+-- releases before the packed one, as they wrote it: the same numbers as
+-- decimal integers in hash fields (s n fs fn; i c li lc; i p c), a sliding
+-- log as a list of time, units, time, units, ...; HSET (or RPUSH) then
+-- PEXPIRE.
+--
+-- Which key holds a counter's state, the same rule on every call whatever
+-- the instance's setting: the packed key if it exists; else the hash key
+-- if it exists, in the hash format (so instances of an older release,
+-- which know only the hash key, and this one share one state); else a new
+-- state in the configured encoding. With `packed` configured, a hash key
+-- found is converted when first touched (its state and TTL written to the
+-- packed key, the hash key deleted, in the same atomic call): the setting
+-- an operator turns on only once no older instance is left to write it.
+--
 -- The prelude, check.lua and lease.lua are one Redis Functions library
--- (FUNCTION LOAD once; each call an FCALL of `check` or `lease`), so their
--- functions are made once at load, not on every call. On a Redis without
--- Functions the same code runs as a script (EVALSHA) per call instead: the
--- library's text with a last line calling `check` or `lease` on KEYS, ARGV.
+-- (FUNCTION LOAD once; each call an FCALL of `check` or `lease` in one of
+-- the two encodings), so their functions are made once at load, not on
+-- every call. On a Redis without Functions the same code runs as a script
+-- (EVALSHA) per call instead: the library's text with a last line calling
+-- `check` or `lease` on KEYS, ARGV and the encoding.
 
 -- The time every counter of the call is decided at: Redis TIME (one clock
 -- for every instance), unless the call supplies it (the lab's virtual clock;
@@ -28,7 +44,12 @@
 local now_s, now_us, now_sub_ns, now_total_us
 local fixed_ttl = nil
 
-local function set_clock(keys, args)
+-- Whether a counter with no state yet is created packed ('p'), not in
+-- the hash format ('h'); the entry sets it on every call.
+local create_packed = false
+
+local function set_clock(keys, args, encoding)
+  create_packed = encoding == 'p'
   local supplied = #keys * 7
   if #args == supplied + 3 then
     now_s = tonumber(args[supplied + 1])
@@ -70,10 +91,9 @@ local function ttl_ms(ns)
   return ms - ms % 1 + 1
 end
 
--- Reads a schedule's or fixed window's state: its two values, then the
--- lease floor's two (nil without one); nothing when the key is missing.
-local function get_pair(key)
-  local v = redis.call('GET', key)
+-- A schedule's or fixed window's state `v` (packed) as its two values,
+-- then the lease floor's two (nil without one); nothing when v is nil.
+local function get_pair(v)
   if not v then return nil end
   if #v > 16 then
     local a, b, c, d = struct.unpack('<dddd', v)
@@ -100,11 +120,106 @@ local function tat_state(backlog, fs, fn)
   return struct.pack('<dd', ts, tn), ttl_ms(backlog), ts, tn
 end
 
--- Writes a string state with its TTL in ms, or deletes the key (false).
-local function put(key, value, ttl)
-  if value then
-    redis.call('SET', key, value, 'PX', ttl)
+-- The hash format's field names of a schedule ('s') and a fixed window ('f').
+local pair_fields = {s = {'s', 'n', 'fs', 'fn'}, f = {'i', 'c', 'li', 'lc'}}
+
+-- A number as decimal digits (redis.call would pass large ones with an exponent).
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- The key of the same counter in the hash format: the packed key without
+-- the `2` before its first `{` (a key prefix never holds a brace), so the
+-- two share the hash tag and a cluster slot.
+local function hash_key(key)
+  local b = string.find(key, '{', 1, true)
+  return string.sub(key, 1, b - 2) .. string.sub(key, b)
+end
+
+-- The state of kind `kind` held in the hash format at `hkey`, as the
+-- packed value it stands for; nil when the key is missing.
+local function read_hash(hkey, kind)
+  if kind == 'l' then
+    local raw = redis.call('LRANGE', hkey, 0, -1)
+    if #raw == 0 then return nil end
+    local records = {}
+    for j = 1, #raw - 1, 2 do
+      records[#records + 1] = struct.pack('<dd', tonumber(raw[j]), tonumber(raw[j + 1]))
+    end
+    return table.concat(records)
+  end
+  if kind == 'w' then
+    local st = redis.call('HMGET', hkey, 'i', 'p', 'c')
+    if not st[1] then return nil end
+    return struct.pack('<ddd', tonumber(st[1]), tonumber(st[2]), tonumber(st[3]))
+  end
+  local f = pair_fields[kind]
+  local st = redis.call('HMGET', hkey, f[1], f[2], f[3], f[4])
+  if not st[1] then return nil end
+  if st[3] then
+    return struct.pack('<dddd', tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4]))
+  end
+  return struct.pack('<dd', tonumber(st[1]), tonumber(st[2]))
+end
+
+-- Writes the packed value `value` of kind `kind` in the hash format at
+-- `hkey` with its TTL in ms, as the releases before the packed one did.
+local function write_hash(hkey, kind, value, ttl)
+  if kind == 'l' then
+    local flat = {}
+    for pos = 1, #value, 16 do
+      local t, c = struct.unpack('<dd', value, pos)
+      flat[#flat + 1] = int(t)
+      flat[#flat + 1] = int(c)
+    end
+    redis.call('DEL', hkey)
+    redis.call('RPUSH', hkey, unpack(flat))
+  elseif kind == 'w' then
+    local i, p, c = struct.unpack('<ddd', value)
+    redis.call('HSET', hkey, 'i', int(i), 'p', int(p), 'c', int(c))
   else
-    redis.call('DEL', key)
+    local f = pair_fields[kind]
+    if #value > 16 then
+      local a, b, c, d = struct.unpack('<dddd', value)
+      redis.call('HSET', hkey, f[1], int(a), f[2], int(b), f[3], int(c), f[4], int(d))
+    else
+      local a, b = struct.unpack('<dd', value)
+      redis.call('HSET', hkey, f[1], int(a), f[2], int(b))
+    end
+  end
+  redis.call('PEXPIRE', hkey, ttl)
+end
+
+-- A counter's state (packed, nil when it has none) and, when it lives in
+-- the hash format, its hash key (nil: the packed key), by the rule at the
+-- top. `key` is the packed key, `kind` the counter's kind.
+local function read_state(key, kind)
+  local v = redis.call('GET', key)
+  if v then return v, nil end
+  local hkey = hash_key(key)
+  v = read_hash(hkey, kind)
+  if not create_packed then return v, hkey end
+  if v then
+    -- Packed configured: convert, keeping the state's TTL.
+    local ttl = redis.call('PTTL', hkey)
+    if ttl > 0 then
+      redis.call('SET', key, v, 'PX', ttl)
+    else
+      redis.call('SET', key, v)
+    end
+    redis.call('DEL', hkey)
+  end
+  return v, nil
+end
+
+-- Writes a counter's state (packed `value` with its TTL in ms; false
+-- deletes it) where read_state found it: the packed key, or `hkey`.
+local function put(key, hkey, kind, value, ttl)
+  if not value then
+    redis.call('DEL', hkey or key)
+  elseif hkey then
+    write_hash(hkey, kind, value, ttl)
+  else
+    redis.call('SET', key, value, 'PX', ttl)
   end
 end
