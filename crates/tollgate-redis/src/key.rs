@@ -11,9 +11,11 @@ use std::fmt::Write as _;
 /// the next `}` (the hex digits, never a brace), so counters with the same
 /// tag share a slot.
 ///
-/// The `2` is the version of the state's encoding (`prelude.lua`): releases
-/// before it kept each counter as a hash under `tg{…}`, so an instance of
-/// either never reads the other's state as its own.
+/// This is the key of the packed encoding (`prelude.lua`). The same key
+/// without the `2`, `tg{…}`, is the counter's key in the hash encoding
+/// (the only one of releases before the packed one); the Lua code derives
+/// it from this one and keeps the state in whichever of the two exists
+/// ([`crate::Encoding`]). Both share the hash tag, so the cluster slot.
 pub fn redis_key(tag: u64, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(21 + key.len());
     let mut hex = String::with_capacity(16);

@@ -18,9 +18,12 @@
 //! Sentinel (`redis-sentinel://master-name@host:port,host:port`). Calls share
 //! one multiplexed connection, so concurrent requests pipeline.
 //!
-//! Keys are `tg2{<16 hex digits>}` followed by the engine's counter key: the
-//! braces hold a hash of the descriptor, so every limit of one descriptor
-//! lands in one cluster slot and is decided atomically. On a cluster, the
+//! Keys are `tg2{<16 hex digits>}` (packed) or `tg{<16 hex digits>}` (a
+//! hash, as releases before the packed encoding kept every counter),
+//! followed by the engine's counter key: the braces hold a hash of the
+//! descriptor, so every limit of one descriptor lands in one cluster slot
+//! and is decided atomically. A counter's state stays in whichever key
+//! holds it; [`Encoding`] chooses the format of new ones. On a cluster, the
 //! counters of a request whose descriptors hash to different slots are sent
 //! as one call per slot, in parallel; each call is atomic on its own.
 //!
@@ -29,7 +32,7 @@
 //! back what it did not spend, in one atomic call on the counter's own key
 //! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]). Both start
 //! from `src/prelude.lua` (the clock, the TTLs, the integer arithmetic and
-//! the encoding of each counter's state), joined at build time; a
+//! the two encodings of each counter's state), joined at build time; a
 //! [`LeaseBook`] holds an instance's leases and answers requests from them.
 //! Token buckets, GCRA and the leaky-bucket policer lease tokens, fixed
 //! windows lease counts of the current window; the sliding window counter

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, Decision, FixedWindow, TokenBucket};
-use tollgate_redis::RedisStore;
+use tollgate_redis::{Encoding, RedisStore};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
@@ -68,10 +68,15 @@ async fn checks_and_leases_are_function_calls_and_a_lost_library_is_loaded_again
     let store = RedisStore::connect(&server.url(), Duration::from_secs(2))
         .await
         .unwrap();
-    three_then_denied(&store, &server, &["FUNCTION", "FLUSH"]).await;
-    assert_eq!(calls_of(&server, "evalsha"), 0, "no script call");
-    // 8 checks and a grant, each after a flush: one failed call and one retry each.
-    assert_eq!(calls_of(&server, "fcall"), 18);
+    for encoding in [Encoding::Hash, Encoding::Packed] {
+        server.cli(&["FLUSHALL"]);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let store = store.with_encoding(encoding);
+        three_then_denied(&store, &server, &["FUNCTION", "FLUSH"]).await;
+        assert_eq!(calls_of(&server, "evalsha"), 0, "no script call");
+        // 8 checks and a grant, each after a flush: one failed call and one retry each.
+        assert_eq!(calls_of(&server, "fcall"), 18, "{encoding:?}");
+    }
     assert!(
         server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"),
         "the library is loaded again"
@@ -96,7 +101,12 @@ async fn a_user_not_allowed_functions_gets_the_same_answers_from_scripts() {
     let store = RedisStore::connect(&url, Duration::from_secs(2))
         .await
         .expect("a user without FUNCTION still connects");
-    three_then_denied(&store, &server, &["SCRIPT", "FLUSH"]).await;
-    assert_eq!(calls_of(&server, "fcall"), 0, "no function call");
-    assert_eq!(calls_of(&server, "evalsha"), 18);
+    for encoding in [Encoding::Hash, Encoding::Packed] {
+        server.cli(&["FLUSHALL"]);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let store = store.with_encoding(encoding);
+        three_then_denied(&store, &server, &["SCRIPT", "FLUSH"]).await;
+        assert_eq!(calls_of(&server, "fcall"), 0, "no function call");
+        assert_eq!(calls_of(&server, "evalsha"), 18, "{encoding:?}");
+    }
 }

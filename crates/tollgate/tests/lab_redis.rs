@@ -221,7 +221,7 @@ fn on_a_cluster_the_decisions_are_the_same() {
 fn a_runs_keys_are_its_own_and_expire() {
     let server = RedisServer::start();
     // A production counter of the same shape the lab would write.
-    server.cli(&["SET", "tg2{0000000000000000}0", "production"]);
+    server.cli(&["SET", "tg{0000000000000000}0", "production"]);
     let redis = RedisStores::connect_blocking(&server.url()).expect("connects");
     let scenario = scenario(Traffic::steady(40.0).unwrap(), 1);
     let mut runner = scenario.runner(&redis).expect("a valid scenario");
@@ -249,7 +249,7 @@ fn a_runs_keys_are_its_own_and_expire() {
         "only the run's keys and production's"
     );
     assert_eq!(
-        server.cli(&["GET", "tg2{0000000000000000}0"]).trim(),
+        server.cli(&["GET", "tg{0000000000000000}0"]).trim(),
         "production"
     );
     // A second factory is another run: another prefix.

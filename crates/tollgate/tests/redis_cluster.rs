@@ -30,7 +30,7 @@ fn node_id(node: &RedisServer) -> String {
 
 /// The hash tag (`{…}`) of the one Tollgate key on `node`, if it holds one.
 fn tag_on(node: &RedisServer) -> Option<String> {
-    let keys = node.cli(&["--raw", "KEYS", "tg2{*"]);
+    let keys = node.cli(&["--raw", "KEYS", "tg{*"]);
     let start = keys.find('{')?;
     let end = keys[start..].find('}')? + start;
     Some(keys[start..=end].to_owned())
@@ -46,7 +46,7 @@ fn raw_key_in_slot(node: &RedisServer, slot: &str) -> Vec<u8> {
     let mut key = out.stdout;
     assert_eq!(key.pop(), Some(b'\n'), "one key in the slot");
     assert!(
-        key.starts_with(b"tg2{"),
+        key.starts_with(b"tg{"),
         "{:?}",
         String::from_utf8_lossy(&key)
     );

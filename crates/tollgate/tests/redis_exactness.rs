@@ -37,14 +37,23 @@ async fn clear_of_a_minute_edge(clock: &RedisServer) -> u64 {
 
 /// 256 calls per algorithm spread over the instances at `store`: exactly 100 pass.
 ///
+/// Instance `i` runs with `--redis-encoding encodings[i % len]` (the
+/// default without one).
+///
 /// The limit is 100 per minute on Redis's clock (read from `clock`), so each
 /// burst starts clear of a minute's edge and must end in the same minute:
 /// a fixed window that reset in the middle would rightly admit more.
-async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
+async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer, encodings: &[&str]) {
     let scratch = TempDir::new(&format!("exact-{instances}-{}", store.len()));
     let config = scratch.limits(&every_algorithm(100));
     let servers: Vec<_> = (0..instances)
-        .map(|_| Server::serve(&config, store, &["--store-timeout", "2s"]))
+        .map(|i| {
+            let mut flags = vec!["--store-timeout", "2s"];
+            if !encodings.is_empty() {
+                flags.extend(["--redis-encoding", encodings[i % encodings.len()]]);
+            }
+            Server::serve(&config, store, &flags)
+        })
         .collect();
     let mut channels = Vec::new();
     for server in &servers {
@@ -65,7 +74,7 @@ async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
     let redis = RedisServer::start();
-    exactly_100_each(&redis.url(), 4, &redis).await;
+    exactly_100_each(&redis.url(), 4, &redis, &[]).await;
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert!(
         stats.contains("cmdstat_fcall:"),
@@ -76,7 +85,28 @@ async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_a_cluster_admit_exactly_100_for_every_algorithm() {
     let cluster = RedisCluster::start();
-    exactly_100_each(&cluster.url(), 4, &cluster.nodes[0]).await;
+    exactly_100_each(&cluster.url(), 4, &cluster.nodes[0], &[]).await;
+}
+
+/// The middle of a rolling change of `--redis-encoding`: two instances
+/// create counters as hashes, two packed and converting the hashes they
+/// find. They share each counter's one state, so exactly the limit
+/// passes, and afterwards every counter is packed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_and_packed_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
+    let redis = RedisServer::start();
+    exactly_100_each(&redis.url(), 4, &redis, &["hash", "packed"]).await;
+    let hashes = redis.cli(&["--raw", "KEYS", "tg{*"]);
+    let hashes: Vec<&str> = hashes
+        .lines()
+        .filter(|k| !k.is_empty() && *k != "tg{ready}")
+        .collect();
+    assert_eq!(hashes, Vec::<&str>::new(), "every hash was converted");
+    let packed = redis.cli(&["--raw", "KEYS", "tg2{*"]);
+    assert_eq!(
+        packed.lines().filter(|k| !k.is_empty()).count(),
+        ALGORITHMS.len()
+    );
 }
 
 /// Two instances whose clocks are a whole minute apart still share one

@@ -100,7 +100,13 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                 Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
                 None => redis,
             };
-            tracing::info!(store = ?redis.target(), timeout = ?settings.store_timeout, "counters in Redis");
+            let redis = redis.with_encoding(args.redis_encoding.into());
+            tracing::info!(
+                store = ?redis.target(),
+                timeout = ?settings.store_timeout,
+                encoding = redis.encoding().name(),
+                "counters in Redis"
+            );
             let remote = RemoteStore::new(
                 redis,
                 RemoteOptions {
