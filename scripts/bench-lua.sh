@@ -11,16 +11,20 @@
 # the core in the middle of a call, so it is the steadier figure on a busy
 # machine.
 #
-# Three ways of calling, per algorithm:
-#   old       the base commit's script (prelude.lua + check.lua), EVALSHA
-#   new       this tree's Functions library, FCALL (what tollgate serve uses)
-#   new-eval  the same code as a script, EVALSHA (a Redis without Functions)
-#   floor     a function that only calls TIME, GET and SET … PX (a 16-byte
-#             value) and answers 4 integers: what any exact check reading
-#             Redis TIME and writing its state back costs at the least
+# The ways of calling, per algorithm:
+#   old          the base commit's script (prelude.lua + check.lua), EVALSHA,
+#                on a hash under tg{…}
+#   hash         this tree's Functions library, FCALL, --redis-encoding hash
+#                (tollgate serve's default): the same hash under tg{…}, after
+#                a GET finding no packed key tg2{…}
+#   packed       the same, --redis-encoding packed: a packed string under tg2{…}
+#   packed-eval  packed as a script, EVALSHA (a Redis without Functions)
+#   floor        a function that only calls TIME, GET and SET … PX (a 16-byte
+#                value) and answers 4 integers: what any exact check reading
+#                Redis TIME and writing its state back costs at the least
 # Each round measures every algorithm in every way, interleaved, so load on
 # the machine falls on all alike; the table is the median of the rounds and
-# new ÷ old.
+# each way ÷ old.
 #
 # Every call is allowed and writes (10^9 per second) except the sliding
 # log's, whose cost grows with its entries: its 1 ms window at 10^9 per
@@ -39,7 +43,7 @@ redis_pin=()
 source scripts/redis-bench-common.sh
 
 old=$(cli SCRIPT LOAD "$(git show "$base:$src/prelude.lua" "$base:$src/check.lua")")
-new_eval=$(cli SCRIPT LOAD "$(cat "$src/prelude.lua" "$src/check.lua"; echo 'return check(KEYS, ARGV)')")
+new_eval=$(cli SCRIPT LOAD "$(cat "$src/prelude.lua" "$src/check.lua"; echo "return check(KEYS, ARGV, 'p')")")
 load_bench_library
 cli FUNCTION LOAD REPLACE "#!lua name=tollgate_floor
 redis.register_function('tollgate_floor', function(keys, args)
@@ -67,8 +71,9 @@ measure() { # WAY NAME ARGS
     local way=$1 name=$2 args=$3 call=() stat=evalsha key
     case "$way" in
         old) call=(EVALSHA "$old"); key="tg{0}bench-$name" ;;
-        new) call=(FCALL tollgate_bench_check); stat=fcall; key="tg2{0}bench-$name" ;;
-        new-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
+        hash) call=(FCALL tollgate_bench_check); stat=fcall; key="tg2{0}bench-hash-$name" ;;
+        packed) call=(FCALL tollgate_bench_check_packed); stat=fcall; key="tg2{0}bench-$name" ;;
+        packed-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
         floor) call=(FCALL tollgate_floor); stat=fcall; key="floor-$name" ;;
     esac
     cli CONFIG RESETSTAT > /dev/null
@@ -86,7 +91,7 @@ echo "redis-server $(redis-server --version | awk '{print $3}'), $rounds rounds 
     "old = $base; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for round in $(seq 1 "$rounds"); do
     for entry in "${algorithms[@]}"; do
-        for way in old new new-eval floor; do
+        for way in old hash packed packed-eval floor; do
             measure "$way" "${entry%%|*}" "${entry#*|}"
         done
     done
@@ -101,14 +106,14 @@ for line in open(sys.argv[1]):
     way, name, usec, cpu = line.split()
     runs.setdefault(name, {}).setdefault(way, []).append(float(usec))
     cpus.setdefault(name, {}).setdefault(way, []).append(float(cpu))
-ways = ("old", "new", "new-eval", "floor")
+ways = ("old", "hash", "packed", "packed-eval", "floor")
 def table(title, data):
     print(title)
-    print(f"{'algorithm':<15} {'old':>7} {'new':>7} {'new/old':>8} {'new-eval':>9} {'eval/old':>9} {'floor':>6}   rounds (old | new | new-eval | floor)")
+    print(f"{'algorithm':<15} {'old':>6} {'hash':>6} {'h/old':>6} {'packed':>6} {'p/old':>6} {'p-eval':>6} {'pe/old':>6} {'floor':>6}   rounds (" + " | ".join(ways) + ")")
     for name, by_way in data.items():
         m = {w: statistics.median(v) for w, v in by_way.items()}
         rows = " | ".join(" ".join(f"{x:.2f}" for x in by_way[w]) for w in ways)
-        print(f"{name:<15} {m['old']:7.2f} {m['new']:7.2f} {m['new'] / m['old']:8.2f} {m['new-eval']:9.2f} {m['new-eval'] / m['old']:9.2f} {m['floor']:6.2f}   {rows}")
+        print(f"{name:<15} {m['old']:6.2f} {m['hash']:6.2f} {m['hash'] / m['old']:6.2f} {m['packed']:6.2f} {m['packed'] / m['old']:6.2f} {m['packed-eval']:6.2f} {m['packed-eval'] / m['old']:6.2f} {m['floor']:6.2f}   {rows}")
 table("usec_per_call (INFO commandstats), median µs:", runs)
 print()
 table("redis-server CPU per call (/proc, network included), median µs:", cpus)

@@ -23,10 +23,12 @@ done
 cli() { redis-cli -p "$port" "$@"; }
 
 # Loads this tree's Lua code as the library `tollgate_bench`, whose check
-# function is `tollgate_bench_check` (the code tollgate serve loads under a
-# name with its hash).
+# functions are `tollgate_bench_check` (new counters as hashes, tollgate
+# serve's default --redis-encoding) and `tollgate_bench_check_packed` (the
+# code tollgate serve loads under a name with its hash).
 load_bench_library() {
     local src=crates/tollgate-redis/src
     cli FUNCTION LOAD REPLACE "$(printf '#!lua name=tollgate_bench\n'; cat "$src/prelude.lua" "$src/check.lua" "$src/lease.lua"
-        echo "redis.register_function('tollgate_bench_check', check)")" > /dev/null
+        echo "redis.register_function('tollgate_bench_check', function(k, a) return check(k, a, 'h') end)"
+        echo "redis.register_function('tollgate_bench_check_packed', function(k, a) return check(k, a, 'p') end)")" > /dev/null
 }
