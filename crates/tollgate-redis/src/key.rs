@@ -11,17 +11,28 @@ use std::fmt::Write as _;
 /// the next `}` (the hex digits, never a brace), so counters with the same
 /// tag share a slot.
 ///
-/// This is the key of the packed encoding (`prelude.lua`). The same key
-/// without the `2`, `tg{…}`, is the counter's key in the hash encoding
-/// (the only one of releases before the packed one); the Lua code derives
-/// it from this one and keeps the state in whichever of the two exists
-/// ([`crate::Encoding`]). Both share the hash tag, so the cluster slot.
+/// This is the key of the packed encoding (`prelude.lua`);
+/// [`redis_hash_key`] is the same counter's key in the hash encoding. The
+/// Lua code keeps the state in whichever of the two exists
+/// ([`crate::Encoding`]).
 pub fn redis_key(tag: u64, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(21 + key.len());
+    keyed(b"tg2{", tag, key)
+}
+
+/// The same counter's key in the hash encoding (the only one of releases
+/// before the packed one): `tg{` + the same hex digits + `}` + `key`. It
+/// shares the hash tag, so the cluster slot, with [`redis_key`].
+pub fn redis_hash_key(tag: u64, key: &[u8]) -> Vec<u8> {
+    keyed(b"tg{", tag, key)
+}
+
+/// `start` + 16 hex digits of `tag` + `}` + `key`.
+fn keyed(start: &[u8], tag: u64, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(start.len() + 17 + key.len());
     let mut hex = String::with_capacity(16);
     // Writing to a String cannot fail.
     let _ = write!(hex, "{tag:016x}");
-    out.extend_from_slice(b"tg2{");
+    out.extend_from_slice(start);
     out.extend_from_slice(hex.as_bytes());
     out.push(b'}');
     out.extend_from_slice(key);
@@ -41,5 +52,9 @@ mod tests {
         assert_ne!(redis_key(1, b"x"), redis_key(1, b"y"));
         let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key(k);
         assert_eq!(slot(&redis_key(7, b"one")), slot(&redis_key(7, b"two")));
+        let h = redis_hash_key(0xab, b"k{1}");
+        assert_eq!(&h[..20], b"tg{00000000000000ab}");
+        assert_eq!(&h[20..], b"k{1}");
+        assert_eq!(slot(&h), slot(&a));
     }
 }

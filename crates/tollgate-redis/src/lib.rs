@@ -66,7 +66,7 @@ use redis::{Cmd, RedisError};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
-pub use key::redis_key;
+pub use key::{redis_hash_key, redis_key};
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use target::{RedisTarget, TargetError};
 
@@ -252,6 +252,13 @@ impl RedisStore {
         key
     }
 
+    /// The counter's key in the hash encoding, with this store's prefix.
+    fn hash_key_of(&self, c: &Counter<'_>) -> Vec<u8> {
+        let mut key = self.key_prefix.to_vec();
+        key.extend_from_slice(&redis_hash_key(c.tag, c.key));
+        key
+    }
+
     /// Decides a batch like [`CounterStore::check_batch`], at a supplied time instead of Redis `TIME`.
     ///
     /// For simulations in virtual time (see [`SuppliedTime`]); production
@@ -340,8 +347,9 @@ impl RedisStore {
         for (c, time) in calls {
             let params = ScriptParams::of(&c.algorithm)?;
             let ns = time.at.as_nanos();
-            let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
+            let mut cmd = self.calls.command(Entry::Check, self.encoding, 2);
             cmd.arg(self.key_of(c))
+                .arg(self.hash_key_of(c))
                 .arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
                 .arg(params.kind)
@@ -456,9 +464,13 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let mut cmd = self
             .calls
-            .command(Entry::Check, self.encoding, counters.len());
+            .command(Entry::Check, self.encoding, 2 * counters.len());
+        // Each counter's two keys: every packed key, then every hash key.
         for c in counters {
             cmd.arg(self.key_of(c));
+        }
+        for c in counters {
+            cmd.arg(self.hash_key_of(c));
         }
         for c in counters {
             let params = ScriptParams::of(&c.algorithm)?;

@@ -17,6 +17,10 @@
 -- log as a list of time, units, time, units, ...; HSET (or RPUSH) then
 -- PEXPIRE.
 --
+-- Every call names both keys of each counter: KEYS holds the n packed
+-- keys, then the n hash keys in the same order (so Redis Cluster routes
+-- the call by both, also while their slot migrates).
+--
 -- Which key holds a counter's state, the same rule on every call whatever
 -- the instance's setting: the packed key if it exists; else the hash key
 -- if it exists, in the hash format (so instances of an older release,
@@ -50,7 +54,7 @@ local create_packed = false
 
 local function set_clock(keys, args, encoding)
   create_packed = encoding == 'p'
-  local supplied = #keys * 7
+  local supplied = #keys / 2 * 7
   if #args == supplied + 3 then
     now_s = tonumber(args[supplied + 1])
     now_sub_ns = tonumber(args[supplied + 2])
@@ -128,14 +132,6 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
--- The key of the same counter in the hash format: the packed key without
--- the `2` before its first `{` (a key prefix never holds a brace), so the
--- two share the hash tag and a cluster slot.
-local function hash_key(key)
-  local b = string.find(key, '{', 1, true)
-  return string.sub(key, 1, b - 2) .. string.sub(key, b)
-end
-
 -- The state of kind `kind` held in the hash format at `hkey`, as the
 -- packed value it stands for; nil when the key is missing.
 local function read_hash(hkey, kind)
@@ -192,11 +188,10 @@ end
 
 -- A counter's state (packed, nil when it has none) and, when it lives in
 -- the hash format, its hash key (nil: the packed key), by the rule at the
--- top. `key` is the packed key, `kind` the counter's kind.
-local function read_state(key, kind)
+-- top. `key` is the packed key, `hkey` the hash key, `kind` the counter's kind.
+local function read_state(key, hkey, kind)
   local v = redis.call('GET', key)
   if v then return v, nil end
-  local hkey = hash_key(key)
   v = read_hash(hkey, kind)
   if not create_packed then return v, hkey end
   if v then

@@ -14,7 +14,7 @@ use tollgate_core::{
     AnyAlgorithm, AnyWordAlgorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow,
     Timestamp, TokenBucket,
 };
-use tollgate_redis::{Encoding, RedisStore, redis_key};
+use tollgate_redis::{Encoding, RedisStore, redis_hash_key, redis_key};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
@@ -82,8 +82,9 @@ fn counter(key: &[u8], algorithm: AnyAlgorithm) -> Counter<'_> {
 /// The key the previous release kept `c` under: `tg{…}`, the packed key without its `2`.
 fn old_key(c: &Counter<'_>) -> Vec<u8> {
     let new = redis_key(c.tag, c.key);
-    assert!(new.starts_with(b"tg2{"));
-    [&b"tg"[..], &new[3..]].concat()
+    let old = redis_hash_key(c.tag, c.key);
+    assert_eq!([&b"tg"[..], &new[3..]].concat(), old);
+    old
 }
 
 /// One instance of the fleet during the rollout.
