@@ -556,8 +556,7 @@ fn redis_encoding_defaults_to_hash_and_refuses_other_names() {
         tollgate_redis::Encoding::Packed
     );
     let refused = parse(&["--redis-encoding", "string"])
-        .err()
-        .expect("an unknown encoding is refused")
+        .expect_err("an unknown encoding is refused")
         .to_string();
     assert!(
         refused.contains("hash") && refused.contains("packed"),
