@@ -16,8 +16,8 @@
 #                on a hash under tg{…}
 #   hash         this tree's Functions library, FCALL, --redis-encoding hash
 #                (tollgate serve's default): the same hash under tg{…}, after
-#                a GET finding no packed key tg2{…}
-#   packed       the same, --redis-encoding packed: a packed string under tg2{…}
+#                a GET answering WRONGTYPE (the key is not a packed string)
+#   packed       the same, --redis-encoding packed: a packed string under tg{…}
 #   packed-eval  packed as a script, EVALSHA (a Redis without Functions)
 #   floor        a function that only calls TIME, GET and SET … PX (a 16-byte
 #                value) and answers 4 integers: what any exact check reading
@@ -68,22 +68,19 @@ usec_per_call() { # COMMAND-NAME
 }
 
 measure() { # WAY NAME ARGS
-    local way=$1 name=$2 args=$3 call=() stat=evalsha key keys
+    local way=$1 name=$2 args=$3 call=() stat=evalsha key
     case "$way" in
         old) call=(EVALSHA "$old"); key="tg{0}bench-$name" ;;
-        hash) call=(FCALL tollgate_bench_check); stat=fcall; key="tg2{0}bench-hash-$name" ;;
-        packed) call=(FCALL tollgate_bench_check_packed); stat=fcall; key="tg2{0}bench-$name" ;;
-        packed-eval) call=(EVALSHA "$new_eval"); key="tg2{0}bench-eval-$name" ;;
+        hash) call=(FCALL tollgate_bench_check); stat=fcall; key="tg{0}bench-hash-$name" ;;
+        packed) call=(FCALL tollgate_bench_check_packed); stat=fcall; key="tg{0}bench-packed-$name" ;;
+        packed-eval) call=(EVALSHA "$new_eval"); key="tg{0}bench-eval-$name" ;;
         floor) call=(FCALL tollgate_floor); stat=fcall; key="floor-$name" ;;
     esac
-    # This tree's code takes each counter's two keys: packed, then hash.
-    keys=(1 "$key")
-    case "$way" in hash|packed|packed-eval) keys=(2 "$key" "tg${key#tg2}") ;; esac
     cli CONFIG RESETSTAT > /dev/null
     local u0 s0 u1 s1
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     # shellcheck disable=SC2086 # ARGS is a list of words
-    redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" "${keys[@]}" 0 c $args > /dev/null
+    redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     local cpu
     cpu=$(python3 -c "import os; print((($u1 + $s1) - ($u0 + $s0)) * 1e6 / os.sysconf('SC_CLK_TCK') / $calls)")

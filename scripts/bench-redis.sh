@@ -50,11 +50,11 @@ printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit:
 load_bench_library
 
 ceiling() { # KEYS
-    local key='{0}bench' random=()
-    [ "$1" -gt 1 ] && key='{__rand_int__}bench' && random=(-r "$1")
+    local key='tg{0}bench' random=()
+    [ "$1" -gt 1 ] && key='tg{__rand_int__}bench' && random=(-r "$1")
     local n=$((seconds * 150000))
     taskset -c 1 redis-benchmark -p "$port" -q -c 50 -P 16 -n "$n" "${random[@]}" \
-        FCALL tollgate_bench_check 2 "tg2$key" "tg$key" 0 c s 1 1 1000000000 0 | tr '\r' '\n' |
+        FCALL tollgate_bench_check 1 "$key" 0 c s 1 1 1000000000 0 | tr '\r' '\n' |
         awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 

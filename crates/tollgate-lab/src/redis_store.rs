@@ -3,7 +3,7 @@
 //! [`RedisStores`] connects once and hands every lane (or sidecar) a
 //! [`SimulatedStore`] of its own: the production [`RedisStore`] with a key
 //! prefix unique to that store (`tglab:<run nonce>:<store number>:`), so a
-//! simulation never touches production counters (`tg{…}`, `tg2{…}`) or another run's.
+//! simulation never touches production counters (`tg{…}`) or another run's.
 //! Each decision is one call (`FCALL`) of the production check function with the
 //! virtual time supplied ([`SuppliedTime`]) instead of Redis `TIME`; keys
 //! live [`LAB_KEY_TTL`] after their last write and are deleted when the store

@@ -1,7 +1,6 @@
 -- Tollgate: decides and consumes every counter of one request in one atomic call.
 --
--- KEYS[k] is counter k's packed key and KEYS[n + k] its hash key, for n
--- counters (prelude.lua); ARGV holds 7 values per counter, in that order:
+-- KEYS[k] is a counter; ARGV holds 7 values per counter, in KEYS order:
 --   group  all-or-nothing group (one descriptor of the request)
 --   op     'c' consume, 'r' give back
 --   kind   's' schedule (token bucket, GCRA, leaky bucket: interval ns, capacity)
@@ -310,8 +309,8 @@ end
 
 local kinds = {s = true, f = true, w = true, l = true}
 
--- One counter's decision: the hash key its state lives at (nil: the
--- packed key, false: an unknown kind), then its 4 integers and its write
+-- One counter's decision: its key when its state is in the hash format
+-- (nil: packed, false: an unknown kind), then its 4 integers and its write
 -- (see above).
 local function decide(keys, args, k)
   local a = (k - 1) * 7
@@ -319,7 +318,7 @@ local function decide(keys, args, k)
   if not kinds[kind] then return false end
   local op = args[a + 2]
   local hits, p1, p2 = tonumber(args[a + 4]), tonumber(args[a + 5]), tonumber(args[a + 6])
-  local v, hkey = read_state(keys[k], keys[#keys / 2 + k], kind)
+  local v, hkey = read_state(keys[k], kind)
   if kind == 's' then return hkey, schedule(v, op, hits, p1, p2) end
   if kind == 'f' then return hkey, fixed(v, op, hits, p1, p2, tonumber(args[a + 7])) end
   if kind == 'w' then return hkey, sliding(v, op, hits, p1, p2) end
@@ -332,8 +331,7 @@ local unknown = 'tollgate: unknown counter kind '
 -- 'p') is the one new counters are created in (prelude.lua).
 local function check(keys, args, encoding)
   set_clock(keys, args, encoding)
-  local n = #keys / 2
-  if n == 1 then
+  if #keys == 1 then
     -- One counter (most calls): its group is itself.
     local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
     if hkey == false then return redis.error_reply(unknown .. tostring(args[3])) end
@@ -343,7 +341,7 @@ local function check(keys, args, encoding)
     return {outcome, left, reset, retry}
   end
   local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
-  for k = 1, n do
+  for k = 1, #keys do
     local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, k)
     local a = (k - 1) * 7
     if hkey == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
@@ -352,7 +350,7 @@ local function check(keys, args, encoding)
     local r = #results
     results[r + 1], results[r + 2], results[r + 3], results[r + 4] = outcome, left, reset, retry
   end
-  for k = 1, n do
+  for k = 1, #keys do
     local a = (k - 1) * 7
     if values[k] ~= nil and (not denied[args[a + 1]] or args[a + 3] == 'f') then
       put(keys[k], hkeys[k], args[a + 3], values[k], ttls[k])

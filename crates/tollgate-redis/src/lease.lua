@@ -1,8 +1,7 @@
 -- Tollgate: grants or returns a quota lease on one counter, in one atomic call.
 --
--- KEYS[1] and KEYS[2] are a counter's packed and hash keys, the same keys
--- check.lua decides, so instances in exact mode and in leased mode share
--- one budget. ARGV:
+-- KEYS[1] is a counter, the same key check.lua decides, so instances in
+-- exact mode and in leased mode share one budget. ARGV:
 --   op      'g' grant, 'r' return
 --   kind    's' schedule (token bucket, GCRA, leaky-bucket policer:
 --           p1 interval ns, p2 capacity), 'f' fixed window (p1 window in
@@ -29,8 +28,8 @@
 -- key holds it are prelude.lua's (its supplied time, 3 values after these
 -- 7, is never passed here).
 
-local function lease_schedule(key, hash, op, interval, capacity, a1, a2, a3)
-  local v, hkey = read_state(key, hash, 's')
+local function lease_schedule(key, op, interval, capacity, a1, a2, a3)
+  local v, hkey = read_state(key, 's')
   local s, n = get_pair(v)
   local backlog = 0
   if s then
@@ -55,10 +54,10 @@ local function lease_schedule(key, hash, op, interval, capacity, a1, a2, a3)
   return {units(backlog - after, interval), after, units(span - after, interval), 0, 0}
 end
 
-local function lease_fixed(key, hash, op, window, limit, a1, a2)
+local function lease_fixed(key, op, window, limit, a1, a2)
   local index = math.floor(now_total_us / window)
   local reset_ns = ((index + 1) * window - now_total_us) * 1000
-  local v, hkey = read_state(key, hash, 'f')
+  local v, hkey = read_state(key, 'f')
   local stored, c, li, lc = get_pair(v)
   local count, leased = 0, 0
   if stored then
@@ -89,7 +88,7 @@ local function lease(keys, args, encoding)
   local key, op, kind = keys[1], args[1], args[2]
   local p1, p2 = tonumber(args[3]), tonumber(args[4])
   local a1, a2, a3 = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
-  if kind == 's' then return lease_schedule(key, keys[2], op, p1, p2, a1, a2, a3) end
-  if kind == 'f' then return lease_fixed(key, keys[2], op, p1, p2, a1, a2) end
+  if kind == 's' then return lease_schedule(key, op, p1, p2, a1, a2, a3) end
+  if kind == 'f' then return lease_fixed(key, op, p1, p2, a1, a2) end
   return redis.error_reply('tollgate: counter kind ' .. tostring(kind) .. ' is not leased')
 end

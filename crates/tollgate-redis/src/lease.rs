@@ -68,9 +68,8 @@ impl RedisStore {
         args: [u64; 3],
     ) -> Result<[u64; 5], StoreError> {
         let params = ScriptParams::of(&counter.algorithm)?;
-        let mut cmd = self.calls.command(Entry::Lease, self.encoding, 2);
+        let mut cmd = self.calls.command(Entry::Lease, self.encoding, 1);
         cmd.arg(self.key_of(counter))
-            .arg(self.hash_key_of(counter))
             .arg(op)
             .arg(params.kind)
             .arg(params.p1)

@@ -18,12 +18,12 @@
 //! Sentinel (`redis-sentinel://master-name@host:port,host:port`). Calls share
 //! one multiplexed connection, so concurrent requests pipeline.
 //!
-//! Keys are `tg2{<16 hex digits>}` (packed) or `tg{<16 hex digits>}` (a
-//! hash, as releases before the packed encoding kept every counter),
-//! followed by the engine's counter key: the braces hold a hash of the
-//! descriptor, so every limit of one descriptor lands in one cluster slot
-//! and is decided atomically. A counter's state stays in whichever key
-//! holds it; [`Encoding`] chooses the format of new ones. On a cluster, the
+//! Keys are `tg{<16 hex digits>}` followed by the engine's counter key:
+//! the braces hold a hash of the descriptor, so every limit of one
+//! descriptor lands in one cluster slot and is decided atomically. A key
+//! holds a packed string or a hash (as releases before the packed encoding
+//! kept every counter); a counter's state stays in the format it is found
+//! in, and [`Encoding`] chooses the format of new ones. On a cluster, the
 //! counters of a request whose descriptors hash to different slots are sent
 //! as one call per slot, in parallel; each call is atomic on its own.
 //!
@@ -66,7 +66,7 @@ use redis::{Cmd, RedisError};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
-pub use key::{redis_hash_key, redis_key};
+pub use key::redis_key;
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use target::{RedisTarget, TargetError};
 
@@ -212,7 +212,7 @@ impl RedisStore {
         }
     }
 
-    /// The same store writing every key under `prefix` (before `tg2{…}`), sharing the connection.
+    /// The same store writing every key under `prefix` (before `tg{…}`), sharing the connection.
     ///
     /// The simulator gives each run its own prefix, so a run never reads or
     /// writes production counters or another run's. A prefix must not
@@ -249,13 +249,6 @@ impl RedisStore {
         }
         let mut key = self.key_prefix.to_vec();
         key.extend_from_slice(&redis_key(c.tag, c.key));
-        key
-    }
-
-    /// The counter's key in the hash encoding, with this store's prefix.
-    fn hash_key_of(&self, c: &Counter<'_>) -> Vec<u8> {
-        let mut key = self.key_prefix.to_vec();
-        key.extend_from_slice(&redis_hash_key(c.tag, c.key));
         key
     }
 
@@ -347,9 +340,8 @@ impl RedisStore {
         for (c, time) in calls {
             let params = ScriptParams::of(&c.algorithm)?;
             let ns = time.at.as_nanos();
-            let mut cmd = self.calls.command(Entry::Check, self.encoding, 2);
+            let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
             cmd.arg(self.key_of(c))
-                .arg(self.hash_key_of(c))
                 .arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
                 .arg(params.kind)
@@ -464,13 +456,9 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let mut cmd = self
             .calls
-            .command(Entry::Check, self.encoding, 2 * counters.len());
-        // Each counter's two keys: every packed key, then every hash key.
+            .command(Entry::Check, self.encoding, counters.len());
         for c in counters {
             cmd.arg(self.key_of(c));
-        }
-        for c in counters {
-            cmd.arg(self.hash_key_of(c));
         }
         for c in counters {
             let params = ScriptParams::of(&c.algorithm)?;

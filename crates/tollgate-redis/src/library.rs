@@ -27,19 +27,22 @@ const LEASE: &str = include_str!("lease.lua");
 
 /// The format a counter with no state in Redis yet is created in.
 ///
-/// Whatever the setting, every call keeps a counter's state where it finds
-/// it: the packed key (`tg2{…}`) if it exists, else the hash key (`tg{…}`,
-/// the only one releases before the packed encoding know) if it exists,
-/// else a new one in this encoding (`prelude.lua`). So instances of an
-/// older release and instances in either setting always share one state.
+/// Both formats live under the same key, `tg{…}`, told apart by its Redis
+/// type. Whatever the setting, every call keeps a counter's state in the
+/// format it finds it in: a string is packed, a hash (a list for a sliding
+/// log) is the format releases before the packed encoding know, and a
+/// missing key gets a new state in this encoding (`prelude.lua`). So
+/// instances of an older release and instances in either setting share one
+/// state, as long as no older instance meets a packed string (it answers
+/// WRONGTYPE, handled by its `on_store_error` rule).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Encoding {
     /// A hash under `tg{…}`, as releases before the packed encoding wrote
     /// it (the default: safe while any older instance may still run).
     #[default]
     Hash,
-    /// One packed string under `tg2{…}` (fewer Redis commands per check);
-    /// a hash found is converted when first touched. Only once no instance
+    /// One packed string under `tg{…}` (fewer Redis commands per check);
+    /// a hash found is converted in place when first touched. Only once no instance
     /// of an older release is left.
     Packed,
 }

@@ -2,33 +2,34 @@
 -- front of their bodies when the crate is built. It holds what both keep in the same keys: the clock, the TTLs, the exact
 -- integer arithmetic and the two encodings of a counter's state.
 --
--- Packed (key `tg2{…}…`): one string value, set with its TTL in one
--- SET ... PX: little-endian doubles packed with Redis's `struct` library
--- (integers up to 2^53 are exact in them), read with one GET. Per kind:
+-- Both encodings keep a counter under the same one key, `tg{…}…`, and
+-- differ by the key's Redis type, so every call names exactly one key per
+-- counter (Redis Cluster routes and migrates it as any other key).
+--
+-- Packed (a string): one value, set with its TTL in one SET ... PX:
+-- little-endian doubles packed with Redis's `struct` library (integers up
+-- to 2^53 are exact in them), read with one GET. Per kind:
 --   schedule        TAT secs, TAT nanos [, floor secs, floor nanos]
 --   fixed window    window number, count [, leased window, leased count]
 --   sliding window  window number, previous count, current count
 --   sliding log     (time µs, units) pairs, oldest first
 -- The bracketed pair is lease.lua's floor, kept by check.lua's writes.
 --
--- Hash (key `tg{…}…`, the same key without the `2`): the format of the
--- releases before the packed one, as they wrote it: the same numbers as
--- decimal integers in hash fields (s n fs fn; i c li lc; i p c), a sliding
--- log as a list of time, units, time, units, ...; HSET (or RPUSH) then
--- PEXPIRE.
+-- Hash (a hash, or a list for a sliding log): the format of the releases
+-- before the packed one, as they wrote it: the same numbers as decimal
+-- integers in hash fields (s n fs fn; i c li lc; i p c), a sliding log as
+-- a list of time, units, time, units, ...; HSET (or RPUSH) then PEXPIRE.
 --
--- Every call names both keys of each counter: KEYS holds the n packed
--- keys, then the n hash keys in the same order (so Redis Cluster routes
--- the call by both, also while their slot migrates).
---
--- Which key holds a counter's state, the same rule on every call whatever
--- the instance's setting: the packed key if it exists; else the hash key
--- if it exists, in the hash format (so instances of an older release,
--- which know only the hash key, and this one share one state); else a new
--- state in the configured encoding. With `packed` configured, a hash key
--- found is converted when first touched (its state and TTL written to the
--- packed key, the hash key deleted, in the same atomic call): the setting
--- an operator turns on only once no older instance is left to write it.
+-- Which format a counter's state is in, the same rule on every call
+-- whatever the instance's setting: a string is packed; a hash (or list)
+-- is in the hash format (so instances of an older release, which know
+-- only that format, and this one share one state); a missing key gets a
+-- new state in the configured encoding. With `packed` configured, a key in
+-- the hash format is converted when first touched (its state written as a
+-- string with the same TTL, in the same atomic call): the setting an
+-- operator turns on only once no older instance is left, since an older
+-- instance meeting a string gets WRONGTYPE (answered by its
+-- on_store_error rule).
 --
 -- The prelude, check.lua and lease.lua are one Redis Functions library
 -- (FUNCTION LOAD once; each call an FCALL of `check` or `lease` in one of
@@ -54,7 +55,7 @@ local create_packed = false
 
 local function set_clock(keys, args, encoding)
   create_packed = encoding == 'p'
-  local supplied = #keys / 2 * 7
+  local supplied = #keys * 7
   if #args == supplied + 3 then
     now_s = tonumber(args[supplied + 1])
     now_sub_ns = tonumber(args[supplied + 2])
@@ -187,28 +188,34 @@ local function write_hash(hkey, kind, value, ttl)
 end
 
 -- A counter's state (packed, nil when it has none) and, when it lives in
--- the hash format, its hash key (nil: the packed key), by the rule at the
--- top. `key` is the packed key, `hkey` the hash key, `kind` the counter's kind.
-local function read_state(key, hkey, kind)
-  local v = redis.call('GET', key)
-  if v then return v, nil end
-  v = read_hash(hkey, kind)
-  if not create_packed then return v, hkey end
+-- the hash format, its key again (nil: packed), by the rule at the top:
+-- GET answers a string (packed) or nothing (missing); WRONGTYPE means the
+-- hash format (a hash, or a sliding log's list). `kind` is the counter's kind.
+local function read_state(key, kind)
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'table' then
+    if v or create_packed then return v, nil end
+    return nil, key
+  end
+  if not string.find(v.err, 'WRONGTYPE', 1, true) then error(v) end
+  v = read_hash(key, kind)
+  if not create_packed then return v, key end
   if v then
-    -- Packed configured: convert, keeping the state's TTL.
-    local ttl = redis.call('PTTL', hkey)
+    -- Packed configured: convert in place, keeping the state's TTL (SET
+    -- replaces a key of any type).
+    local ttl = redis.call('PTTL', key)
     if ttl > 0 then
       redis.call('SET', key, v, 'PX', ttl)
     else
       redis.call('SET', key, v)
     end
-    redis.call('DEL', hkey)
   end
   return v, nil
 end
 
 -- Writes a counter's state (packed `value` with its TTL in ms; false
--- deletes it) where read_state found it: the packed key, or `hkey`.
+-- deletes it) at `key` in the format read_state found: packed when `hkey`
+-- is nil, else the hash format (`hkey` is then `key`).
 local function put(key, hkey, kind, value, ttl)
   if not value then
     redis.call('DEL', hkey or key)

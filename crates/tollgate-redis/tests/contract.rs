@@ -370,13 +370,16 @@ contract!(
 );
 
 /// Redis only: every counter key expires by itself once its state is fresh
-/// again, in either encoding (new counters under `tg{…}` as hashes, or
-/// `tg2{…}` packed).
+/// again, in either encoding (new counters under `tg{…}` as hashes, a
+/// sliding log as a list, or all as packed strings).
 #[tokio::test]
 async fn idle_keys_expire_when_their_state_is_fresh() {
     use tollgate_redis::Encoding;
     let server = RedisServer::start();
-    for (encoding, pattern) in [(Encoding::Hash, "tg{*"), (Encoding::Packed, "tg2{*")] {
+    for (encoding, types) in [
+        (Encoding::Hash, &["hash", "list"][..]),
+        (Encoding::Packed, &["string"][..]),
+    ] {
         server.cli(&["FLUSHALL"]);
         let store = redis(&server).await.with_encoding(encoding);
         for (i, algorithm) in five_per_hour().into_iter().enumerate() {
@@ -384,10 +387,15 @@ async fn idle_keys_expire_when_their_state_is_fresh() {
             one(&store, counter(key.as_bytes(), algorithm, 1)).await;
         }
         assert_eq!(server.cli(&["DBSIZE"]).trim(), "6", "{encoding:?}");
-        let keys = server.cli(&["--raw", "KEYS", pattern]);
+        let keys = server.cli(&["--raw", "KEYS", "tg{*"]);
         let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
         assert_eq!(keys.len(), 6, "{encoding:?}: {keys:?}");
         for key in keys {
+            let kind = server.cli(&["TYPE", key]);
+            assert!(
+                types.contains(&kind.trim()),
+                "{encoding:?}: {key} is {kind}"
+            );
             let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
             // One unit of 5 per hour is fresh again within 12 minutes (the
             // bucket), the hour (the log) or two windows (the window counters).

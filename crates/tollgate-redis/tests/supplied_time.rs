@@ -101,7 +101,7 @@ async fn a_supplied_time_replaces_redis_time_and_ttl() {
     assert!(out[0].is_allowed());
     assert_eq!(out[0].remaining(), 4);
     // Deleting the prefix removes exactly those keys; an unprefixed store refuses.
-    server.cli(&["SET", "tg2{0000000000000007}prod", "1"]);
+    server.cli(&["SET", "tg{0000000000000007}prod", "1"]);
     assert_eq!(store.delete_prefixed().await.unwrap(), 2);
     assert_eq!(server.cli(&["DBSIZE"]).trim(), "1");
     assert!(store.with_key_prefix(b"").delete_prefixed().await.is_err());

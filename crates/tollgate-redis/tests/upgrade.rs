@@ -14,7 +14,7 @@ use tollgate_core::{
     AnyAlgorithm, AnyWordAlgorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow,
     Timestamp, TokenBucket,
 };
-use tollgate_redis::{Encoding, RedisStore, redis_hash_key, redis_key};
+use tollgate_redis::{Encoding, RedisStore, redis_key};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
@@ -79,12 +79,31 @@ fn counter(key: &[u8], algorithm: AnyAlgorithm) -> Counter<'_> {
     }
 }
 
-/// The key the previous release kept `c` under: `tg{…}`, the packed key without its `2`.
+/// The key the previous release kept `c` under: `tg{…}`, this release's
+/// key of the same counter in either encoding.
 fn old_key(c: &Counter<'_>) -> Vec<u8> {
-    let new = redis_key(c.tag, c.key);
-    let old = redis_hash_key(c.tag, c.key);
-    assert_eq!([&b"tg"[..], &new[3..]].concat(), old);
-    old
+    let key = redis_key(c.tag, c.key);
+    assert!(key.starts_with(b"tg{"));
+    key
+}
+
+/// The previous release's check of one unit of `c`, as it called it.
+async fn old_check(
+    connection: &redis::aio::MultiplexedConnection,
+    c: &Counter<'_>,
+) -> redis::RedisResult<Vec<i64>> {
+    let (kind, p1, p2) = old_params(&c.algorithm);
+    redis::Script::new(OLD_CHECK)
+        .key(old_key(c))
+        .arg(c.group)
+        .arg("c")
+        .arg(kind)
+        .arg(c.hits)
+        .arg(p1)
+        .arg(p2)
+        .arg(c.phase_ns / 1_000)
+        .invoke_async(&mut connection.clone())
+        .await
 }
 
 /// One instance of the fleet during the rollout.
@@ -101,17 +120,7 @@ impl Instance {
     async fn admits(&self, c: &Counter<'_>) -> bool {
         match self {
             Instance::Old(connection) => {
-                let (kind, p1, p2) = old_params(&c.algorithm);
-                let reply: Vec<i64> = redis::Script::new(OLD_CHECK)
-                    .key(old_key(c))
-                    .arg(c.group)
-                    .arg("c")
-                    .arg(kind)
-                    .arg(c.hits)
-                    .arg(p1)
-                    .arg(p2)
-                    .arg(c.phase_ns / 1_000)
-                    .invoke_async(&mut connection.clone())
+                let reply = old_check(connection, c)
                     .await
                     .expect("the previous release's script runs");
                 reply[0] == 0
@@ -210,9 +219,9 @@ async fn every_rollout_step_admits_exactly_the_limit() {
             by_step.push(admitted);
         }
         assert_eq!(by_step, [6, 4, 0, 0], "{algorithm:?}");
-        // After the packed steps the state is the packed key's alone.
+        // After the packed steps the one key holds a packed string.
         let old_key = String::from_utf8(old_key(&c)).unwrap();
-        assert_eq!(server.cli(&["EXISTS", &old_key]).trim(), "0");
+        assert_eq!(server.cli(&["TYPE", &old_key]).trim(), "string");
         server.cli(&["FLUSHALL"]);
     }
 }
@@ -262,10 +271,8 @@ async fn a_conversion_under_load_keeps_the_count() {
             admitted += task.await.unwrap();
         }
         assert_eq!(admitted, 43, "{algorithm:?}: 50 less the old release's 7");
-        assert_eq!(server.cli(&["EXISTS", &old_key]).trim(), "0");
-        let packed = String::from_utf8(redis_key(c.tag, c.key)).unwrap();
-        assert_eq!(server.cli(&["TYPE", &packed]).trim(), "string");
-        let ttl: i64 = server.cli(&["PTTL", &packed]).trim().parse().unwrap();
+        assert_eq!(server.cli(&["TYPE", &old_key]).trim(), "string");
+        let ttl: i64 = server.cli(&["PTTL", &old_key]).trim().parse().unwrap();
         assert!(ttl > 0 && ttl <= 3_600_001, "{ttl}");
     }
 }
@@ -316,4 +323,26 @@ async fn leases_share_the_budget_with_the_previous_release() {
             server.cli(&["FLUSHALL"]);
         }
     }
+}
+
+/// The documented unsafe order, `packed` while an instance of the previous
+/// release still runs: the old instance meets a packed string under the
+/// counter's key and its call fails (WRONGTYPE, so its `on_store_error`
+/// rule answers); it never starts the counter afresh.
+#[tokio::test]
+async fn the_previous_release_meeting_a_packed_counter_gets_an_error() {
+    let server = RedisServer::start();
+    let (old, store) = connect(&server).await;
+    let c = counter(b"packed first", FixedWindow::new(5, HOUR).unwrap().into());
+    assert!(
+        Instance::New(store.with_encoding(Encoding::Packed))
+            .admits(&c)
+            .await
+    );
+    let err = old_check(&old, &c)
+        .await
+        .expect_err("the old script cannot read a packed string");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let key = String::from_utf8(old_key(&c)).unwrap();
+    assert_eq!(server.cli(&["TYPE", &key]).trim(), "string");
 }

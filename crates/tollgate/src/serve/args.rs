@@ -141,12 +141,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_LEASE_MAX_KEYS", value_name = "N", default_value_t = tollgate_server::store::DEFAULT_LEASE_MAX_KEYS, value_parser = parse_cap)]
     pub lease_max_keys: usize,
     /// With a Redis store: the format a counter with no state in Redis yet
-    /// is created in, `hash` (under `tg{…}`, as releases before `packed`
-    /// wrote it) or `packed` (under `tg2{…}`, fewer Redis commands per
+    /// is created in, under its one key `tg{…}`: `hash` (as releases before
+    /// `packed` wrote it) or `packed` (a string, fewer Redis commands per
     /// check). Either way a counter stays in the format it is found in, so
     /// instances of both settings and of an older release share one count;
-    /// `packed` also converts the hashes it finds, so turn it on only once
-    /// no instance of a release before it is left (docs/operations.md).
+    /// `packed` also converts the hashes it finds, and an older release
+    /// fails on a packed counter (WRONGTYPE, answered by on_store_error), so
+    /// turn it on only once no instance of a release before it is left
+    /// (docs/operations.md).
     #[arg(long, env = "TOLLGATE_REDIS_ENCODING", value_name = "hash|packed", value_enum, default_value_t = RedisEncoding::Hash)]
     pub redis_encoding: RedisEncoding,
     /// Envoy rate limit quota (RLQS) streams open at once; past it a new
@@ -340,7 +342,7 @@ pub enum RedisEncoding {
     /// New counters as hashes under `tg{…}`, as releases before `packed`.
     #[default]
     Hash,
-    /// New counters as packed strings under `tg2{…}`; hashes found are converted.
+    /// New counters as packed strings under `tg{…}`; hashes found are converted.
     Packed,
 }
 
