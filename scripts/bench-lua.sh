@@ -15,8 +15,8 @@
 #   old          the base commit's script (prelude.lua + check.lua), EVALSHA,
 #                on a hash under tg{…}
 #   hash         this tree's Functions library, FCALL, --redis-encoding hash
-#                (tollgate serve's default): the same hash under tg{…}, after
-#                a GET answering WRONGTYPE (the key is not a packed string)
+#                (tollgate serve's default): the same hash under tg{…}, with
+#                the previous release's commands
 #   packed       the same, --redis-encoding packed: a packed string under tg{…}
 #   packed-eval  packed as a script, EVALSHA (a Redis without Functions)
 #   floor        a function that only calls TIME, GET and SET … PX (a 16-byte

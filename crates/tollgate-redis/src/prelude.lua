@@ -187,22 +187,35 @@ local function write_hash(hkey, kind, value, ttl)
   redis.call('PEXPIRE', hkey, ttl)
 end
 
+-- Whether the error `e` (raised or answered by a Redis command) is
+-- WRONGTYPE: the key holds the other format.
+local function wrong_type(e)
+  local msg = type(e) == 'table' and e.err or tostring(e)
+  return string.find(msg, 'WRONGTYPE', 1, true) ~= nil
+end
+
 -- A counter's state (packed, nil when it has none) and, when it lives in
--- the hash format, its key again (nil: packed), by the rule at the top:
--- GET answers a string (packed) or nothing (missing); WRONGTYPE means the
--- hash format (a hash, or a sliding log's list). `kind` is the counter's kind.
+-- the hash format, its key again (nil: packed), by the rule at the top.
+-- Each setting first reads the format it creates, so the other costs a
+-- command only where it is found: with `hash`, the hash read (HMGET, or
+-- LRANGE for a sliding log) answers nothing for a missing key and
+-- WRONGTYPE for a string, then read with GET; with `packed`, GET answers a
+-- string or nothing, and WRONGTYPE for a hash (or list), which is then
+-- read and converted. `kind` is the counter's kind.
 local function read_state(key, kind)
-  local v = redis.pcall('GET', key)
-  if type(v) ~= 'table' then
-    if v or create_packed then return v, nil end
-    return nil, key
+  if not create_packed then
+    local ok, v = pcall(read_hash, key, kind)
+    if ok then return v, key end
+    if not wrong_type(v) then error(v) end
+    return redis.call('GET', key), nil
   end
-  if not string.find(v.err, 'WRONGTYPE', 1, true) then error(v) end
+  local v = redis.pcall('GET', key)
+  if type(v) ~= 'table' then return v, nil end
+  if not wrong_type(v) then error(v) end
   v = read_hash(key, kind)
-  if not create_packed then return v, key end
   if v then
-    -- Packed configured: convert in place, keeping the state's TTL (SET
-    -- replaces a key of any type).
+    -- Convert in place, keeping the state's TTL (SET replaces a key of
+    -- any type).
     local ttl = redis.call('PTTL', key)
     if ttl > 0 then
       redis.call('SET', key, v, 'PX', ttl)
