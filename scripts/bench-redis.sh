@@ -2,14 +2,15 @@
 # Measures Tollgate on Redis in one run, next to the scripted ceiling of the
 # same Redis on the same machine:
 #
-# 1. redis-benchmark calling Tollgate's own check script (EVALSHA, one
+# 1. redis-benchmark calling Tollgate's own check function (FCALL, one
 #    token-bucket counter per call), pipelined 16 deep with 50 clients, for
 #    one hot key and for 100 000 keys: the most scripted decisions per second
 #    this Redis can make.
 # 2. `tollgate serve --store redis://…` under `tollgate bench rls` (64 in
 #    flight) for one hot key and 100 000 keys: checks/s, p50/p99, server CPU
-#    per check (from /proc/PID/stat) and Redis calls per check (the
-#    cmdstat_evalsha/eval/evalsha_ro delta of INFO commandstats ÷ checks).
+#    and Redis CPU per check (from /proc/PID/stat; Redis's includes its
+#    network work) and Redis calls per check (the
+#    cmdstat_fcall/evalsha/eval delta of INFO commandstats ÷ checks).
 #
 # Cores: the server is pinned to CPU 0; Redis and the load generators share
 # CPU 1 (needs 2 cores and `taskset`).
@@ -38,25 +39,10 @@ algorithm=${ALGORITHM:-token_bucket}
 modes=${MODES:-redis}
 seconds=${duration%s}
 source scripts/tollgate-bin.sh
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis_pid=""
-cleanup() {
-    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$work" > "$work/redis.log" 2>&1 &
-redis_pid=$!
-for _ in $(seq 1 200); do
-    [ "$(redis-cli -p "$port" PING 2>/dev/null)" = PONG ] && break
-    read -r -t 0.05 < /dev/zero || true # a bounded wait for Redis to start
-done
-cli() { redis-cli -p "$port" "$@"; }
-script_calls() { # EVALSHA + EVAL calls so far
-    cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_eval(sha)?(_ro)?:/ {n += $3} END {print n + 0}'
+redis_pin=(taskset -c 1)
+source scripts/redis-bench-common.sh
+script_calls() { # FCALL + EVALSHA + EVAL calls so far
+    cli INFO commandstats | awk -F'[:=,]' '/^cmdstat_(fcall|eval(sha)?)(_ro)?:/ {n += $3} END {print n + 0}'
 }
 
 # 10^9 per second (a token bucket of 10^9 filling at 10^9 per second by
@@ -64,14 +50,14 @@ script_calls() { # EVALSHA + EVAL calls so far
 printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n      algorithm: %s\n' \
     "$algorithm" > "$work/limits.yaml"
 sed 's/^    rate_limit:/    shares: true\n    rate_limit:/' "$work/limits.yaml" > "$work/limits-shares.yaml"
-sha=$(cli SCRIPT LOAD "$(cat crates/tollgate-redis/src/prelude.lua crates/tollgate-redis/src/check.lua)")
+load_bench_library
 
 ceiling() { # KEYS
     local key='tg{0}bench' random=()
     [ "$1" -gt 1 ] && key='tg{__rand_int__}bench' && random=(-r "$1")
     local n=$((seconds * 150000))
     taskset -c 1 redis-benchmark -p "$port" -q -c 50 -P 16 -n "$n" "${random[@]}" \
-        EVALSHA "$sha" 1 "$key" 0 c s 1 1 1000000000 | tr '\r' '\n' |
+        FCALL tollgate_bench_check 1 "$key" 0 c s 1 1 1000000000 0 | tr '\r' '\n' |
         awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 
@@ -98,10 +84,12 @@ serve_run() { # KEYS MODE
     local calls0
     calls0=$(script_calls)
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    read -r ru0 rs0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     taskset -c 1 "$bin" bench rls --addr "http://$addr" --domain bench --descriptor 'user={k}' \
         --keys "$1" -c 64 --connections 4 -d "$duration" --warmup 0s --json > "$work/bench.json" ||
         { echo "error: the load generator failed; server stderr: $(cat "$work/serve.err")" >&2; kill "$pid"; exit 1; }
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    read -r ru1 rs1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     local calls1
     calls1=$(script_calls)
     local http fallbacks
@@ -114,19 +102,22 @@ print(int(sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("r
 PY
 )
     kill "$pid"; wait "$pid" 2>/dev/null || true
-    python3 - "$u0" "$s0" "$u1" "$s1" "$calls0" "$calls1" "$work/bench.json" "$fallbacks" <<'PY'
+    python3 - "$u0" "$s0" "$u1" "$s1" "$calls0" "$calls1" "$work/bench.json" "$fallbacks" \
+        "$ru0" "$rs0" "$ru1" "$rs1" <<'PY'
 import json, os, sys
 u0, s0, u1, s1, c0, c1 = map(int, sys.argv[1:7])
 fallbacks = int(sys.argv[8])
+ru0, rs0, ru1, rs1 = map(int, sys.argv[9:13])
+redis_us = (ru1 + rs1 - ru0 - rs0) * 1e6 / os.sysconf("SC_CLK_TCK")
 b = json.load(open(sys.argv[7]))
 cpu_us = (u1 + s1 - u0 - s0) * 1e6 / os.sysconf("SC_CLK_TCK")
 answered = max(b["ok"] + b["over_limit"], 1)
 lat = b["latency_us"]
-print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
+print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {redis_us / answered:12.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
 PY
 }
 
-echo "redis-server $(redis-server --version | awk '{print $3}'), scripted ceiling (redis-benchmark EVALSHA, -P 16 -c 50):"
+echo "redis-server $(redis-server --version | awk '{print $3}'), scripted ceiling (redis-benchmark FCALL, -P 16 -c 50):"
 printf '%-5s %-7s %12s\n' round keys 'scripts/s'
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
@@ -135,7 +126,7 @@ for round in $(seq 1 "$rounds"); do
 done
 echo
 echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
-printf '%-5s %-7s %-9s %9s %7s %7s %8s %11s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'calls/chk' fallbacks errors
+printf '%-5s %-7s %-9s %9s %7s %7s %8s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
         for mode in $modes; do

@@ -4,7 +4,7 @@
 //! [`SimulatedStore`] of its own: the production [`RedisStore`] with a key
 //! prefix unique to that store (`tglab:<run nonce>:<store number>:`), so a
 //! simulation never touches production counters (`tg{…}`) or another run's.
-//! Each decision is one `EVALSHA` of the production check script with the
+//! Each decision is one call (`FCALL`) of the production check function with the
 //! virtual time supplied ([`SuppliedTime`]) instead of Redis `TIME`; keys
 //! live [`LAB_KEY_TTL`] after their last write and are deleted when the store
 //! is dropped.

@@ -29,112 +29,145 @@
 -- group nothing is written unless every counter allows, except fixed
 -- windows, which count denied requests like envoyproxy/ratelimit.
 
--- The clock (now_*, a supplied time), int, units, ttl_ms and store_tat are
--- prelude.lua's.
+-- The clock (set_clock, now_*, a supplied time), units, ttl_ms, get_pair,
+-- tat_state, read_state and put are prelude.lua's, and so are the two
+-- encodings of each kind's state and the rule for which key holds it.
+-- Each kind's function takes its state (packed, nil when none) and
+-- returns the counter's 4 integers, then the write it wants (the packed
+-- value and its TTL; false deletes the key; nil writes nothing), which the
+-- caller makes only if the group allows, where the state was found.
 
 -- Schedule: the state is the theoretical arrival time (TAT) of the next unit.
-local function schedule(key, op, hits, interval, capacity)
-  local st = redis.call('HMGET', key, 's', 'n')
+local function schedule(v, op, hits, interval, capacity)
+  local s, n, fs, fn = get_pair(v)
   local backlog = 0
-  if st[1] then
-    backlog = (tonumber(st[1]) - now_s) * 1000000000 + (tonumber(st[2]) - now_sub_ns)
+  if s then
+    backlog = (s - now_s) * 1000000000 + (n - now_sub_ns)
     if backlog < 0 then backlog = 0 end
   end
   local span = capacity * interval
-  local function available(b)
-    return units(span - math.min(b, span), interval)
-  end
   if op == 'r' then
     local after = backlog - hits * interval
     if after < 0 then after = 0 end
-    -- Never below the last lease's TAT (lease.lua's floor 'fs', 'fn').
-    local f = redis.call('HMGET', key, 'fs', 'fn')
-    if f[1] then
-      local floor = (tonumber(f[1]) - now_s) * 1000000000 + (tonumber(f[2]) - now_sub_ns)
+    -- Never below the last lease's TAT (lease.lua's floor).
+    if fs then
+      local floor = (fs - now_s) * 1000000000 + (fn - now_sub_ns)
       if after < floor then after = math.min(floor, backlog) end
     end
-    local write = nil
+    local left = units(span - math.min(after, span), interval)
     if after ~= backlog then
-      write = function() store_tat(key, after) end
+      return 0, left, after, 0, tat_state(after, fs, fn)
     end
-    return {0, available(after), after, 0}, write
+    return 0, left, after, 0
   end
   if hits > capacity then
-    return {2, available(backlog), backlog, 0}, nil
+    return 2, units(span - math.min(backlog, span), interval), backlog, 0
   end
   local after = backlog + hits * interval
   if after <= span then
-    local write = nil
     if hits > 0 then
-      write = function() store_tat(key, after) end
+      return 0, units(span - after, interval), after, 0, tat_state(after, fs, fn)
     end
-    return {0, units(span - after, interval), after, 0}, write
+    return 0, units(span - after, interval), after, 0
   end
-  return {1, available(backlog), backlog, after - span}, nil
+  return 1, units(span - math.min(backlog, span), interval), backlog, after - span
 end
 
 -- Fixed window: the state is the window number and its count.
-local function fixed(key, op, hits, window, limit, phase)
+local function fixed(v, op, hits, window, limit, phase)
   local now_total_us = now_total_us + phase
-  local index = math.floor(now_total_us / window)
-  local st = redis.call('HMGET', key, 'i', 'c')
+  local index = now_total_us / window
+  index = index - index % 1
+  local stored, c, li, lc = get_pair(v)
   local count = 0
-  if st[1] then
-    local stored = tonumber(st[1])
+  if stored then
     if stored == index then
-      count = tonumber(st[2])
-    elseif stored > index and tonumber(st[2]) > 0 then
+      count = c
+    elseif stored > index and c > 0 then
       -- TIME stepped back: hold at the window the key has seen.
       index = stored
-      count = tonumber(st[2])
+      count = c
     end
   end
-  local reset_us = (index + 1) * window - now_total_us
-  local function store(after)
-    return function()
-      redis.call('HSET', key, 'i', int(index), 'c', int(after))
-      redis.call('PEXPIRE', key, ttl_ms(reset_us * 1000))
-    end
-  end
+  local reset_ns = ((index + 1) * window - now_total_us) * 1000
+  local after
+  local outcome, left, retry = 0, 0, 0
   if op == 'r' then
-    local after = count
-    -- Never below the units leased in this window (lease.lua's 'li', 'lc').
-    local lease = redis.call('HMGET', key, 'li', 'lc')
+    after = count
+    -- Never below the units leased in this window (lease.lua's).
     local leased = 0
-    if tonumber(lease[1]) == index then leased = math.min(tonumber(lease[2]), count) end
+    if li == index then leased = math.min(lc, count) end
     if count <= limit then after = math.max(count - hits, leased) end
-    local write = nil
-    if after ~= count then write = store(after) end
-    return {0, math.max(limit - after, 0), reset_us * 1000, 0}, write
+    left = math.max(limit - after, 0)
+  else
+    after = count + hits
+    if after <= limit then
+      left = limit - after
+    else
+      -- A denial counts up to limit + 1 and never lowers a count: a count
+      -- over this limit (taken under a higher one before a reload lowered
+      -- it) is the units already admitted or leased, and lowering it would
+      -- hand them out again to an instance still on the higher limit, or
+      -- after a lease's return.
+      after = math.max(count, math.min(after, limit + 1))
+      if hits > limit then
+        outcome = 2
+      else
+        outcome, retry = 1, reset_ns
+      end
+    end
   end
-  local after = count + hits
-  if after <= limit then
-    local write = nil
-    if hits > 0 then write = store(after) end
-    return {0, limit - after, reset_us * 1000, 0}, write
+  if after == count then
+    return outcome, left, reset_ns, retry
   end
-  -- A denial counts up to limit + 1 and never lowers a count: a count over
-  -- this limit (taken under a higher one before a reload lowered it) is the
-  -- units already admitted or leased, and lowering it would hand them out again
-  -- to an instance still on the higher limit, or after a lease's return.
-  local kept = math.max(count, math.min(after, limit + 1))
-  local write = nil
-  if kept ~= count then write = store(kept) end
-  if hits > limit then
-    return {2, 0, reset_us * 1000, 0}, write
+  local value
+  if li then
+    value = struct.pack('<dddd', index, after, li, lc)
+  else
+    value = struct.pack('<dd', index, after)
   end
-  return {1, 0, reset_us * 1000, reset_us * 1000}, write
+  return outcome, left, reset_ns, retry, value, ttl_ms(reset_ns)
+end
+
+-- Sliding window counter, used units: prev weighted by what is left of
+-- its window, plus cur (both scaled by the window).
+local function sliding_used(prev, cur, window, elapsed)
+  return prev * (window - elapsed) + cur * window
+end
+
+-- Sliding window counter: units that still fit.
+local function sliding_left(prev, cur, window, elapsed, limit)
+  local free = limit * window - sliding_used(prev, cur, window, elapsed)
+  if free < 0 then free = 0 end
+  return units(free, window)
+end
+
+-- Sliding window counter: ns until nothing counted is left.
+local function sliding_reset(prev, cur, window, index)
+  if cur > 0 then
+    return ((index + 2) * window - now_total_us) * 1000
+  elseif prev > 0 then
+    return ((index + 1) * window - now_total_us) * 1000
+  end
+  return 0
+end
+
+-- Sliding window counter: the state to write (false deletes the key) and its TTL.
+local function sliding_state(prev, cur, window, index)
+  if prev + cur == 0 then return false, 0 end
+  return struct.pack('<ddd', index, prev, cur),
+    ttl_ms(((index + 2) * window - now_total_us) * 1000)
 end
 
 -- Sliding window counter: the state is the window number, the previous
 -- window's count and the current one's.
-local function sliding(key, op, hits, window, limit)
-  local index = math.floor(now_total_us / window)
+local function sliding(v, op, hits, window, limit)
+  local index = now_total_us / window
+  index = index - index % 1
   local elapsed = now_total_us - index * window
-  local st = redis.call('HMGET', key, 'i', 'p', 'c')
   local prev, cur = 0, 0
-  if st[1] then
-    local si, sp, sc = tonumber(st[1]), tonumber(st[2]), tonumber(st[3])
+  if v then
+    local si, sp, sc = struct.unpack('<ddd', v)
     if si == index then
       prev, cur = sp, sc
     elseif si > index and sp + sc > 0 then
@@ -144,49 +177,28 @@ local function sliding(key, op, hits, window, limit)
       prev = sc
     end
   end
-  local capacity = limit * window
-  local function used()
-    return prev * (window - elapsed) + cur * window
-  end
-  local function remaining()
-    local free = capacity - used()
-    if free < 0 then free = 0 end
-    return units(free, window)
-  end
-  local function reset()
-    if cur > 0 then
-      return ((index + 2) * window - now_total_us) * 1000
-    elseif prev > 0 then
-      return ((index + 1) * window - now_total_us) * 1000
-    end
-    return 0
-  end
-  local function store()
-    local p, c = prev, cur
-    return function()
-      if p + c == 0 then
-        redis.call('DEL', key)
-        return
-      end
-      redis.call('HSET', key, 'i', int(index), 'p', int(p), 'c', int(c))
-      redis.call('PEXPIRE', key, ttl_ms(((index + 2) * window - now_total_us) * 1000))
-    end
-  end
   if op == 'r' then
     local before = cur
     cur = math.max(cur - hits, 0)
-    local write = nil
-    if cur ~= before then write = store() end
-    return {0, remaining(), reset(), 0}, write
+    local left = sliding_left(prev, cur, window, elapsed, limit)
+    local reset = sliding_reset(prev, cur, window, index)
+    if cur ~= before then
+      return 0, left, reset, 0, sliding_state(prev, cur, window, index)
+    end
+    return 0, left, reset, 0
   end
   if hits > limit then
-    return {2, remaining(), reset(), 0}, nil
+    return 2, sliding_left(prev, cur, window, elapsed, limit),
+      sliding_reset(prev, cur, window, index), 0
   end
-  if used() + hits * window <= capacity then
+  if sliding_used(prev, cur, window, elapsed) + hits * window <= limit * window then
     cur = cur + hits
-    local write = nil
-    if hits > 0 then write = store() end
-    return {0, remaining(), reset(), 0}, write
+    local left = sliding_left(prev, cur, window, elapsed, limit)
+    local reset = sliding_reset(prev, cur, window, index)
+    if hits > 0 then
+      return 0, left, reset, 0, sliding_state(prev, cur, window, index)
+    end
+    return 0, left, reset, 0
   end
   local start = index * window
   local pass = nil
@@ -209,41 +221,38 @@ local function sliding(key, op, hits, window, limit)
       end
     end
   end
-  return {1, remaining(), reset(), (pass - now_total_us) * 1000}, nil
+  return 1, sliding_left(prev, cur, window, elapsed, limit),
+    sliding_reset(prev, cur, window, index), (pass - now_total_us) * 1000
+end
+
+-- Sliding log: the state to write (false deletes the key) and its TTL.
+local function log_state(ts, cs, window)
+  if #ts == 0 then return false, 0 end
+  local records = {}
+  for j = 1, #ts do
+    records[j] = struct.pack('<dd', ts[j], cs[j])
+  end
+  return table.concat(records), ttl_ms((ts[#ts] + window - now_total_us) * 1000)
 end
 
 -- Sliding log: the state is a list of (time µs, units) pairs, oldest first.
-local function log(key, op, hits, window, limit)
-  local raw = redis.call('LRANGE', key, 0, -1)
+local function log(v, op, hits, window, limit)
   local ts, cs, total = {}, {}, 0
   local expired = false
-  for j = 1, #raw, 2 do
-    local tj, cj = tonumber(raw[j]), tonumber(raw[j + 1])
-    if tj + window > now_total_us then
-      ts[#ts + 1] = tj
-      cs[#cs + 1] = cj
-      total = total + cj
-    else
-      expired = true
-    end
-  end
-  local function reset()
-    if #ts == 0 then return 0 end
-    return math.max(ts[#ts] + window - now_total_us, 0) * 1000
-  end
-  local function store()
-    return function()
-      redis.call('DEL', key)
-      if #ts == 0 then return end
-      local flat = {}
-      for j = 1, #ts do
-        flat[#flat + 1] = int(ts[j])
-        flat[#flat + 1] = int(cs[j])
+  if v then
+    for pos = 1, #v, 16 do
+      local tj, cj = struct.unpack('<dd', v, pos)
+      if tj + window > now_total_us then
+        ts[#ts + 1] = tj
+        cs[#cs + 1] = cj
+        total = total + cj
+      else
+        expired = true
       end
-      redis.call('RPUSH', key, unpack(flat))
-      redis.call('PEXPIRE', key, ttl_ms((ts[#ts] + window - now_total_us) * 1000))
     end
   end
+  local reset = 0
+  if #ts > 0 then reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000 end
   if op == 'r' then
     local left = hits
     local changed = expired
@@ -258,29 +267,35 @@ local function log(key, op, hits, window, limit)
         cs[#cs] = nil
       end
     end
-    local write = nil
-    if changed then write = store() end
-    return {0, limit - total, reset(), 0}, write
+    if #ts > 0 then
+      reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000
+    else
+      reset = 0
+    end
+    if changed then
+      return 0, limit - total, reset, 0, log_state(ts, cs, window)
+    end
+    return 0, limit - total, reset, 0
   end
   if hits > limit then
-    return {2, limit - total, reset(), 0}, nil
+    return 2, limit - total, reset, 0
   end
   if total + hits <= limit then
-    local write = nil
-    if hits > 0 then
-      local last = ts[#ts]
-      local at = now_total_us
-      if last and last > at then at = last end
-      if last == at then
-        cs[#cs] = cs[#cs] + hits
-      else
-        ts[#ts + 1] = at
-        cs[#cs + 1] = hits
-      end
-      total = total + hits
-      write = store()
+    if hits == 0 then
+      return 0, limit - total, reset, 0
     end
-    return {0, limit - total, reset(), 0}, write
+    local last = ts[#ts]
+    local at = now_total_us
+    if last and last > at then at = last end
+    if last == at then
+      cs[#cs] = cs[#cs] + hits
+    else
+      ts[#ts + 1] = at
+      cs[#cs + 1] = hits
+    end
+    total = total + hits
+    reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000
+    return 0, limit - total, reset, 0, log_state(ts, cs, window)
   end
   local to_free = total + hits - limit
   local pass = now_total_us
@@ -289,31 +304,57 @@ local function log(key, op, hits, window, limit)
     if cs[j] >= to_free then break end
     to_free = to_free - cs[j]
   end
-  return {1, limit - total, reset(), (pass - now_total_us) * 1000}, nil
+  return 1, limit - total, reset, (pass - now_total_us) * 1000
 end
 
-local kinds = {s = schedule, f = fixed, w = sliding, l = log}
-local results = {}
-local writes = {}
-local denied = {}
-for k = 1, #KEYS do
+local kinds = {s = true, f = true, w = true, l = true}
+
+-- One counter's decision: its key when its state is in the hash format
+-- (nil: packed, false: an unknown kind), then its 4 integers and its write
+-- (see above).
+local function decide(keys, args, k)
   local a = (k - 1) * 7
-  local decide = kinds[ARGV[a + 3]]
-  if not decide then
-    return redis.error_reply('tollgate: unknown counter kind ' .. tostring(ARGV[a + 3]))
-  end
-  local r, write = decide(KEYS[k], ARGV[a + 2], tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]))
-  if r[1] ~= 0 then denied[ARGV[a + 1]] = true end
-  writes[k] = write
-  for j = 1, 4 do
-    results[#results + 1] = r[j]
-  end
+  local kind = args[a + 3]
+  if not kinds[kind] then return false end
+  local op = args[a + 2]
+  local hits, p1, p2 = tonumber(args[a + 4]), tonumber(args[a + 5]), tonumber(args[a + 6])
+  local v, hkey = read_state(keys[k], kind)
+  if kind == 's' then return hkey, schedule(v, op, hits, p1, p2) end
+  if kind == 'f' then return hkey, fixed(v, op, hits, p1, p2, tonumber(args[a + 7])) end
+  if kind == 'w' then return hkey, sliding(v, op, hits, p1, p2) end
+  return hkey, log(v, op, hits, p1, p2)
 end
-for k = 1, #KEYS do
-  local a = (k - 1) * 7
-  if writes[k] and (not denied[ARGV[a + 1]] or ARGV[a + 3] == 'f') then
-    writes[k]()
+
+local unknown = 'tollgate: unknown counter kind '
+
+-- The call: KEYS and ARGV as described at the top; `encoding` ('h' or
+-- 'p') is the one new counters are created in (prelude.lua).
+local function check(keys, args, encoding)
+  set_clock(keys, args, encoding)
+  if #keys == 1 then
+    -- One counter (most calls): its group is itself.
+    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
+    if hkey == false then return redis.error_reply(unknown .. tostring(args[3])) end
+    if value ~= nil and (outcome == 0 or args[3] == 'f') then
+      put(keys[1], hkey, args[3], value, ttl)
+    end
+    return {outcome, left, reset, retry}
   end
+  local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
+  for k = 1, #keys do
+    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, k)
+    local a = (k - 1) * 7
+    if hkey == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
+    if outcome ~= 0 then denied[args[a + 1]] = true end
+    if value ~= nil then values[k], ttls[k], hkeys[k] = value, ttl, hkey end
+    local r = #results
+    results[r + 1], results[r + 2], results[r + 3], results[r + 4] = outcome, left, reset, retry
+  end
+  for k = 1, #keys do
+    local a = (k - 1) * 7
+    if values[k] ~= nil and (not denied[args[a + 1]] or args[a + 3] == 'f') then
+      put(keys[k], hkeys[k], args[a + 3], values[k], ttls[k])
+    end
+  end
+  return results
 end
-return results

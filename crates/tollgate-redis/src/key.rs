@@ -4,12 +4,16 @@ use std::fmt::Write as _;
 
 /// The Redis key for a counter with engine key `key` and descriptor hash `tag`.
 ///
-/// `tg{` + 16 lowercase hex digits of `tag` + `}` + `key`. The engine's key is
-/// already collision-free (length-prefixed parts, algorithm and window in
-/// it), and the prefix is fixed-length, so two counters never share a Redis
-/// key. Redis Cluster hashes only what is between the first `{` and the next
-/// `}` (the hex digits, never a brace), so counters with the same tag share
-/// a slot.
+/// `tg{` + 16 lowercase hex digits of `tag` + `}` + `key`. The engine's key
+/// is already collision-free (length-prefixed parts, algorithm and window
+/// in it), and the prefix is fixed-length, so two counters never share a
+/// Redis key. Redis Cluster hashes only what is between the first `{` and
+/// the next `}` (the hex digits, never a brace), so counters with the same
+/// tag share a slot.
+///
+/// It is the counter's one key in both encodings (`prelude.lua`): a packed
+/// string or, as releases before the packed encoding wrote it, a hash
+/// ([`crate::Encoding`]).
 pub fn redis_key(tag: u64, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + key.len());
     let mut hex = String::with_capacity(16);

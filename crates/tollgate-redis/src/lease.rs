@@ -1,27 +1,17 @@
 //! Quota leases in Redis: one atomic call of `lease.lua` grants or takes back units of one counter's budget.
 //!
 //! The arithmetic and its proof are in [`tollgate_core::lease`]; the
-//! script keeps the counter in the very hash `check.lua` decides, so
+//! function keeps the counter in the very value `check.lua` decides, so
 //! instances in exact mode and in leased mode share one budget, and each
 //! call touches one key (one cluster slot).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
 use tollgate_core::lease::{Grant, Leasing, Return};
 use tollgate_store::{Counter, StoreError};
 
+use crate::library::Entry;
 use crate::{RedisStore, ScriptParams};
-
-/// The lease script (the shared prelude, then its body), loaded once per
-/// node and called by its SHA1.
-static LEASE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("prelude.lua"),
-        include_str!("lease.lua")
-    ))
-});
 
 impl RedisStore {
     /// Takes up to `want` units of `counter`'s budget, at most `1/divisor` of what remains.
@@ -78,9 +68,8 @@ impl RedisStore {
         args: [u64; 3],
     ) -> Result<[u64; 5], StoreError> {
         let params = ScriptParams::of(&counter.algorithm)?;
-        let mut invocation = LEASE_SCRIPT.prepare_invoke();
-        invocation
-            .key(self.key_of(counter))
+        let mut cmd = self.calls.command(Entry::Lease, self.encoding, 1);
+        cmd.arg(self.key_of(counter))
             .arg(op)
             .arg(params.kind)
             .arg(params.p1)
@@ -88,7 +77,7 @@ impl RedisStore {
             .arg(args[0])
             .arg(args[1])
             .arg(args[2]);
-        let reply = self.invoke(&invocation).await?;
+        let reply = self.invoke(Entry::Lease, &cmd).await?;
         let mut out = [0u64; 5];
         if reply.len() != out.len() {
             return Err(StoreError::Unavailable(format!(

@@ -1,38 +1,45 @@
-//! Rate-limit counters in Redis and Redis Cluster: one atomic Lua script call per check.
+//! Rate-limit counters in Redis and Redis Cluster: one atomic Lua call per check.
 //!
 //! Must not know (the README's layout table): descriptors, limits files, gRPC.
 //!
 //! [`RedisStore`] implements [`CounterStore`]: every counter of a request
-//! goes into one `EVALSHA` of one script (`src/check.lua`), which reads Redis
-//! `TIME`, decides every counter with the same arithmetic as the algorithms
-//! of `tollgate-core`, and writes only when the whole group (one descriptor)
-//! allows (fixed windows count denied requests, as in memory). Idle keys
-//! expire by themselves (`PEXPIRE` at the time their state becomes fresh).
+//! goes into one `FCALL` of the check function (`src/check.lua`), which reads
+//! Redis `TIME`, decides every counter with the same arithmetic as the
+//! algorithms of `tollgate-core`, and writes only when the whole group (one
+//! descriptor) allows (fixed windows count denied requests, as in memory).
+//! Each counter is one short string value written with its TTL (`SET … PX`,
+//! at the time its state becomes fresh), so idle keys expire by themselves.
+//! The Lua code is one Redis Functions library, loaded at connect and again
+//! whenever a node lost it (restart, failover, flush); on a Redis without
+//! Functions the same code runs as scripts (`EVALSHA`). See `src/library.rs`.
 //!
 //! Deployments ([`RedisTarget`]): a single node (`redis://`, `rediss://`,
 //! `unix://`), a cluster (`redis-cluster://host:port,host:port`) and
 //! Sentinel (`redis-sentinel://master-name@host:port,host:port`). Calls share
 //! one multiplexed connection, so concurrent requests pipeline.
 //!
-//! Keys are `tg{<16 hex digits>}` followed by the engine's counter key: the
-//! braces hold a hash of the descriptor, so every limit of one descriptor
-//! lands in one cluster slot and is decided atomically. On a cluster, the
+//! Keys are `tg{<16 hex digits>}` followed by the engine's counter key:
+//! the braces hold a hash of the descriptor, so every limit of one
+//! descriptor lands in one cluster slot and is decided atomically. A key
+//! holds a packed string or a hash (as releases before the packed encoding
+//! kept every counter); a counter's state stays in the format it is found
+//! in, and [`Encoding`] chooses the format of new ones. On a cluster, the
 //! counters of a request whose descriptors hash to different slots are sent
-//! as one script call per slot, in parallel; each call is atomic on its own.
+//! as one call per slot, in parallel; each call is atomic on its own.
 //!
-//! Quota leases ([`tollgate_core::lease`]): a second script (`src/lease.lua`)
+//! Quota leases ([`tollgate_core::lease`]): a second function (`src/lease.lua`)
 //! grants an instance units of one counter's budget ahead of use, and takes
 //! back what it did not spend, in one atomic call on the counter's own key
-//! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]). Both scripts
-//! start with `src/prelude.lua` (the clock, the TTLs, the integer arithmetic
-//! and a schedule's state), joined to each body at build time; a
+//! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]). Both start
+//! from `src/prelude.lua` (the clock, the TTLs, the integer arithmetic and
+//! the two encodings of each counter's state), joined at build time; a
 //! [`LeaseBook`] holds an instance's leases and answers requests from them.
 //! Token buckets, GCRA and the leaky-bucket policer lease tokens, fixed
 //! windows lease counts of the current window; the sliding window counter
 //! and the sliding log stay on the exact path.
 //!
 //! Production always decides at Redis `TIME`. The simulator replays virtual
-//! time through the same script: [`RedisStore::check_batch_at`] supplies the
+//! time through the same code: [`RedisStore::check_batch_at`] supplies the
 //! time to decide at and a fixed TTL for the keys it writes, and
 //! [`RedisStore::with_key_prefix`] keeps a run's keys apart from production's
 //! and from every other run's.
@@ -42,6 +49,7 @@
 mod key;
 mod lease;
 mod lease_book;
+mod library;
 mod shares;
 mod target;
 
@@ -49,11 +57,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+pub use library::Encoding;
+use library::{Calls, Entry};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 pub use redis::{ClientTlsConfig, TlsCertificates};
-use redis::{RedisError, Script};
+use redis::{Cmd, RedisError};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
@@ -62,7 +72,7 @@ pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use shares::{RedisAuthority, SharesStats};
 pub use target::{RedisTarget, TargetError};
 
-/// The default time one script call may take before it counts as a store error.
+/// The default time one call may take before it counts as a store error.
 ///
 /// A call that outlives it is answered by the rule's `on_store_error`
 /// (`allow` by default: admitted uncounted), so it must sit well above the
@@ -73,10 +83,6 @@ pub use target::{RedisTarget, TargetError};
 /// costs little: the breaker opens after 3 calls have waited this long.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
 
-/// The check script (the shared prelude, then its body), loaded once per
-/// node and called by its SHA1.
-const CHECK_SCRIPT: &str = concat!(include_str!("prelude.lua"), include_str!("check.lua"));
-
 /// A live connection to a single node (direct or found through Sentinel) or a cluster.
 #[derive(Clone)]
 enum Connection {
@@ -84,11 +90,14 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
-/// Counters kept in Redis, decided by one script call per request.
+/// Counters kept in Redis, decided by one Lua call per request.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: Connection,
-    script: Script,
+    /// `FCALL` of the library, or `EVALSHA` where Redis has no Functions.
+    calls: Calls,
+    /// The format counters with no state yet are created in.
+    encoding: Encoding,
     timeout: Duration,
     target: RedisTarget,
     /// Bytes put before every key (empty in production).
@@ -180,17 +189,27 @@ impl RedisStore {
             .connect(timeout, tls)
             .await
             .map_err(ConnectError::Redis)?;
-        let store = RedisStore {
+        let mut store = RedisStore {
             connection,
-            script: Script::new(CHECK_SCRIPT),
+            calls: Calls::Functions,
+            encoding: Encoding::default(),
             timeout,
             target,
             key_prefix: Arc::from(&[][..]),
         };
         let wait = target::connect_timeout(timeout);
         match tokio::time::timeout(wait, store.ping_call()).await {
-            Ok(Ok(())) => Ok(store),
-            Ok(Err(e)) => Err(ConnectError::Redis(e)),
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(ConnectError::Redis(e)),
+            Err(_) => return Err(ConnectError::Timeout(wait)),
+        }
+        // The library, once: its answer says whether this Redis has Functions.
+        let load = store.calls.load(Entry::Check, store.encoding);
+        match tokio::time::timeout(wait, store.query::<redis::Value>(&load)).await {
+            Ok(answer) => {
+                store.calls = Calls::from_load(answer.map(drop)).map_err(ConnectError::Redis)?;
+                Ok(store)
+            }
             Err(_) => Err(ConnectError::Timeout(wait)),
         }
     }
@@ -205,6 +224,19 @@ impl RedisStore {
             key_prefix: Arc::from(prefix),
             ..self.clone()
         }
+    }
+
+    /// The same store creating new counters in `encoding` (see [`Encoding`]), sharing the connection.
+    pub fn with_encoding(&self, encoding: Encoding) -> Self {
+        RedisStore {
+            encoding,
+            ..self.clone()
+        }
+    }
+
+    /// The format new counters are created in.
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
     }
 
     /// The bytes put before every key (empty in production).
@@ -310,10 +342,8 @@ impl RedisStore {
         for (c, time) in calls {
             let params = ScriptParams::of(&c.algorithm)?;
             let ns = time.at.as_nanos();
-            pipe.cmd("EVALSHA")
-                .arg(self.script.get_hash())
-                .arg(1)
-                .arg(self.key_of(c))
+            let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
+            cmd.arg(self.key_of(c))
                 .arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
                 .arg(params.kind)
@@ -328,10 +358,12 @@ impl RedisStore {
                         .unwrap_or(u64::MAX)
                         .max(1),
                 );
+            pipe.add_command(cmd);
         }
         let mut connection = connection.clone();
         let mut replies: Option<Vec<Vec<i64>>> = None;
-        // Twice at most: a NOSCRIPT (a fresh or flushed Redis) loads the script and retries.
+        // Twice at most: a node without the code (a fresh, restarted or
+        // flushed Redis) loads it and the calls are made again.
         for _ in 0..2 {
             let call = pipe.query_async::<Vec<Vec<i64>>>(&mut connection);
             match tokio::time::timeout(self.timeout, call).await {
@@ -339,8 +371,9 @@ impl RedisStore {
                     replies = Some(r);
                     break;
                 }
-                Ok(Err(e)) if e.code() == Some("NOSCRIPT") => {
-                    let load = self.script.load_async(&mut connection);
+                Ok(Err(e)) if library::is_missing(&e) => {
+                    let load = self.calls.load(Entry::Check, self.encoding);
+                    let load = load.query_async::<redis::Value>(&mut connection);
                     match tokio::time::timeout(self.timeout, load).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
@@ -353,12 +386,12 @@ impl RedisStore {
         }
         let Some(replies) = replies else {
             return Err(StoreError::Unavailable(
-                "the check script could not be loaded".to_owned(),
+                "the check code could not be loaded".to_owned(),
             ));
         };
         if replies.len() != calls.len() || replies.iter().any(|r| r.len() != 4) {
             return Err(StoreError::Unavailable(format!(
-                "the check script answered {} replies for {} calls",
+                "the check function answered {} replies for {} calls",
                 replies.len(),
                 calls.len()
             )));
@@ -423,12 +456,15 @@ impl RedisStore {
         time: Option<SuppliedTime>,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
-        let mut invocation = self.script.prepare_invoke();
+        let mut cmd = self
+            .calls
+            .command(Entry::Check, self.encoding, counters.len());
+        for c in counters {
+            cmd.arg(self.key_of(c));
+        }
         for c in counters {
             let params = ScriptParams::of(&c.algorithm)?;
-            invocation.key(self.key_of(c));
-            invocation
-                .arg(c.group)
+            cmd.arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
                 .arg(params.kind)
                 .arg(c.hits)
@@ -438,19 +474,16 @@ impl RedisStore {
         }
         if let Some(time) = time {
             let ns = time.at.as_nanos();
-            invocation
-                .arg(ns / 1_000_000_000)
-                .arg(ns % 1_000_000_000)
-                .arg(
-                    u64::try_from(time.key_ttl.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .max(1),
-                );
+            cmd.arg(ns / 1_000_000_000).arg(ns % 1_000_000_000).arg(
+                u64::try_from(time.key_ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
         }
-        let reply = self.invoke(&invocation).await?;
+        let reply = self.invoke(Entry::Check, &cmd).await?;
         if reply.len() != counters.len() * 4 {
             return Err(StoreError::Unavailable(format!(
-                "the check script answered {} values for {} counters",
+                "the check function answered {} values for {} counters",
                 reply.len(),
                 counters.len()
             )));
@@ -463,15 +496,28 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// Runs a prepared script call (its script loaded on a NOSCRIPT) within the timeout.
-    async fn invoke(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-    ) -> Result<Vec<i64>, StoreError> {
-        self.invoke_as(invocation).await
+    /// Makes a call of `entry` (`cmd`, from [`Calls::command`]), each try
+    /// within the timeout; a node without the code loads it and is called again.
+    async fn invoke(&self, entry: Entry, cmd: &Cmd) -> Result<Vec<i64>, StoreError> {
+        // Twice at most: the second call follows a load.
+        for _ in 0..2 {
+            match tokio::time::timeout(self.timeout, self.query::<Vec<i64>>(cmd)).await {
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(e)) if library::is_missing(&e) => {
+                    let load = self.calls.load(entry, self.encoding);
+                    self.within(self.query::<redis::Value>(&load)).await?;
+                }
+                Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                Err(_) => return Err(StoreError::Timeout(self.timeout)),
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the Lua code is missing on Redis right after loading it".to_owned(),
+        ))
     }
 
-    /// [`invoke`](Self::invoke) with any reply type.
+    /// Runs a prepared script call of the shares authority (its script
+    /// loaded on a NOSCRIPT) within the timeout, with any reply type.
     async fn invoke_as<T: redis::FromRedisValue>(
         &self,
         invocation: &redis::ScriptInvocation<'_>,
@@ -483,6 +529,14 @@ impl RedisStore {
             }
         };
         self.within(call).await
+    }
+
+    /// One command on the connection, without a timeout.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
+        match &self.connection {
+            Connection::Single(c) => cmd.query_async::<T>(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async::<T>(&mut c.clone()).await,
+        }
     }
 
     /// Awaits one Redis call for at most the timeout: its error or its lateness as a [`StoreError`].

@@ -335,6 +335,23 @@ macro_rules! contract {
                 super::concurrent_callers_get_exactly_the_limit(store).await;
             }
         }
+        /// The same contract with new counters in the packed encoding.
+        mod redis_store_packed {
+            use tollgate_redis::Encoding;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let server = tollgate_testkit::redis::RedisServer::start();
+                    super::$name(&super::redis(&server).await.with_encoding(Encoding::Packed)).await;
+                }
+            )*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_callers_get_exactly_the_limit() {
+                let server = tollgate_testkit::redis::RedisServer::start();
+                let store = super::redis(&server).await.with_encoding(Encoding::Packed);
+                super::concurrent_callers_get_exactly_the_limit(std::sync::Arc::new(store)).await;
+            }
+        }
     };
 }
 
@@ -352,23 +369,38 @@ contract!(
     a_phase_moves_a_fixed_windows_edges_by_exactly_that_much,
 );
 
-/// Redis only: every counter key expires by itself once its state is fresh again.
+/// Redis only: every counter key expires by itself once its state is fresh
+/// again, in either encoding (new counters under `tg{…}` as hashes, a
+/// sliding log as a list, or all as packed strings).
 #[tokio::test]
 async fn idle_keys_expire_when_their_state_is_fresh() {
+    use tollgate_redis::Encoding;
     let server = RedisServer::start();
-    let store = redis(&server).await;
-    for (i, algorithm) in five_per_hour().into_iter().enumerate() {
-        let key = format!("ttl-{i}");
-        one(&store, counter(key.as_bytes(), algorithm, 1)).await;
-    }
-    let keys = server.cli(&["--raw", "KEYS", "tg{*"]);
-    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
-    assert_eq!(keys.len(), 6, "{keys:?}");
-    for key in keys {
-        let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
-        // One unit of 5 per hour is fresh again within 12 minutes (the
-        // bucket), the hour (the log) or two windows (the window counters).
-        assert!(ttl > 0 && ttl <= 2 * 3_600_000 + 1, "{key}: {ttl}");
+    for (encoding, types) in [
+        (Encoding::Hash, &["hash", "list"][..]),
+        (Encoding::Packed, &["string"][..]),
+    ] {
+        server.cli(&["FLUSHALL"]);
+        let store = redis(&server).await.with_encoding(encoding);
+        for (i, algorithm) in five_per_hour().into_iter().enumerate() {
+            let key = format!("ttl-{i}");
+            one(&store, counter(key.as_bytes(), algorithm, 1)).await;
+        }
+        assert_eq!(server.cli(&["DBSIZE"]).trim(), "6", "{encoding:?}");
+        let keys = server.cli(&["--raw", "KEYS", "tg{*"]);
+        let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(keys.len(), 6, "{encoding:?}: {keys:?}");
+        for key in keys {
+            let kind = server.cli(&["TYPE", key]);
+            assert!(
+                types.contains(&kind.trim()),
+                "{encoding:?}: {key} is {kind}"
+            );
+            let ttl: i64 = server.cli(&["PTTL", key]).trim().parse().unwrap();
+            // One unit of 5 per hour is fresh again within 12 minutes (the
+            // bucket), the hour (the log) or two windows (the window counters).
+            assert!(ttl > 0 && ttl <= 2 * 3_600_000 + 1, "{key}: {ttl}");
+        }
     }
 }
 
@@ -397,14 +429,15 @@ async fn the_sliding_window_script_agrees_with_the_core_across_windows() {
         let state = sw.decide(0, earlier, prev).1.unwrap();
         let redis_key =
             tollgate_redis::redis_key(xxhash_rust::xxh3::xxh3_64(key.as_bytes()), key.as_bytes());
-        let _: () = ::redis::cmd("HSET")
+        // The script's state: window number, previous and current counts,
+        // little-endian doubles (prelude.lua).
+        let value: Vec<u8> = [(index - 1) as f64, 0.0, prev as f64]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let _: () = ::redis::cmd("SET")
             .arg(&redis_key)
-            .arg("i")
-            .arg(index - 1)
-            .arg("p")
-            .arg(0)
-            .arg("c")
-            .arg(prev)
+            .arg(value)
             .query(&mut conn)
             .unwrap();
         for _ in 0..3 {

@@ -468,7 +468,7 @@ async fn a_key_with_fewer_units_left_than_a_share_never_asks_for_a_grant() {
     let engine = fleet(&redis.url(), 8, &rules(10, "1h"), &clock)
         .await
         .remove(0);
-    // The first call loads the script (a NOSCRIPT, then the load).
+    // A first call on the fresh key.
     assert!(is_ok(&engine, &request("fixed_window", "warm-up")).await);
     for algorithm in LEASED {
         let request = request(algorithm, "few");

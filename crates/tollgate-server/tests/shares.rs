@@ -273,7 +273,12 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
     load(&fleet, &hot, Duration::from_millis(600)).await;
     let survivor = Arc::clone(&fleet[1]);
     let whole = tollgate_core::share::Share::per_second(200, 200);
-    let held = survivor.remote().expect("Redis").shares().expect("connected").in_force(&key);
+    let held = survivor
+        .remote()
+        .expect("Redis")
+        .shares()
+        .expect("connected")
+        .in_force(&key);
     assert!(
         held.rate < whole.rate,
         "two busy instances split the key: {held:?}"
@@ -282,7 +287,15 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
     // Bounded: 30 rounds of 100 ms of demand.
     let watch = Stopwatch::start();
     let mut rounds = 0;
-    while survivor.remote().expect("Redis").shares().expect("connected").in_force(&key) != whole && rounds < 30 {
+    while survivor
+        .remote()
+        .expect("Redis")
+        .shares()
+        .expect("connected")
+        .in_force(&key)
+        != whole
+        && rounds < 30
+    {
         load(
             std::slice::from_ref(&survivor),
             &hot,
@@ -293,7 +306,12 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
     }
     let waited = watch.elapsed();
     assert_eq!(
-        survivor.remote().expect("Redis").shares().expect("connected").in_force(&key),
+        survivor
+            .remote()
+            .expect("Redis")
+            .shares()
+            .expect("connected")
+            .in_force(&key),
         whole,
         "the whole limit after {waited:?}"
     );

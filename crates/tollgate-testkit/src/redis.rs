@@ -153,12 +153,12 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Script calls (EVAL and EVALSHA) the server has run so far, from `INFO commandstats`.
+    /// Script and function calls (EVAL, EVALSHA, FCALL) the server has run so far, from `INFO commandstats`.
     #[must_use]
     pub fn script_calls(&self) -> u64 {
         self.cli(&["INFO", "commandstats"])
             .lines()
-            .filter(|line| line.starts_with("cmdstat_eval"))
+            .filter(|line| line.starts_with("cmdstat_eval") || line.starts_with("cmdstat_fcall"))
             .filter_map(|line| {
                 line.split("calls=")
                     .nth(1)?

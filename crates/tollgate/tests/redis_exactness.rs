@@ -37,14 +37,23 @@ async fn clear_of_a_minute_edge(clock: &RedisServer) -> u64 {
 
 /// 256 calls per algorithm spread over the instances at `store`: exactly 100 pass.
 ///
+/// Instance `i` runs with `--redis-encoding encodings[i % len]` (the
+/// default without one).
+///
 /// The limit is 100 per minute on Redis's clock (read from `clock`), so each
 /// burst starts clear of a minute's edge and must end in the same minute:
 /// a fixed window that reset in the middle would rightly admit more.
-async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
+async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer, encodings: &[&str]) {
     let scratch = TempDir::new(&format!("exact-{instances}-{}", store.len()));
     let config = scratch.limits(&every_algorithm(100));
     let servers: Vec<_> = (0..instances)
-        .map(|_| Server::serve(&config, store, &["--store-timeout", "2s"]))
+        .map(|i| {
+            let mut flags = vec!["--store-timeout", "2s"];
+            if !encodings.is_empty() {
+                flags.extend(["--redis-encoding", encodings[i % encodings.len()]]);
+            }
+            Server::serve(&config, store, &flags)
+        })
         .collect();
     let mut channels = Vec::new();
     for server in &servers {
@@ -65,18 +74,45 @@ async fn exactly_100_each(store: &str, instances: usize, clock: &RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
     let redis = RedisServer::start();
-    exactly_100_each(&redis.url(), 4, &redis).await;
+    exactly_100_each(&redis.url(), 4, &redis, &[]).await;
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert!(
-        stats.contains("cmdstat_evalsha"),
-        "checks go through EVALSHA: {stats}"
+        stats.contains("cmdstat_fcall:"),
+        "checks are calls of the Functions library (FCALL): {stats}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_instances_on_a_cluster_admit_exactly_100_for_every_algorithm() {
     let cluster = RedisCluster::start();
-    exactly_100_each(&cluster.url(), 4, &cluster.nodes[0]).await;
+    exactly_100_each(&cluster.url(), 4, &cluster.nodes[0], &[]).await;
+}
+
+/// The middle of a rolling change of `--redis-encoding`: two instances
+/// create counters as hashes, two packed and converting the hashes they
+/// find. They share each counter's one state, so exactly the limit
+/// passes, and afterwards every counter is packed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_and_packed_instances_on_one_redis_admit_exactly_100_for_every_algorithm() {
+    let redis = RedisServer::start();
+    exactly_100_each(&redis.url(), 4, &redis, &["hash", "packed"]).await;
+    // Counter keys are binary (not for redis-cli's argv): counted in Redis,
+    // as packed strings and as anything else.
+    let by_type = redis.cli(&[
+        "--raw",
+        "EVAL",
+        "local s, o = 0, 0 \
+         for _, k in ipairs(redis.call('KEYS', 'tg{*')) do \
+           if k ~= 'tg{ready}' then \
+             if redis.call('TYPE', k).ok == 'string' then s = s + 1 else o = o + 1 end \
+           end \
+         end \
+         return {s, o}",
+        "0",
+    ]);
+    let by_type: Vec<&str> = by_type.split_whitespace().collect();
+    let packed = ALGORITHMS.len().to_string();
+    assert_eq!(by_type, [&packed[..], "0"], "every hash was converted");
 }
 
 /// Two instances whose clocks are a whole minute apart still share one
@@ -137,7 +173,7 @@ async fn a_closed_fixed_window_is_denied_without_calling_redis() {
     let config = scratch.limits(&every_algorithm(3));
     let server = Server::serve(&config, &redis.url(), &["--store-timeout", "2s"]);
     let channel = channel(&server.address()).await;
-    // Every script call (EVAL and EVALSHA, read-only or not).
+    // Every script or function call (EVAL, EVALSHA, FCALL).
     let calls = || redis.script_calls();
     let fixed = request("exact", "fixed_window", "closed");
     let minute = clear_of_a_minute_edge(&redis).await;

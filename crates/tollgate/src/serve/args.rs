@@ -156,6 +156,17 @@ pub struct ServeArgs {
     /// instance itself stops using its shares a tenth earlier.
     #[arg(long, env = "TOLLGATE_SHARES_TTL", value_name = "DURATION", default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
     pub shares_ttl: Duration,
+    /// With a Redis store: the format a counter with no state in Redis yet
+    /// is created in, under its one key `tg{…}`: `hash` (as releases before
+    /// `packed` wrote it) or `packed` (a string, fewer Redis commands per
+    /// check). Either way a counter stays in the format it is found in, so
+    /// instances of both settings and of an older release share one count;
+    /// `packed` also converts the hashes it finds, and an older release
+    /// fails on a packed counter (WRONGTYPE, answered by on_store_error), so
+    /// turn it on only once no instance of a release before it is left
+    /// (docs/operations.md).
+    #[arg(long, env = "TOLLGATE_REDIS_ENCODING", value_name = "hash|packed", value_enum, default_value_t = RedisEncoding::Hash)]
+    pub redis_encoding: RedisEncoding,
     /// Envoy rate limit quota (RLQS) streams open at once; past it a new
     /// stream is refused with RESOURCE_EXHAUSTED (each about 1 KB plus its buckets).
     #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAMS", value_name = "N", default_value_t = 1024, value_parser = parse_cap)]
@@ -395,4 +406,23 @@ pub(super) fn parse_offset(text: &str) -> Result<i64, String> {
     let d = tollgate_core::duration::parse_duration(magnitude).map_err(|e| e.to_string())?;
     let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
     Ok(if negative { -nanos } else { nanos })
+}
+
+/// The `--redis-encoding` setting (see [`tollgate_redis::Encoding`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisEncoding {
+    /// New counters as hashes under `tg{…}`, as releases before `packed`.
+    #[default]
+    Hash,
+    /// New counters as packed strings under `tg{…}`; hashes found are converted.
+    Packed,
+}
+
+impl From<RedisEncoding> for tollgate_redis::Encoding {
+    fn from(setting: RedisEncoding) -> Self {
+        match setting {
+            RedisEncoding::Hash => tollgate_redis::Encoding::Hash,
+            RedisEncoding::Packed => tollgate_redis::Encoding::Packed,
+        }
+    }
 }

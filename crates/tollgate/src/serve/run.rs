@@ -80,6 +80,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                 store,
                 settings.store_timeout,
                 settings.key_prefix.as_deref(),
+                args.redis_encoding.into(),
                 settings.store_retry,
                 RemoteOptions {
                     expected_instances: args.expected_instances.max(1),

@@ -61,6 +61,7 @@ pub async fn open_store(
     store: &UpstreamStore,
     timeout: Duration,
     key_prefix: Option<&str>,
+    encoding: tollgate_redis::Encoding,
     retry: StoreRetry,
     options: RemoteOptions,
     clock: CoarseClock,
@@ -72,10 +73,11 @@ pub async fn open_store(
         timeout,
         tls: store.tls.clone(),
         key_prefix: key_prefix.map(str::to_owned),
+        encoding,
     };
     match attempt.connect().await {
         Ok(redis) => {
-            tracing::info!(store = %redacted, timeout = ?timeout, "counters in Redis");
+            tracing::info!(store = %redacted, timeout = ?timeout, encoding = encoding.name(), "counters in Redis");
             let remote = RemoteStore::new(redis, options);
             tokio::spawn(follow_sentinel(
                 attempt,
@@ -190,6 +192,8 @@ struct Attempt {
     timeout: Duration,
     tls: Option<crate::upstream_redis::TlsFiles>,
     key_prefix: Option<String>,
+    /// The format of counters created from now on (`--redis-encoding`).
+    encoding: tollgate_redis::Encoding,
 }
 
 impl Attempt {
@@ -200,9 +204,10 @@ impl Attempt {
             .as_ref()
             .map(crate::upstream_redis::TlsFiles::certificates);
         let redis = RedisStore::connect_with_tls(self.target.clone(), self.timeout, tls).await?;
-        Ok(match &self.key_prefix {
+        let redis = match &self.key_prefix {
             Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
             None => redis,
-        })
+        };
+        Ok(redis.with_encoding(self.encoding))
     }
 }

@@ -10,7 +10,7 @@ use tollgate_store::DEFAULT_MAX_LOG_ENTRIES;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::args::{LogFormat, ServeArgs};
+use super::args::{LogFormat, RedisEncoding, ServeArgs};
 use super::combine::{Settings, settings};
 use crate::CommandError;
 use crate::upstream_env::UpstreamEnv;
@@ -605,4 +605,30 @@ fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstr
     let s = resolve(&[], &[("GRPC_HOST", "::"), ("HOST", "0.0.0.0")]).expect("valid");
     assert_eq!(s.grpc_addr, addr("[::]:8081"));
     assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
+}
+
+#[test]
+fn redis_encoding_defaults_to_hash_and_refuses_other_names() {
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["serve", "--config", "limits"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|cli| cli.serve.redis_encoding)
+    };
+    // The default is safe beside instances of a release before `packed`.
+    assert_eq!(parse(&[]).expect("valid"), RedisEncoding::Hash);
+    assert_eq!(
+        parse(&["--redis-encoding", "packed"]).expect("valid"),
+        RedisEncoding::Packed
+    );
+    assert_eq!(
+        tollgate_redis::Encoding::from(RedisEncoding::Packed),
+        tollgate_redis::Encoding::Packed
+    );
+    let refused = parse(&["--redis-encoding", "string"])
+        .expect_err("an unknown encoding is refused")
+        .to_string();
+    assert!(
+        refused.contains("hash") && refused.contains("packed"),
+        "{refused}"
+    );
 }

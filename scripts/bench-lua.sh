@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Redis CPU per exact check, the check code of a base commit against this
+# tree's, in one run on one redis-server: `INFO commandstats` usec_per_call
+# (the time Redis spends in the call, the commands it makes included) while
+# redis-benchmark calls the code with one counter per call, 50 clients,
+# pipelined 16 deep.
+#
+# Beside it, the CPU time redis-server used per call (utime + stime from
+# /proc, network and protocol included): unlike usec_per_call, which is
+# wall time inside the call, it does not grow when another process takes
+# the core in the middle of a call, so it is the steadier figure on a busy
+# machine.
+#
+# The ways of calling, per algorithm:
+#   old          the base commit's script (prelude.lua + check.lua), EVALSHA,
+#                on a hash under tg{…}
+#   hash         this tree's Functions library, FCALL, --redis-encoding hash
+#                (tollgate serve's default): the same hash under tg{…}, with
+#                the previous release's commands
+#   packed       the same, --redis-encoding packed: a packed string under tg{…}
+#   packed-eval  packed as a script, EVALSHA (a Redis without Functions)
+#   floor        a function that only calls TIME, GET and SET … PX (a 16-byte
+#                value) and answers 4 integers: what any exact check reading
+#                Redis TIME and writing its state back costs at the least
+# Each round measures every algorithm in every way, interleaved, so load on
+# the machine falls on all alike; the table is the median of the rounds and
+# each way ÷ old.
+#
+# Every call is allowed and writes (10^9 per second) except the sliding
+# log's, whose cost grows with its entries: its 1 ms window at 10^9 per
+# second holds the calls of the last millisecond (about 100 here).
+#
+# Usage: scripts/bench-lua.sh [ROUNDS] [CALLS]   (defaults: 3 rounds of 200000 calls)
+#        BASE=<commit> (default 454df1f, the last with the hash encoding and
+#        EVALSHA) is the code to compare against.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+calls=${2:-200000}
+base=${BASE:-454df1f}
+src=crates/tollgate-redis/src
+redis_pin=()
+source scripts/redis-bench-common.sh
+
+old=$(cli SCRIPT LOAD "$(git show "$base:$src/prelude.lua" "$base:$src/check.lua")")
+new_eval=$(cli SCRIPT LOAD "$(cat "$src/prelude.lua" "$src/check.lua"; echo "return check(KEYS, ARGV, 'p')")")
+load_bench_library
+cli FUNCTION LOAD REPLACE "#!lua name=tollgate_floor
+redis.register_function('tollgate_floor', function(keys, args)
+  redis.call('TIME')
+  redis.call('GET', keys[1])
+  redis.call('SET', keys[1], '0123456789abcdef', 'PX', 1000)
+  return {0, 1, 2, 3}
+end)" > /dev/null
+
+# name | kind hits p1 p2 phase (the check's ARGV after group and op)
+algorithms=(
+    "token_bucket|s 1 1 1000000000 0"
+    "gcra|s 1 1 1000 0"
+    "leaky_bucket|s 1 1 1001 0"
+    "fixed_window|f 1 1000000 1000000000 0"
+    "sliding_window|w 1 1000000 1000000000 0"
+    "sliding_log|l 1 1000 1000000000 0"
+)
+
+usec_per_call() { # COMMAND-NAME
+    cli INFO commandstats | awk -F'[:=,]' -v c="cmdstat_$1" '$1 == c {for (i = 2; i < NF; i++) if ($i == "usec_per_call") print $(i + 1)}'
+}
+
+measure() { # WAY NAME ARGS
+    local way=$1 name=$2 args=$3 call=() stat=evalsha key
+    case "$way" in
+        old) call=(EVALSHA "$old"); key="tg{0}bench-$name" ;;
+        hash) call=(FCALL tollgate_bench_check); stat=fcall; key="tg{0}bench-hash-$name" ;;
+        packed) call=(FCALL tollgate_bench_check_packed); stat=fcall; key="tg{0}bench-packed-$name" ;;
+        packed-eval) call=(EVALSHA "$new_eval"); key="tg{0}bench-eval-$name" ;;
+        floor) call=(FCALL tollgate_floor); stat=fcall; key="floor-$name" ;;
+    esac
+    cli CONFIG RESETSTAT > /dev/null
+    local u0 s0 u1 s1
+    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
+    # shellcheck disable=SC2086 # ARGS is a list of words
+    redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null
+    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
+    local cpu
+    cpu=$(python3 -c "import os; print((($u1 + $s1) - ($u0 + $s0)) * 1e6 / os.sysconf('SC_CLK_TCK') / $calls)")
+    echo "$way $name $(usec_per_call "$stat") $cpu"
+}
+
+echo "redis-server $(redis-server --version | awk '{print $3}'), $rounds rounds of $calls calls each (redis-benchmark -c 50 -P 16)," \
+    "old = $base; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for round in $(seq 1 "$rounds"); do
+    for entry in "${algorithms[@]}"; do
+        for way in old hash packed packed-eval floor; do
+            measure "$way" "${entry%%|*}" "${entry#*|}"
+        done
+    done
+    echo "round $round done" >&2
+done > "$work/results"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+python3 - "$work/results" <<'PY'
+import statistics, sys
+runs, cpus = {}, {}
+for line in open(sys.argv[1]):
+    way, name, usec, cpu = line.split()
+    runs.setdefault(name, {}).setdefault(way, []).append(float(usec))
+    cpus.setdefault(name, {}).setdefault(way, []).append(float(cpu))
+ways = ("old", "hash", "packed", "packed-eval", "floor")
+def table(title, data):
+    print(title)
+    print(f"{'algorithm':<15} {'old':>6} {'hash':>6} {'h/old':>6} {'packed':>6} {'p/old':>6} {'p-eval':>6} {'pe/old':>6} {'floor':>6}   rounds (" + " | ".join(ways) + ")")
+    for name, by_way in data.items():
+        m = {w: statistics.median(v) for w, v in by_way.items()}
+        rows = " | ".join(" ".join(f"{x:.2f}" for x in by_way[w]) for w in ways)
+        print(f"{name:<15} {m['old']:6.2f} {m['hash']:6.2f} {m['hash'] / m['old']:6.2f} {m['packed']:6.2f} {m['packed'] / m['old']:6.2f} {m['packed-eval']:6.2f} {m['packed-eval'] / m['old']:6.2f} {m['floor']:6.2f}   {rows}")
+table("usec_per_call (INFO commandstats), median µs:", runs)
+print()
+table("redis-server CPU per call (/proc, network included), median µs:", cpus)
+PY
