@@ -74,7 +74,7 @@ fn platform_mistakes_are_named() {
     };
     let err = run(&["--modes", "shares", "--redis", "redis://127.0.0.1:1"]);
     assert!(
-        err.contains("shares mode on Redis") && err.contains("--redis"),
+        err.contains("in-memory store only") && err.contains("drop --redis"),
         "{err}"
     );
     let err = run(&["--modes", "shares", "--scale", "20s"]);
