@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use tollgate_core::Timestamp;
 use tollgate_core::share::{Share, ShareBucket};
 
+use super::lane::PlatformLane;
 use super::report::LaneStats;
-use super::{Arrival, PlatformLane};
+use super::trace::Arrival;
 
 /// A key's bucket and the platform's, decided together: admitted only if both have a token.
 fn take_both(key: &mut ShareBucket, platform: Option<&mut ShareBucket>, now: Timestamp) -> bool {

@@ -6,8 +6,9 @@ use tollgate_core::share::{MILLI_PER_TOKEN, Share};
 use tollgate_core::{AnyAlgorithm, ConfigError, Timestamp, TokenBucket};
 
 use super::super::leased::LeasedFleet;
+use super::lane::PlatformLane;
 use super::report::LaneStats;
-use super::{Arrival, PlatformLane};
+use super::trace::Arrival;
 use crate::store::{MemoryStores, SimulatedStore, StoreFactory};
 
 /// One descriptor's leased fleet and its store.

@@ -4,7 +4,7 @@ use serde::Serialize;
 use tollgate_core::Timestamp;
 use tollgate_core::share::{ConformanceChecker, Share};
 
-use super::PlatformMode;
+use super::model::PlatformMode;
 
 /// One mode's figures over the run.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -15,8 +15,9 @@ use tollgate_core::share::{
     Authority, AuthorityPolicy, Holder, HolderPolicy, Share, SyncCall, SyncReply, Verdict,
 };
 
+use super::lane::PlatformLane;
 use super::report::LaneStats;
-use super::{Arrival, PlatformLane};
+use super::trace::Arrival;
 
 /// The key the platform-wide limit is kept under (beside the per-key keys).
 const PLATFORM: u32 = u32::MAX;

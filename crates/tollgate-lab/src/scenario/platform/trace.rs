@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp1, Zipf};
 
-use super::{KeyDistribution, PlatformScenario};
+use super::model::{KeyDistribution, PlatformScenario};
 
 /// One request of the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

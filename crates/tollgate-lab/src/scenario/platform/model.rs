@@ -1,0 +1,241 @@
+//! The platform scenario's parameters, its validation and its run: one trace, every mode a lane, one report.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tollgate_core::share::{AuthorityPolicy, HolderPolicy, Share};
+use tollgate_core::{ConfigError, Timestamp};
+
+use super::exact::{ExactLane, LocalLane};
+use super::lane::PlatformLane;
+use super::leased::LeasedLane;
+use super::report::{LaneStats, PlatformLaneReport};
+use super::shares::SharesLane;
+use super::trace::Trace;
+
+/// The most keys a platform run spreads its arrivals over.
+pub const MAX_PLATFORM_KEYS: u32 = 10_000_000;
+
+/// The most instances a platform run may have live at once.
+pub const MAX_PLATFORM_INSTANCES: u32 = 1_000;
+
+/// How a lane keeps the fleet inside the limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlatformMode {
+    /// One store call per decision.
+    Exact,
+    /// Quota leases.
+    Leased,
+    /// Shares of each key's bucket, rebalanced by demand in batched calls.
+    Shares,
+    /// Each instance on its own.
+    Local,
+}
+
+impl PlatformMode {
+    /// Every mode, in the order reports list them.
+    pub const ALL: [PlatformMode; 4] = [
+        PlatformMode::Exact,
+        PlatformMode::Leased,
+        PlatformMode::Shares,
+        PlatformMode::Local,
+    ];
+
+    /// The mode's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlatformMode::Exact => "exact",
+            PlatformMode::Leased => "leased",
+            PlatformMode::Shares => "shares",
+            PlatformMode::Local => "local",
+        }
+    }
+}
+
+/// How popular each key is.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KeyDistribution {
+    /// Every key alike.
+    Uniform,
+    /// Key `k` (from 1) drawn with weight `1 / kˢ`.
+    Zipf(f64),
+}
+
+/// A platform run's parameters.
+#[derive(Clone, Debug)]
+pub struct PlatformScenario {
+    /// Virtual time at the start.
+    pub start: Timestamp,
+    /// How long the run lasts.
+    pub duration: Duration,
+    /// Requests per second offered.
+    pub rate: f64,
+    /// Poisson arrivals (else evenly spaced).
+    pub poisson: bool,
+    /// The seed of every random draw.
+    pub seed: u64,
+    /// Keys the requests are spread over.
+    pub keys: u32,
+    /// How they are spread.
+    pub distribution: KeyDistribution,
+    /// Instances live at the start.
+    pub instances: u32,
+    /// (time since the start, instances live from then on), in any order.
+    pub scale: Vec<(Duration, u32)>,
+    /// Each key's token bucket.
+    pub key_limit: Share,
+    /// The platform's token bucket, if any.
+    pub platform_limit: Option<Share>,
+    /// The lanes to run (exact always runs: it is the reference).
+    pub modes: Vec<PlatformMode>,
+    /// One store round trip.
+    pub store_rtt: Duration,
+    /// The leased lane's lease period.
+    pub lease_period: Duration,
+    /// The shares lane's holders.
+    pub holder: HolderPolicy,
+    /// The shares lane's authority.
+    pub authority: AuthorityPolicy,
+}
+
+/// What a platform run reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlatformReport {
+    /// Requests offered (every lane decides each of them once).
+    pub arrivals: u64,
+    /// Requests the exact limiter admitted.
+    pub exact_admitted: u64,
+    /// Simulated seconds.
+    pub seconds: f64,
+    /// One report per lane, exact first.
+    pub lanes: Vec<PlatformLaneReport>,
+}
+
+impl PlatformScenario {
+    /// Checks the parameters; the error names the one at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.keys == 0 || self.keys > MAX_PLATFORM_KEYS {
+            return Err(ConfigError::new(
+                "clients",
+                format!("must be 1 to {MAX_PLATFORM_KEYS}, not {}", self.keys),
+            ));
+        }
+        let mut steps = self.scale.iter().map(|s| s.1).chain([self.instances]);
+        if steps.any(|n| n == 0 || n > MAX_PLATFORM_INSTANCES) {
+            return Err(ConfigError::new(
+                "instances",
+                format!("must be 1 to {MAX_PLATFORM_INSTANCES} at every step"),
+            ));
+        }
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Err(ConfigError::new(
+                "arrival_rate",
+                format!("must be above 0, not {}", self.rate),
+            ));
+        }
+        if let KeyDistribution::Zipf(s) = self.distribution
+            && !(s.is_finite() && s > 0.0)
+        {
+            return Err(ConfigError::new(
+                "zipf_s",
+                format!("must be above 0, not {s}"),
+            ));
+        }
+        if self.key_limit.burst == 0 || self.platform_limit.is_some_and(|p| p.burst == 0) {
+            return Err(ConfigError::new("burst", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Runs every lane over the trace.
+    pub fn run(&self) -> Result<PlatformReport, ConfigError> {
+        let (arrivals, lanes) = self.run_lanes()?;
+        let exact_admitted = lanes[0].1.admitted;
+        let seconds = self.duration.as_secs_f64();
+        Ok(PlatformReport {
+            arrivals,
+            exact_admitted,
+            seconds,
+            lanes: lanes
+                .into_iter()
+                .map(|(mode, stats)| stats.report(mode, exact_admitted, seconds))
+                .collect(),
+        })
+    }
+
+    /// Runs every lane over the trace: the arrivals, and each lane's counts (exact first).
+    fn run_lanes(&self) -> Result<(u64, Vec<(PlatformMode, LaneStats)>), ConfigError> {
+        self.validate()?;
+        let rtt_ns = u64::try_from(self.store_rtt.as_nanos()).unwrap_or(u64::MAX);
+        let most = self
+            .scale
+            .iter()
+            .map(|s| s.1)
+            .chain([self.instances])
+            .max()
+            .unwrap_or(1);
+        let (limit, platform, start) = (self.key_limit, self.platform_limit, self.start);
+        let mut lanes: Vec<(PlatformMode, Box<dyn PlatformLane>, LaneStats)> = Vec::new();
+        let stats = || LaneStats::new(self.keys, limit, platform, start);
+        lanes.push((
+            PlatformMode::Exact,
+            Box::new(ExactLane::new(self.keys, limit, platform, start, rtt_ns)),
+            stats(),
+        ));
+        for &mode in &self.modes {
+            let lane: Box<dyn PlatformLane> = match mode {
+                PlatformMode::Exact => continue,
+                PlatformMode::Leased => Box::new(LeasedLane::new(
+                    most,
+                    self.keys,
+                    limit,
+                    platform,
+                    self.lease_period,
+                    rtt_ns,
+                )?),
+                PlatformMode::Shares => Box::new(SharesLane::new(
+                    self.instances,
+                    limit,
+                    platform,
+                    start,
+                    rtt_ns,
+                    self.holder,
+                    self.authority,
+                )),
+                PlatformMode::Local => Box::new(LocalLane::new(limit, platform, start)),
+            };
+            if lanes.iter().all(|l| l.0 != mode) {
+                lanes.push((mode, lane, stats()));
+            }
+        }
+        let mut trace = Trace::new(self);
+        let mut arrivals = 0u64;
+        let start_ns = start.as_nanos();
+        while let Some(arrival) = trace.next() {
+            for (at, n) in trace.take_scaled() {
+                let now = Timestamp::from_nanos(start_ns + at);
+                for (_, lane, stats) in &mut lanes {
+                    lane.scale(now, n, stats);
+                }
+            }
+            arrivals += 1;
+            let now = Timestamp::from_nanos(start_ns + arrival.at_ns);
+            for (_, lane, stats) in &mut lanes {
+                lane.decide(arrival, now, stats);
+            }
+        }
+        let end = start.saturating_add(self.duration);
+        for (_, lane, stats) in &mut lanes {
+            lane.finish(end, stats);
+        }
+        Ok((
+            arrivals,
+            lanes
+                .into_iter()
+                .map(|(mode, _, stats)| (mode, stats))
+                .collect(),
+        ))
+    }
+}
