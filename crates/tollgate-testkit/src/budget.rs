@@ -53,6 +53,24 @@ pub fn poll_until<T>(budget: Duration, mut check: impl FnMut() -> Option<T>) -> 
     }
 }
 
+/// [`poll_until`] for a check that awaits (a call to a server on the
+/// test's runtime): `check` every [`POLL_PAUSE`], for at most `budget`.
+pub async fn poll_until_async<T, F: Future<Output = Option<T>>>(
+    budget: Duration,
+    mut check: impl FnMut() -> F,
+) -> Option<T> {
+    let watch = Stopwatch::start();
+    loop {
+        if let Some(found) = check().await {
+            return Some(found);
+        }
+        if watch.exceeded(budget) {
+            return None;
+        }
+        tokio::time::sleep(POLL_PAUSE).await;
+    }
+}
+
 /// Polls `check` every [`POLL_PAUSE`] until it holds; panics naming `what` when it does not within `budget`.
 pub fn eventually(what: &str, budget: Duration, mut check: impl FnMut() -> bool) {
     if poll_until(budget, || check().then_some(())).is_none() {

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use rls_client::{call, channel, is_ok, request};
-use tollgate_testkit::budget::{Stopwatch, poll_until};
+use tollgate_testkit::budget::{Stopwatch, poll_until, poll_until_async};
 use tollgate_testkit::ports::free_port;
 use tollgate_testkit::redis::{RedisServer, redis_cli_bin};
 use tollgate_testkit::redis_sentinel::Sentinel;
@@ -93,15 +93,12 @@ async fn serve_follows_a_sentinel_failover_back_to_exact_decisions() {
     // The master dies; deny answers until the replica is promoted and found.
     master.kill();
     let start = Stopwatch::start();
-    // Bounded: at most FOLLOWED_WITHIN / 50 ms calls; the first OK is Redis' (deny refuses everything else).
-    let mut followed = None;
-    for _ in 0..FOLLOWED_WITHIN.as_millis() / 50 {
-        if is_ok(&call(&channel, request("failover", "closed", "after")).await) {
-            followed = Some(start.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Bounded by FOLLOWED_WITHIN; the first OK is Redis' (deny refuses everything else).
+    let followed = poll_until_async(FOLLOWED_WITHIN, || async {
+        is_ok(&call(&channel, request("failover", "closed", "after")).await)
+            .then(|| start.elapsed())
+    })
+    .await;
     let followed = followed.unwrap_or_else(|| {
         panic!("still not counting in Redis {FOLLOWED_WITHIN:?} after the kill")
     });

@@ -7,7 +7,7 @@ mod rls_client;
 use std::time::Duration;
 
 use rls_client::{call, channel, is_ok, request};
-use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::budget::{Stopwatch, poll_until_async};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
@@ -63,15 +63,12 @@ async fn serve_starts_without_redis_answers_by_policy_and_counts_in_redis_once_i
     redis.restart();
     let start = Stopwatch::start();
     let budget = Duration::from_secs(15);
-    // Bounded: at most budget / 50 ms attempts; the first OK is Redis' (deny refuses everything).
-    let mut in_redis = false;
-    for _ in 0..budget.as_millis() / 50 {
-        if is_ok(&call(&channel, request("startup", "closed", "after")).await) {
-            in_redis = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Bounded by `budget`; the first OK is Redis' (deny refuses everything).
+    let in_redis = poll_until_async(budget, || async {
+        is_ok(&call(&channel, request("startup", "closed", "after")).await).then_some(())
+    })
+    .await
+    .is_some();
     assert!(in_redis, "not counting in Redis within {budget:?}");
     assert!(
         start.elapsed() <= Duration::from_secs(10),
