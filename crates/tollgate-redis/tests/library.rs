@@ -7,19 +7,10 @@ use tollgate_redis::{Encoding, RedisStore};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
-const HOUR: Duration = Duration::from_secs(3600);
+mod one_counter;
+use one_counter::counter;
 
-fn counter(key: &[u8], algorithm: AnyAlgorithm) -> Counter<'_> {
-    Counter {
-        group: 0,
-        key,
-        tag: xxhash_rust::xxh3::xxh3_64(key),
-        algorithm,
-        hits: 1,
-        give_back: false,
-        phase_ns: 0,
-    }
-}
+const HOUR: Duration = Duration::from_secs(3600);
 
 async fn one(store: &RedisStore, c: Counter<'_>) -> Decision {
     let mut out = Vec::new();

@@ -18,6 +18,9 @@ use tollgate_redis::{Encoding, RedisStore, redis_key};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
+mod one_counter;
+use one_counter::counter;
+
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// The previous release's check script, as it loaded it (prelude, then body).
@@ -64,18 +67,6 @@ fn old_params(algorithm: &AnyAlgorithm) -> (&'static str, u64, u64) {
             ("w", ns(a.window()) / 1_000, a.limit())
         }
         AnyAlgorithm::SlidingLog(a) => ("l", ns(a.window()) / 1_000, a.limit()),
-    }
-}
-
-fn counter(key: &[u8], algorithm: AnyAlgorithm) -> Counter<'_> {
-    Counter {
-        group: 0,
-        key,
-        tag: xxhash_rust::xxh3::xxh3_64(key),
-        algorithm,
-        hits: 1,
-        give_back: false,
-        phase_ns: 0,
     }
 }
 
