@@ -110,6 +110,10 @@ if [ ! -d tests/browser/node_modules ]; then
 fi
 export CHROMIUM="${CHROMIUM:-$(command -v chromium)}"
 
+# A whole run builds every test binary once: incremental caches would only
+# double the target folder on a fresh machine's disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 log "cargo fmt --check"
 cargo fmt --all -- --check
 
