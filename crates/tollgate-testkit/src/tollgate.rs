@@ -209,6 +209,10 @@ pub struct LoggedChild {
     pub admin: Option<SocketAddr>,
     /// Where its stderr goes.
     pub log: PathBuf,
+    /// Every `NAME listening on ADDR` line read so far, as (NAME, ADDR).
+    listeners: Vec<(String, SocketAddr)>,
+    /// Its stdout lines not read yet.
+    lines: Receiver<String>,
 }
 
 impl LoggedChild {
@@ -227,29 +231,50 @@ impl LoggedChild {
         let stdout = child.0.stdout.take().expect("piped stdout");
         let (tx, lines) = mpsc::channel::<String>();
         forward_lines(stdout, tx);
-        let mut addr = None;
-        let mut admin_addr = None;
-        while addr.is_none() || (admin && admin_addr.is_none()) {
-            match lines.recv_timeout(BUDGET) {
+        let mut spawned = LoggedChild {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            admin: None,
+            log,
+            listeners: Vec::new(),
+            lines,
+        };
+        spawned.addr = spawned.listener("");
+        if admin {
+            spawned.admin = Some(spawned.listener("admin"));
+        }
+        spawned
+    }
+
+    /// The address the child announced as `NAME listening on ADDR` (`""` for the
+    /// main `listening on` line; `http`, `debug`, `admin`), awaited at most
+    /// [`BUDGET`] per line: tests read a port the child bound on `:0` instead of
+    /// picking one that another process may take first.
+    pub fn listener(&mut self, name: &str) -> SocketAddr {
+        let prefix = if name.is_empty() {
+            "listening on ".to_owned()
+        } else {
+            format!("{name} listening on ")
+        };
+        loop {
+            if let Some((_, addr)) = self.listeners.iter().find(|(seen, _)| seen == name) {
+                return *addr;
+            }
+            match self.lines.recv_timeout(BUDGET) {
                 Ok(line) => {
                     let line = announced(&line);
-                    if let Some(a) = line.strip_prefix("admin listening on ") {
-                        admin_addr = Some(a.parse().expect("an admin address"));
-                    } else if let Some(a) = line.strip_prefix("listening on ") {
-                        addr.get_or_insert(a.parse().expect("a listener address"));
+                    if let Some((seen, addr)) = line.split_once("listening on ") {
+                        let addr = addr.parse().unwrap_or_else(|error| {
+                            panic!("`{line}` announces no address: {error}")
+                        });
+                        self.listeners.push((seen.trim_end().to_owned(), addr));
                     }
                 }
                 Err(error) => panic!(
-                    "tollgate printed no `listening on` line within {BUDGET:?} ({error}); log:\n{}",
-                    log_tail(&log)
+                    "tollgate printed no `{prefix}` line within {BUDGET:?} ({error}); log:\n{}",
+                    log_tail(&self.log)
                 ),
             }
-        }
-        LoggedChild {
-            child,
-            addr: addr.expect("an address"),
-            admin: admin_addr,
-            log,
         }
     }
 

@@ -175,7 +175,7 @@ fn two_envoys_share_one_limit_through_rlqs() {
     assert_bounded_and_fed(a + b, took, 1, &logs);
 }
 
-/// `tollgate serve` of `limits` with its gRPC listener on `grpc_port`.
+/// `tollgate serve` of `limits` with its gRPC listener on `grpc_port` (0: any).
 fn serve_on(limits: &Path, grpc_port: u16, log: std::path::PathBuf) -> LoggedChild {
     serve_with(limits, grpc_port, 0, &[], log)
 }
@@ -216,8 +216,9 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
     )
     .expect("the limits file is written");
     let upstream = Upstream::spawn();
-    let grpc_port = free_port();
-    let mut tollgate = serve_on(&limits, grpc_port, dir.0.join("tollgate.log"));
+    let mut tollgate = serve_on(&limits, 0, dir.0.join("tollgate.log"));
+    // The restarted service binds the same port: the one Envoy's cluster names.
+    let grpc_port = tollgate.addr.port();
     let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
     let logs = |tollgate: &LoggedChild| {
         format!(
@@ -353,14 +354,14 @@ fn drive_mixed(port: u16, http_port: u16, budget: Duration) -> ([Tally; 2], Dura
 fn rls_callers_and_envoys_on_rlqs_spend_one_budget() {
     let dir = TempDir::new("rlqs-with-rls");
     let upstream = Upstream::spawn();
-    let http_port = free_port();
-    let tollgate = serve_with(
+    let mut tollgate = serve_with(
         &repository_file("examples/envoy/limits"),
-        free_port(),
-        http_port,
+        0,
+        0,
         &[],
         dir.0.join("tollgate.log"),
     );
+    let http_port = tollgate.listener("http").port();
     let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
     // A first phase gives the bucket its first assignment: the requests
     // before it pass (`no_assignment_behavior`), a term of the bound this
@@ -406,7 +407,7 @@ fn two_services_on_one_redis_hand_their_envoys_one_budget() {
     let services = [0, 1].map(|i| {
         serve_with(
             &limits,
-            free_port(),
+            0,
             0,
             &["--store", &store, "--store-timeout", "1s"],
             dir.0.join(format!("tollgate-{i}.log")),
@@ -531,7 +532,7 @@ fn print_table(name: &str, seconds: &Seconds) {
 /// 100/s; per phase the first 5 s are left out as settling.
 fn phases(tenant: &str, limits: &Path, dir: &Path) {
     let upstream = Upstream::spawn();
-    let tollgate = serve_on(limits, free_port(), dir.join("tollgate.log"));
+    let tollgate = serve_on(limits, 0, dir.join("tollgate.log"));
     let (mut a, a_port) = start_envoy(dir, "a", upstream.addr, tollgate.addr);
     let (b, b_port) = start_envoy(dir, "b", upstream.addr, tollgate.addr);
     let ports = [a_port, b_port];
