@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// `http listening on ADDR`.
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<SocketAddr>,
+    /// Worker threads of the runtime that serves every listener
+    /// [default: one per CPU]; at least 1.
+    #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Allowed hits above this fraction of a limit also count in
     /// `ratelimit_near_limit` (between 0 and 1).
     /// [default: 0.8]

@@ -29,9 +29,12 @@ use super::listen::{Listen, Listeners, serve};
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("tollgate-worker")
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all().thread_name("tollgate-worker");
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(threads.get());
+    }
+    let runtime = runtime
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     // The exporter's client runs on the runtime; it flushes when `_traces` drops.

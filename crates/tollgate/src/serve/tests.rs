@@ -151,6 +151,24 @@ fn log_format_and_near_limit_ratio_from_flags_or_upstreams_variables() {
 }
 
 #[test]
+fn worker_threads_are_a_positive_count() {
+    let parsed = |threads: &str| {
+        Cli::try_parse_from(["serve", "--worker-threads", threads]).map(|cli| cli.serve)
+    };
+    let two = parsed("2").expect("2 threads parse");
+    assert_eq!(two.worker_threads.map(std::num::NonZeroUsize::get), Some(2));
+    let zero = parsed("0").expect_err("0 threads is refused").to_string();
+    assert!(zero.contains("--worker-threads"), "{zero}");
+    assert!(
+        Cli::try_parse_from(["serve"])
+            .expect("no flags parse")
+            .serve
+            .worker_threads
+            .is_none()
+    );
+}
+
+#[test]
 fn request_caps_have_defaults_flags_and_refuse_zero() {
     let parse = |extra: &[&str]| {
         let mut argv = vec!["serve", "--config", "limits"];
