@@ -708,8 +708,10 @@ class ChartSwitches(unittest.TestCase):
         for store, username, expected in [
             ("redis://r:6379/2", "", {"REDIS_TYPE": "single", "REDIS_URL": "r:6379/2", "REDIS_TLS": "false", "REDIS_AUTH": ":pw"}),
             ("rediss://r:6380", "app", {"REDIS_TYPE": "single", "REDIS_URL": "r:6380", "REDIS_TLS": "true", "REDIS_AUTH": "app:pw"}),
-            ("redis-cluster://a:7000,b:7000", "", {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7000"}),
+            ("redis-cluster://a:7000,b:7000", "", {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7000", "REDIS_TLS": "false"}),
             ("redis-sentinel://mymaster@s1:26379,s2:26379", "", {"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379"}),
+            ("rediss-cluster://a:7000", "", {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000", "REDIS_TLS": "true"}),
+            ("rediss-sentinel://m@s1:26379", "", {"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_TLS": "true"}),
         ]:
             with self.subTest(store=store):
                 objects = render({"store": store, "redis": {"enabled": False, "auth": {"password": "pw", "username": username}}})

@@ -60,14 +60,17 @@ store URL must then carry no credentials of its own.
 {{- else if hasPrefix "rediss://" $store -}}
 {{- $rest = trimPrefix "rediss://" $store -}}
 {{- $tls = "true" -}}
-{{- else if hasPrefix "redis-cluster://" $store -}}
-{{- $rest = trimPrefix "redis-cluster://" $store -}}
+{{- else if regexMatch "^rediss?-cluster://" $store -}}
+{{- $rest = regexReplaceAll "^rediss?-cluster://" $store "" -}}
 {{- $type = "cluster" -}}
-{{- else if hasPrefix "redis-sentinel://" $store -}}
-{{- $rest = regexReplaceAll "^([^@]*)@" (trimPrefix "redis-sentinel://" $store) "${1}," -}}
+{{- else if regexMatch "^rediss?-sentinel://" $store -}}
+{{- $rest = regexReplaceAll "^([^@]*)@" (regexReplaceAll "^rediss?-sentinel://" $store "") "${1}," -}}
 {{- $type = "sentinel" -}}
 {{- else -}}
-{{- fail (printf "redis.auth needs a redis://, rediss://, redis-cluster:// or redis-sentinel:// store, not %q" $store) -}}
+{{- fail (printf "redis.auth needs a redis://, rediss://, redis(s)-cluster:// or redis(s)-sentinel:// store, not %q" $store) -}}
+{{- end -}}
+{{- if regexMatch "^rediss-(cluster|sentinel)://" $store -}}
+{{- $tls = "true" -}}
 {{- end -}}
 {{- if contains "@" $rest -}}
 {{- fail "store must not hold credentials (user:password@) when redis.auth is set: give the password in redis.auth only" -}}
