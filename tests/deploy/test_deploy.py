@@ -479,7 +479,7 @@ class RenderedChart(unittest.TestCase):
 
 
 # A password with the characters a URL or `user:password` would trip on.
-SECRET = "s3cret:p@ss/w%rd"
+SECRET = "s3cret:p@ss/w%rd +x"
 
 # Every switch of the chart on.
 ALL_ON = {

@@ -102,11 +102,17 @@ pub fn upstream_store(env: &UpstreamEnv) -> Result<Option<UpstreamStore>, Comman
 /// `REDIS_AUTH` (`password` or `user:password`) as the `user:password@` part of a URL.
 fn auth_part(auth: &str) -> String {
     let (user, password) = auth.split_once(':').unwrap_or(("", auth));
-    format!(
-        "{}:{}@",
-        form_urlencoded::byte_serialize(user.as_bytes()).collect::<String>(),
-        form_urlencoded::byte_serialize(password.as_bytes()).collect::<String>()
-    )
+    format!("{}:{}@", userinfo(user), userinfo(password))
+}
+
+/// `text` percent-encoded for a URL's user or password. Form encoding
+/// writes a space as `+`, which a URL's userinfo keeps as a `+` (the
+/// password would be wrong), so a space is written `%20`; a `+` of the text
+/// is already `%2B`.
+fn userinfo(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
 }
 
 /// `REDIS_AUTH` as the query of a `unix://` URL.
@@ -178,6 +184,16 @@ mod tests {
         assert_eq!(
             url(&auth).unwrap().unwrap(),
             "redis://alice:p%40ss@redis:6379"
+        );
+        // A space stays a space: `+` in a URL's password is a plus.
+        let spaced = [
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_AUTH", ":a b+c"),
+        ];
+        assert_eq!(
+            url(&spaced).unwrap().unwrap(),
+            "redis://:a%20b%2Bc@redis:6379"
         );
         let cluster = [("REDIS_URL", "a:1,b:2"), ("REDIS_TYPE", "CLUSTER")];
         assert_eq!(url(&cluster).unwrap().unwrap(), "redis-cluster://a:1,b:2");
