@@ -458,6 +458,8 @@ class RenderedChart(unittest.TestCase):
             ({"env": [{"name": "LEVEL", "value": 3}]}, "/env/0/value"),
             ({"env": {"LEVEL": "warn"}}, "/env"),
             ({"extraArgs": ["lease-period=1s"]}, "/extraArgs/0"),
+            ({"extraVolumeMounts": [{"name": "ca"}]}, "/extraVolumeMounts/0"),
+            ({"extraVolumes": [{"name": "ca"}]}, "/extraVolumes/0"),
             ({"redis": {"auth": {"password": 1234}}}, "/redis/auth/password"),
             ({"redis": {"auth": {"passwd": "x"}}}, "passwd"),
             ({"hpa": {"enabled": "true"}}, "/hpa/enabled"),
@@ -493,6 +495,8 @@ ALL_ON = {
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     ],
     "extraArgs": ["--lease-period=100ms"],
+    "extraVolumes": [{"name": "redis-ca", "secret": {"secretName": "redis-ca"}}],
+    "extraVolumeMounts": [{"name": "redis-ca", "mountPath": "/etc/redis-ca", "readOnly": True}],
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 100, "podAffinityTerm": {
@@ -611,6 +615,7 @@ class ChartSwitches(unittest.TestCase):
         for field in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints"):
             self.assertNotIn(field, pod)
         self.assertNotIn("env", pod["containers"][0])
+        self.assertEqual([v["name"] for v in pod["volumes"]], ["limits"])
 
     def test_the_hpa_scales_the_deployment_and_takes_its_replicas(self):
         objects = render({"hpa": {"enabled": True, "minReplicas": 3, "maxReplicas": 8,
@@ -659,7 +664,8 @@ class ChartSwitches(unittest.TestCase):
 
     def test_the_pod_values_reach_the_pod(self):
         values = {key: ALL_ON[key] for key in ("env", "extraArgs", "nodeSelector", "affinity", "tolerations",
-                                               "topologySpreadConstraints", "podAnnotations", "resources")}
+                                               "topologySpreadConstraints", "podAnnotations", "resources",
+                                               "extraVolumes", "extraVolumeMounts")}
         # A pod label may not take over the selector's.
         values["podLabels"] = {"team": "edge", "app.kubernetes.io/name": "other"}
         deployment = render(values)[("Deployment", "tollgate")]
@@ -676,6 +682,8 @@ class ChartSwitches(unittest.TestCase):
         self.assertEqual(container["env"], values["env"])
         self.assertEqual(container["args"][-1], "--lease-period=100ms", "after the chart's own flags")
         self.assertEqual(container["resources"], values["resources"])
+        self.assertEqual(pod["volumes"][1:], values["extraVolumes"], "beside the limits")
+        self.assertEqual(container["volumeMounts"][1:], values["extraVolumeMounts"])
 
     def test_the_redis_password_is_only_in_its_secret(self):
         objects = render({"redis": {"auth": {"password": SECRET}}})
