@@ -126,7 +126,7 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 log "cargo test (all features)"
 cargo test --workspace --all-features --locked
 
-log "deployment files: manifests, the Helm chart rendered, Dockerfile (tests/deploy)"
+log "deployment files: manifests, the Helm chart rendered, Dockerfile, dashboards and alerts (tests/deploy)"
 TOLLGATE_BIN="$PWD/target/debug/tollgate" "$VENV/bin/python" -m unittest discover -s tests/deploy -v
 
 log "loom model checks of the store's atomic step"

@@ -13,23 +13,32 @@
   against the Kubernetes schemas, equal the plain manifests but for the
   release's names and labels, follow their values, and `values.schema.json`
   refuses bad values with an error naming them; `helm lint --strict` passes.
+* Each of the chart's switches (the Redis password Secret, the HPA, the
+  ServiceMonitor and PrometheusRule, the pod's scheduling and metadata,
+  `env`, `extraArgs`) renders, on and off, objects that validate (the
+  Prometheus Operator's, which the Kubernetes schemas lack, against the
+  fields their CRDs require); the password never appears outside its
+  Secret, and the variables the chart renders connect a real
+  `tollgate serve` to a real Redis that requires it.
 
 Run by scripts/test.sh as `.venv/bin/python -m unittest discover -s tests/deploy`;
 TOLLGATE_BIN names the `tollgate` binary (default target/debug/tollgate).
 """
 
-import os
+import base64
 import re
 import subprocess
+import tempfile
 import unittest
 from pathlib import Path
-
-import tempfile
 
 import helm_python as helm
 import kubernetes_validate
 import yaml
 from dockerfile_parse import DockerfileParser
+
+import running
+from running import tollgate_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
@@ -76,10 +85,6 @@ def serve_default_ports():
     http = re.search(r"--http-addr <ADDR>.*?\[default: [\d.]+:(\d+)\]", text, re.S)
     assert grpc and http, text
     return {"grpc": int(grpc.group(1)), "http": int(http.group(1))}
-
-
-def tollgate_binary():
-    return os.environ.get("TOLLGATE_BIN", str(ROOT / "target" / "debug" / "tollgate"))
 
 
 def flag(args, name):
@@ -450,11 +455,311 @@ class RenderedChart(unittest.TestCase):
             ({"logFormat": "xml"}, "/logFormat"),
             ({"drainDelay": "soon"}, "/drainDelay"),
             ({"redis": {"enabled": "yes"}}, "/redis/enabled"),
+            ({"env": [{"name": "LEVEL", "value": 3}]}, "/env/0/value"),
+            ({"env": {"LEVEL": "warn"}}, "/env"),
+            ({"extraArgs": ["lease-period=1s"]}, "/extraArgs/0"),
+            ({"extraVolumeMounts": [{"name": "ca"}]}, "/extraVolumeMounts/0"),
+            ({"extraVolumes": [{"name": "ca"}]}, "/extraVolumes/0"),
+            ({"redis": {"auth": {"password": 1234}}}, "/redis/auth/password"),
+            ({"redis": {"auth": {"passwd": "x"}}}, "passwd"),
+            ({"hpa": {"enabled": "true"}}, "/hpa/enabled"),
+            ({"hpa": {"maxReplicas": 0}}, "/hpa/maxReplicas"),
+            ({"serviceMonitor": {"interval": "often"}}, "/serviceMonitor/interval"),
+            ({"prometheusRule": {"enabled": 1}}, "/prometheusRule/enabled"),
+            ({"podLabels": {"team": 7}}, "/podLabels/team"),
+            ({"nodeSelector": ["linux"]}, "/nodeSelector"),
+            ({"tolerations": [{"operator": "Maybe"}]}, "/tolerations/0/operator"),
+            ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "/topologySpreadConstraints/0"),
+            ({"affinity": {"nodeAfinity": {}}}, "nodeAfinity"),
+            ({"resources": {"limit": {"memory": "1Gi"}}}, "limit"),
+            ({"resources": {"limits": {"memory": "lots"}}}, "/resources/limits/memory"),
         ]:
             with self.subTest(values=values):
                 with self.assertRaises(helm.HelmValuesError) as refused:
                     render(values)
                 self.assertIn(named, str(refused.exception))
+
+
+# A password with the characters a URL or `user:password` would trip on.
+SECRET = "s3cret:p@ss/w%rd +x"
+
+# Every switch of the chart on.
+ALL_ON = {
+    "redis": {"auth": {"password": SECRET}},
+    "hpa": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
+    "expectedInstances": 6,
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+    "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+    "env": [
+        {"name": "TOLLGATE_LOG_LEVEL", "value": "warn"},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+    ],
+    "extraArgs": ["--lease-period=100ms"],
+    "extraVolumes": [{"name": "redis-ca", "secret": {"secretName": "redis-ca"}}],
+    "extraVolumeMounts": [{"name": "redis-ca", "mountPath": "/etc/redis-ca", "readOnly": True}],
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "tollgate"}}}}]}},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "edge", "effect": "NoSchedule"}],
+    "topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "tollgate"}}}],
+    "podAnnotations": {"example.com/team": "edge"},
+    "podLabels": {"team": "edge"},
+    "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+}
+
+
+def switch_variants():
+    """No switch, all of them, and each alone (the HPA with the instances it needs)."""
+    yield {}
+    yield ALL_ON
+    for key, value in ALL_ON.items():
+        if key != "expectedInstances":
+            yield {key: value, **({"expectedInstances": 6} if key == "hpa" else {})}
+    yield {"redis": {"auth": {"existingSecret": "redis-credentials", "existingSecretKey": "pw"}}}
+    yield {"redis": {"enabled": False, "auth": {"password": SECRET, "username": "tollgate"}},
+           "store": "redis-sentinel://mymaster@s1:26379,s2:26379"}
+
+
+# The Prometheus Operator's Duration (its CRDs' pattern for interval, scrapeTimeout, for).
+OPERATOR_DURATION = r"0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?"
+
+
+def string_map(test, value):
+    test.assertIsInstance(value, dict)
+    for k, v in value.items():
+        test.assertIsInstance(k, str)
+        test.assertIsInstance(v, str)
+
+
+def check_operator_object(test, document):
+    """The fields the ServiceMonitor and PrometheusRule CRDs (monitoring.coreos.com/v1) require, with their types."""
+    test.assertEqual(document["apiVersion"], "monitoring.coreos.com/v1")
+    test.assertEqual(set(document), {"apiVersion", "kind", "metadata", "spec"})
+    test.assertRegex(document["metadata"]["name"], r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    string_map(test, document["metadata"]["labels"])
+    spec = document["spec"]
+    if document["kind"] == "ServiceMonitor":
+        test.assertLessEqual(set(spec), {"selector", "namespaceSelector", "endpoints"})
+        string_map(test, spec["selector"]["matchLabels"])
+        test.assertTrue(all(isinstance(n, str) for n in spec["namespaceSelector"]["matchNames"]))
+        test.assertGreaterEqual(len(spec["endpoints"]), 1)
+        for endpoint in spec["endpoints"]:
+            test.assertLessEqual(set(endpoint), {"port", "path", "interval", "scrapeTimeout"})
+            test.assertIsInstance(endpoint["port"], str)
+            for field in ("interval", "scrapeTimeout"):
+                test.assertRegex(endpoint[field], f"^({OPERATOR_DURATION})$")
+    else:
+        test.assertEqual(document["kind"], "PrometheusRule")
+        test.assertEqual(set(spec), {"groups"})
+        for group in spec["groups"]:
+            test.assertIsInstance(group["name"], str)
+            for rule in group["rules"]:
+                test.assertEqual(len({"alert", "record"} & set(rule)), 1, rule)
+                test.assertIsInstance(rule["expr"], str)
+                if "for" in rule:
+                    test.assertRegex(rule["for"], f"^({OPERATOR_DURATION})$")
+                for field in ("labels", "annotations"):
+                    string_map(test, rule.get(field, {}))
+        # The groups are what Prometheus itself loads.
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as rules:
+            yaml.safe_dump(spec, rules)
+            rules.flush()
+            subprocess.run(["promtool", "check", "rules", rules.name], check=True, capture_output=True)
+
+
+def tollgate_container(objects, name="tollgate"):
+    return objects[("Deployment", name)]["spec"]["template"]["spec"]["containers"][0]
+
+
+def container_env(container, secrets):
+    """The container's environment as the kubelet makes it: `secrets` resolved, `$(VAR)` expanded."""
+    env = {}
+    for variable in container.get("env", []):
+        if "valueFrom" in variable:
+            reference = variable["valueFrom"]["secretKeyRef"]
+            value = base64.b64decode(secrets[reference["name"]]["data"][reference["key"]]).decode()
+        else:
+            value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                           lambda m: env.get(m.group(1), m.group(0)), variable["value"])
+        env[variable["name"]] = value
+    return env
+
+
+class ChartSwitches(unittest.TestCase):
+    def test_each_switch_on_and_off_renders_objects_that_validate(self):
+        kinds = set()
+        for values in switch_variants():
+            objects = render(values)
+            for (kind, name), document in objects.items():
+                kinds.add(kind)
+                with self.subTest(values=sorted(values), kind=kind, name=name):
+                    if document["apiVersion"].startswith("monitoring.coreos.com/"):
+                        check_operator_object(self, document)
+                        continue
+                    for version in VERSIONS:
+                        kubernetes_validate.validate(document, version, strict=True)
+        self.assertLessEqual({"HorizontalPodAutoscaler", "ServiceMonitor", "PrometheusRule", "Secret"}, kinds)
+
+    def test_the_switches_are_off_by_default(self):
+        objects = render()
+        kinds = {kind for kind, _ in objects}
+        for kind in ("HorizontalPodAutoscaler", "ServiceMonitor", "PrometheusRule", "Secret"):
+            self.assertNotIn(kind, kinds)
+        deployment = objects[("Deployment", "tollgate")]
+        self.assertEqual(deployment["spec"]["replicas"], 2)
+        pod = deployment["spec"]["template"]["spec"]
+        for field in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints"):
+            self.assertNotIn(field, pod)
+        self.assertNotIn("env", pod["containers"][0])
+        self.assertEqual([v["name"] for v in pod["volumes"]], ["limits"])
+
+    def test_the_hpa_scales_the_deployment_and_takes_its_replicas(self):
+        objects = render({"hpa": {"enabled": True, "minReplicas": 3, "maxReplicas": 8,
+                                  "targetCPUUtilizationPercentage": 70},
+                          "expectedInstances": 8}, name="rl")
+        deployment = objects[("Deployment", "rl")]
+        self.assertNotIn("replicas", deployment["spec"], "the HPA sets the replicas")
+        hpa = objects[("HorizontalPodAutoscaler", "rl")]
+        self.assertEqual(hpa["apiVersion"], "autoscaling/v2")
+        self.assertEqual(hpa["spec"]["scaleTargetRef"], {"apiVersion": "apps/v1", "kind": "Deployment", "name": "rl"})
+        self.assertEqual((hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]), (3, 8))
+        self.assertEqual(hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 70)
+        self.assertIn("cpu", deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"])
+        # More pods than expectedInstances would each allow limit / expectedInstances
+        # on `on_store_error: local`: refused, naming both values.
+        for values, named in [
+            ({"hpa": {"enabled": True, "maxReplicas": 8}, "expectedInstances": 4}, "hpa.maxReplicas (8) is more than expectedInstances (4)"),
+            ({"hpa": {"enabled": True, "minReplicas": 5, "maxReplicas": 4}, "expectedInstances": 4}, "hpa.minReplicas (5) is more than hpa.maxReplicas (4)"),
+        ]:
+            with self.subTest(values=values):
+                with self.assertRaises(helm.HelmRenderError) as refused:
+                    render(values)
+                self.assertIn(named, str(refused.exception))
+
+    def test_the_service_monitor_scrapes_the_services_metrics_port(self):
+        objects = render({"serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s",
+                                             "labels": {"release": "kps"}}}, name="rl", namespace="edge")
+        monitor = objects[("ServiceMonitor", "rl")]
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "kps")
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        selected = [key for key, document in objects.items() if key[0] == "Service"
+                    and selector.items() <= document["metadata"].get("labels", {}).items()]
+        self.assertEqual(selected, [("Service", "rl")], "the Tollgate Service only, not the demo Redis")
+        self.assertEqual(monitor["spec"]["namespaceSelector"]["matchNames"], ["edge"])
+        endpoint = monitor["spec"]["endpoints"][0]
+        ports = {p["name"]: p for p in objects[("Service", "rl")]["spec"]["ports"]}
+        self.assertEqual(ports[endpoint["port"]]["targetPort"], "http", "the HTTP listener serves /metrics")
+        self.assertEqual((endpoint["path"], endpoint["interval"], endpoint["scrapeTimeout"]), ("/metrics", "15s", "5s"))
+
+    def test_the_prometheus_rule_holds_the_shipped_alert_rules(self):
+        objects = render({"prometheusRule": {"enabled": True, "labels": {"release": "kps"}}})
+        rule = objects[("PrometheusRule", "tollgate")]
+        shipped = documents(ROOT / "deploy" / "monitoring" / "tollgate-alerts.yaml")[0]
+        self.assertEqual(rule["spec"], shipped)
+        self.assertEqual(rule["metadata"]["labels"]["release"], "kps")
+
+    def test_the_pod_values_reach_the_pod(self):
+        values = {key: ALL_ON[key] for key in ("env", "extraArgs", "nodeSelector", "affinity", "tolerations",
+                                               "topologySpreadConstraints", "podAnnotations", "resources",
+                                               "extraVolumes", "extraVolumeMounts")}
+        # A pod label may not take over the selector's.
+        values["podLabels"] = {"team": "edge", "app.kubernetes.io/name": "other"}
+        deployment = render(values)[("Deployment", "tollgate")]
+        template = deployment["spec"]["template"]
+        pod = template["spec"]
+        for field in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints"):
+            self.assertEqual(pod[field], values[field])
+        self.assertEqual(template["metadata"]["labels"]["team"], "edge")
+        self.assertEqual(template["metadata"]["labels"]["app.kubernetes.io/name"], "tollgate")
+        self.assertNotIn("team", deployment["spec"]["selector"]["matchLabels"])
+        self.assertEqual(template["metadata"]["annotations"]["example.com/team"], "edge")
+        self.assertIn("checksum/limits", template["metadata"]["annotations"])
+        container = pod["containers"][0]
+        self.assertEqual(container["env"], values["env"])
+        self.assertEqual(container["args"][-1], "--lease-period=100ms", "after the chart's own flags")
+        self.assertEqual(container["resources"], values["resources"])
+        self.assertEqual(pod["volumes"][1:], values["extraVolumes"], "beside the limits")
+        self.assertEqual(container["volumeMounts"][1:], values["extraVolumeMounts"])
+
+    def test_the_redis_password_is_only_in_its_secret(self):
+        objects = render({"redis": {"auth": {"password": SECRET}}})
+        secret = objects[("Secret", "tollgate-redis-auth")]
+        self.assertEqual(base64.b64decode(secret["data"]["password"]).decode(), SECRET)
+        encoded = base64.b64encode(SECRET.encode()).decode()
+        for key, document in objects.items():
+            if key[0] != "Secret":
+                text = yaml.safe_dump(document)
+                with self.subTest(object=key):
+                    self.assertNotIn(SECRET, text)
+                    self.assertNotIn(encoded, text)
+        container = tollgate_container(objects)
+        self.assertFalse([a for a in container["args"] if a.startswith("--store")], "the store is REDIS_* now")
+        env = container_env(container, {"tollgate-redis-auth": secret})
+        self.assertEqual(env["REDIS_AUTH"], f":{SECRET}")
+        self.assertEqual(env["REDIS_URL"], "tollgate-redis.tollgate.svc.cluster.local:6379")
+        # The demo Redis requires the same password.
+        redis = tollgate_container(objects, "tollgate-redis")
+        self.assertEqual(redis["args"][-2:], ["--requirepass", "$(REDIS_PASSWORD)"])
+        self.assertEqual(container_env(redis, {"tollgate-redis-auth": secret})["REDIS_PASSWORD"], SECRET)
+        # A Secret of one's own: referenced, not made.
+        objects = render({"redis": {"auth": {"existingSecret": "redis-credentials", "existingSecretKey": "pw"}}})
+        self.assertNotIn("Secret", {kind for kind, _ in objects})
+        reference = tollgate_container(objects)["env"][0]["valueFrom"]["secretKeyRef"]
+        self.assertEqual(reference, {"name": "redis-credentials", "key": "pw"})
+
+    def test_redis_auth_passes_each_store_form_as_upstreams_variables(self):
+        secrets = {"tollgate-redis-auth": {"data": {"password": base64.b64encode(b"pw").decode()}}}
+        for store, username, expected in [
+            ("redis://r:6379/2", "", {"REDIS_TYPE": "single", "REDIS_URL": "r:6379/2", "REDIS_TLS": "false", "REDIS_AUTH": ":pw"}),
+            ("rediss://r:6380", "app", {"REDIS_TYPE": "single", "REDIS_URL": "r:6380", "REDIS_TLS": "true", "REDIS_AUTH": "app:pw"}),
+            ("redis-cluster://a:7000,b:7000", "", {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7000", "REDIS_TLS": "false"}),
+            ("redis-sentinel://mymaster@s1:26379,s2:26379", "", {"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379,s2:26379"}),
+            ("rediss-cluster://a:7000", "", {"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000", "REDIS_TLS": "true"}),
+            ("rediss-sentinel://m@s1:26379", "", {"REDIS_TYPE": "sentinel", "REDIS_URL": "m,s1:26379", "REDIS_TLS": "true"}),
+        ]:
+            with self.subTest(store=store):
+                objects = render({"store": store, "redis": {"enabled": False, "auth": {"password": "pw", "username": username}}})
+                env = container_env(tollgate_container(objects), secrets)
+                self.assertLessEqual(expected.items(), env.items())
+                self.assertEqual(env["REDIS_SOCKET_TYPE"], "tcp")
+        for store, named in [("memory", "redis.auth needs a redis://"),
+                             ("redis://user:other@r:6379", "store must not hold credentials")]:
+            with self.subTest(store=store):
+                with self.assertRaises(helm.HelmRenderError) as refused:
+                    render({"store": store, "redis": {"enabled": False, "auth": {"password": "pw"}}})
+                self.assertIn(named, str(refused.exception))
+
+    def serve_as_rendered(self, redis, password):
+        """`tollgate serve` with the args and environment the chart renders for `redis`, the Secret holding `password`."""
+        objects = render({"store": f"redis://127.0.0.1:{redis.port}",
+                          "redis": {"enabled": False, "auth": {"password": password}}})
+        secrets = {name: document for (kind, name), document in objects.items() if kind == "Secret"}
+        container = tollgate_container(objects)
+        directory = tempfile.mkdtemp()
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", directory], check=True))
+        for name, text in objects[("ConfigMap", "tollgate-limits")]["data"].items():
+            Path(directory, name).write_text(text)
+        args = [f"--config={directory}" if a.startswith("--config=") else a
+                for a in container["args"][1:] if not a.startswith(("--grpc-addr=", "--http-addr="))]
+        return running.Serve(args, container_env(container, secrets))
+
+    def test_the_rendered_redis_auth_connects_serve_to_a_redis_requiring_it(self):
+        login = '{"domain":"edge","descriptors":[{"entries":[{"key":"path","value":"/login"}]}]}'
+        with running.Redis(password=SECRET) as redis:
+            with self.serve_as_rendered(redis, SECRET) as serve:
+                # /login allows 3 a minute, counted in Redis.
+                self.assertEqual([serve.check(login) for _ in range(4)], [200, 200, 200, 429])
+                self.assertGreaterEqual(int(redis.cli("DBSIZE")), 1)
+                self.assertNotIn(SECRET, serve.output())
+            # The control: a Secret with another password does not get in.
+            with self.assertRaises(AssertionError) as refused:
+                with self.serve_as_rendered(redis, "not-the-password"):
+                    pass
+            self.assertRegex(str(refused.exception), "(?i)auth|password")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
 //!
 //! Deployments ([`RedisTarget`]): a single node (`redis://`, `rediss://`,
 //! `unix://`), a cluster (`redis-cluster://host:port,host:port`) and
-//! Sentinel (`redis-sentinel://master-name@host:port,host:port`). Calls share
+//! Sentinel (`redis-sentinel://master-name@host:port,host:port`), the last
+//! two over TLS as `rediss-cluster://` and `rediss-sentinel://`. Calls share
 //! one multiplexed connection, so concurrent requests pipeline.
 //!
 //! Keys are `tg{<16 hex digits>}` followed by the engine's counter key:

@@ -5,8 +5,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, TlsCertificates};
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
+use redis::{
+    Client, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult,
+    TlsCertificates, TlsMode,
+};
 
 use crate::Connection;
 
@@ -15,20 +20,24 @@ use crate::Connection;
 pub enum RedisTarget {
     /// One node: `redis://[user:password@]host:port[/db]`, `rediss://…` (TLS), `unix:///path`.
     Single(String),
-    /// A cluster: `redis-cluster://[user:password@]host:port,host:port,…` (seed nodes).
+    /// A cluster: `redis-cluster://[user:password@]host:port,host:port,…`
+    /// (seed nodes), or `rediss-cluster://…` for TLS to every node.
     Cluster {
-        /// `redis://[auth@]host:port` for each seed node.
+        /// `redis://[auth@]host:port` (`rediss://` over TLS) for each seed node.
         nodes: Vec<String>,
     },
     /// A master found through Sentinel:
-    /// `redis-sentinel://[user:password@]master-name@host:port,host:port,…`.
+    /// `redis-sentinel://[user:password@]master-name@host:port,host:port,…`,
+    /// or `rediss-sentinel://…` for TLS to the sentinels and the master.
     Sentinel {
         /// The name the sentinels know the master by.
         master: String,
-        /// `redis://host:port` of each sentinel.
+        /// `redis://host:port` (`rediss://` over TLS) of each sentinel.
         sentinels: Vec<String>,
         /// `redis://[auth@]` settings used for the master itself.
         auth: Option<String>,
+        /// Whether the sentinels and the master are spoken to over TLS.
+        tls: bool,
     },
 }
 
@@ -55,14 +64,14 @@ impl RedisTarget {
     /// Parses a store URL; the error names what is wrong with it.
     pub fn parse(url: &str) -> Result<Self, TargetError> {
         let bad = |why: &str| Err(TargetError(format!("store URL {:?}: {why}", redact(url))));
-        if let Some(rest) = url.strip_prefix("redis-cluster://") {
+        if let Some((node_scheme, rest)) = strip_tls_prefix(url, "cluster") {
             let (auth, hosts) = split_auth(rest);
             let nodes: Vec<String> = hosts
                 .split(',')
                 .filter(|h| !h.is_empty())
                 .map(|h| {
                     format!(
-                        "redis://{}{h}",
+                        "{node_scheme}://{}{h}",
                         auth.map(|a| format!("{a}@")).unwrap_or_default()
                     )
                 })
@@ -77,7 +86,7 @@ impl RedisTarget {
             }
             return Ok(RedisTarget::Cluster { nodes });
         }
-        if let Some(rest) = url.strip_prefix("redis-sentinel://") {
+        if let Some((node_scheme, rest)) = strip_tls_prefix(url, "sentinel") {
             let Some((front, hosts)) = rest.rsplit_once('@') else {
                 return bad("names no master (expected redis-sentinel://master@host:port,…)");
             };
@@ -91,15 +100,21 @@ impl RedisTarget {
             let sentinels: Vec<String> = hosts
                 .split(',')
                 .filter(|h| !h.is_empty())
-                .map(|h| format!("redis://{h}"))
+                .map(|h| format!("{node_scheme}://{h}"))
                 .collect();
             if sentinels.is_empty() {
                 return bad("names no sentinel");
+            }
+            for sentinel in &sentinels {
+                if sentinel.as_str().into_connection_info().is_err() {
+                    return bad("a sentinel is not host:port");
+                }
             }
             return Ok(RedisTarget::Sentinel {
                 master: master.to_owned(),
                 sentinels,
                 auth,
+                tls: node_scheme == "rediss",
             });
         }
         if ["redis://", "rediss://", "unix://", "redis+unix://"]
@@ -111,7 +126,10 @@ impl RedisTarget {
                 Err(e) => bad(&e.to_string()),
             };
         }
-        bad("must start with redis://, rediss://, unix://, redis-cluster:// or redis-sentinel://")
+        bad(
+            "must start with redis://, rediss://, unix://, redis-cluster://, rediss-cluster://, \
+             redis-sentinel:// or rediss-sentinel://",
+        )
     }
 
     /// The URL with any password replaced by `***`.
@@ -119,20 +137,22 @@ impl RedisTarget {
         match self {
             RedisTarget::Single(url) => redact(url),
             RedisTarget::Cluster { nodes } => format!(
-                "redis-cluster://{}",
+                "{}-cluster://{}",
+                node_scheme(nodes),
                 nodes
                     .iter()
-                    .map(|n| redact(n).trim_start_matches("redis://").to_owned())
+                    .map(|n| without_scheme(&redact(n)).to_owned())
                     .collect::<Vec<_>>()
                     .join(",")
             ),
             RedisTarget::Sentinel {
                 master, sentinels, ..
             } => format!(
-                "redis-sentinel://{master}@{}",
+                "{}-sentinel://{master}@{}",
+                node_scheme(sentinels),
                 sentinels
                     .iter()
-                    .map(|s| s.trim_start_matches("redis://"))
+                    .map(|s| without_scheme(s))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
@@ -146,10 +166,15 @@ impl RedisTarget {
         tls: Option<TlsCertificates>,
     ) -> RedisResult<Connection> {
         let connect_timeout = connect_timeout(timeout);
-        if tls.is_some() && !matches!(self, RedisTarget::Single(_)) {
+        let speaks_tls = match self {
+            RedisTarget::Single(_) => true,
+            RedisTarget::Cluster { nodes } => node_scheme(nodes) == "rediss",
+            RedisTarget::Sentinel { tls, .. } => *tls,
+        };
+        if tls.is_some() && !speaks_tls {
             return Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
-                "client certificates are supported with a single node only",
+                "TLS certificates need a TLS store URL (rediss-cluster://, rediss-sentinel://)",
             )));
         }
         match self {
@@ -161,17 +186,33 @@ impl RedisTarget {
                 managed(client, connect_timeout).await
             }
             RedisTarget::Cluster { nodes } => {
-                let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                // The first node's scheme sets TLS for every node the cluster names.
+                let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .connection_timeout(connect_timeout)
                     .response_timeout(connect_timeout)
-                    .retries(2)
-                    .build()?;
-                Ok(Connection::Cluster(client.get_async_connection().await?))
+                    .retries(2);
+                if let Some(certificates) = tls {
+                    builder = builder.certs(certificates);
+                }
+                Ok(Connection::Cluster(
+                    builder.build()?.get_async_connection().await?,
+                ))
             }
             RedisTarget::Sentinel {
                 master,
                 sentinels,
                 auth,
+                tls: true,
+            } => {
+                let mut sentinel = tls_sentinel_client(master, sentinels, auth.as_deref(), tls)?;
+                let client = sentinel.async_get_client().await?;
+                managed(client, connect_timeout).await
+            }
+            RedisTarget::Sentinel {
+                master,
+                sentinels,
+                auth,
+                tls: false,
             } => {
                 let mut node = SentinelNodeConnectionInfo::default();
                 if let Some(auth) = auth {
@@ -189,6 +230,60 @@ impl RedisTarget {
             }
         }
     }
+}
+
+/// A Sentinel client speaking TLS to the sentinels and to the master they
+/// name, presenting `certificates` (a CA to trust, a client certificate) to both.
+fn tls_sentinel_client(
+    master: &str,
+    sentinels: &[String],
+    auth: Option<&str>,
+    certificates: Option<TlsCertificates>,
+) -> RedisResult<SentinelClient> {
+    let addresses = sentinels
+        .iter()
+        .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
+        .collect::<RedisResult<Vec<ConnectionAddr>>>()?;
+    let mut builder = SentinelClientBuilder::new(addresses, master, SentinelServerType::Master)?
+        .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+        .set_client_to_redis_tls_mode(TlsMode::Secure);
+    if let Some(auth) = auth {
+        let info = format!("redis://{auth}@localhost").into_connection_info()?;
+        if let Some(username) = info.redis_settings().username() {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = info.redis_settings().password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
+    }
+    if let Some(certificates) = certificates {
+        builder = builder
+            .set_client_to_sentinel_certificates(certificates.clone())
+            .set_client_to_redis_certificates(certificates);
+    }
+    builder.build()
+}
+
+/// `redis-cluster://` or `redis-sentinel://` (`which`), or their TLS forms
+/// with `rediss`: the scheme of each node's URL, and what follows `://`.
+fn strip_tls_prefix<'a>(url: &'a str, which: &str) -> Option<(&'static str, &'a str)> {
+    ["redis", "rediss"].into_iter().find_map(|scheme| {
+        url.strip_prefix(&format!("{scheme}-{which}://"))
+            .map(|rest| (scheme, rest))
+    })
+}
+
+/// `rediss` when the first of `urls` speaks TLS, else `redis`.
+fn node_scheme(urls: &[String]) -> &'static str {
+    match urls.first() {
+        Some(url) if url.starts_with("rediss://") => "rediss",
+        _ => "redis",
+    }
+}
+
+/// `url` without its `redis://` or `rediss://`.
+fn without_scheme(url: &str) -> &str {
+    url.split_once("://").map_or(url, |(_, rest)| rest)
 }
 
 /// How long connecting (and the first `PING`) may take: never less than a second.
@@ -273,7 +368,24 @@ mod tests {
             RedisTarget::Sentinel {
                 master: "mymaster".into(),
                 sentinels: vec!["redis://s1:26379".into(), "redis://s2:26379".into()],
-                auth: None
+                auth: None,
+                tls: false,
+            }
+        );
+        // The TLS forms: every node, and every sentinel and the master, over TLS.
+        assert_eq!(
+            RedisTarget::parse("rediss-cluster://u:p@a:1,b:2").unwrap(),
+            RedisTarget::Cluster {
+                nodes: vec!["rediss://u:p@a:1".into(), "rediss://u:p@b:2".into()]
+            }
+        );
+        assert_eq!(
+            RedisTarget::parse("rediss-sentinel://:pw@mymaster@s1:26379").unwrap(),
+            RedisTarget::Sentinel {
+                master: "mymaster".into(),
+                sentinels: vec!["rediss://s1:26379".into()],
+                auth: Some(":pw".into()),
+                tls: true,
             }
         );
         let e = RedisTarget::parse("memcached://x").unwrap_err().0;
@@ -282,6 +394,31 @@ mod tests {
         assert!(e.contains("names no cluster node"), "{e}");
         let e = RedisTarget::parse("redis-sentinel://s1:1").unwrap_err().0;
         assert!(e.contains("names no master"), "{e}");
+        let e = RedisTarget::parse("rediss-sentinel://m@s1:port")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("a sentinel is not host:port"), "{e}");
+        let e = RedisTarget::parse("redis-clusters://a:1").unwrap_err().0;
+        assert!(e.contains("rediss-cluster://"), "{e}");
+    }
+
+    #[test]
+    fn a_tls_target_prints_its_scheme_without_its_password() {
+        for (url, printed) in [
+            (
+                "rediss-cluster://alice:secret@a:1,b:2",
+                "rediss-cluster://alice:***@a:1,alice:***@b:2",
+            ),
+            ("redis-cluster://a:1,b:2", "redis-cluster://a:1,b:2"),
+            (
+                "rediss-sentinel://:secret@m@s1:1,s2:2",
+                "rediss-sentinel://m@s1:1,s2:2",
+            ),
+            ("redis-sentinel://m@s1:1", "redis-sentinel://m@s1:1"),
+        ] {
+            let target = RedisTarget::parse(url).unwrap();
+            assert_eq!(target.redacted(), printed);
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Must not know (the README's layout table): any Tollgate crate: it drives binaries and speaks HTTP; fixtures for one crate stay in that crate's `tests/`.
 //!
 //! The kit runs the real parts: `redis-server` nodes and clusters
-//! ([`redis`], [`redis_cluster`], [`redis_sentinel`]), the `tollgate` binary as a child process
+//! ([`redis`], [`redis_cluster`], [`redis_sentinel`], TLS-only ones in [`redis_tls`]), the `tollgate` binary as a child process
 //! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]) on the
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
 //! ([`upstream`]). Around them it gives scratch directories
@@ -29,6 +29,7 @@ pub mod process;
 pub mod redis;
 pub mod redis_cluster;
 pub mod redis_sentinel;
+pub mod redis_tls;
 pub mod rlqs;
 pub mod scratch;
 pub mod tollgate;

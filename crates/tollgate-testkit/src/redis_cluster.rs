@@ -29,32 +29,11 @@ impl RedisCluster {
                 )
             })
             .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let status = Command::new(redis_cli_bin())
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli runs");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let cluster = RedisCluster { nodes };
-        let ok = poll_until(JOIN_BUDGET, || {
-            cluster
-                .nodes
-                .iter()
-                .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-                .then_some(())
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        join(Command::new(redis_cli_bin()), &ports, |i| {
+            nodes[i].cli(&["CLUSTER", "INFO"])
         });
-        assert!(
-            ok.is_some(),
-            "the cluster did not reach cluster_state:ok within {JOIN_BUDGET:?}"
-        );
-        cluster
+        RedisCluster { nodes }
     }
 
     /// `redis-cluster://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c`.
@@ -67,4 +46,29 @@ impl RedisCluster {
             .collect();
         format!("redis-cluster://{}", hosts.join(","))
     }
+}
+
+/// Joins the masters on `ports` with `cli` (`redis-cli` and any TLS flags)
+/// `--cluster create`, then waits until `cluster_info(i)` (`CLUSTER INFO`
+/// of the `i`th) says `cluster_state:ok` for every one.
+pub(crate) fn join(mut cli: Command, ports: &[u16], cluster_info: impl Fn(usize) -> String) {
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let status = cli
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli runs");
+    assert!(status.success(), "redis-cli --cluster create failed");
+    let ok = poll_until(JOIN_BUDGET, || {
+        (0..ports.len())
+            .all(|i| cluster_info(i).contains("cluster_state:ok"))
+            .then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "the cluster did not reach cluster_state:ok within {JOIN_BUDGET:?}"
+    );
 }

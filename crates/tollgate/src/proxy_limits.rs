@@ -38,7 +38,8 @@ pub struct ProxyLimitsArgs {
     pub path: Option<PathBuf>,
     /// Where those limits count: `memory` (this proxy alone) or a Redis URL
     /// every proxy sharing the limit names (`redis://`, `rediss://`,
-    /// `redis-cluster://h:p,h:p`, `redis-sentinel://master@h:p,…`).
+    /// `redis-cluster://h:p,h:p`, `redis-sentinel://master@h:p,…`, and
+    /// `rediss-cluster://`, `rediss-sentinel://` over TLS).
     #[arg(
         long = "store",
         env = "TOLLGATE_PROXY_STORE",

@@ -4,8 +4,9 @@
 //! case); `REDIS_URL` is `host:port` (or a socket path with
 //! `REDIS_SOCKET_TYPE=unix`), `host:port,host:port,…` for a cluster and
 //! `master-name,host:port,…` for Sentinel. `REDIS_AUTH` is `password` or
-//! `user:password`; `REDIS_TLS=true` speaks TLS, trusting `REDIS_TLS_CACERT`
-//! (else the system's roots) and presenting `REDIS_TLS_CLIENT_CERT` and
+//! `user:password`; `REDIS_TLS=true` speaks TLS (to every node of a cluster,
+//! to the sentinels and the master), trusting `REDIS_TLS_CACERT` (else the
+//! system's roots) and presenting `REDIS_TLS_CLIENT_CERT` and
 //! `REDIS_TLS_CLIENT_KEY`. A `REDIS_URL` that already has a scheme
 //! (`redis://…`) is taken as Tollgate's store URL.
 
@@ -63,6 +64,7 @@ pub fn upstream_store(env: &UpstreamEnv) -> Result<Option<UpstreamStore>, Comman
     let auth = env.get("REDIS_AUTH").map(auth_part).unwrap_or_default();
     let socket = env.get("REDIS_SOCKET_TYPE").unwrap_or("unix").trim();
     let kind = env.get("REDIS_TYPE").unwrap_or("single").trim();
+    let scheme = if tls { "rediss" } else { "redis" };
     let url = match kind.to_ascii_lowercase().as_str() {
         "single" => match socket.to_ascii_lowercase().as_str() {
             "unix" if tls => {
@@ -71,34 +73,21 @@ pub fn upstream_store(env: &UpstreamEnv) -> Result<Option<UpstreamStore>, Comman
                 ));
             }
             "unix" => format!("unix://{url}{}", unix_auth(env)),
-            "tcp" => {
-                let scheme = if tls { "rediss" } else { "redis" };
-                format!("{scheme}://{auth}{url}")
-            }
+            "tcp" => format!("{scheme}://{auth}{url}"),
             _ => {
                 return Err(usage(format!(
                     "REDIS_SOCKET_TYPE={socket:?} is not tcp or unix"
                 )));
             }
         },
-        "cluster" if tls => {
-            return Err(usage(
-                "REDIS_TLS=true is not supported with REDIS_TYPE=cluster".to_owned(),
-            ));
-        }
-        "cluster" => format!("redis-cluster://{auth}{url}"),
-        "sentinel" if tls => {
-            return Err(usage(
-                "REDIS_TLS=true is not supported with REDIS_TYPE=sentinel".to_owned(),
-            ));
-        }
+        "cluster" => format!("{scheme}-cluster://{auth}{url}"),
         "sentinel" => {
             let Some((master, sentinels)) = url.split_once(',') else {
                 return Err(usage(format!(
                     "REDIS_URL={url:?} with REDIS_TYPE=sentinel must be master-name,host:port,…"
                 )));
             };
-            format!("redis-sentinel://{auth}{master}@{sentinels}")
+            format!("{scheme}-sentinel://{auth}{master}@{sentinels}")
         }
         _ => {
             return Err(usage(format!(
@@ -113,11 +102,17 @@ pub fn upstream_store(env: &UpstreamEnv) -> Result<Option<UpstreamStore>, Comman
 /// `REDIS_AUTH` (`password` or `user:password`) as the `user:password@` part of a URL.
 fn auth_part(auth: &str) -> String {
     let (user, password) = auth.split_once(':').unwrap_or(("", auth));
-    format!(
-        "{}:{}@",
-        form_urlencoded::byte_serialize(user.as_bytes()).collect::<String>(),
-        form_urlencoded::byte_serialize(password.as_bytes()).collect::<String>()
-    )
+    format!("{}:{}@", userinfo(user), userinfo(password))
+}
+
+/// `text` percent-encoded for a URL's user or password. Form encoding
+/// writes a space as `+`, which a URL's userinfo keeps as a `+` (the
+/// password would be wrong), so a space is written `%20`; a `+` of the text
+/// is already `%2B`.
+fn userinfo(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
 }
 
 /// `REDIS_AUTH` as the query of a `unix://` URL.
@@ -190,6 +185,16 @@ mod tests {
             url(&auth).unwrap().unwrap(),
             "redis://alice:p%40ss@redis:6379"
         );
+        // A space stays a space: `+` in a URL's password is a plus.
+        let spaced = [
+            ("REDIS_URL", "redis:6379"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_AUTH", ":a b+c"),
+        ];
+        assert_eq!(
+            url(&spaced).unwrap().unwrap(),
+            "redis://:a%20b%2Bc@redis:6379"
+        );
         let cluster = [("REDIS_URL", "a:1,b:2"), ("REDIS_TYPE", "CLUSTER")];
         assert_eq!(url(&cluster).unwrap().unwrap(), "redis-cluster://a:1,b:2");
         let sentinel = [
@@ -200,6 +205,18 @@ mod tests {
         assert_eq!(
             url(&sentinel).unwrap().unwrap(),
             "redis-sentinel://:pw@mymaster@s1:26379,s2:26379"
+        );
+        // REDIS_TLS=true with a cluster or Sentinel: TLS to every node.
+        let tls = ("REDIS_TLS", "true");
+        assert_eq!(
+            url(&[cluster[0], cluster[1], tls]).unwrap().unwrap(),
+            "rediss-cluster://a:1,b:2"
+        );
+        assert_eq!(
+            url(&[sentinel[0], sentinel[1], sentinel[2], tls])
+                .unwrap()
+                .unwrap(),
+            "rediss-sentinel://:pw@mymaster@s1:26379,s2:26379"
         );
         for (bad, name) in [
             ([("REDIS_URL", "r:1"), ("REDIS_TYPE", "ring")], "REDIS_TYPE"),

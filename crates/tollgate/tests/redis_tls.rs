@@ -1,194 +1,29 @@
 //! `rediss://`: counters in a Redis that only speaks TLS, trusted through `SSL_CERT_FILE`,
-//! and upstream's `REDIS_TLS` with client certificates (`REDIS_TLS_CLIENT_CERT/_KEY/_CACERT`).
+//! and upstream's `REDIS_TLS` with client certificates (`REDIS_TLS_CLIENT_CERT/_KEY/_CACERT`)
+//! to a single node, to every node of a cluster, and to a Sentinel and the master it names.
 
 mod rls_client;
 mod rls_load;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use rls_client::{channel, request};
 use rls_load::admitted;
 use tollgate_testkit::ports::free_port;
-use tollgate_testkit::redis::{redis_cli_bin, redis_server_bin};
+use tollgate_testkit::redis_tls::RedisTls;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::Server;
 use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
-
-/// Runs `openssl ARGS…` in `dir`, which must succeed.
-fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl runs (install the openssl package)");
-    assert!(status.success(), "openssl {args:?}");
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it, in `dir`.
-fn certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-subj",
-            "/CN=tollgate test CA",
-        ],
-    );
-    signed(
-        dir,
-        "server",
-        "/CN=127.0.0.1",
-        "subjectAltName=IP:127.0.0.1",
-    );
-    // An extension also makes it a version 3 certificate, which rustls requires.
-    signed(dir, "client", "/CN=tollgate", "extendedKeyUsage=clientAuth");
-}
-
-/// `NAME.key` and `NAME.crt` for `subject` with `extension`, signed by the CA in `dir`.
-fn signed(dir: &Path, name: &str, subject: &str, extension: &str) {
-    let (key, csr, crt, ext) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.crt"),
-        format!("{name}.ext"),
-    );
-    std::fs::write(dir.join(&ext), format!("{extension}\n")).unwrap();
-    openssl(
-        dir,
-        &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &crt,
-            "-days",
-            "1",
-            "-extfile",
-            &ext,
-        ],
-    );
-}
-
-/// A TLS-only redis-server, killed on drop.
-struct TlsRedis {
-    port: u16,
-    child: Child,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A TLS-only redis-server in `dir`; with `client_certificates`, it refuses clients without one.
-fn start_tls_redis(dir: &Path, client_certificates: bool) -> TlsRedis {
-    let port = free_port();
-    let child = Command::new(redis_server_bin())
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
-            "--tls-cert-file",
-            "server.crt",
-            "--tls-key-file",
-            "server.key",
-        ])
-        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients"])
-        .arg(if client_certificates { "yes" } else { "no" })
-        .args(["--save", "", "--appendonly", "no"])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server runs");
-    let redis = TlsRedis { port, child };
-    // At most 250 polls 20 ms apart.
-    for _ in 0..250 {
-        let out = Command::new(redis_cli_bin())
-            .args([
-                "--tls",
-                "--cacert",
-                "ca.crt",
-                "--cert",
-                "client.crt",
-                "--key",
-                "client.key",
-                "-p",
-                &port.to_string(),
-                "PING",
-            ])
-            .current_dir(dir)
-            .stderr(Stdio::null())
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        if out.trim() == "PONG" {
-            return redis;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("the TLS redis-server did not answer within 5 s");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_live_in_a_tls_only_redis() {
     window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let scratch = TempDir::new("tls");
-    certificates(&scratch.0);
-    let redis = start_tls_redis(&scratch.0, false);
-    let config = scratch.limits(
-        "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n",
-    );
-    let ca = scratch.0.join("ca.crt");
+    let tls = RedisTls::new(&scratch.0);
+    let redis = tls.node(free_port(), &["tls-auth-clients no".to_owned()]);
     let store = format!("rediss://127.0.0.1:{}", redis.port);
-    let server = Server::spawn_with_env(
-        &[
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "--store-timeout",
-            "2s",
-        ],
-        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    let server = serve_with(
+        &scratch,
+        &["--store", &store],
+        &[("SSL_CERT_FILE", tls.ca.to_str().unwrap())],
     );
     let channel = channel(&server.address()).await;
     // 2 per hour in Redis; a store error would allow all 5 (on_store_error: allow).
@@ -202,15 +37,39 @@ async fn counters_live_in_a_tls_only_redis() {
 async fn upstreams_redis_tls_variables_present_the_client_certificate() {
     window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let scratch = TempDir::new("mtls");
-    certificates(&scratch.0);
-    let redis = start_tls_redis(&scratch.0, true);
+    let tls = RedisTls::new(&scratch.0);
+    let redis = tls.node(free_port(), &[]);
+    let (ca, _, _) = files(&tls);
+    let url = format!("127.0.0.1:{}", redis.port);
+    let node = [("REDIS_URL", url.as_str()), ("REDIS_SOCKET_TYPE", "tcp")];
+    let mut refused = serve_with(
+        &scratch,
+        &[],
+        &[
+            node[0],
+            node[1],
+            ("REDIS_TLS", "true"),
+            ("REDIS_TLS_CACERT", &ca),
+        ],
+    );
+    let (code, _, stderr) = refused.finish();
+    assert_eq!(code, Some(1), "without a client certificate: {stderr}");
+    assert!(stderr.contains("cannot connect to Redis"), "{stderr}");
+    two_of_five_per_value(&scratch, &tls, &node, &["v".to_owned()]).await;
+}
+
+/// The CA, client certificate and key paths, as `REDIS_TLS_*` name them.
+fn files(tls: &RedisTls) -> (String, String, String) {
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    (path(&tls.ca), path(&tls.leaf.cert), path(&tls.leaf.key))
+}
+
+/// `serve FLAGS…` with the variables `env` and one limit of 2 a day per value of `k`.
+fn serve_with(scratch: &TempDir, flags: &[&str], env: &[(&str, &str)]) -> Server {
     let config = scratch.limits(
         "domain: t\ndescriptors:\n  - key: k\n    on_store_error: allow\n    rate_limit:\n      unit: day\n      requests_per_unit: 2\n",
     );
-    let file = |name: &str| scratch.0.join(name).to_str().unwrap().to_owned();
-    let (ca, cert, key) = (file("ca.crt"), file("client.crt"), file("client.key"));
-    let url = format!("127.0.0.1:{}", redis.port);
-    let args = [
+    let mut args = vec![
         "serve",
         "--config",
         config.to_str().unwrap(),
@@ -221,23 +80,81 @@ async fn upstreams_redis_tls_variables_present_the_client_certificate() {
         "--store-timeout",
         "2s",
     ];
-    let mut env = vec![
-        ("REDIS_URL", url.as_str()),
-        ("REDIS_SOCKET_TYPE", "tcp"),
+    args.extend(flags);
+    Server::spawn_with_env(&args, env)
+}
+
+/// [`serve_with`] `env`, TLS on with the CA and the client certificate: for
+/// each of `values`, 2 of 5 calls are admitted.
+async fn two_of_five_per_value(
+    scratch: &TempDir,
+    tls: &RedisTls,
+    env: &[(&str, &str)],
+    values: &[String],
+) {
+    let (ca, cert, key) = files(tls);
+    let mut env = env.to_vec();
+    env.extend([
         ("REDIS_TLS", "true"),
         ("REDIS_TLS_CACERT", ca.as_str()),
-    ];
-    let mut refused = Server::spawn_with_env(&args, &env);
-    let (code, _, stderr) = refused.finish();
-    assert_eq!(code, Some(1), "without a client certificate: {stderr}");
-    assert!(stderr.contains("cannot connect to Redis"), "{stderr}");
-
-    env.extend([
         ("REDIS_TLS_CLIENT_CERT", cert.as_str()),
         ("REDIS_TLS_CLIENT_KEY", key.as_str()),
     ]);
-    let server = Server::spawn_with_env(&args, &env);
+    let server = serve_with(scratch, &[], &env);
     let channel = channel(&server.address()).await;
-    // 2 per day in Redis; a store error would allow all 5 (on_store_error: allow).
-    assert_eq!(admitted(&[channel], &request("t", "k", "v"), 5).await, 2);
+    for value in values {
+        // 2 per day in Redis; a store error would allow all 5 (on_store_error: allow).
+        assert_eq!(
+            admitted(std::slice::from_ref(&channel), &request("t", "k", value), 5).await,
+            2,
+            "value {value}"
+        );
+    }
+}
+
+/// Upstream's `REDIS_TLS=true` with `REDIS_TYPE=cluster` (it was refused):
+/// the counters live in a TLS-only cluster that requires client
+/// certificates, on every master, so the certificates reach the nodes the
+/// cluster names as well as the seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_redis_tls_reaches_every_node_of_a_tls_cluster() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let scratch = TempDir::new("tls-cluster");
+    let tls = RedisTls::new(&scratch.0);
+    let nodes = tls.cluster();
+    // The first node only: the others are found through the cluster.
+    let seed = format!("127.0.0.1:{}", nodes[0].port);
+    let values: Vec<String> = (0..12).map(|i| format!("v{i}")).collect();
+    two_of_five_per_value(
+        &scratch,
+        &tls,
+        &[("REDIS_TYPE", "cluster"), ("REDIS_URL", &seed)],
+        &values,
+    )
+    .await;
+    let holding = nodes
+        .iter()
+        .filter(|n| tls.cli(n.port, &["DBSIZE"]).trim() != "0")
+        .count();
+    assert_eq!(holding, 3, "12 counters spread over the 3 masters");
+}
+
+/// Upstream's `REDIS_TLS=true` with `REDIS_TYPE=sentinel` (it was refused):
+/// the Sentinel and the master it names both speak TLS only and require
+/// client certificates; the counters live in that master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_redis_tls_follows_a_tls_sentinel_to_its_master() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let scratch = TempDir::new("tls-sentinel");
+    let tls = RedisTls::new(&scratch.0);
+    let (master, sentinel) = tls.sentinel();
+    let url = format!("mymaster,127.0.0.1:{}", sentinel.port);
+    two_of_five_per_value(
+        &scratch,
+        &tls,
+        &[("REDIS_TYPE", "sentinel"), ("REDIS_URL", &url)],
+        &["v".to_owned()],
+    )
+    .await;
+    assert_ne!(tls.cli(master.port, &["DBSIZE"]).trim(), "0");
 }

@@ -125,7 +125,8 @@ pub struct ServeArgs {
     pub raw_body: bool,
     /// Where counters live: `memory` (this process) or a Redis URL
     /// (`redis://`, `rediss://`, `redis-cluster://h:p,h:p`,
-    /// `redis-sentinel://master@h:p,…`). Upstream's `REDIS_URL` (with
+    /// `redis-sentinel://master@h:p,…`; `rediss-cluster://`, `rediss-sentinel://`
+    /// over TLS). Upstream's `REDIS_URL` (with
     /// `REDIS_SOCKET_TYPE`) is used when neither the flag nor `TOLLGATE_STORE` is set.
     #[arg(long, env = "TOLLGATE_STORE", value_name = "memory|URL")]
     pub store: Option<String>,
