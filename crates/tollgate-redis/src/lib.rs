@@ -51,6 +51,7 @@ mod key;
 mod lease;
 mod lease_book;
 mod library;
+mod rlqs_claims;
 mod shares;
 mod target;
 
@@ -70,6 +71,7 @@ use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use key::redis_key;
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
+pub use rlqs_claims::CLAIMS_PER_CALL;
 pub use shares::{RedisAuthority, SharesStats};
 pub use target::{RedisTarget, TargetError};
 

@@ -639,10 +639,10 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
     );
 }
 
-#[test]
-fn two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death() {
-    let dir = TempDir::new("rlqs-phases");
-    let limits = dir.0.join("limits");
+/// A limits directory under `dir` with the phases' rule: `fixed*` tenants
+/// on a fixed window, `bucket*` on a token bucket, both at [`PHASE_RATE`] a second.
+fn phase_limits(dir: &Path) -> std::path::PathBuf {
+    let limits = dir.join("limits");
     std::fs::create_dir_all(&limits).expect("a limits directory");
     std::fs::write(
         limits.join("quota.yaml"),
@@ -651,9 +651,106 @@ fn two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death() {
         ),
     )
     .expect("the limits file is written");
+    limits
+}
+
+#[test]
+fn two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death() {
+    let dir = TempDir::new("rlqs-phases");
+    let limits = phase_limits(&dir.0);
     for (tenant, sub) in [("fixed-window", "fw"), ("bucket", "tb")] {
         let dir = dir.0.join(sub);
         std::fs::create_dir_all(&dir).expect("a directory per run");
         phases(tenant, &limits, &dir);
     }
+}
+
+/// Two `tollgate serve` instances on one Redis, each serving its own Envoy
+/// on one rule of `R` = 40 a second: A's Envoy offering 100 a second holds
+/// the whole rate alone first, then B's Envoy comes with 10 a second. The
+/// fleet split is max-min fair between the instances by their Envoys'
+/// claims (docs/quota.md): B gets its 10 (at least 90 % of it), A the rest,
+/// the aggregate within [0.9 R, 1.05 R] once settled, and the whole run
+/// within `R × t` and the bound. First come, first served (before the
+/// claims board) left B what A's instance did not hold: about nothing.
+#[test]
+fn two_services_on_one_redis_with_asymmetric_envoys_split_max_min_fairly() {
+    let redis = tollgate_testkit::redis::RedisServer::start();
+    let dir = TempDir::new("rlqs-two-services-fair");
+    let limits = phase_limits(&dir.0);
+    let upstream = Upstream::spawn();
+    let store = redis.url();
+    let services = [0, 1].map(|i| {
+        serve_with(
+            &limits,
+            0,
+            0,
+            &["--store", &store, "--store-timeout", "1s"],
+            dir.0.join(format!("tollgate-{i}.log")),
+        )
+    });
+    let (a, a_port) = start_envoy(&dir.0, "a", upstream.addr, services[0].addr);
+    let (b, b_port) = start_envoy(&dir.0, "b", upstream.addr, services[1].addr);
+    let ports = [a_port, b_port];
+    let logs = || {
+        format!(
+            "tollgate 0:\n{}\ntollgate 1:\n{}\nEnvoy A:\n{}\nEnvoy B:\n{}",
+            log_tail(&services[0].log),
+            log_tail(&services[1].log),
+            log_tail(&a.log),
+            log_tail(&b.log)
+        )
+    };
+    let r = PHASE_RATE as f64;
+    let n = PHASE.as_secs() as usize;
+    let started = CLOCK.now();
+    // A alone first: its instance takes the whole rate.
+    let alone = Seconds::new(8);
+    paced(
+        ports,
+        "fixed-fleet",
+        [100, 0],
+        Duration::from_secs(8),
+        &alone,
+    );
+    print_table("two services, A alone (A 100/s)", &alone);
+    // Then B's Envoy, on the other instance, asks for 10 a second.
+    let both = Seconds::new(n);
+    paced(ports, "fixed-fleet", [100, 10], PHASE, &both);
+    print_table("two services (A 100/s, B 10/s)", &both);
+    let took = CLOCK.now().saturating_since(started);
+    let total: u64 = [(&alone, 8), (&both, n)]
+        .iter()
+        .map(|(seconds, len)| {
+            (0..*len)
+                .map(|s| seconds.get(s, 0) + seconds.get(s, 1))
+                .sum::<u64>()
+        })
+        .sum();
+    let settled = SETTLE..n;
+    let mean = both.mean(settled.clone(), None);
+    let small = both.mean(settled.clone(), Some(1));
+    eprintln!(
+        "two services: {mean:.1} a second after settling ({:.2} R), B {small:.1} of its 10; {total} admitted in {took:?}, R × t = {:.0}",
+        mean / r,
+        r * took.as_secs_f64()
+    );
+    assert!(
+        small >= 9.0,
+        "B got {small:.1} of its 10 a second from {SETTLE} s on; {}",
+        logs()
+    );
+    assert!(
+        (0.9 * r..=1.05 * r).contains(&mean),
+        "{mean:.1} a second after settling; {}",
+        logs()
+    );
+    // The whole run: R × t + 4 R (docs/quota.md's bound, fleet-wide) and
+    // what passes before each Envoy's first assignment (a second of each's demand).
+    let bound = (r * took.as_secs_f64()).ceil() as u64 + 4 * PHASE_RATE + 110;
+    assert!(
+        total <= bound,
+        "{total} admitted in {took:?}, over {bound}; {}",
+        logs()
+    );
 }

@@ -35,7 +35,7 @@ use tollgate_protocol::rls::{Code, Descriptor, RateLimitRequest, RateLimitRespon
 
 use crate::engine::StoreAnswer;
 
-use super::book::{Changes, Payment, QuotaBook};
+use super::book::{CLAIM_TTL, Changes, Payment, QuotaBook};
 use super::off_runtime::with_book;
 use crate::engine::{Engine, EngineError};
 use crate::reload::LiveEngine;
@@ -56,6 +56,7 @@ pub async fn pay_round<C: Clock>(
     now: Timestamp,
     tick: Duration,
 ) {
+    exchange_claims(engine, book, now).await;
     let dues = with_book(book, move |book| book.dues(now, tick)).await;
     let taken = take_all(engine, &dues.payments).await;
     let cuts = with_book(book, move |book| book.settle(dues, &taken)).await;
@@ -87,6 +88,35 @@ pub async fn pay_every<C: Clock, R: Clock>(
         ticks.tick().await;
         pay_round(&engine, &book, clock.now(), tick).await;
     }
+}
+
+/// With the counters in Redis, publishes what this instance's Envoys
+/// claim of each shared counter on the claims board and hears the other
+/// instances' claims ([`super::book`]'s fleet split); the shares that fall
+/// are paid and sent at once. Nothing without a shared store; a board that
+/// cannot be reached leaves the claims last heard (the split's fairness
+/// waits, the limit does not: every share is still paid from the counter).
+async fn exchange_claims<C: Clock>(engine: &LiveEngine<C>, book: &Arc<QuotaBook>, now: Timestamp) {
+    let Some(redis) = engine.engine().remote().and_then(|remote| remote.redis()) else {
+        return;
+    };
+    let claims = with_book(book, QuotaBook::claims).await;
+    if claims.is_empty() {
+        return;
+    }
+    let Ok(others) = redis
+        .exchange_claims(book.instance(), CLAIM_TTL, &claims)
+        .await
+    else {
+        return;
+    };
+    let heard: Vec<(Vec<u8>, Vec<u64>)> = claims
+        .into_iter()
+        .map(|(counter, _)| counter)
+        .zip(others)
+        .collect();
+    let changes = with_book(book, move |book| book.hear(heard, now)).await;
+    pay_and_apply(engine, book, changes).await;
 }
 
 /// Takes what `changes` cost and sends them ([`QuotaBook::apply`]).

@@ -35,11 +35,13 @@
 mod changes;
 mod counter;
 mod envoy_bucket;
+mod fleet;
 mod options;
 mod quota_book;
 mod stream;
 
 pub use changes::{Changes, Dues, Payment};
+pub use fleet::{CLAIM_TTL, fleet_part, instance_claim};
 pub use options::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STREAM_BUCKETS, RlqsOptions, RlqsStats};
 pub use quota_book::QuotaBook;
 pub use stream::{Outbox, StreamId};

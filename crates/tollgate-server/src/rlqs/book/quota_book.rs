@@ -26,6 +26,7 @@ use super::super::payment::Balance;
 use super::changes::{BucketKey, Changes};
 use super::counter::{Inner, Reading, Reporter, Shared};
 use super::envoy_bucket::{protobuf_duration, token_bucket};
+use super::fleet::fleet_part;
 use super::options::{RlqsOptions, RlqsStats};
 use super::stream::{Assignment, Outbox, Stream, StreamBucket, StreamId};
 
@@ -35,6 +36,8 @@ pub struct QuotaBook {
     pub(super) inner: Mutex<Inner>,
     pub(super) options: RlqsOptions,
     pub(super) stats: RlqsStats,
+    /// This instance's id on the claims board ([`super::fleet`]).
+    pub(super) instance: u64,
 }
 
 impl QuotaBook {
@@ -44,6 +47,7 @@ impl QuotaBook {
             inner: Mutex::new(Inner::default()),
             options,
             stats: RlqsStats::default(),
+            instance: Self::random_instance(),
         }
     }
 
@@ -148,6 +152,7 @@ impl QuotaBook {
                         owed: Arc::new(()),
                         domain: String::new(),
                         entries: Vec::new(),
+                        fleet: Vec::new(),
                     });
                     shared.rate = rate;
                     shared.domain.clone_from(&report.domain);
@@ -317,20 +322,23 @@ impl QuotaBook {
     /// fortieth left in the counter absorbs the jitter of the payment
     /// rounds against a refilling counter, and the rate no claim needs is
     /// left to the RLS callers and other instances on the same budget.
-    fn rebalance(&self, inner: &mut Inner, counter: &[u8], pending: &mut Vec<(Vec<u8>, StreamId)>) {
+    pub(super) fn rebalance(
+        &self,
+        inner: &mut Inner,
+        counter: &[u8],
+        pending: &mut Vec<(Vec<u8>, StreamId)>,
+    ) {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
         };
-        let capacity = shared_capacity(shared.rate.requests);
-        let floor = capacity / (4 * shared.reporters.len() as u64).max(1);
-        let claims: Vec<Option<u64>> = shared
-            .reporters
-            .values()
-            .map(|r| {
-                r.demand
-                    .map(|d| d.saturating_add(d.div_ceil(10)).max(floor))
-            })
-            .collect();
+        let claims = claims(shared);
+        // This instance's part of the rate, max-min fair between the
+        // instances sharing the counter by what their Envoys claim.
+        let capacity = fleet_part(
+            shared_capacity(shared.rate.requests),
+            &claims,
+            &shared.fleet,
+        );
         let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
@@ -399,6 +407,21 @@ impl QuotaBook {
             }
         }
     }
+}
+
+/// What each reporter of `shared` claims: its demand and a tenth more, at
+/// least `⌊R' / 4n⌋`; `None` before its rate shows (see [`QuotaBook::rebalance`]).
+pub(super) fn claims(shared: &Shared) -> Vec<Option<u64>> {
+    let capacity = shared_capacity(shared.rate.requests);
+    let floor = capacity / (4 * shared.reporters.len() as u64).max(1);
+    shared
+        .reporters
+        .values()
+        .map(|r| {
+            r.demand
+                .map(|d| d.saturating_add(d.div_ceil(10)).max(floor))
+        })
+        .collect()
 }
 
 /// What the split shares of a rule's rate `requests`: all but a fortieth (see [`QuotaBook::rebalance`]).
