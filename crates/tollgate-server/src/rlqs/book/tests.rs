@@ -18,6 +18,7 @@ use tollgate_core::Timestamp;
 use tollgate_rules::RuleSet;
 use tonic::Status;
 
+use super::quota_book::claims;
 use super::*;
 
 fn rules() -> RuleSet {
@@ -507,5 +508,137 @@ proptest::proptest! {
     ) {
         let cut = run(&steps, true)?;
         proptest::prop_assert_eq!(cut, 0);
+    }
+}
+
+/// One exchange on the claims board between `books` (instances on one
+/// store) at `now`: each publishes its claims and hears the others'; the
+/// falls are paid in full and sent.
+fn exchange(books: &[&QuotaBook], now: Timestamp) {
+    let claims: Vec<Vec<(Vec<u8>, u64)>> = books.iter().map(|b| b.claims()).collect();
+    for (i, book) in books.iter().enumerate() {
+        let heard = claims[i]
+            .iter()
+            .map(|(counter, _)| {
+                let others = claims
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .flat_map(|(_, theirs)| theirs.iter().filter(|(c, _)| c == counter))
+                    .map(|&(_, claim)| claim)
+                    .collect();
+                (counter.clone(), others)
+            })
+            .collect();
+        pay_in_full(book, book.hear(heard, now));
+    }
+}
+
+#[test]
+fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_leaves_its_part() {
+    let rules = rules();
+    let (x, y) = (
+        QuotaBook::new(RlqsOptions::default()),
+        QuotaBook::new(RlqsOptions::default()),
+    );
+    let ((big, mut rx_big), (small, mut rx_small)) = (stream(&x), stream(&y));
+    let (mut r_big, mut r_small) = (0, 0);
+    let five = |per_second: u64| report("a", per_second * 5, 0);
+    // Alone, X's Envoy holds the rate less a fortieth.
+    paid(&x, big, report("a", 1, 0), &rules, at(0));
+    exchange(&[&x], at(0));
+    round_in_full(&x, at(0));
+    assert_eq!(rate(&mut rx_big, &mut r_big), 98);
+    // Y's Envoy comes (an equal part until its rate shows), then shows 20
+    // a second against X's 200: Y claims 22 and gets it, X the other 76.
+    paid(&y, small, report("a", 1, 0), &rules, at(1));
+    for round in 1..=3 {
+        let now = at(5 * round);
+        paid(&x, big, five(200), &rules, now);
+        paid(&y, small, five(20), &rules, now);
+        exchange(&[&x, &y], now);
+        round_in_full(&x, now);
+        round_in_full(&y, now);
+    }
+    // (Steady shares: each keeps the one in force within a tenth of its
+    // fair share, here X 70 of 76 and Y 24 for its 22.)
+    let (b, s) = (
+        rate(&mut rx_big, &mut r_big),
+        rate(&mut rx_small, &mut r_small),
+    );
+    assert!(s >= 22 && b * 10 >= 76 * 9 && b + s <= 98, "X {b}, Y {s}");
+    // Y's Envoy goes: Y claims nothing more, and X grows back at the next round.
+    pay_in_full(&y, y.close(small, at(16)));
+    exchange(&[&x, &y], at(17));
+    round_in_full(&x, at(17));
+    assert_eq!(rate(&mut rx_big, &mut r_big), 98);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Instances with any Envoys' demands, once their claims are
+    /// exchanged: the shares in force over the whole fleet never sum past
+    /// the rate less a fortieth, and an instance whose Envoys claim at most
+    /// an equal part of it among the instances gets each Envoy its claim
+    /// (max-min between instances).
+    #[test]
+    fn the_fleet_split_never_passes_the_rate_and_serves_a_small_instance_in_full(
+        demands in proptest::collection::vec(
+            proptest::collection::vec(0u64..300, 1..4),
+            1..4,
+        ),
+    ) {
+        let rules = rules();
+        let books: Vec<QuotaBook> =
+            demands.iter().map(|_| QuotaBook::new(RlqsOptions::default())).collect();
+        let mut streams: Vec<Vec<(StreamId, Outbox, u64)>> = books
+            .iter()
+            .zip(&demands)
+            .map(|(book, envoys)| {
+                envoys.iter().map(|_| {
+                    let (id, rx) = stream(book);
+                    (id, rx, 0)
+                }).collect()
+            })
+            .collect();
+        let refs: Vec<&QuotaBook> = books.iter().collect();
+        for round in 0..=3 {
+            let now = at(5 * round);
+            for ((book, envoys), ids) in books.iter().zip(&demands).zip(&streams) {
+                for (&demand, (id, _, _)) in envoys.iter().zip(ids) {
+                    paid(book, *id, report("a", demand * 5, 0), &rules, now);
+                }
+            }
+            exchange(&refs, now);
+            for book in &books {
+                round_in_full(book, now);
+            }
+        }
+        let rates: Vec<Vec<u64>> = streams
+            .iter_mut()
+            .map(|ids| ids.iter_mut().map(|(_, rx, last)| rate(rx, last)).collect())
+            .collect();
+        let total: u64 = rates.iter().flatten().sum();
+        proptest::prop_assert!(total <= 98, "the fleet's shares sum to {total}: {rates:?}");
+        let capacity = 98u64;
+        let equal = capacity / books.len() as u64;
+        for (book, (envoys, shares)) in books.iter().zip(demands.iter().zip(&rates)) {
+            let inner = book.inner.lock();
+            let Some(shared) = inner.shared.values().next() else { continue };
+            let wants = claims(shared);
+            let claim = instance_claim(capacity, &wants);
+            if claim <= equal {
+                for ((want, share), demand) in wants.iter().zip(shares).zip(envoys) {
+                    let want = want.unwrap_or(0);
+                    // Held within a tenth of an equal part (steady shares).
+                    let band = (capacity / envoys.len() as u64).div_ceil(10);
+                    proptest::prop_assert!(
+                        share + band >= want,
+                        "an Envoy of demand {demand} claiming {want} got {share}: {rates:?}"
+                    );
+                }
+            }
+        }
     }
 }
