@@ -1,4 +1,4 @@
-//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, RLS callers on the same budget, and two services on one Redis.
+//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, RLS callers on the same budget, and two services on one Redis (one budget, split max-min between them).
 //!
 //! Envoy reports and is answered in real time (Envoy 1.40 reports every
 //! 5 s whatever its `reporting_interval`), so the phases are bounded by
