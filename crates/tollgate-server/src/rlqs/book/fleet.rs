@@ -22,6 +22,13 @@
 //!   from the rule's one counter first, so the fleet stays within the
 //!   bound docs/quota.md states; the board decides fairness, never the limit.
 //!
+//! The fleet shares protocol (`tollgate_core::share`'s holders and
+//! authority) does not carry this: its holders decide requests against
+//! sub-buckets of a token bucket the authority keeps in Redis, a second
+//! budget beside the rule's counter that the quota service and the RLS
+//! callers spend. Here the counter stays the one budget; the board carries
+//! only the claims, split by the same [`fair_shares`].
+//!
 //! A claim lapses [`CLAIM_TTL`] after it was last published (an instance
 //! that stops, or loses the store, drops out of the split within it);
 //! while the board cannot be reached an instance keeps the claims it last
