@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
-use tollgate_client::{BackoffLayer, ClientError, ClientPolicy, ExponentialBackoff, TokioClock};
+use tollgate_client::{
+    BackoffLayer, ClientError, ClientPolicy, ExponentialBackoff, RetryJitter, TokioClock,
+};
 use tollgate_core::breaker::BreakerPolicy;
 use tollgate_core::{Clock, Timestamp};
 use tower::retry::budget::TpsBudget;
@@ -70,52 +72,58 @@ fn get() -> Request<String> {
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 
+/// The gap between a first try refused with `Retry-After: 2` and its retry, for a client with `jitter`.
+async fn retry_gap(jitter: RetryJitter, seed: u64) -> Duration {
+    let clock = TokioClock::new();
+    let arrivals = Arrivals::default();
+    let srv = server(clock, &arrivals, |n, _| match n {
+        0 => reply(429, &[("retry-after", "2".into())]),
+        _ => reply(200, &[]),
+    });
+    let client = BackoffLayer::new(ClientPolicy {
+        jitter,
+        ..policy(clock, seed)
+    })
+    .layer(srv);
+    let response = client.oneshot(get()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let times = arrivals.times();
+    assert_eq!(times.len(), 2);
+    times[1] - times[0]
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_retry_never_leaves_before_retry_after_and_at_most_one_jitter_cap_later() {
+async fn a_retry_never_leaves_before_retry_after_and_at_most_twice_it() {
     for seed in 0..20 {
-        let clock = TokioClock::new();
-        let arrivals = Arrivals::default();
-        let srv = server(clock, &arrivals, |n, _| match n {
-            0 => reply(429, &[("retry-after", "2".into())]),
-            _ => reply(200, &[]),
-        });
-        let client = BackoffLayer::new(policy(clock, seed)).layer(srv);
-        let response = client.oneshot(get()).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let times = arrivals.times();
-        assert_eq!(times.len(), 2);
-        let gap = times[1] - times[0];
-        let cap = ExponentialBackoff::default().cap(0);
+        let gap = retry_gap(RetryJitter::default(), seed).await;
+        assert!(gap >= 2 * SEC && gap <= 4 * SEC, "seed {seed}: {gap:?}");
+    }
+    // The additive jitter, as an option: never early either, at most one jitter cap later.
+    let backoff = ExponentialBackoff::default();
+    for seed in 0..20 {
+        let gap = retry_gap(RetryJitter::additive(backoff), seed).await;
         assert!(
-            gap >= 2 * SEC && gap <= 2 * SEC + cap,
+            gap >= 2 * SEC && gap <= 2 * SEC + backoff.cap(0),
             "seed {seed}: {gap:?}"
         );
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn clients_told_the_same_retry_after_spread_over_the_jitter() {
+async fn clients_told_the_same_retry_after_come_back_over_the_wait_not_as_a_wave() {
     let clock = TokioClock::new();
     let arrivals = Arrivals::default();
-    // Every client's first request is refused with Retry-After: 1; its retry passes.
+    // Every client's first request is refused with Retry-After: 10; its retry passes.
     let srv = server(clock, &arrivals, |_, at| {
         if at < SEC {
-            reply(429, &[("retry-after", "1".into())])
+            reply(429, &[("retry-after", "10".into())])
         } else {
             reply(200, &[])
         }
     });
-    let backoff = ExponentialBackoff {
-        base: 800 * MS,
-        max: 800 * MS,
-    };
     let mut tasks = Vec::new();
     for seed in 0..50 {
-        let client = BackoffLayer::new(ClientPolicy {
-            backoff,
-            ..policy(clock, seed)
-        })
-        .layer(srv.clone());
+        let client = BackoffLayer::new(policy(clock, seed)).layer(srv.clone());
         tasks.push(tokio::spawn(client.oneshot(get())));
     }
     for task in tasks {
@@ -123,13 +131,15 @@ async fn clients_told_the_same_retry_after_spread_over_the_jitter() {
     }
     let retries: Vec<Duration> = arrivals.times().into_iter().filter(|t| *t >= SEC).collect();
     assert_eq!(retries.len(), 50);
-    assert!(retries.iter().all(|t| *t >= SEC && *t <= SEC + 800 * MS));
-    // Spread, not a second wave: no 100 ms slot holds more than a third of them.
-    let mut slots = [0usize; 9];
+    // None before the wait, none after twice it ...
+    assert!(retries.iter().all(|t| *t >= 10 * SEC && *t <= 20 * SEC));
+    // ... and spread over it, not a second wave: no second of the ten
+    // holds more than a quarter of them (a tenth on average).
+    let mut seconds = [0usize; 11];
     for t in &retries {
-        slots[((*t - SEC).as_millis() / 100) as usize] += 1;
+        seconds[(*t - 10 * SEC).as_secs() as usize] += 1;
     }
-    assert!(slots.iter().all(|n| *n <= 17), "{slots:?}");
+    assert!(seconds.iter().all(|n| *n <= 12), "{seconds:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -144,7 +154,7 @@ async fn retries_stop_when_the_budget_is_spent() {
         let budget = Arc::new(TpsBudget::new(Duration::from_secs(ttl_secs), 1, 0.0));
         let client = BackoffLayer::new(ClientPolicy {
             budget,
-            backoff: quick,
+            jitter: RetryJitter::additive(quick),
             max_retries: 10,
             ..policy(clock, 1)
         })

@@ -13,8 +13,8 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::adaptive::AdaptiveThrottle;
 use crate::clock::TokioClock;
-use crate::delay::ExponentialBackoff;
 use crate::hints::ServerHints;
+use crate::jitter::RetryJitter;
 use crate::pacer::Pacer;
 
 /// How a [`Backoff`](super::Backoff) client paces, retries, breaks and throttles.
@@ -22,8 +22,9 @@ use crate::pacer::Pacer;
 pub struct ClientPolicy {
     /// Retries of one request after a 429 or 503 (default 3).
     pub max_retries: u32,
-    /// The jitter added to each retry's wait (default 100 ms doubling to 10 s).
-    pub backoff: ExponentialBackoff,
+    /// How each retry's wait is drawn from the server's (default
+    /// [`RetryJitter::default`]: a wait of `T` returns over `[T, 2T]`).
+    pub jitter: RetryJitter,
     /// Space requests out once `remaining` is at most this (default 5).
     pub slow_down_below: u64,
     /// Adaptive throttling's `K` and decay window; `None` turns it off
@@ -47,8 +48,8 @@ impl Default for ClientPolicy {
     fn default() -> Self {
         ClientPolicy {
             max_retries: 3,
-            backoff: ExponentialBackoff::default(),
-            slow_down_below: 5,
+            jitter: RetryJitter::default(),
+            slow_down_below: Pacer::DEFAULT_SLOW_DOWN_BELOW,
             adaptive: Some((
                 AdaptiveThrottle::DEFAULT_K,
                 AdaptiveThrottle::DEFAULT_WINDOW,
@@ -71,7 +72,7 @@ impl fmt::Debug for ClientPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientPolicy")
             .field("max_retries", &self.max_retries)
-            .field("backoff", &self.backoff)
+            .field("jitter", &self.jitter)
             .field("slow_down_below", &self.slow_down_below)
             .field("adaptive", &self.adaptive)
             .field("breaker", &self.breaker)
@@ -195,7 +196,7 @@ impl Shared {
         let server_wait = hints.retry_after.unwrap_or(Duration::ZERO);
         let delay = self
             .policy
-            .backoff
+            .jitter
             .delay(retry, server_wait, &mut *self.rng.lock());
         self.pacer.lock().hold_until(now.saturating_add(delay));
         Verdict::Retry(delay)
