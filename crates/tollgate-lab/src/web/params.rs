@@ -12,8 +12,8 @@ use serde::Serialize;
 use tollgate_core::{AnyAlgorithm, DelayMode, Timestamp};
 
 use crate::{
-    AlgorithmName, AlgorithmSpec, ArrivalSource, Lane, MAX_RETRIES, MAX_SIDECARS, Replay,
-    Scenario, SpecError, TrafficName, TrafficSpec, storm_lanes,
+    AlgorithmName, AlgorithmSpec, ArrivalSource, Lane, MAX_RETRIES, MAX_SIDECARS, Replay, Scenario,
+    SpecError, TrafficName, TrafficSpec, storm_lanes,
 };
 
 /// How many uploaded traces the lab keeps (the oldest goes first).
