@@ -138,6 +138,23 @@ async fn shadow_mode_counts_what_it_would_refuse_and_refuses_nothing() {
     );
 }
 
+/// A layer holding each client address to `limit`, in memory.
+fn per_client(limit: Limit) -> RateLimitLayer<tollgate_store::MemoryCounters> {
+    RateLimitLayer::builder(KeyExtractor::client_address())
+        .limit(limit)
+        .in_memory(StoreConfig::with_max_keys(1_000))
+}
+
+/// The RFC 9457 problem in `response`'s body, after checking its content type.
+async fn problem(response: Response<Body>) -> serde_json::Value {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
 /// The statuses of `n` requests from one client through `layer`.
 async fn statuses<St>(layer: &RateLimitLayer<St>, n: usize) -> Vec<u16>
 where
@@ -165,9 +182,7 @@ async fn the_token_bucket_sliding_log_and_leaky_bucket_limit_as_the_others_do() 
     ];
     for limit in limits {
         let name = limit.name().to_owned();
-        let layer = RateLimitLayer::builder(KeyExtractor::client_address())
-            .limit(limit)
-            .in_memory(StoreConfig::with_max_keys(1_000));
+        let layer = per_client(limit);
         // Three at once pass (capacity 3, quota 3, burst 2 + 1), the fourth is refused.
         assert_eq!(statuses(&layer, 4).await, [200, 200, 200, 429], "{name}");
     }
@@ -175,23 +190,15 @@ async fn the_token_bucket_sliding_log_and_leaky_bucket_limit_as_the_others_do() 
 
 #[tokio::test]
 async fn a_request_without_a_client_address_is_a_500_never_a_shared_bucket() {
-    let layer = RateLimitLayer::builder(KeyExtractor::client_address())
-        .limit(Limit::fixed_window("per-hour", 100, HOUR).unwrap())
-        .in_memory(StoreConfig::with_max_keys(1_000));
-    let service = layer.layer(app());
+    let layer = per_client(Limit::fixed_window("per-hour", 100, HOUR).unwrap());
     // Served without connection info: no `SocketAddr`, no `ConnectInfo`.
-    let response = service
-        .clone()
+    let response = layer
+        .layer(app())
         .oneshot(Request::get("/").body(Body::empty()).unwrap())
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let problem = problem(response).await;
     assert_eq!(problem["status"], 500);
     let detail = problem["detail"].as_str().unwrap();
     assert!(
@@ -245,28 +252,16 @@ async fn a_custom_key_and_the_apps_own_rejection() {
 
 #[tokio::test]
 async fn the_default_429_is_an_rfc_9457_problem_naming_the_limit() {
-    let layer = RateLimitLayer::builder(KeyExtractor::client_address())
-        .limit(Limit::fixed_window("tiny", 1, HOUR).unwrap())
-        .in_memory(StoreConfig::with_max_keys(1_000));
-    let service = layer.layer(app());
-    let _ = service
-        .clone()
-        .oneshot(request("10.0.0.1:1", &[]))
-        .await
-        .unwrap();
-    let refused = service
-        .clone()
+    let layer = per_client(Limit::fixed_window("tiny", 1, HOUR).unwrap());
+    assert_eq!(statuses(&layer, 1).await, [200]);
+    let refused = layer
+        .layer(app())
         .oneshot(request("10.0.0.1:1", &[]))
         .await
         .unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(
-        refused.headers()["content-type"],
-        "application/problem+json"
-    );
     assert_eq!(refused.headers()["ratelimit-remaining"], "0");
-    let body = refused.into_body().collect().await.unwrap().to_bytes();
-    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let problem = problem(refused).await;
     assert_eq!(problem["title"], "Too Many Requests");
     assert_eq!(problem["status"], 429);
     assert_eq!(problem["detail"], "over the rate limit \"tiny\"");
