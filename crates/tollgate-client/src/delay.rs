@@ -21,6 +21,7 @@ use rand::Rng;
 
 /// Exponential backoff with full jitter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExponentialBackoff {
     /// The cap of the first retry's jitter.
     pub base: Duration,
@@ -39,6 +40,11 @@ impl Default for ExponentialBackoff {
 }
 
 impl ExponentialBackoff {
+    /// Jitter up to `base` on the first retry, doubling up to `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        ExponentialBackoff { base, max }
+    }
+
     /// The jitter cap of retry `retry` (from 0): `min(max, base · 2^retry)`.
     pub fn cap(&self, retry: u32) -> Duration {
         self.base

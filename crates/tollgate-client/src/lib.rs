@@ -42,6 +42,10 @@
 //! ```
 //!
 //! `examples/backoff.rs` runs one against a local server that answers 429.
+//!
+//! The same retries plug into tower's own retry layer as a
+//! `tower::retry::Policy`: [`RetryPolicy`] (without the breaker and the
+//! adaptive throttle, which need to refuse a request before it is sent).
 
 #![forbid(unsafe_code)]
 
@@ -52,6 +56,7 @@ mod delay;
 mod hints;
 mod jitter;
 mod pacer;
+mod retry_policy;
 
 pub use adaptive::AdaptiveThrottle;
 pub use backoff::{Backoff, BackoffLayer, ClientError, ClientPolicy, ResponseFuture};
@@ -60,3 +65,4 @@ pub use delay::ExponentialBackoff;
 pub use hints::ServerHints;
 pub use jitter::RetryJitter;
 pub use pacer::Pacer;
+pub use retry_policy::RetryPolicy;

@@ -34,4 +34,5 @@ pub use error::ClientError;
 pub use future::ResponseFuture;
 pub use layer::BackoffLayer;
 pub use policy::ClientPolicy;
+pub(crate) use policy::{Shared, Verdict};
 pub use service::Backoff;
