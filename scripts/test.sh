@@ -120,6 +120,14 @@ cargo fmt --all -- --check
 # All features at once (they are additive): the middleware's `redis` and the
 # lab's `web`/`redis` are built and tested too, in the one build the default
 # run would take (features unify across the workspace anyway).
+# Every publishable crate packages together (the unpublished ones excluded):
+# metadata, versions on path dependencies, the files that go in. Packaged
+# as one set, since a crate's siblings are not on crates.io; no build
+# (--no-verify), from the local index: a couple of seconds.
+log "cargo package (each publishable crate, not built)"
+cargo package --workspace --exclude tollgate-bench --exclude tollgate-testkit --exclude axum-app \
+    --no-verify --allow-dirty --locked --offline --quiet
+
 log "cargo clippy (all targets, all features, warnings are errors)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 

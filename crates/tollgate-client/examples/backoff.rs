@@ -26,11 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = TokioClock::new();
     let addr = serve_fixed_window(clock).await?;
     let http = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let client = BackoffLayer::new(ClientPolicy {
-        clock: Arc::new(clock),
-        ..ClientPolicy::default()
-    })
-    .layer(http);
+    let client = BackoffLayer::new(ClientPolicy::default().with_clock(Arc::new(clock))).layer(http);
     for i in 0..10 {
         let request = http::Request::get(format!("http://{addr}/")).body(Full::default())?;
         let response = client.clone().oneshot(request).await?;

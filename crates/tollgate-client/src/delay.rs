@@ -8,9 +8,12 @@
 //!
 //! where `U(0, c)` is uniform on `[0, c]` (AWS's "full jitter") and
 //! `server_wait` is the `Retry-After` of the answer (zero without one). So a
-//! retry is **never earlier than the server said**, and clients told the
-//! same `Retry-After` spread out over the jitter instead of returning
-//! together as a second wave. The jitter comes from `rand`.
+//! retry is **never earlier than the server said**. It is
+//! [`RetryJitter::Additive`](crate::RetryJitter::Additive), and the default
+//! [`RetryJitter`](crate::RetryJitter)'s fallback when the server gave no
+//! wait. Added to a long wait it spreads clients over a second at most, so
+//! clients told the same `Retry-After` still come back as a wave; the
+//! proportional jitter spreads them over the wait itself. The jitter comes from `rand`.
 
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use rand::Rng;
 
 /// Exponential backoff with full jitter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExponentialBackoff {
     /// The cap of the first retry's jitter.
     pub base: Duration,
@@ -36,6 +40,11 @@ impl Default for ExponentialBackoff {
 }
 
 impl ExponentialBackoff {
+    /// Jitter up to `base` on the first retry, doubling up to `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        ExponentialBackoff { base, max }
+    }
+
     /// The jitter cap of retry `retry` (from 0): `min(max, base · 2^retry)`.
     pub fn cap(&self, retry: u32) -> Duration {
         self.base

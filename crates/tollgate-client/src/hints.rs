@@ -37,6 +37,8 @@ pub struct ServerHints {
     pub reset: Option<Duration>,
     /// The window's quota.
     pub limit: Option<u64>,
+    /// The window's length (`RateLimit-Policy`'s `w`).
+    pub window: Option<Duration>,
 }
 
 impl ServerHints {
@@ -64,10 +66,20 @@ impl ServerHints {
                 hints.limit = number("limit");
             }
         }
-        if hints.limit.is_none() {
-            hints.limit = header_str(headers, "ratelimit-policy").and_then(ietf_policy_quota);
+        if let Some((quota, window)) = header_str(headers, "ratelimit-policy").and_then(ietf_policy)
+        {
+            hints.limit = hints.limit.or(Some(quota));
+            hints.window = window.map(Duration::from_secs);
         }
         hints
+    }
+
+    /// How far apart requests must leave to send no faster than the server
+    /// admits: `window / limit`, or `reset / limit` without a window (the
+    /// reset is at most a window away, so that is never slower).
+    pub fn server_spacing(&self) -> Option<Duration> {
+        let limit = u32::try_from(self.limit?).unwrap_or(u32::MAX).max(1);
+        Some(self.window.or(self.reset)? / limit)
     }
 
     /// The earliest the server allows the next request, from now: its
@@ -138,12 +150,12 @@ fn ietf_ratelimit(value: &str) -> Option<(u64, u64)> {
         .min_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
 }
 
-/// `RateLimit-Policy`: the smallest quota `q` among its items.
-fn ietf_policy_quota(value: &str) -> Option<u64> {
+/// `RateLimit-Policy`: the item with the smallest quota, as `(q, w)`.
+fn ietf_policy(value: &str) -> Option<(u64, Option<u64>)> {
     parse_list(value)?
         .iter()
-        .filter_map(|entry| int_param(entry, "q"))
-        .min()
+        .filter_map(|entry| Some((int_param(entry, "q")?, int_param(entry, "w"))))
+        .min_by_key(|(quota, _)| *quota)
 }
 
 #[cfg(test)]
@@ -207,6 +219,8 @@ mod tests {
         assert_eq!(hints.remaining, Some(2));
         assert_eq!(hints.reset, Some(Duration::from_secs(50)));
         assert_eq!(hints.limit, Some(3));
+        assert_eq!(hints.window, Some(Duration::from_secs(60)));
+        assert_eq!(hints.server_spacing(), Some(Duration::from_secs(20)));
         assert_eq!(hints.must_wait(), None);
     }
 

@@ -12,8 +12,9 @@
 //! * never sends sooner than the server said, and as `remaining` nears 0
 //!   spreads what is left over the time to the reset ([`Pacer`]);
 //! * retries a 429 (slow down) or a 503 (back off, and break after several)
-//!   with the server's wait plus exponential backoff with full jitter
-//!   ([`ExponentialBackoff`]), inside a retry budget (tower's `TpsBudget`);
+//!   after the server's wait `T` spread in proportion to it, over `[T, 2T]`
+//!   ([`RetryJitter`]; the additive `T + U(0, 100 ms · 2ⁿ)` of
+//!   [`ExponentialBackoff`] is an option), inside a retry budget (tower's `TpsBudget`);
 //! * opens a circuit breaker (`tollgate_core::breaker`) on consecutive 503s;
 //! * rejects requests locally, before sending them, with the adaptive
 //!   throttling probability of Google's SRE book ([`AdaptiveThrottle`]:
@@ -41,6 +42,10 @@
 //! ```
 //!
 //! `examples/backoff.rs` runs one against a local server that answers 429.
+//!
+//! The same retries plug into tower's own retry layer as a
+//! `tower::retry::Policy`: [`RetryPolicy`] (without the breaker and the
+//! adaptive throttle, which need to refuse a request before it is sent).
 
 #![forbid(unsafe_code)]
 
@@ -49,11 +54,15 @@ mod backoff;
 mod clock;
 mod delay;
 mod hints;
+mod jitter;
 mod pacer;
+mod retry_policy;
 
 pub use adaptive::AdaptiveThrottle;
 pub use backoff::{Backoff, BackoffLayer, ClientError, ClientPolicy, ResponseFuture};
 pub use clock::TokioClock;
 pub use delay::ExponentialBackoff;
 pub use hints::ServerHints;
+pub use jitter::RetryJitter;
 pub use pacer::Pacer;
+pub use retry_policy::RetryPolicy;

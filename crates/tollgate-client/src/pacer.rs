@@ -10,7 +10,13 @@
 //!   spread over the time to the reset instead of spent at once; with more
 //!   left, `spacing` is zero (no pacing);
 //! * `r = 0` or a `Retry-After` (any status) pushes `not_before` to at
-//!   least `now + wait`: **no request leaves sooner than the server said**.
+//!   least `now + wait`: **no request leaves sooner than the server said**;
+//! * `r = 0` also **spreads what waits across the reset**: from then until a
+//!   whole window after the reset, `spacing` is at least the server's own
+//!   rate, `window / limit` (`RateLimit-Policy`'s `w` and `q`; without a
+//!   window, `reset / limit`), so what queued up behind the reset leaves at
+//!   the pace the server admits instead of all at the reset. An answer with
+//!   plenty left ends this only once that period is over.
 //!
 //! A pure state machine: the caller passes `now` and sleeps until the start
 //! it is given.
@@ -27,15 +33,23 @@ pub struct Pacer {
     slow_down_below: u64,
     not_before: Timestamp,
     spacing: Duration,
+    /// Until then, `spacing` stays at least `server_spacing` (after an `r = 0`).
+    paced_until: Timestamp,
+    server_spacing: Duration,
 }
 
 impl Pacer {
+    /// The `remaining` at or below which requests are spaced out, by default.
+    pub const DEFAULT_SLOW_DOWN_BELOW: u64 = 5;
+
     /// A pacer that spaces requests once `remaining` is at most `slow_down_below`.
     pub fn new(slow_down_below: u64) -> Self {
         Pacer {
             slow_down_below,
             not_before: Timestamp::EPOCH,
             spacing: Duration::ZERO,
+            paced_until: Timestamp::EPOCH,
+            server_spacing: Duration::ZERO,
         }
     }
 
@@ -64,11 +78,21 @@ impl Pacer {
     /// Takes in an answer's hints, received at `now`.
     pub fn observe(&mut self, now: Timestamp, hints: &ServerHints) {
         if let (Some(remaining), Some(reset)) = (hints.remaining, hints.reset) {
-            self.spacing = if remaining == 0 || remaining > self.slow_down_below {
+            if remaining == 0
+                && let Some(server_spacing) = hints.server_spacing()
+            {
+                self.server_spacing = server_spacing;
+                let period = reset.saturating_add(hints.window.unwrap_or(reset));
+                self.paced_until = self.paced_until.max(now.saturating_add(period));
+            } else if now >= self.paced_until {
+                self.server_spacing = Duration::ZERO;
+            }
+            let near_zero = if remaining == 0 || remaining > self.slow_down_below {
                 Duration::ZERO
             } else {
                 reset / u32::try_from(remaining).unwrap_or(u32::MAX)
             };
+            self.spacing = near_zero.max(self.server_spacing);
         }
         if let Some(wait) = hints.must_wait() {
             self.hold_until(now.saturating_add(wait));
@@ -130,5 +154,32 @@ mod tests {
         // An earlier hint never pulls the start back.
         p.observe(T0, &hints(0, 1));
         assert!(p.not_before() >= T0.saturating_add(7 * SEC));
+    }
+
+    #[test]
+    fn what_waits_for_the_reset_leaves_at_the_servers_rate_for_a_window() {
+        let mut p = Pacer::new(5);
+        // 50 per 10 s, with `remaining` left and `reset_s` to the reset.
+        let policy = |remaining, reset_s| ServerHints {
+            limit: Some(50),
+            window: Some(10 * SEC),
+            ..hints(remaining, reset_s)
+        };
+        p.observe(T0, &policy(0, 4));
+        let reset = T0.saturating_add(4 * SEC);
+        let starts: Vec<Timestamp> = (0..4).map(|_| p.reserve(T0)).collect();
+        let step = Duration::from_millis(200);
+        assert_eq!(
+            starts,
+            (0..4)
+                .map(|i| reset.saturating_add(step * i))
+                .collect::<Vec<_>>()
+        );
+        // Plenty left in the new window does not release the queue at once ...
+        p.observe(reset.saturating_add(SEC), &policy(45, 9));
+        assert_eq!(p.spacing(), step);
+        // ... until a whole window after the reset has passed.
+        p.observe(reset.saturating_add(10 * SEC), &policy(45, 9));
+        assert_eq!(p.spacing(), Duration::ZERO);
     }
 }

@@ -1,5 +1,6 @@
 //! The client layer on tokio's paused time, against in-process servers whose answers each test scripts:
-//! never early, jitter bounds, the retry budget, the breaker, pacing near 0 and adaptive throttling.
+//! never early, jitter bounds, the retry budget, the breaker, pacing near 0, adaptive throttling, and
+//! the same retries as a `tower::retry::Policy`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -7,9 +8,13 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use parking_lot::Mutex;
-use tollgate_client::{BackoffLayer, ClientError, ClientPolicy, ExponentialBackoff, TokioClock};
+use tollgate_client::{
+    BackoffLayer, ClientError, ClientPolicy, ExponentialBackoff, RetryJitter, RetryPolicy,
+    TokioClock,
+};
 use tollgate_core::breaker::BreakerPolicy;
 use tollgate_core::{Clock, Timestamp};
+use tower::retry::RetryLayer;
 use tower::retry::budget::TpsBudget;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
@@ -46,6 +51,14 @@ fn server(
     }))
 }
 
+/// A server that refuses the first request with `Retry-After: retry_after` (seconds) and accepts the rest.
+fn refuses_once(clock: TokioClock, arrivals: &Arrivals, retry_after: &'static str) -> Server {
+    server(clock, arrivals, move |n, _| match n {
+        0 => reply(429, &[("retry-after", retry_after.into())]),
+        _ => reply(200, &[]),
+    })
+}
+
 fn reply(status: u16, headers: &[(&str, String)]) -> Response<String> {
     let mut builder = Response::builder().status(status);
     for (name, value) in headers {
@@ -55,12 +68,10 @@ fn reply(status: u16, headers: &[(&str, String)]) -> Response<String> {
 }
 
 fn policy(clock: TokioClock, seed: u64) -> ClientPolicy {
-    ClientPolicy {
-        clock: Arc::new(clock),
-        seed: Some(seed),
-        adaptive: None,
-        ..ClientPolicy::default()
-    }
+    ClientPolicy::default()
+        .with_clock(Arc::new(clock))
+        .with_seed(seed)
+        .with_adaptive(None)
 }
 
 fn get() -> Request<String> {
@@ -70,52 +81,51 @@ fn get() -> Request<String> {
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 
+/// The gap between a first try refused with `Retry-After: 2` and its retry, for a client with `jitter`.
+async fn retry_gap(jitter: RetryJitter, seed: u64) -> Duration {
+    let clock = TokioClock::new();
+    let arrivals = Arrivals::default();
+    let srv = refuses_once(clock, &arrivals, "2");
+    let client = BackoffLayer::new(policy(clock, seed).with_jitter(jitter)).layer(srv);
+    let response = client.oneshot(get()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let times = arrivals.times();
+    assert_eq!(times.len(), 2);
+    times[1] - times[0]
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_retry_never_leaves_before_retry_after_and_at_most_one_jitter_cap_later() {
+async fn a_retry_never_leaves_before_retry_after_and_at_most_twice_it() {
     for seed in 0..20 {
-        let clock = TokioClock::new();
-        let arrivals = Arrivals::default();
-        let srv = server(clock, &arrivals, |n, _| match n {
-            0 => reply(429, &[("retry-after", "2".into())]),
-            _ => reply(200, &[]),
-        });
-        let client = BackoffLayer::new(policy(clock, seed)).layer(srv);
-        let response = client.oneshot(get()).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let times = arrivals.times();
-        assert_eq!(times.len(), 2);
-        let gap = times[1] - times[0];
-        let cap = ExponentialBackoff::default().cap(0);
+        let gap = retry_gap(RetryJitter::default(), seed).await;
+        assert!(gap >= 2 * SEC && gap <= 4 * SEC, "seed {seed}: {gap:?}");
+    }
+    // The additive jitter, as an option: never early either, at most one jitter cap later.
+    let backoff = ExponentialBackoff::default();
+    for seed in 0..20 {
+        let gap = retry_gap(RetryJitter::additive(backoff), seed).await;
         assert!(
-            gap >= 2 * SEC && gap <= 2 * SEC + cap,
+            gap >= 2 * SEC && gap <= 2 * SEC + backoff.cap(0),
             "seed {seed}: {gap:?}"
         );
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn clients_told_the_same_retry_after_spread_over_the_jitter() {
+async fn clients_told_the_same_retry_after_come_back_over_the_wait_not_as_a_wave() {
     let clock = TokioClock::new();
     let arrivals = Arrivals::default();
-    // Every client's first request is refused with Retry-After: 1; its retry passes.
+    // Every client's first request is refused with Retry-After: 10; its retry passes.
     let srv = server(clock, &arrivals, |_, at| {
         if at < SEC {
-            reply(429, &[("retry-after", "1".into())])
+            reply(429, &[("retry-after", "10".into())])
         } else {
             reply(200, &[])
         }
     });
-    let backoff = ExponentialBackoff {
-        base: 800 * MS,
-        max: 800 * MS,
-    };
     let mut tasks = Vec::new();
     for seed in 0..50 {
-        let client = BackoffLayer::new(ClientPolicy {
-            backoff,
-            ..policy(clock, seed)
-        })
-        .layer(srv.clone());
+        let client = BackoffLayer::new(policy(clock, seed)).layer(srv.clone());
         tasks.push(tokio::spawn(client.oneshot(get())));
     }
     for task in tasks {
@@ -123,31 +133,33 @@ async fn clients_told_the_same_retry_after_spread_over_the_jitter() {
     }
     let retries: Vec<Duration> = arrivals.times().into_iter().filter(|t| *t >= SEC).collect();
     assert_eq!(retries.len(), 50);
-    assert!(retries.iter().all(|t| *t >= SEC && *t <= SEC + 800 * MS));
-    // Spread, not a second wave: no 100 ms slot holds more than a third of them.
-    let mut slots = [0usize; 9];
+    // None before the wait, none after twice it ...
+    assert!(retries.iter().all(|t| *t >= 10 * SEC && *t <= 20 * SEC));
+    // ... and spread over it, not a second wave: no second of the ten
+    // holds more than a quarter of them (a tenth on average).
+    let mut seconds = [0usize; 11];
     for t in &retries {
-        slots[((*t - SEC).as_millis() / 100) as usize] += 1;
+        seconds[(*t - 10 * SEC).as_secs() as usize] += 1;
     }
-    assert!(slots.iter().all(|n| *n <= 17), "{slots:?}");
+    assert!(seconds.iter().all(|n| *n <= 12), "{seconds:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn retries_stop_when_the_budget_is_spent() {
     // Millisecond backoffs, so every retry falls inside the budget's window.
-    let quick = ExponentialBackoff { base: MS, max: MS };
+    let quick = ExponentialBackoff::new(MS, MS);
     for (ttl_secs, reserve) in [(10, 10), (1, 1)] {
         let clock = TokioClock::new();
         let arrivals = Arrivals::default();
         let srv = server(clock, &arrivals, |_, _| reply(429, &[]));
         // `reserve` retries (1 per second over the ttl), none earned by first tries.
         let budget = Arc::new(TpsBudget::new(Duration::from_secs(ttl_secs), 1, 0.0));
-        let client = BackoffLayer::new(ClientPolicy {
-            budget,
-            backoff: quick,
-            max_retries: 10,
-            ..policy(clock, 1)
-        })
+        let client = BackoffLayer::new(
+            policy(clock, 1)
+                .with_budget(budget)
+                .with_jitter(RetryJitter::additive(quick))
+                .with_max_retries(10),
+        )
         .layer(srv);
         for _ in 0..5 {
             let response = client.clone().oneshot(get()).await.unwrap();
@@ -172,16 +184,16 @@ async fn consecutive_503s_open_the_breaker_and_it_refuses_until_a_probe() {
             reply(200, &[])
         }
     });
-    let mut client = BackoffLayer::new(ClientPolicy {
-        breaker: BreakerPolicy {
-            failure_threshold: 3,
-            open_duration: 5 * SEC,
-            max_open_duration: 5 * SEC,
-            half_open_probes: 1,
-        },
-        max_retries: 10,
-        ..policy(clock, 3)
-    })
+    let mut client = BackoffLayer::new(
+        policy(clock, 3)
+            .with_breaker(BreakerPolicy {
+                failure_threshold: 3,
+                open_duration: 5 * SEC,
+                max_open_duration: 5 * SEC,
+                half_open_probes: 1,
+            })
+            .with_max_retries(10),
+    )
     .layer(srv);
     // Three 503s (the first try and two retries) open it: the third 503 comes back.
     let response = client.ready().await.unwrap().call(get()).await.unwrap();
@@ -262,11 +274,11 @@ async fn adaptive_throttling_sends_about_k_times_what_is_accepted() {
                 reply(429, &[])
             }
         });
-        let client = BackoffLayer::new(ClientPolicy {
-            adaptive: Some((k, 10 * SEC)),
-            max_retries: 0,
-            ..policy(clock, 5)
-        })
+        let client = BackoffLayer::new(
+            policy(clock, 5)
+                .with_adaptive(Some((k, 10 * SEC)))
+                .with_max_retries(0),
+        )
         .layer(srv);
         // The application tries 100 requests per second for 60 s.
         let (mut throttled, mut p_seen) = (0, 0.0f64);
@@ -304,15 +316,9 @@ async fn a_429_answered_by_a_retry_does_not_make_the_throttle_reject() {
     for seed in 0..20 {
         let clock = TokioClock::new();
         let arrivals = Arrivals::default();
-        let srv = server(clock, &arrivals, |n, _| match n {
-            0 => reply(429, &[("retry-after", "1".into())]),
-            _ => reply(200, &[]),
-        });
-        let client = BackoffLayer::new(ClientPolicy {
-            adaptive: Some((2.0, 10 * SEC)),
-            ..policy(clock, seed)
-        })
-        .layer(srv);
+        let srv = refuses_once(clock, &arrivals, "1");
+        let client =
+            BackoffLayer::new(policy(clock, seed).with_adaptive(Some((2.0, 10 * SEC)))).layer(srv);
         for _ in 0..5 {
             let response = client.clone().oneshot(get()).await.unwrap();
             assert_eq!(response.status(), StatusCode::OK, "seed {seed}");
@@ -320,4 +326,32 @@ async fn a_429_answered_by_a_retry_does_not_make_the_throttle_reject() {
         assert_eq!(client.rejection_probability(), 0.0);
         assert_eq!(arrivals.times().len(), 6);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn as_a_tower_retry_policy_it_waits_the_same_and_stops_at_max_retries() {
+    for seed in 0..10 {
+        let clock = TokioClock::new();
+        let arrivals = Arrivals::default();
+        let srv = refuses_once(clock, &arrivals, "2");
+        let retry = RetryLayer::new(RetryPolicy::new(policy(clock, seed)));
+        let response = retry.layer(srv).oneshot(get()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let times = arrivals.times();
+        assert_eq!(times.len(), 2);
+        let gap = times[1] - times[0];
+        assert!(gap >= 2 * SEC && gap <= 4 * SEC, "seed {seed}: {gap:?}");
+    }
+    // Refused every time: one try and `max_retries` retries, then the 429 itself.
+    let clock = TokioClock::new();
+    let arrivals = Arrivals::default();
+    let srv = server(clock, &arrivals, |_, _| {
+        reply(429, &[("retry-after", "1".into())])
+    });
+    let retry = RetryLayer::new(RetryPolicy::new(policy(clock, 1).with_max_retries(2)));
+    let response = retry.layer(srv).oneshot(get()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let times = arrivals.times();
+    assert_eq!(times.len(), 3);
+    assert!(times.windows(2).all(|w| w[1] - w[0] >= SEC), "{times:?}");
 }

@@ -1,20 +1,62 @@
-//! [`KeyExtractor`]: which caller a request counts against.
+//! [`KeyExtractor`]: which caller a request counts against, from a built-in source or the app's own [`KeySource`].
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use http::{HeaderName, Request};
+use http::HeaderName;
+use http::request::Parts;
 use tollgate_protocol::forwarded::trusted_client_address;
 
-/// The key of a request that has none (no address, header or API key): all such requests share it.
+/// The key of a request that has no header or API key for a header-based
+/// extractor (or whose [`KeySource`] returns `None`): all such requests share it.
+///
+/// A missing client address is never this key: it is an error
+/// ([`NoClientAddress`]), since every request would then share one bucket.
 pub const ANONYMOUS: &str = "anonymous";
 
+/// The app's own key for a request: a JWT claim, a tenant from the path, an
+/// API key looked up in a map. Any `Fn(&Parts) -> Option<String>` closure is one.
+///
+/// `None` means the request has no key; it then counts against the shared
+/// key [`ANONYMOUS`]. Return an error key of your own instead
+/// (`Some("unauthenticated".into())`) to keep such requests apart.
+///
+/// ```
+/// use tollgate_middleware::KeyExtractor;
+///
+/// // The tenant is the first path segment: /acme/orders counts against "acme".
+/// let by_tenant = KeyExtractor::custom(|parts: &http::request::Parts| {
+///     parts.uri.path().split('/').nth(1).map(str::to_owned)
+/// });
+/// let request = http::Request::get("/acme/orders").body(()).unwrap();
+/// let (parts, ()) = request.into_parts();
+/// assert_eq!(by_tenant.extract(&parts).unwrap(), "acme");
+/// ```
+pub trait KeySource: Send + Sync + 'static {
+    /// The key of the request whose head is `parts`.
+    fn key(&self, parts: &Parts) -> Option<String>;
+}
+
+impl<F> KeySource for F
+where
+    F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+{
+    fn key(&self, parts: &Parts) -> Option<String> {
+        self(parts)
+    }
+}
+
 /// Where a request's key comes from.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
+#[non_exhaustive]
 pub enum KeyExtractor {
     /// The client address: the connection's peer (a `SocketAddr` request
     /// extension, or axum's `ConnectInfo<SocketAddr>` with the `axum` feature), or with `trusted_hops` proxies in
     /// front, the entry that many from the right of `X-Forwarded-For`
     /// (`tollgate_protocol::forwarded`, as `tollgate proxy` reads it).
+    /// A request without a peer address is an error ([`NoClientAddress`]):
+    /// the layer answers 500, it never counts it against a shared key.
     ClientAddress {
         /// Proxies in front of the app that append to `X-Forwarded-For` (0: trust none).
         trusted_hops: u32,
@@ -28,6 +70,44 @@ pub enum KeyExtractor {
     },
     /// The route (axum's `MatchedPath` with the `axum` feature, else the request path) and another key: `/login alice`.
     RouteAnd(Box<KeyExtractor>),
+    /// The app's own [`KeySource`] (see [`KeyExtractor::custom`]).
+    Custom(Arc<dyn KeySource>),
+}
+
+/// A [`KeyExtractor::ClientAddress`] found no peer address on a request:
+/// the app was served without connection info (axum: serve
+/// `into_make_service_with_connect_info::<SocketAddr>()`; hyper: insert the
+/// peer `SocketAddr` into each request's extensions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoClientAddress;
+
+impl fmt::Display for NoClientAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the rate limit is keyed by client address, but the request carries no peer address: \
+             serve the app with connection info (axum: `into_make_service_with_connect_info::<SocketAddr>()`; \
+             hyper: insert the peer `SocketAddr` into the request's extensions)",
+        )
+    }
+}
+
+impl std::error::Error for NoClientAddress {}
+
+impl fmt::Debug for KeyExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyExtractor::ClientAddress { trusted_hops } => f
+                .debug_struct("ClientAddress")
+                .field("trusted_hops", trusted_hops)
+                .finish(),
+            KeyExtractor::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            KeyExtractor::ApiKey { header } => {
+                f.debug_struct("ApiKey").field("header", header).finish()
+            }
+            KeyExtractor::RouteAnd(inner) => f.debug_tuple("RouteAnd").field(inner).finish(),
+            KeyExtractor::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
 }
 
 impl KeyExtractor {
@@ -36,41 +116,49 @@ impl KeyExtractor {
         KeyExtractor::ClientAddress { trusted_hops: 0 }
     }
 
-    /// The key of `request` ([`ANONYMOUS`] when it has none).
-    pub fn extract<B>(&self, request: &Request<B>) -> String {
-        self.find(request).unwrap_or_else(|| ANONYMOUS.to_owned())
+    /// The app's own key: a closure over the request's head, or any [`KeySource`].
+    pub fn custom(source: impl KeySource) -> Self {
+        KeyExtractor::Custom(Arc::new(source))
     }
 
-    fn find<B>(&self, request: &Request<B>) -> Option<String> {
-        let headers = request.headers();
-        match self {
+    /// The key of the request whose head is `parts` ([`ANONYMOUS`] when a
+    /// header, API key or custom source finds none).
+    ///
+    /// # Errors
+    ///
+    /// [`NoClientAddress`] when the key is the client address and the
+    /// request carries no peer address.
+    pub fn extract(&self, parts: &Parts) -> Result<String, NoClientAddress> {
+        let headers = &parts.headers;
+        let found = match self {
             KeyExtractor::ClientAddress { trusted_hops } => {
-                let peer = peer_address(request)?;
+                let peer = peer_address(parts).ok_or(NoClientAddress)?;
                 Some(trusted_client_address(peer.ip(), headers, *trusted_hops).to_string())
             }
-            KeyExtractor::Header(name) => header_text(request, name),
+            KeyExtractor::Header(name) => header_text(parts, name),
             KeyExtractor::ApiKey { header } => headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(|token| token.trim().to_owned())
-                .or_else(|| header_text(request, header)),
+                .or_else(|| header_text(parts, header)),
             KeyExtractor::RouteAnd(inner) => {
-                let route = route(request);
-                Some(format!("{route} {}", inner.extract(request)))
+                Some(format!("{} {}", route(parts), inner.extract(parts)?))
             }
-        }
+            KeyExtractor::Custom(source) => source.key(parts),
+        };
+        Ok(found.unwrap_or_else(|| ANONYMOUS.to_owned()))
     }
 }
 
-fn header_text<B>(request: &Request<B>, name: &HeaderName) -> Option<String> {
-    let value = request.headers().get(name)?.to_str().ok()?.trim();
+fn header_text(parts: &Parts, name: &HeaderName) -> Option<String> {
+    let value = parts.headers.get(name)?.to_str().ok()?.trim();
     (!value.is_empty()).then(|| value.to_owned())
 }
 
 /// The peer: a `SocketAddr` extension (hyper apps insert it), else axum's `ConnectInfo<SocketAddr>`.
-fn peer_address<B>(request: &Request<B>) -> Option<SocketAddr> {
-    let extensions = request.extensions();
+fn peer_address(parts: &Parts) -> Option<SocketAddr> {
+    let extensions = &parts.extensions;
     let plain = extensions.get::<SocketAddr>().copied();
     #[cfg(feature = "axum")]
     let plain = plain.or_else(|| {
@@ -82,10 +170,10 @@ fn peer_address<B>(request: &Request<B>) -> Option<SocketAddr> {
 }
 
 /// The route: axum's `MatchedPath` when the router matched one, else the path.
-fn route<B>(request: &Request<B>) -> String {
+fn route(parts: &Parts) -> String {
     #[cfg(feature = "axum")]
-    if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
+    if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
         return matched.as_str().to_owned();
     }
-    request.uri().path().to_owned()
+    parts.uri.path().to_owned()
 }

@@ -17,7 +17,11 @@
 //!
 //! * **Keys** ([`KeyExtractor`]): the client address (with trusted proxy
 //!   hops, read exactly as `tollgate proxy` reads them), a header, an API
-//!   key, or the route and one of those.
+//!   key, the route and one of those, or the app's own closure
+//!   ([`KeyExtractor::custom`], any [`KeySource`]). A request without a
+//!   client address is answered 500, never counted against a shared key.
+//! * **Every algorithm** of `tollgate-core` ([`Limit`]): fixed window,
+//!   sliding window, sliding log, GCRA, token bucket, leaky bucket.
 //! * **Several limits per key**, decided all-or-nothing in one store batch.
 //! * **Cost** from a request extension ([`Cost`]), so a GraphQL server can
 //!   charge a query its computed cost.
@@ -26,7 +30,8 @@
 //!   `tollgate_store::CounterStore` is a store.
 //! * **The 429 contract** of `tollgate serve` and `tollgate proxy`: the same
 //!   renderers write `RateLimit-Limit` / `-Remaining` / `-Reset`,
-//!   `RateLimit-Policy`, `RateLimit` and `Retry-After`.
+//!   `RateLimit-Policy`, `RateLimit` and `Retry-After`; the body is an RFC
+//!   9457 problem, or the app's own ([`RateLimitBuilder::on_rejection`]).
 //! * **Shadow mode** and **metrics** ([`Metrics`], prometheus-client
 //!   counters the app registers in its own registry).
 //!
@@ -41,11 +46,12 @@ mod metrics;
 mod rate_limit;
 
 pub use cost::Cost;
-pub use key::{ANONYMOUS, KeyExtractor};
+pub use key::{ANONYMOUS, KeyExtractor, KeySource, NoClientAddress};
 pub use limit::Limit;
 pub use metrics::{DecisionLabels, Metrics};
 pub use rate_limit::{
-    OnStoreError, RateLimit, RateLimitBuilder, RateLimitLayer, Rejection, ResponseFuture,
+    OnStoreError, RateLimit, RateLimitBuilder, RateLimitLayer, Rejection, RejectionHandler,
+    ResponseFuture,
 };
 #[cfg(feature = "redis")]
 pub use tollgate_redis::RedisStore;

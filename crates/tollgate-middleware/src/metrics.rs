@@ -7,6 +7,7 @@ use prometheus_client::registry::Registry;
 
 /// The labels of a decision: which limit, and what happened.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[non_exhaustive]
 pub struct DecisionLabels {
     /// The limit's name.
     pub limit: String,

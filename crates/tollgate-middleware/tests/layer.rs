@@ -1,12 +1,16 @@
-//! The layer around a plain tower service: key extractors, several limits all-or-nothing, shadow mode.
+//! The layer around a plain tower service: key extractors (built in and the app's own), every algorithm,
+//! several limits all-or-nothing, shadow mode, the problem body and the app's own rejection, and no
+//! shared bucket for requests without a client address.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
+use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
-use tollgate_middleware::{KeyExtractor, Limit, Metrics, RateLimitLayer};
+use http_body_util::BodyExt;
+use tollgate_middleware::{KeyExtractor, Limit, Metrics, RateLimitLayer, Rejection};
 use tollgate_store::StoreConfig;
 use tower::{Layer, ServiceExt};
 
@@ -32,19 +36,25 @@ fn request(peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The key `extractor` finds for `request`.
+fn key(extractor: &KeyExtractor, request: Request<Body>) -> String {
+    let (parts, _) = request.into_parts();
+    extractor.extract(&parts).unwrap()
+}
+
 #[test]
 fn keys_come_from_the_trusted_address_a_header_an_api_key_and_the_route() {
+    let spoofed = || request("10.0.0.1:1", &[("x-forwarded-for", "1.2.3.4, 192.0.2.7")]);
     let behind_one = KeyExtractor::ClientAddress { trusted_hops: 1 };
-    let spoofed = request("10.0.0.1:1", &[("x-forwarded-for", "1.2.3.4, 192.0.2.7")]);
-    assert_eq!(behind_one.extract(&spoofed), "192.0.2.7");
-    assert_eq!(KeyExtractor::client_address().extract(&spoofed), "10.0.0.1");
+    assert_eq!(key(&behind_one, spoofed()), "192.0.2.7");
+    assert_eq!(key(&KeyExtractor::client_address(), spoofed()), "10.0.0.1");
     let tenant = KeyExtractor::Header(HeaderName::from_static("x-tenant"));
     assert_eq!(
-        tenant.extract(&request("10.0.0.1:1", &[("x-tenant", "acme")])),
+        key(&tenant, request("10.0.0.1:1", &[("x-tenant", "acme")])),
         "acme"
     );
     assert_eq!(
-        tenant.extract(&request("10.0.0.1:1", &[])),
+        key(&tenant, request("10.0.0.1:1", &[])),
         tollgate_middleware::ANONYMOUS
     );
     let api_key = KeyExtractor::ApiKey {
@@ -54,13 +64,13 @@ fn keys_come_from_the_trusted_address_a_header_an_api_key_and_the_route() {
         "10.0.0.1:1",
         &[("authorization", "Bearer k1"), ("x-api-key", "k2")],
     );
-    assert_eq!(api_key.extract(&bearer), "k1");
+    assert_eq!(key(&api_key, bearer), "k1");
     assert_eq!(
-        api_key.extract(&request("10.0.0.1:1", &[("x-api-key", "k2")])),
+        key(&api_key, request("10.0.0.1:1", &[("x-api-key", "k2")])),
         "k2"
     );
     let route = KeyExtractor::RouteAnd(Box::new(KeyExtractor::client_address()));
-    assert_eq!(route.extract(&spoofed), "/things/7 10.0.0.1");
+    assert_eq!(key(&route, spoofed()), "/things/7 10.0.0.1");
 }
 
 #[tokio::test]
@@ -126,4 +136,133 @@ async fn shadow_mode_counts_what_it_would_refuse_and_refuses_nothing() {
         ),
         "{text}"
     );
+}
+
+/// A layer holding each client address to `limit`, in memory.
+fn per_client(limit: Limit) -> RateLimitLayer<tollgate_store::MemoryCounters> {
+    RateLimitLayer::builder(KeyExtractor::client_address())
+        .limit(limit)
+        .in_memory(StoreConfig::with_max_keys(1_000))
+}
+
+/// The RFC 9457 problem in `response`'s body, after checking its content type.
+async fn problem(response: Response<Body>) -> serde_json::Value {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// The statuses of `n` requests from one client through `layer`.
+async fn statuses<St>(layer: &RateLimitLayer<St>, n: usize) -> Vec<u16>
+where
+    St: tollgate_store::CounterStore + 'static,
+{
+    let service = layer.layer(app());
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let response = service
+            .clone()
+            .oneshot(request("10.0.0.1:1", &[]))
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn the_token_bucket_sliding_log_and_leaky_bucket_limit_as_the_others_do() {
+    let limits = [
+        Limit::token_bucket("bucket", 3, 1, HOUR).unwrap(),
+        Limit::sliding_log("log", 3, HOUR).unwrap(),
+        Limit::leaky_bucket("leaky", 1, HOUR, 2).unwrap(),
+    ];
+    for limit in limits {
+        let name = limit.name().to_owned();
+        let layer = per_client(limit);
+        // Three at once pass (capacity 3, quota 3, burst 2 + 1), the fourth is refused.
+        assert_eq!(statuses(&layer, 4).await, [200, 200, 200, 429], "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_without_a_client_address_is_a_500_never_a_shared_bucket() {
+    let layer = per_client(Limit::fixed_window("per-hour", 100, HOUR).unwrap());
+    // Served without connection info: no `SocketAddr`, no `ConnectInfo`.
+    let response = layer
+        .layer(app())
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let problem = problem(response).await;
+    assert_eq!(problem["status"], 500);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no peer address")
+            && detail.contains("into_make_service_with_connect_info"),
+        "{detail}"
+    );
+    // It never reached the app, and took nothing from any client's limit.
+    let served = statuses(&layer, 100).await;
+    assert!(served.iter().all(|s| *s == 200), "{served:?}");
+}
+
+#[tokio::test]
+async fn a_custom_key_and_the_apps_own_rejection() {
+    // The tenant is the first path segment; the app answers refusals in its own JSON.
+    let by_tenant = KeyExtractor::custom(|parts: &http::request::Parts| {
+        parts.uri.path().split('/').nth(1).map(str::to_owned)
+    });
+    let layer = RateLimitLayer::builder(by_tenant)
+        .limit(Limit::fixed_window("per-tenant", 1, HOUR).unwrap())
+        .on_rejection(|rejection: &Rejection| {
+            let mut response = Response::new(Bytes::from(format!(
+                "{{\"error\":\"slow down\",\"code\":{}}}",
+                rejection.status().as_u16()
+            )));
+            *response.status_mut() = rejection.status();
+            response.headers_mut().extend(rejection.headers());
+            response
+        })
+        .in_memory(StoreConfig::with_max_keys(1_000));
+    let service = layer.layer(app());
+    let call = |path: &str| {
+        service
+            .clone()
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+    };
+    assert_eq!(call("/acme/a").await.unwrap().status(), StatusCode::OK);
+    assert_eq!(call("/globex/a").await.unwrap().status(), StatusCode::OK);
+    let refused = call("/acme/b").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert!(
+        refused.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .starts_with("\"per-tenant\";r=0;")
+    );
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], br#"{"error":"slow down","code":429}"#);
+}
+
+#[tokio::test]
+async fn the_default_429_is_an_rfc_9457_problem_naming_the_limit() {
+    let layer = per_client(Limit::fixed_window("tiny", 1, HOUR).unwrap());
+    assert_eq!(statuses(&layer, 1).await, [200]);
+    let refused = layer
+        .layer(app())
+        .oneshot(request("10.0.0.1:1", &[]))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["ratelimit-remaining"], "0");
+    let problem = problem(refused).await;
+    assert_eq!(problem["title"], "Too Many Requests");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["detail"], "over the rate limit \"tiny\"");
 }

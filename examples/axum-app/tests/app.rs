@@ -119,3 +119,37 @@ async fn a_query_that_costs_more_than_the_window_holds_is_refused_without_retry_
         "cost 5 spent all 5"
     );
 }
+
+#[tokio::test]
+async fn every_key_of_a_tenant_shares_its_limit_and_refusals_are_the_apps_json() {
+    let app = axum_app::app();
+    let with_key = |key: &str| {
+        let mut request = from("10.0.0.20:5000", "GET", "/api/orders");
+        request
+            .headers_mut()
+            .insert("x-api-key", key.parse().unwrap());
+        app.clone().oneshot(request)
+    };
+    // acme's two keys draw on one bucket of TENANT_BURST.
+    for key in ["key-acme-1", "key-acme-2", "key-acme-1"] {
+        assert_eq!(
+            with_key(key).await.unwrap().status(),
+            StatusCode::OK,
+            "{key}"
+        );
+    }
+    let refused = with_key("key-acme-2").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "content-type"), "application/json");
+    assert!(header(&refused, "ratelimit").starts_with("\"per-tenant\";r=0;"));
+    let retry_after: u64 = header(&refused, "retry-after").parse().unwrap();
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["error"], "rate_limited");
+    assert_eq!(json["retry_after_seconds"], retry_after);
+    // Another tenant, from the same address, is not affected.
+    assert_eq!(
+        with_key("key-globex").await.unwrap().status(),
+        StatusCode::OK
+    );
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// Why a request through [`Backoff`](super::Backoff) ended without a response.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ClientError<E> {
     /// The inner service failed (connection refused, timeout, …).
     Inner(E),

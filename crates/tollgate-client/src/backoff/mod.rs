@@ -14,8 +14,8 @@
 //! 4. is sent. A **429** slows the whole client down (its hints feed the
 //!    pacer) and is retried; a **503** counts towards the breaker and is
 //!    retried unless the breaker opens (then the 503 is returned). A retry
-//!    waits the server's `Retry-After` plus full jitter
-//!    ([`ExponentialBackoff`](crate::ExponentialBackoff)), and needs both a
+//!    waits the server's `Retry-After` `T` spread over `[T, 2T]`
+//!    ([`RetryJitter`](crate::RetryJitter)), and needs both a
 //!    retry left (`max_retries`) and a token from the retry budget (tower's
 //!    `TpsBudget`: retries stay a fraction of first tries). Without either,
 //!    the 429 or 503 is returned to the caller.
@@ -34,4 +34,5 @@ pub use error::ClientError;
 pub use future::ResponseFuture;
 pub use layer::BackoffLayer;
 pub use policy::ClientPolicy;
+pub(crate) use policy::{Shared, Verdict};
 pub use service::Backoff;

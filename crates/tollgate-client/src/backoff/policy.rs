@@ -13,17 +13,37 @@ use tower::retry::budget::{Budget, TpsBudget};
 
 use crate::adaptive::AdaptiveThrottle;
 use crate::clock::TokioClock;
-use crate::delay::ExponentialBackoff;
 use crate::hints::ServerHints;
+use crate::jitter::RetryJitter;
 use crate::pacer::Pacer;
 
 /// How a [`Backoff`](super::Backoff) client paces, retries, breaks and throttles.
+///
+/// Start from [`ClientPolicy::default`] and change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_client::{ClientPolicy, ExponentialBackoff, RetryJitter};
+///
+/// let policy = ClientPolicy::default()
+///     .with_max_retries(5)
+///     .with_jitter(RetryJitter::proportional(0.5))
+///     .with_adaptive(None)
+///     .with_seed(7);
+/// assert_eq!(policy.max_retries, 5);
+/// // The former additive jitter, as an option.
+/// let additive = ClientPolicy::default()
+///     .with_jitter(RetryJitter::additive(ExponentialBackoff::new(Duration::from_millis(50), Duration::from_secs(5))));
+/// # let _ = additive;
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ClientPolicy {
     /// Retries of one request after a 429 or 503 (default 3).
     pub max_retries: u32,
-    /// The jitter added to each retry's wait (default 100 ms doubling to 10 s).
-    pub backoff: ExponentialBackoff,
+    /// How each retry's wait is drawn from the server's (default
+    /// [`RetryJitter::default`]: a wait of `T` returns over `[T, 2T]`).
+    pub jitter: RetryJitter,
     /// Space requests out once `remaining` is at most this (default 5).
     pub slow_down_below: u64,
     /// Adaptive throttling's `K` and decay window; `None` turns it off
@@ -47,8 +67,8 @@ impl Default for ClientPolicy {
     fn default() -> Self {
         ClientPolicy {
             max_retries: 3,
-            backoff: ExponentialBackoff::default(),
-            slow_down_below: 5,
+            jitter: RetryJitter::default(),
+            slow_down_below: Pacer::DEFAULT_SLOW_DOWN_BELOW,
             adaptive: Some((
                 AdaptiveThrottle::DEFAULT_K,
                 AdaptiveThrottle::DEFAULT_WINDOW,
@@ -67,11 +87,67 @@ impl Default for ClientPolicy {
     }
 }
 
+impl ClientPolicy {
+    /// Retries of one request after a 429 or 503.
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// How each retry's wait is drawn from the server's.
+    pub fn with_jitter(mut self, jitter: RetryJitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Space requests out once `remaining` is at most this.
+    pub fn with_slow_down_below(mut self, slow_down_below: u64) -> Self {
+        self.slow_down_below = slow_down_below;
+        self
+    }
+
+    /// Adaptive throttling's `K` and decay window; `None` turns it off.
+    pub fn with_adaptive(mut self, adaptive: Option<(f64, Duration)>) -> Self {
+        self.adaptive = adaptive;
+        self
+    }
+
+    /// The retry budget shared by all requests.
+    pub fn with_budget(mut self, budget: Arc<dyn Budget + Send + Sync>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The circuit breaker that consecutive 503s open.
+    pub fn with_breaker(mut self, breaker: BreakerPolicy) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// The clock decisions read; it must be the one the sleeps run on.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The wall clock, for an HTTP-date `Retry-After` without a `Date` header.
+    pub fn with_wall_clock(mut self, wall: Arc<dyn Clock>) -> Self {
+        self.wall = wall;
+        self
+    }
+
+    /// Seeds the jitter and throttle draws (repeatable runs and tests).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
 impl fmt::Debug for ClientPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientPolicy")
             .field("max_retries", &self.max_retries)
-            .field("backoff", &self.backoff)
+            .field("jitter", &self.jitter)
             .field("slow_down_below", &self.slow_down_below)
             .field("adaptive", &self.adaptive)
             .field("breaker", &self.breaker)
@@ -82,7 +158,7 @@ impl fmt::Debug for ClientPolicy {
 
 /// How an answer counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(crate) enum Verdict {
     /// Accepted: return it.
     Accepted,
     /// 429 or 503: retry after this wait, when allowed.
@@ -92,7 +168,7 @@ pub(super) enum Verdict {
 }
 
 /// The state every clone of one client shares.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     policy: ClientPolicy,
     pacer: Mutex<Pacer>,
     breaker: Mutex<CircuitBreaker>,
@@ -101,7 +177,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(policy: ClientPolicy) -> Self {
+    pub(crate) fn new(policy: ClientPolicy) -> Self {
         let rng = policy
             .seed
             .map_or_else(SmallRng::from_os_rng, SmallRng::seed_from_u64);
@@ -121,12 +197,12 @@ impl Shared {
     }
 
     /// A first try: counts towards the retry budget.
-    pub(super) fn deposit(&self) {
+    pub(crate) fn deposit(&self) {
         self.policy.budget.deposit();
     }
 
     /// How long to sleep before this attempt may start.
-    pub(super) fn reserve_start(&self) -> Duration {
+    pub(crate) fn reserve_start(&self) -> Duration {
         let now = self.now();
         self.pacer.lock().reserve(now).saturating_since(now)
     }
@@ -165,10 +241,29 @@ impl Shared {
         self.breaker.lock().record_failure(admission, now);
     }
 
-    /// Takes in an answer to retry `retry` (0: the first try) and says what to do with it.
+    /// Takes in an answer to retry `retry` (0: the first try) sent with the
+    /// breaker's `admission`, and says what to do with it.
     pub(super) fn answered(
         &self,
         admission: Admission,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+        retry: u32,
+    ) -> Verdict {
+        let now = self.now();
+        if status == http::StatusCode::SERVICE_UNAVAILABLE {
+            self.breaker.lock().record_failure(admission, now);
+        } else {
+            self.breaker.lock().record_success(admission);
+        }
+        self.judge(status, headers, retry)
+    }
+
+    /// What the breaker does not see of an answer: the pacer takes in its
+    /// hints, the throttle its accept, and a 429 or 503 gets its retry's
+    /// wait when a retry and the budget allow one.
+    pub(crate) fn judge(
+        &self,
         status: http::StatusCode,
         headers: &http::HeaderMap,
         retry: u32,
@@ -178,11 +273,6 @@ impl Shared {
         let hints = ServerHints::from_headers(headers, wall);
         self.pacer.lock().observe(now, &hints);
         let overloaded = status == http::StatusCode::SERVICE_UNAVAILABLE;
-        if overloaded {
-            self.breaker.lock().record_failure(admission, now);
-        } else {
-            self.breaker.lock().record_success(admission);
-        }
         if !(overloaded || status == http::StatusCode::TOO_MANY_REQUESTS) {
             if let Some(throttle) = &self.throttle {
                 throttle.lock().record_accept(now);
@@ -195,7 +285,7 @@ impl Shared {
         let server_wait = hints.retry_after.unwrap_or(Duration::ZERO);
         let delay = self
             .policy
-            .backoff
+            .jitter
             .delay(retry, server_wait, &mut *self.rng.lock());
         self.pacer.lock().hold_until(now.saturating_add(delay));
         Verdict::Retry(delay)

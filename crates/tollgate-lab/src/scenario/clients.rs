@@ -7,9 +7,17 @@
 //! `tollgate-client`, the library an application would use:
 //!
 //! * *retry at once*: a fixed short wait, ignoring `Retry-After`;
-//! * *honour Retry-After*: [`ExponentialBackoff::delay`], the server's wait
-//!   plus full jitter (100 ms doubling, capped at 10 s);
-//! * *adaptive*: the same, behind an [`AdaptiveThrottle`] per client key,
+//! * *honour Retry-After*: [`RetryJitter::delay`] with the client's default,
+//!   the server's wait `T` spread over `[T, 2T]`, and then the client's
+//!   [`Pacer`] (one per client key, fed every answer's remaining, reset,
+//!   limit and window): once the limit said nothing remains, retries leave
+//!   no faster than the limit admits (`window / limit` apart) until a window
+//!   after the reset. New requests are the scenario's offered load and are
+//!   not paced;
+//! * *Retry-After plus additive jitter*: [`RetryJitter::Additive`], the
+//!   server's wait plus `U(0, 100 ms · 2ⁿ)`, no pacing (the client before
+//!   proportional jitter and pacing);
+//! * *adaptive*: as *honour Retry-After*, behind an [`AdaptiveThrottle`] per client key,
 //!   which drops a new request before it is sent with the SRE book's
 //!   probability; a dropped request is not retried.
 //!
@@ -24,7 +32,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tollgate_client::{AdaptiveThrottle, ExponentialBackoff};
+use tollgate_client::{AdaptiveThrottle, ExponentialBackoff, Pacer, RetryJitter, ServerHints};
 use tollgate_core::{Decision, Timestamp};
 
 use super::ClientBehavior;
@@ -40,14 +48,20 @@ pub(super) struct Retry {
     pub(super) client: u64,
     /// The retry's number, from 1.
     pub(super) attempt: u32,
+    /// Whether `at_ns` is a start its client's pacer already gave it.
+    pub(super) paced: bool,
 }
 
 /// What a closed-loop lane's clients do, and what they did this tick and in all.
 #[derive(Debug)]
 pub(super) struct ClientSide {
     behavior: ClientBehavior,
-    backoff: ExponentialBackoff,
+    jitter: RetryJitter,
     throttles: HashMap<u64, AdaptiveThrottle>,
+    pacers: HashMap<u64, Pacer>,
+    /// The run's start (virtual time 0) and the limit's window, for the pacers.
+    start: Timestamp,
+    window: Duration,
     rng: ChaCha8Rng,
     pending: BinaryHeap<Reverse<Retry>>,
     /// Retries sent (decided) this tick and in all.
@@ -69,12 +83,27 @@ pub(super) enum Send {
 }
 
 impl ClientSide {
-    /// Clients that behave as `behavior`, their draws seeded by `seed`.
-    pub(super) fn new(behavior: ClientBehavior, seed: u64) -> Self {
+    /// Clients that behave as `behavior` against a limit over `window`, in a
+    /// run starting at `start`, their draws seeded by `seed`.
+    pub(super) fn new(
+        behavior: ClientBehavior,
+        seed: u64,
+        start: Timestamp,
+        window: Duration,
+    ) -> Self {
+        let jitter = match behavior {
+            ClientBehavior::RetryAfterPlusAdditiveJitter { .. } => {
+                RetryJitter::additive(ExponentialBackoff::default())
+            }
+            _ => RetryJitter::default(),
+        };
         ClientSide {
             behavior,
-            backoff: ExponentialBackoff::default(),
+            jitter,
             throttles: HashMap::new(),
+            pacers: HashMap::new(),
+            start,
+            window,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_C11E_4715),
             pending: BinaryHeap::new(),
             tick_retries: 0,
@@ -110,15 +139,42 @@ impl ClientSide {
         }
     }
 
-    /// The next retry due before `end_ns`, taken off the heap.
+    /// Whether these clients read the limit's headers (and so pace themselves).
+    fn reads_headers(&self) -> bool {
+        matches!(
+            self.behavior,
+            ClientBehavior::HonourRetryAfter { .. } | ClientBehavior::Adaptive { .. }
+        )
+    }
+
+    /// The next retry due before `end_ns`, taken off the heap. A retry its
+    /// client's pacer holds back goes back on the heap at the start it got.
     pub(super) fn next_due(&mut self, end_ns: u64) -> Option<Retry> {
-        match self.pending.peek() {
-            Some(Reverse(retry)) if retry.at_ns < end_ns => {
-                self.tick_retries += 1;
-                self.retries += 1;
-                self.pending.pop().map(|Reverse(r)| r)
+        loop {
+            let due = match self.pending.peek() {
+                Some(Reverse(retry)) if retry.at_ns < end_ns => *retry,
+                _ => return None,
+            };
+            self.pending.pop();
+            if !due.paced
+                && self.reads_headers()
+                && let Some(pacer) = self.pacers.get_mut(&due.client)
+            {
+                let at = self.start.saturating_add(Duration::from_nanos(due.at_ns));
+                let start_ns = pacer.reserve(at).saturating_since(self.start).as_nanos();
+                let start_ns = u64::try_from(start_ns).unwrap_or(u64::MAX);
+                if start_ns > due.at_ns {
+                    self.pending.push(Reverse(Retry {
+                        at_ns: start_ns,
+                        paced: true,
+                        ..due
+                    }));
+                    continue;
+                }
             }
-            _ => None,
+            self.tick_retries += 1;
+            self.retries += 1;
+            return Some(due);
         }
     }
 
@@ -134,6 +190,19 @@ impl ClientSide {
         at_ns: u64,
         attempt: u32,
     ) {
+        if self.reads_headers() {
+            let hints = ServerHints {
+                retry_after: decision.retry_after(),
+                remaining: Some(decision.remaining()),
+                reset: Some(decision.reset_after()),
+                limit: Some(decision.limit()),
+                window: Some(self.window),
+            };
+            self.pacers
+                .entry(client)
+                .or_insert_with(|| Pacer::new(Pacer::DEFAULT_SLOW_DOWN_BELOW))
+                .observe(at, &hints);
+        }
         if decision.is_allowed() {
             // The throttle counts an application request accepted when any of its tries is.
             if let Some(throttle) = self.throttles.get_mut(&client) {
@@ -148,12 +217,10 @@ impl ClientSide {
                 delay_ns,
             } => (max_retries, Duration::from_nanos(delay_ns)),
             ClientBehavior::HonourRetryAfter { max_retries }
+            | ClientBehavior::RetryAfterPlusAdditiveJitter { max_retries }
             | ClientBehavior::Adaptive { max_retries, .. } => {
                 let told = decision.retry_after().unwrap_or_default();
-                (
-                    max_retries,
-                    self.backoff.delay(attempt, told, &mut self.rng),
-                )
+                (max_retries, self.jitter.delay(attempt, told, &mut self.rng))
             }
         };
         if attempt >= max_retries {
@@ -166,6 +233,7 @@ impl ClientSide {
             arrival,
             client,
             attempt: attempt + 1,
+            paced: false,
         }));
     }
 }

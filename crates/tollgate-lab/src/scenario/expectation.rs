@@ -158,10 +158,13 @@ fn explain(lane: &Lane, rate: f64, allowance: u64, steady: f64, stores: f64) -> 
             "{core} Its clients send a refused request again at once, up to {max_retries} times: the limiter sees more requests than are offered, and admits no more."
         ),
         super::ClientBehavior::HonourRetryAfter { max_retries } => format!(
-            "{core} Its clients wait the Retry-After plus jitter before each of up to {max_retries} retries, so refusals come back spread out once there is room."
+            "{core} Its clients wait the Retry-After T spread over [T, 2T], and no faster than the limit admits once it ran out, before each of up to {max_retries} retries, so refusals come back spread out once there is room."
+        ),
+        super::ClientBehavior::RetryAfterPlusAdditiveJitter { max_retries } => format!(
+            "{core} Its clients wait the Retry-After plus a jitter of a fraction of a second before each of up to {max_retries} retries, so refusals come back together when the window reopens."
         ),
         super::ClientBehavior::Adaptive { max_retries, k } => format!(
-            "{core} Its clients throttle themselves (SRE adaptive throttling, K = {k}): once refusals pile up they drop new requests before sending them, and retry the rest after Retry-After plus jitter (up to {max_retries} times)."
+            "{core} Its clients throttle themselves (SRE adaptive throttling, K = {k}): once refusals pile up they drop new requests before sending them, and retry the rest as the Retry-After clients do (up to {max_retries} times)."
         ),
     };
     if let super::Placement::Quota {

@@ -27,7 +27,7 @@ mod tests;
 pub use expectation::Expectation;
 pub use model::{
     ClientBehavior, Lane, MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_RETRIES, MAX_SAMPLES_PER_TICK,
-    MAX_SIDECARS, MAX_TICKS, Placement, Scenario,
+    MAX_SIDECARS, MAX_TICKS, Placement, Scenario, storm_lanes,
 };
 pub use platform::{
     KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformLaneReport, PlatformMode,

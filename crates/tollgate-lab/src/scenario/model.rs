@@ -96,10 +96,19 @@ pub enum ClientBehavior {
         /// The wait before each retry, in nanoseconds.
         delay_ns: u64,
     },
-    /// A refused request waits its `Retry-After` plus full jitter
-    /// (`tollgate-client`'s exponential backoff, 100 ms doubling), then is
-    /// sent again, up to `max_retries` times.
+    /// A refused request waits as `tollgate-client` does by default: its
+    /// `Retry-After` `T` spread over `[T, 2T]`, and, once the limit says
+    /// nothing remains, no faster than the limit admits until a window after
+    /// the reset (the client's pacer); then it is sent again, up to
+    /// `max_retries` times.
     HonourRetryAfter {
+        /// Retries of one request, at most.
+        max_retries: u32,
+    },
+    /// A refused request waits its `Retry-After` plus the additive jitter
+    /// `U(0, 100 ms · 2ⁿ)` (`tollgate-client`'s `RetryJitter::Additive`) and
+    /// reads no other header: clients told the same wait come back together.
+    RetryAfterPlusAdditiveJitter {
         /// Retries of one request, at most.
         max_retries: u32,
     },
@@ -120,6 +129,38 @@ impl ClientBehavior {
     pub fn is_closed_loop(&self) -> bool {
         !matches!(self, ClientBehavior::Once)
     }
+}
+
+/// The retry-storm lanes (docs/lab.md, scenario 6): one limit, `algorithm`,
+/// behind three kinds of clients, each retrying a refused request up to
+/// `max_retries` times: at once (after `retry_delay`), after its
+/// `Retry-After` with `tollgate-client`'s jitter, and the same behind adaptive
+/// throttling (K = 2).
+pub fn storm_lanes(algorithm: AnyAlgorithm, max_retries: u32, retry_delay: Duration) -> Vec<Lane> {
+    let delay_ns = u64::try_from(retry_delay.as_nanos()).unwrap_or(u64::MAX);
+    [
+        (
+            "retry at once",
+            ClientBehavior::RetryAtOnce {
+                max_retries,
+                delay_ns,
+            },
+        ),
+        (
+            "Retry-After + jitter",
+            ClientBehavior::HonourRetryAfter { max_retries },
+        ),
+        (
+            "adaptive (K = 2)",
+            ClientBehavior::Adaptive {
+                max_retries,
+                k: 2.0,
+            },
+        ),
+    ]
+    .into_iter()
+    .map(|(label, clients)| Lane::global(label, algorithm).with_clients(clients))
+    .collect()
 }
 
 /// One algorithm applied to the scenario's arrivals, in one placement.
@@ -317,6 +358,7 @@ impl Scenario {
                 ClientBehavior::Once => {}
                 ClientBehavior::RetryAtOnce { max_retries, .. }
                 | ClientBehavior::HonourRetryAfter { max_retries }
+                | ClientBehavior::RetryAfterPlusAdditiveJitter { max_retries }
                 | ClientBehavior::Adaptive { max_retries, .. }
                     if max_retries > MAX_RETRIES =>
                 {

@@ -312,10 +312,14 @@ impl LaneState {
                 )),
                 _ => None,
             },
-            clients: lane
-                .clients
-                .is_closed_loop()
-                .then(|| ClientSide::new(lane.clients, scenario.seed)),
+            clients: lane.clients.is_closed_loop().then(|| {
+                ClientSide::new(
+                    lane.clients,
+                    scenario.seed,
+                    scenario.start,
+                    lane.algorithm.window(),
+                )
+            }),
             start: scenario.start,
             cost: scenario.cost,
             quota: match lane.placement {

@@ -1,5 +1,6 @@
 //! The scenario runner's tests: ticks, lanes, fleets, clients, decisions, replays, bad parameters.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tollgate_core::{
@@ -226,31 +227,22 @@ fn a_leased_lane_holds_the_global_cap_with_few_store_calls() {
     }
 }
 
-/// The three closed-loop lanes of a retry storm on `algorithm`.
-fn storm_lanes(algorithm: AnyAlgorithm, max_retries: u32) -> Vec<Lane> {
-    vec![
-        Lane::global("at once", algorithm).with_clients(ClientBehavior::RetryAtOnce {
-            max_retries,
-            delay_ns: 10_000_000,
-        }),
-        Lane::global("retry-after", algorithm)
-            .with_clients(ClientBehavior::HonourRetryAfter { max_retries }),
-        Lane::global("adaptive", algorithm).with_clients(ClientBehavior::Adaptive {
-            max_retries,
-            k: 2.0,
-        }),
-    ]
+/// The lab's retry storm (docs/lab.md, scenario 6): 50 per 10 s window,
+/// 20 req/s offered for 60 s (twice the limit), up to 5 retries, 1 s ticks.
+fn retry_storm() -> Scenario {
+    let window = FixedWindow::new(50, secs(10)).unwrap();
+    let mut scenario = Scenario::new(
+        Traffic::steady(20.0).unwrap(),
+        secs(60),
+        storm_lanes(window.into(), 5, Duration::from_millis(10)),
+    );
+    scenario.tick = secs(1);
+    scenario
 }
 
 #[test]
 fn a_retry_storm_multiplies_the_load_unless_clients_wait_or_throttle() {
-    // 50 per 10 s window, 20 req/s offered for 60 s: twice the limit.
-    let window = FixedWindow::new(50, secs(10)).unwrap();
-    let scenario = Scenario::new(
-        Traffic::steady(20.0).unwrap(),
-        secs(60),
-        storm_lanes(window.into(), 5),
-    );
+    let scenario = retry_storm();
     let (report, ticks) = collect(&scenario);
     let base = report.arrivals;
     for (i, lane) in report.lanes.iter().enumerate() {
@@ -277,7 +269,7 @@ fn a_retry_storm_multiplies_the_load_unless_clients_wait_or_throttle() {
         retry_after.counts.arrivals
     );
     assert!(at_once.counts.admitted <= retry_after.counts.admitted);
-    assert!(at_once.gave_up.unwrap() > 5 * retry_after.gave_up.unwrap());
+    assert!(at_once.gave_up.unwrap() > 5 * retry_after.gave_up.unwrap().max(1));
     // Waiting for Retry-After turns refusals into admissions in the next window.
     assert!(retry_after.counts.admitted >= 290, "{retry_after:?}");
     // The throttle drops requests before they are sent, so the limiter sees fewer.
@@ -288,13 +280,73 @@ fn a_retry_storm_multiplies_the_load_unless_clients_wait_or_throttle() {
 }
 
 #[test]
+fn clients_that_read_the_headers_make_no_second_wave() {
+    let scenario = retry_storm();
+    let offered = 20;
+    let (report, ticks) = collect(&scenario);
+    // The busiest second after the first window (the first has no retries yet).
+    let busiest = |lane: usize| {
+        ticks[10..]
+            .iter()
+            .map(|t| t.lanes[lane].counts.arrivals)
+            .max()
+            .unwrap()
+    };
+    let (retry_after, adaptive) = (busiest(1), busiest(2));
+    assert!(
+        retry_after <= 3 * offered,
+        "Retry-After clients: {retry_after} in one second against {offered} offered"
+    );
+    assert!(
+        adaptive <= retry_after,
+        "adaptive {adaptive} vs Retry-After {retry_after}"
+    );
+    // Spreading the retries costs no admissions: every window still fills.
+    for lane in &report.lanes[1..] {
+        assert!(lane.counts.admitted >= 290, "{lane:?}");
+    }
+}
+
+#[test]
+fn no_retry_leaves_before_the_retry_after_of_its_last_refusal() {
+    let scenario = retry_storm();
+    // Per lane, per request: when its last try was decided and what it was told.
+    let mut last: HashMap<(String, u64), (u64, Option<u64>)> = HashMap::new();
+    let mut retries = 0;
+    scenario
+        .run_with_decisions(
+            &MemoryStores,
+            |_| {},
+            |d| {
+                if d.lane == "retry at once" {
+                    return;
+                }
+                let key = (d.lane.to_owned(), d.record.index);
+                if let Some((at_ns, told)) = last.get(&key) {
+                    retries += 1;
+                    let earliest = at_ns + told.expect("only a refusal is retried");
+                    assert!(
+                        d.record.offset_ns >= earliest,
+                        "{key:?} retried at {} ns, told to wait until {earliest} ns",
+                        d.record.offset_ns
+                    );
+                }
+                last.insert(key, (d.record.offset_ns, d.record.retry_after_ns));
+            },
+        )
+        .unwrap();
+    assert!(retries > 100, "{retries} retries checked");
+}
+
+#[test]
 fn staggered_windows_spread_the_second_wave_over_the_window() {
     // 10 clients, 10 per 10 s window each, 20 req/s in all for 40 s; their
-    // clients honour Retry-After, so refusals come back when a window reopens.
+    // clients wait the Retry-After plus a short jitter and do not pace
+    // themselves, so refusals come back when a window reopens.
     let window = FixedWindow::new(10, secs(10)).unwrap();
     let peak_and_admitted = |stagger: bool| {
         let mut lane = Lane::global("retry-after", window)
-            .with_clients(ClientBehavior::HonourRetryAfter { max_retries: 5 });
+            .with_clients(ClientBehavior::RetryAfterPlusAdditiveJitter { max_retries: 5 });
         if stagger {
             lane = lane.staggered();
         }

@@ -12,8 +12,8 @@ use serde::Serialize;
 use tollgate_core::{AnyAlgorithm, DelayMode, Timestamp};
 
 use crate::{
-    AlgorithmName, AlgorithmSpec, ArrivalSource, ClientBehavior, Lane, MAX_RETRIES, MAX_SIDECARS,
-    Replay, Scenario, SpecError, TrafficName, TrafficSpec,
+    AlgorithmName, AlgorithmSpec, ArrivalSource, Lane, MAX_RETRIES, MAX_SIDECARS, Replay, Scenario,
+    SpecError, TrafficName, TrafficSpec, storm_lanes,
 };
 
 /// How many uploaded traces the lab keeps (the oldest goes first).
@@ -249,30 +249,11 @@ pub fn parse_with_replays(
             descriptions.push(descriptions[0].clone());
         } else if mode == Mode::Storm {
             let max_retries = p.int("max_retries")? as u32;
-            let delay_ns =
-                u64::try_from(p.millis("retry_delay_ms")?.as_nanos()).unwrap_or(u64::MAX);
-            for (label, clients) in [
-                (
-                    "retry at once",
-                    ClientBehavior::RetryAtOnce {
-                        max_retries,
-                        delay_ns,
-                    },
-                ),
-                (
-                    "Retry-After + jitter",
-                    ClientBehavior::HonourRetryAfter { max_retries },
-                ),
-                (
-                    "adaptive (K = 2)",
-                    ClientBehavior::Adaptive {
-                        max_retries,
-                        k: 2.0,
-                    },
-                ),
-            ] {
-                lanes.push(Lane::global(label, algorithm).with_clients(clients));
-            }
+            lanes.extend(storm_lanes(
+                algorithm,
+                max_retries,
+                p.millis("retry_delay_ms")?,
+            ));
             descriptions.push(descriptions[0].clone());
             descriptions.push(descriptions[0].clone());
         } else {
@@ -579,7 +560,7 @@ fn build_traffic(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Placement, Simulation};
+    use crate::{ClientBehavior, Placement, Simulation};
 
     fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
         query

@@ -12,6 +12,7 @@ use tower::Service;
 
 use super::error::{Rejection, append_headers};
 use super::policy::{Policy, Verdict};
+use crate::key::NoClientAddress;
 
 /// What a call ends with.
 type Outcome<B, E> = Result<Response<B>, E>;
@@ -26,7 +27,7 @@ impl<B, E> ResponseFuture<B, E> {
         mut service: S,
         policy: Arc<Policy<St>>,
         request: Request<ReqB>,
-        key: String,
+        key: Result<String, NoClientAddress>,
         cost: u64,
     ) -> Self
     where
@@ -38,14 +39,16 @@ impl<B, E> ResponseFuture<B, E> {
     {
         ResponseFuture {
             inner: Box::pin(async move {
+                let key = match key {
+                    Ok(key) => key,
+                    Err(error) => {
+                        policy.report_no_address(error);
+                        return Ok(policy.respond(&Rejection::NoClientAddress(error)));
+                    }
+                };
                 let headers = match policy.decide(&key, cost).await {
                     Verdict::Pass(headers) => headers,
-                    Verdict::OverLimit(rendered) => {
-                        return Ok(Rejection::OverLimit(rendered).into_response());
-                    }
-                    Verdict::StoreFailed(error) => {
-                        return Ok(Rejection::StoreUnavailable(error).into_response());
-                    }
+                    Verdict::Reject(rejection) => return Ok(policy.respond(&rejection)),
                 };
                 let mut response = service.call(request).await?;
                 append_headers(response.headers_mut(), headers);

@@ -1,6 +1,7 @@
 //! [`RateLimitLayer`] and its [`RateLimitBuilder`].
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, Clock, CoarseClock};
@@ -8,6 +9,7 @@ use tollgate_protocol::rls::headers::{HeaderOptions, Jitter, ResponseHeaders};
 use tollgate_store::{CounterStore, MemoryCounters, StoreConfig};
 use tower::Layer;
 
+use super::error::{RejectionHandler, SharedHandler, default_handler};
 use super::policy::{LimitEntry, OnStoreError, Policy};
 use super::service::RateLimit;
 use crate::key::KeyExtractor;
@@ -38,6 +40,7 @@ impl RateLimitLayer<MemoryCounters> {
             on_store_error: OnStoreError::default(),
             metrics: Metrics::default(),
             retry_after_jitter: Duration::ZERO,
+            on_rejection: default_handler(),
         }
     }
 }
@@ -59,6 +62,7 @@ pub struct RateLimitBuilder {
     on_store_error: OnStoreError,
     metrics: Metrics,
     retry_after_jitter: Duration,
+    on_rejection: SharedHandler,
 }
 
 impl RateLimitBuilder {
@@ -99,6 +103,28 @@ impl RateLimitBuilder {
         self
     }
 
+    /// Answers rejected requests with `handler` instead of the default
+    /// [`Rejection::problem_response`](crate::Rejection::problem_response):
+    /// the app's own error body, keeping [`Rejection::headers`](crate::Rejection::headers).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::Response;
+    /// use tollgate_middleware::{KeyExtractor, RateLimitLayer, Rejection};
+    ///
+    /// let builder = RateLimitLayer::builder(KeyExtractor::client_address())
+    ///     .on_rejection(|rejection: &Rejection| {
+    ///         let mut response = Response::new(Bytes::from(format!("{{\"error\":\"{}\"}}", rejection.status().as_u16())));
+    ///         *response.status_mut() = rejection.status();
+    ///         response.headers_mut().extend(rejection.headers());
+    ///         response
+    ///     });
+    /// ```
+    pub fn on_rejection(mut self, handler: impl RejectionHandler) -> Self {
+        self.on_rejection = Arc::new(handler);
+        self
+    }
+
     /// The layer over in-memory counters, bounded by `config` (each limit's
     /// algorithm gets one store of at most `config.max_keys` keys).
     pub fn in_memory(self, config: StoreConfig) -> RateLimitLayer<MemoryCounters> {
@@ -133,6 +159,8 @@ impl RateLimitBuilder {
                 headers,
                 shadow: self.shadow,
                 on_store_error: self.on_store_error,
+                on_rejection: self.on_rejection,
+                reported_no_address: AtomicBool::new(false),
             }),
         }
     }

@@ -12,12 +12,17 @@
 //!    and `tollgate proxy` render (`tollgate_protocol`'s renderers):
 //!    `RateLimit-Limit` / `-Remaining` / `-Reset`, the IETF `RateLimit-Policy`
 //!    and `RateLimit` fields, and `Retry-After` (never earlier than the
-//!    request could pass); otherwise calls the app and adds the same
-//!    `RateLimit*` headers to its answer;
+//!    request could pass), with an RFC 9457 problem body, or whatever the
+//!    app's [`RejectionHandler`] makes of the [`Rejection`]; otherwise calls
+//!    the app and adds the same `RateLimit*` headers to its answer;
 //! 4. in **shadow mode**, counts what it would have refused
 //!    (`outcome="shadow_denied"`) and lets everything through untouched;
 //! 5. when the store fails (Redis down), answers 503 with `Retry-After: 1`,
-//!    or lets the request through with [`OnStoreError::Allow`].
+//!    or lets the request through with [`OnStoreError::Allow`];
+//! 6. keyed by client address, answers a request without a peer address
+//!    **500** (and logs it once at error level): the app is served without
+//!    connection info, and counting such requests against one shared key
+//!    would let one caller use up everyone's limit.
 //!
 //! The store is any `CounterStore`: the in-memory `MemoryCounters`
 //! ([`RateLimitBuilder::in_memory`]) or, with the `redis` feature,
@@ -31,7 +36,7 @@ mod layer;
 mod policy;
 mod service;
 
-pub use error::Rejection;
+pub use error::{Rejection, RejectionHandler};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::OnStoreError;

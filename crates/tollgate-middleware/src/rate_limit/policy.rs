@@ -1,21 +1,26 @@
 //! What the layer decides with: its limits, store, clock and renderer, and the decision itself.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
+use http::Response;
 use prometheus_client::metrics::counter::Counter as PromCounter;
 use tollgate_core::{Clock, Decision, Outcome, Unit};
-use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders};
+use tollgate_protocol::rls::headers::ResponseHeaders;
 use tollgate_protocol::rls::model::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitResponse,
 };
-use tollgate_store::{Counter, CounterStore, StoreError};
+use tollgate_store::{Counter, CounterStore};
 
-use crate::key::KeyExtractor;
+use super::error::{Rejection, SharedHandler, header_map};
+use crate::key::{KeyExtractor, NoClientAddress};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
 
 /// What to do with a request when the counter store fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnStoreError {
     /// Answer 503 with `Retry-After: 1` (the default: a limit no one can check holds).
     #[default]
@@ -63,16 +68,34 @@ pub(super) struct Policy<St> {
     pub(super) headers: ResponseHeaders,
     pub(super) shadow: bool,
     pub(super) on_store_error: OnStoreError,
+    pub(super) on_rejection: SharedHandler,
+    /// Whether a request without a client address was logged at error level yet.
+    pub(super) reported_no_address: AtomicBool,
 }
 
 /// The verdict on one request.
 pub(super) enum Verdict {
     /// Let it through, adding these headers to the app's answer.
     Pass(Vec<(String, String)>),
-    /// Answer 429 with these.
-    OverLimit(Rendered),
-    /// The store failed and the policy denies.
-    StoreFailed(StoreError),
+    /// Answer it with the rejection handler.
+    Reject(Rejection),
+}
+
+impl<St> Policy<St> {
+    /// The app's answer to `rejection`, in the app's body type.
+    pub(super) fn respond<B: From<Bytes>>(&self, rejection: &Rejection) -> Response<B> {
+        self.on_rejection.respond(rejection).map(B::from)
+    }
+
+    /// A request had no client address: an error log line the first time
+    /// (the server is set up without connection info), debug after that.
+    pub(super) fn report_no_address(&self, error: NoClientAddress) {
+        if self.reported_no_address.swap(true, Ordering::Relaxed) {
+            tracing::debug!("{error}");
+        } else {
+            tracing::error!("{error}; answering 500 to every such request");
+        }
+    }
 }
 
 impl<St: CounterStore> Policy<St> {
@@ -106,7 +129,7 @@ impl<St: CounterStore> Policy<St> {
             });
             return match self.on_store_error {
                 OnStoreError::Allow => Verdict::Pass(Vec::new()),
-                OnStoreError::Deny => Verdict::StoreFailed(error),
+                OnStoreError::Deny => Verdict::Reject(Rejection::StoreUnavailable(error)),
             };
         }
         let over = decisions.iter().any(|d| !d.is_allowed());
@@ -137,7 +160,17 @@ impl<St: CounterStore> Policy<St> {
         };
         let rendered = self.headers.render(&descriptors, &response);
         if over {
-            Verdict::OverLimit(rendered)
+            let limits = self
+                .limits
+                .iter()
+                .zip(&decisions)
+                .filter(|(_, decision)| !decision.is_allowed())
+                .map(|(entry, _)| entry.limit.name.clone())
+                .collect();
+            Verdict::Reject(Rejection::OverLimit {
+                limits,
+                headers: header_map(rendered.headers),
+            })
         } else {
             Verdict::Pass(rendered.headers)
         }

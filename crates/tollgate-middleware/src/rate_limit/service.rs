@@ -53,7 +53,9 @@ where
         // Call the service that was made ready; keep a fresh clone for the next call.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        let key = self.policy.key.extract(&request);
+        let (parts, body) = request.into_parts();
+        let key = self.policy.key.extract(&parts);
+        let request = Request::from_parts(parts, body);
         let cost = Cost::of(&request);
         ResponseFuture::new(inner, Arc::clone(&self.policy), request, key, cost)
     }
