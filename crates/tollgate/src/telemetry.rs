@@ -1,4 +1,4 @@
-//! OpenTelemetry tracing for `serve` and `proxy`: spans exported over OTLP/gRPC, off by default, with W3C trace context.
+//! OpenTelemetry tracing for `serve` and `proxy`: spans exported over OTLP/gRPC, off by default, with W3C trace context or B3.
 //!
 //! With `--tracing` (or upstream's `TRACING_ENABLED=true` for `serve`), a
 //! check and a proxied request each make a span (a child of the caller's
@@ -7,16 +7,27 @@
 //! events. Spans go in batches to `--otlp-endpoint`
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, default `http://127.0.0.1:4317`) and the
 //! rest are flushed at shutdown. Off, no span is made at all.
+//!
+//! The caller's trace is read from, and passed on in, the headers that
+//! `--trace-propagation` names ([`Propagation`]): W3C `traceparent` by
+//! default, or Zipkin's B3 (`b3`, or `X-B3-TraceId` and its siblings; both
+//! are read either way), or both.
 
 use std::time::Duration;
 
 use clap::Args;
 use clap::builder::BoolishValueParser;
+use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+#[expect(
+    deprecated,
+    reason = "the B3 propagator ships only in opentelemetry-zipkin, deprecated with its exporter; no maintained B3 propagator exists for opentelemetry 0.33"
+)]
+use opentelemetry_zipkin::{B3Encoding, Propagator as B3Propagator};
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::Registry;
 
@@ -46,6 +57,46 @@ pub struct TracingArgs {
     /// always followed [default: 1; `serve`: upstream's `TRACING_SAMPLING_RATE` when set].
     #[arg(long, env = "TOLLGATE_TRACING_SAMPLING_RATE", value_name = "RATE", value_parser = sampling_rate)]
     pub tracing_sampling_rate: Option<f64>,
+    /// The trace headers read from callers and written to the next hop,
+    /// comma-separated: `tracecontext` (W3C `traceparent`), `b3` (one `b3`
+    /// header), `b3multi` (`X-B3-TraceId`, `X-B3-SpanId`, `X-B3-Sampled`).
+    /// Either B3 form reads both B3 forms.
+    #[arg(
+        long,
+        env = "TOLLGATE_TRACE_PROPAGATION",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "tracecontext"
+    )]
+    pub trace_propagation: Vec<Propagation>,
+}
+
+/// One trace header format (`--trace-propagation`), named as `OTEL_PROPAGATORS` names them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// W3C trace context: `traceparent`, `tracestate`.
+    Tracecontext,
+    /// Zipkin B3, written as the single `b3` header.
+    B3,
+    /// Zipkin B3, written as `X-B3-TraceId`, `X-B3-SpanId` and `X-B3-Sampled`.
+    B3multi,
+}
+
+impl Propagation {
+    /// The propagator of this format.
+    #[expect(
+        deprecated,
+        reason = "the B3 propagator ships only in opentelemetry-zipkin, deprecated with its exporter"
+    )]
+    fn propagator(self) -> Box<dyn TextMapPropagator + Send + Sync> {
+        match self {
+            Propagation::Tracecontext => Box::new(TraceContextPropagator::new()),
+            Propagation::B3 => Box::new(B3Propagator::with_encoding(B3Encoding::SingleHeader)),
+            Propagation::B3multi => {
+                Box::new(B3Propagator::with_encoding(B3Encoding::MultipleHeader))
+            }
+        }
+    }
 }
 
 impl TracingArgs {
@@ -88,6 +139,7 @@ impl TracingArgs {
                 .clone()
                 .or_else(|| env.get("TRACING_SERVICE_NAME").map(str::to_owned)),
             tracing_sampling_rate: rate,
+            trace_propagation: self.trace_propagation.clone(),
         })
     }
 }
@@ -148,7 +200,12 @@ pub fn start(args: &TracingArgs) -> Result<Option<(TraceLayer, Traces)>, Command
                 .build(),
         )
         .build();
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(
+        args.trace_propagation
+            .iter()
+            .map(|p| p.propagator())
+            .collect(),
+    ));
     let tracer = provider.tracer("tollgate");
     // The request spans and what happens inside them (warnings become span events).
     let layer = tracing_opentelemetry::layer()

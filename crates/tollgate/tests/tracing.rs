@@ -1,4 +1,4 @@
-//! OpenTelemetry tracing end to end: `tollgate proxy` and `tollgate serve` with `--tracing` export their spans over OTLP/gRPC to a collector started here, continue the client's W3C trace, and pass it on to the upstream and to the rate limit service.
+//! OpenTelemetry tracing end to end: `tollgate proxy` and `tollgate serve` with `--tracing` export their spans over OTLP/gRPC to a collector started here, continue the client's W3C trace (or its B3 trace with `--trace-propagation b3`), and pass it on to the upstream and to the rate limit service.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -112,12 +112,8 @@ fn wait_for(collector: &Collector, trace_id: &str, names: &[&str]) -> Vec<Receiv
     }
 }
 
-#[test]
-fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() {
-    let (collector, collector_addr, _collector_runtime) = start_collector();
-    let endpoint = format!("http://{collector_addr}");
-    let dir = TempDir::new("tracing");
-    let upstream = Upstream::spawn();
+/// `serve` on the example limits with `--tracing` to `endpoint`, plus `extra`; its log in `dir`.
+fn serve_traced(dir: &TempDir, endpoint: &str, extra: &[&str]) -> LoggedChild {
     // The batch exporter sends every 100 ms (OTEL_BSP_SCHEDULE_DELAY), not every 5 s.
     let mut serve = tollgate(&["serve", "--config"]);
     serve
@@ -129,16 +125,22 @@ fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() 
             "127.0.0.1:0",
             "--log-level",
             "warn",
-        ])
-        .args([
             "--tracing",
             "--otlp-endpoint",
-            &endpoint,
-            "--tracing-service-name",
-            "rls",
+            endpoint,
         ])
+        .args(extra)
         .env("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let rls = LoggedChild::spawn(serve, dir.0.join("serve.log"), false);
+    LoggedChild::spawn(serve, dir.0.join("serve.log"), false)
+}
+
+#[test]
+fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() {
+    let (collector, collector_addr, _collector_runtime) = start_collector();
+    let endpoint = format!("http://{collector_addr}");
+    let dir = TempDir::new("tracing");
+    let upstream = Upstream::spawn();
+    let rls = serve_traced(&dir, &endpoint, &["--tracing-service-name", "rls"]);
     let config = dir.0.join("proxy.yaml");
     std::fs::write(
         &config,
@@ -278,4 +280,57 @@ fn upstreams_tracing_variables_switch_it_on_and_an_http_exporter_is_refused() {
         assert_eq!(code, Some(2), "{env:?} {flags:?}: {stderr}");
         assert!(stderr.contains(named), "{env:?} {flags:?}: {stderr}");
     }
+}
+
+/// With `--trace-propagation b3`, a check continues the trace of the caller's `b3` header.
+#[test]
+fn a_check_continues_the_callers_b3_trace() {
+    use tollgate_protocol::rls::RlsClient;
+    use tollgate_protocol::rls::wire::{Entry, RateLimitDescriptor, RateLimitRequest};
+
+    let (collector, collector_addr, collector_runtime) = start_collector();
+    let endpoint = format!("http://{collector_addr}");
+    let dir = TempDir::new("tracing-b3");
+    let rls = serve_traced(&dir, &endpoint, &["--trace-propagation", "b3"]);
+    let trace_id = "80f198ee56343ba864fe8b2a57d3eff7";
+    let caller_span = "e457b5a2e4d86bd1";
+    collector_runtime.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{}", rls.addr))
+            .expect("a URI")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("serve accepts connections");
+        let request = RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "api_key".to_owned(),
+                    value: "k".to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        let mut metadata = http::HeaderMap::new();
+        metadata.insert(
+            "b3",
+            format!("{trace_id}-{caller_span}-1")
+                .parse()
+                .expect("a header value"),
+        );
+        RlsClient::new(channel)
+            .should_rate_limit_with(request, metadata)
+            .await
+            .expect("answered");
+    });
+    let spans = wait_for(&collector, trace_id, &["ShouldRateLimit"]);
+    let check = spans
+        .iter()
+        .find(|s| s.name == "ShouldRateLimit")
+        .expect("seen");
+    assert_eq!(
+        check.parent, caller_span,
+        "the caller's B3 span is the parent"
+    );
 }
