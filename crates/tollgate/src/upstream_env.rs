@@ -252,7 +252,7 @@ pub const VARIABLES: &[Variable] = &[
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         "ratelimit_service_response_time_seconds is in seconds",
     ),
-    // Tracing (OTLP over gRPC; see crate::telemetry).
+    // Tracing (OTLP over HTTP or gRPC; see crate::telemetry).
     honoured("TRACING_ENABLED", "false"),
     honoured("TRACING_EXPORTER_PROTOCOL", "http"),
     honoured("TRACING_SERVICE_NAME", "RateLimit"),

@@ -313,12 +313,18 @@ fn honoured_case(name: &str) -> HonouredCase {
         "LOG_FORMAT" => (vec![("LOG_FORMAT", "json")], |s| {
             s.log_format == LogFormat::Json
         }),
-        "TRACING_ENABLED" | "TRACING_EXPORTER_PROTOCOL" => (
+        // Upstream's default protocol is http.
+        "TRACING_ENABLED" => (vec![("TRACING_ENABLED", "true")], |s| {
+            s.tracing.enabled && s.tracing.otlp_protocol == crate::telemetry::OtlpProtocol::Http
+        }),
+        "TRACING_EXPORTER_PROTOCOL" => (
             vec![
                 ("TRACING_ENABLED", "true"),
                 ("TRACING_EXPORTER_PROTOCOL", "grpc"),
             ],
-            |s| s.tracing.enabled,
+            |s| {
+                s.tracing.enabled && s.tracing.otlp_protocol == crate::telemetry::OtlpProtocol::Grpc
+            },
         ),
         "TRACING_SERVICE_NAME" => (vec![("TRACING_SERVICE_NAME", "edge-rls")], |s| {
             s.tracing.tracing_service_name.as_deref() == Some("edge-rls")
