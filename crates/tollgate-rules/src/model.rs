@@ -535,6 +535,11 @@ impl RuleSet {
         self.domains.keys().map(String::as_str)
     }
 
+    /// Whether the config has `domain` (a `domain:` of some file).
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
     /// How many domains there are.
     pub fn domain_count(&self) -> usize {
         self.domains.len()

@@ -34,7 +34,10 @@
 //!   `git_hash`, `profile`, `features`), when the state has it
 //!   ([`HttpState::with_build_info`]).
 //! * `GET /metrics` serves [`Metrics`] in the Prometheus text format, when
-//!   the state has them ([`HttpState::with_metrics`]).
+//!   the state has them ([`HttpState::with_metrics`]); `GET /stats` lists
+//!   the same statistics under upstream's statsd names, `name: value` a
+//!   line, as upstream's debug port does ([`crate::statsd::stats_text`]).
+//!   [`prometheus_router`] serves the exposition alone, on a path of its own.
 //!
 //! [`serve`] runs the router on a listener until a shutdown future completes;
 //! [`serve_capped`] also caps its connections and the time a client may take
@@ -169,6 +172,7 @@ pub fn router<C: Clock + 'static>(state: HttpState<C>) -> Router {
         .route("/healthz/store", get(store_health::<C>))
         .route("/rlconfig", get(rlconfig::<C>))
         .route("/metrics", get(metrics_endpoint::<C>))
+        .route("/stats", get(stats_endpoint::<C>))
         .route("/version", get(version::<C>))
         .layer(body_limit)
         .with_state(state)
@@ -565,17 +569,20 @@ async fn version<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Respo
 }
 
 async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
-    let Some(metrics) = &state.metrics else {
-        return (StatusCode::NOT_FOUND, "metrics are not enabled").into_response();
-    };
+    match &state.metrics {
+        Some(metrics) => render_metrics(metrics),
+        None => (StatusCode::NOT_FOUND, "metrics are not enabled").into_response(),
+    }
+}
+
+/// `metrics` in the Prometheus text format, or a 500 saying why not.
+fn render_metrics(metrics: &Metrics) -> Response {
     match metrics.render() {
         Ok(text) => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
+                HeaderValue::from_static(crate::exposition::CONTENT_TYPE),
             )],
             text,
         )
@@ -586,6 +593,25 @@ async fn metrics_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>)
         )
             .into_response(),
     }
+}
+
+/// Upstream's debug `/stats`: every stat under its statsd name, `name: value` a line.
+async fn stats_endpoint<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Response {
+    match &state.metrics {
+        Some(metrics) => crate::statsd::stats_text(metrics).into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are not enabled").into_response(),
+    }
+}
+
+/// The Prometheus exposition alone, at `path` (upstream's `USE_PROMETHEUS` listener).
+pub fn prometheus_router(metrics: Arc<Metrics>, path: &str) -> Router {
+    Router::new().route(
+        path,
+        get(move || {
+            let metrics = Arc::clone(&metrics);
+            async move { render_metrics(&metrics) }
+        }),
+    )
 }
 
 async fn rlconfig<C: Clock + 'static>(State(state): State<HttpState<C>>) -> String {

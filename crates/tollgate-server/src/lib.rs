@@ -14,12 +14,15 @@
 //! configuration while serving, when its files change or on demand;
 //! [`store`] keeps counters in Redis; [`bounds`] exports every memory and
 //! connection bound as gauges; [`build_info`] says what build serves.
+//! [`exposition`] writes `/metrics` in the Prometheus text format and
+//! [`statsd`] sends the same statistics as statsd or DogStatsD lines.
 
 #![forbid(unsafe_code)]
 
 pub mod bounds;
 pub mod build_info;
 pub mod engine;
+pub mod exposition;
 pub mod failure_log;
 pub mod grpc;
 pub mod http;

@@ -12,6 +12,8 @@
 //! and ends in `~` and 16 hex digits of the xxh3 hash of the whole part, so
 //! two long values that share their start stay two keys
 //! ([`bounded_label`]). So the keys take at most keys × parts × bytes.
+//! The unknown domains that `domain_not_found` counts under are request
+//! values too, and count against the same bound ([`MetricKeys::domain_key`]).
 //!
 //! [`MetricKeysCollector`] writes the bound as gauges:
 //! `ratelimit_metric_keys` and `ratelimit_metric_keys_limit`
@@ -40,6 +42,9 @@ pub const DEFAULT_MAX_METRIC_LABEL_BYTES: usize = 128;
 
 /// The least `--max-metric-label-bytes` may be: room for the hash suffix and a start.
 pub const MIN_METRIC_LABEL_BYTES: usize = 32;
+
+/// The domain `domain_not_found` counts under once `--max-metric-keys` keys are in use.
+pub const OTHER_DOMAINS: &str = "_other_domains";
 
 /// `~` and 16 hex digits: what ends a part that was cut.
 const HASH_SUFFIX_BYTES: usize = 17;
@@ -138,6 +143,23 @@ impl MetricKeys {
                 domain,
                 rule.path.iter().map(|(k, v)| (k.as_str(), v.as_deref())),
             );
+        }
+        seen.truncated += usize::from(cut);
+        seen.keys.insert(key.clone());
+        key
+    }
+
+    /// The statistics key of `domain`, a domain no rule has (for
+    /// `domain_not_found`): the domain, bounded, while the bound allows;
+    /// else [`OTHER_DOMAINS`], so callers cannot add series without end.
+    pub fn domain_key(&self, domain: &str) -> StatsKey {
+        let (key, cut) = self.bounded(StatsKey::new(domain, []));
+        let mut seen = self.seen.lock();
+        if seen.keys.contains(&key) {
+            return key;
+        }
+        if seen.keys.len() >= self.max {
+            return StatsKey::new(OTHER_DOMAINS, []);
         }
         seen.truncated += usize::from(cut);
         seen.keys.insert(key.clone());
@@ -273,5 +295,17 @@ mod tests {
         let short = keys.stats_key(rule, "d", &[("user", "bob")]);
         assert_eq!(short.levels, ["user_bob"]);
         assert_eq!((keys.len(), keys.truncated()), (2, 1));
+    }
+
+    #[test]
+    fn unknown_domains_share_the_bound_then_count_as_other() {
+        let keys = MetricKeys::new(2, 64);
+        assert_eq!(keys.domain_key("a").domain, "a");
+        assert_eq!(keys.domain_key("b").domain, "b");
+        assert_eq!(keys.domain_key("a").domain, "a", "a known one stays");
+        assert_eq!(keys.domain_key("c").domain, OTHER_DOMAINS);
+        assert_eq!(keys.len(), 2);
+        let long = "d".repeat(1000);
+        assert!(MetricKeys::new(10, 64).domain_key(&long).domain.len() <= 64);
     }
 }

@@ -13,11 +13,16 @@
 //! `--max-metric-label-bytes` each ([`crate::metric_key`]). Every label
 //! value is written escaped ([`tollgate_runtime::LabelValue`]), so no value
 //! can end a label or a line. Descriptors that
-//! match no rule, or that nothing limits, are not counted. A shadowed hit
-//! counts in `over_limit` and `shadow_mode`, as upstream counts it.
+//! match no rule, or that nothing limits, are not counted, except those of
+//! a domain no rule has: each counts in `domain_not_found` under its domain
+//! (the domains so counted share the `--max-metric-keys` bound). A shadowed
+//! hit counts in `over_limit` and `shadow_mode`, and a hit the quick-deny
+//! cache denied in `over_limit` and `over_limit_with_local_cache`, as
+//! upstream counts them.
 //!
-//! Upstream's service series, under upstream's names (written without the
-//! `_total` suffix, as upstream's exporter writes them):
+//! Upstream's service series, under upstream's names (counters written
+//! without the `_total` suffix, as upstream's exporter writes them, in the
+//! Prometheus text format: see [`crate::exposition`]):
 //! `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}` (gRPC
 //! calls), `ratelimit_service_response_time_seconds{grpc_method}` (a
 //! histogram with the statsd_exporter's default buckets),
@@ -52,6 +57,7 @@ use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
 use crate::build_info::BuildInfo;
+use crate::exposition::{ExtraTags, prometheus_text};
 use crate::metric_key::{MetricKeys, MetricKeysCollector};
 use crate::reload::LiveEngine;
 use crate::rule_stats::{RuleStat, RuleStats, RuleStatsCollector};
@@ -169,7 +175,7 @@ impl ServiceCollector {
     }
 }
 
-/// Encodes one unlabelled series named exactly `name` (no `_total` suffix).
+/// Encodes one unlabelled counter named exactly `name`, as upstream's exporter does (no `_total` suffix).
 fn encode_plain(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -177,7 +183,7 @@ fn encode_plain(
     value: u64,
 ) -> Result<(), fmt::Error> {
     encoder
-        .encode_descriptor(name, help, None, MetricType::Unknown)?
+        .encode_descriptor(name, help, None, MetricType::Counter)?
         .encode_gauge(&i64::try_from(value).unwrap_or(i64::MAX))
 }
 
@@ -200,7 +206,7 @@ impl prometheus_client::collector::Collector for ServiceCollector {
             "ratelimit_service_total_requests",
             "gRPC rate limit calls",
             None,
-            MetricType::Unknown,
+            MetricType::Counter,
         )?;
         requests
             .encode_family(&MethodLabels {
@@ -211,7 +217,7 @@ impl prometheus_client::collector::Collector for ServiceCollector {
             "ratelimit_service_should_rate_limit_error",
             "Calls that failed: service_error (invalid request), redis_error (failed store call)",
             None,
-            MetricType::Unknown,
+            MetricType::Counter,
         )?;
         for (err_type, value) in [
             ("redis_error", now.redis_errors),
@@ -260,6 +266,8 @@ pub struct Metrics {
     pending_timings: Option<Mutex<Vec<f64>>>,
     near_limit_ratio: f64,
     metric_keys: Arc<MetricKeys>,
+    extra_tags: ExtraTags,
+    statsd: Arc<crate::statsd::StatsdStats>,
     clock: MonotonicClock,
 }
 
@@ -308,6 +316,8 @@ impl Metrics {
                 DEFAULT_NEAR_LIMIT_RATIO
             },
             metric_keys: Arc::default(),
+            extra_tags: ExtraTags::default(),
+            statsd: Arc::default(),
             clock: MonotonicClock::new(),
         };
         metrics.register_service();
@@ -323,11 +333,22 @@ impl Metrics {
         }));
     }
 
-    /// These metrics, also keeping response times for a statsd flusher ([`Metrics::take_timings`]).
+    /// These metrics, also keeping response times for a statsd flusher
+    /// ([`Metrics::take_timings`]) and writing what it keeps and drops
+    /// ([`crate::statsd::StatsdCollector`]).
     #[must_use]
     pub fn with_statsd_timings(mut self) -> Self {
         self.pending_timings = Some(Mutex::new(Vec::new()));
+        self.registry
+            .register_collector(Box::new(crate::statsd::StatsdCollector(Arc::clone(
+                &self.statsd,
+            ))));
         self
+    }
+
+    /// What the statsd flusher kept and dropped.
+    pub fn statsd_stats(&self) -> Arc<crate::statsd::StatsdStats> {
+        Arc::clone(&self.statsd)
     }
 
     /// These metrics, keeping the statistics keys taken from request values
@@ -343,6 +364,18 @@ impl Metrics {
         self
     }
 
+    /// These metrics with `tags` as labels on every series and tags on every statsd line (upstream's `EXTRA_TAGS`).
+    #[must_use]
+    pub fn with_extra_tags(mut self, tags: ExtraTags) -> Self {
+        self.extra_tags = tags;
+        self
+    }
+
+    /// The labels and tags every series and statsd line carries.
+    pub fn extra_tags(&self) -> &ExtraTags {
+        &self.extra_tags
+    }
+
     /// Counts one answered request: per-rule hits from the statuses, against the rules that matched.
     pub fn observe(
         &self,
@@ -351,6 +384,15 @@ impl Metrics {
         response: &RateLimitResponse,
     ) {
         let request_hits = u64::from(request.hits_addend.max(1));
+        if !rules.has_domain(&request.domain) {
+            if request.descriptors.is_empty() {
+                return;
+            }
+            let key = self.metric_keys.domain_key(&request.domain);
+            let descriptors = request.descriptors.len() as u64;
+            self.rules.add(&key, RuleStat::DomainNotFound, descriptors);
+            return;
+        }
         if response.overall == Code::Ok
             && response.statuses.iter().any(|s| s.code == Code::OverLimit)
         {
@@ -374,7 +416,13 @@ impl Metrics {
                 .stats_key(rule, &request.domain, &descriptor.entries);
             self.rules.add(&key, RuleStat::TotalHits, hits);
             match status.code {
-                Code::OverLimit => self.rules.add(&key, RuleStat::OverLimit, hits),
+                Code::OverLimit => {
+                    self.rules.add(&key, RuleStat::OverLimit, hits);
+                    if response.from_local_cache {
+                        self.rules
+                            .add(&key, RuleStat::OverLimitWithLocalCache, hits);
+                    }
+                }
                 // Over the limit, let through: upstream counts both.
                 Code::Ok if status.shadowed => {
                     self.rules.add(&key, RuleStat::OverLimit, hits);
@@ -411,6 +459,12 @@ impl Metrics {
         &self.rules
     }
 
+    /// Upstream's Redis pool statistics (`cx_active`, `cx_total`; see
+    /// [`crate::store::RemoteStore::pool`]), when there is a shared store.
+    pub fn redis_pool(&self) -> Option<(u64, u64)> {
+        self.store.get().map(|store| store.pool())
+    }
+
     /// The service-wide counters now.
     pub fn service_snapshot(&self) -> ServiceSnapshot {
         ServiceCollector {
@@ -433,6 +487,8 @@ impl Metrics {
     pub fn with_store(mut self, store: Arc<crate::store::RemoteStore>) -> Self {
         self.registry
             .register_collector(Box::new(crate::store::StoreCollector(Arc::clone(&store))));
+        self.registry
+            .register_collector(Box::new(crate::store::PoolCollector(Arc::clone(&store))));
         // The service collector reads the same cell, for `redis_error`.
         let _ = self.store.set(store);
         self
@@ -527,11 +583,13 @@ impl Metrics {
         }
     }
 
-    /// The metrics in the Prometheus text format.
+    /// The metrics in the Prometheus text format (0.0.4, as upstream's
+    /// exporter serves them; [`crate::exposition::CONTENT_TYPE`]), every
+    /// series with the extra tags as labels.
     pub fn render(&self) -> Result<String, fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
-        Ok(out)
+        Ok(prometheus_text(&out, &self.extra_tags))
     }
 }
 

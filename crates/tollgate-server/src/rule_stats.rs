@@ -14,11 +14,17 @@
 //!   `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}`
 //!   with `domain` and `key1` (the first level), plus `key2` (the second
 //!   level) for rules two or more levels deep; deeper levels add into their
-//!   first two, as they do upstream. Upstream's exporter writes these names
-//!   without the `_total` suffix, so they are written as OpenMetrics
-//!   `unknown` samples under exactly those names. Label values are written
-//!   escaped, as request values may hold `"`, `\\` or a newline.
-//! * statsd ([`RuleStats::snapshot`]): `ratelimit.service.rate_limit.<stats key>.<stat>`.
+//!   first two, as they do upstream. Upstream's two stats its mapping does
+//!   not name follow the same pattern:
+//!   `ratelimit_service_rate_limit_over_limit_with_local_cache{domain,key1[,key2]}`
+//!   and `ratelimit_service_rate_limit_domain_not_found{domain}`. Upstream's
+//!   exporter writes these names without the `_total` suffix, so they are
+//!   typed `counter` in the Prometheus text format ([`crate::exposition`]).
+//!   Label values are written escaped, as request values may hold `"`,
+//!   `\\` or a newline.
+//! * statsd ([`RuleStats::snapshot`]): `ratelimit.service.rate_limit.<stats key>.<stat>`,
+//!   and `ratelimit.service.rate_limit.<domain>.domain_not_found` for a
+//!   domain no rule has (its key has no levels).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -44,16 +50,22 @@ pub enum RuleStat {
     WithinLimit = 3,
     /// Hits over the limit that a `shadow_mode` rule let through.
     ShadowMode = 4,
+    /// Hits answered OVER_LIMIT from the quick-deny cache, without a store call (upstream's local cache).
+    OverLimitWithLocalCache = 5,
+    /// Descriptors of a request to a domain no rule has (its stats key has the domain only).
+    DomainNotFound = 6,
 }
 
 impl RuleStat {
     /// Every stat, in upstream's order.
-    pub const ALL: [RuleStat; 5] = [
+    pub const ALL: [RuleStat; STAT_COUNT] = [
         RuleStat::TotalHits,
         RuleStat::OverLimit,
         RuleStat::NearLimit,
         RuleStat::WithinLimit,
         RuleStat::ShadowMode,
+        RuleStat::OverLimitWithLocalCache,
+        RuleStat::DomainNotFound,
     ];
 
     /// The last part of upstream's statsd name (`total_hits`, …).
@@ -64,6 +76,8 @@ impl RuleStat {
             RuleStat::NearLimit => "near_limit",
             RuleStat::WithinLimit => "within_limit",
             RuleStat::ShadowMode => "shadow_mode",
+            RuleStat::OverLimitWithLocalCache => "over_limit_with_local_cache",
+            RuleStat::DomainNotFound => "domain_not_found",
         }
     }
 
@@ -75,6 +89,10 @@ impl RuleStat {
             RuleStat::NearLimit => "Allowed hits above near_limit_ratio times the limit",
             RuleStat::WithinLimit => "Hits of OK answers",
             RuleStat::ShadowMode => "Hits over the limit that a shadow_mode rule let through",
+            RuleStat::OverLimitWithLocalCache => {
+                "Hits answered OVER_LIMIT from the quick-deny cache, without a store call (counted in over_limit too)"
+            }
+            RuleStat::DomainNotFound => "Descriptors sent for a domain no rule has",
         }
     }
 }
@@ -123,9 +141,12 @@ fn sanitise(part: &str) -> String {
     part.replace(['.', ':', '|'], "_")
 }
 
-/// The five counters of one stats key.
+/// How many counters a stats key has.
+pub const STAT_COUNT: usize = 7;
+
+/// The counters of one stats key.
 #[derive(Debug, Default)]
-struct Counters([AtomicU64; 5]);
+struct Counters([AtomicU64; STAT_COUNT]);
 
 /// Every rule's counters, by stats key.
 #[derive(Debug, Default)]
@@ -134,7 +155,7 @@ pub struct RuleStats {
 }
 
 /// The counters of one stats key at one moment, in [`RuleStat::ALL`]'s order.
-pub type StatValues = [u64; 5];
+pub type StatValues = [u64; STAT_COUNT];
 
 impl RuleStats {
     /// Adds `hits` to `stat` of `key`.
@@ -164,7 +185,7 @@ impl RuleStats {
 #[derive(Debug)]
 pub struct RuleStatsCollector(pub Arc<RuleStats>);
 
-/// The labels of one upstream series: `domain`, `key1`, and `key2` when the
+/// The labels of one upstream series: `domain`, then `key1`, and `key2` when the
 /// key has two levels or more, written escaped (they hold request values).
 type UpstreamLabels = Vec<(&'static str, LabelValue)>;
 
@@ -172,16 +193,10 @@ impl Collector for RuleStatsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let mut series: BTreeMap<UpstreamLabels, StatValues> = BTreeMap::new();
         for (key, values) in self.0.snapshot() {
-            // Upstream's mapping needs a domain and at least one level.
-            let Some(key1) = key.levels.first() else {
-                continue;
-            };
-            let mut labels = vec![
-                ("domain", LabelValue::from(key.domain.as_str())),
-                ("key1", LabelValue::from(key1.as_str())),
-            ];
-            if let Some(key2) = key.levels.get(1) {
-                labels.push(("key2", LabelValue::from(key2.as_str())));
+            // A key without levels is a domain's (`domain_not_found`).
+            let mut labels = vec![("domain", LabelValue::from(key.domain.as_str()))];
+            for (name, level) in ["key1", "key2"].into_iter().zip(&key.levels) {
+                labels.push((name, LabelValue::from(level.as_str())));
             }
             let sum = series.entry(labels).or_default();
             for (total, value) in sum.iter_mut().zip(values) {
@@ -190,8 +205,9 @@ impl Collector for RuleStatsCollector {
         }
         for stat in RuleStat::ALL {
             let name = format!("ratelimit_service_rate_limit_{}", stat.name());
+            // A counter under exactly upstream's name: a sample without `_total`.
             let mut family =
-                encoder.encode_descriptor(&name, stat.help(), None, MetricType::Unknown)?;
+                encoder.encode_descriptor(&name, stat.help(), None, MetricType::Counter)?;
             for (labels, values) in &series {
                 let value = values[stat as usize];
                 if value == 0 {

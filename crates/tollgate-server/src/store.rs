@@ -73,6 +73,15 @@ pub enum BreakerState {
     },
 }
 
+/// Where a batch's decisions came from (see [`RemoteStore::check_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// Redis, this instance's leases or its shares: the counters were counted.
+    Counted,
+    /// The quick-deny cache: every counter was a known denial, nothing was counted (upstream's local cache).
+    QuickDeny,
+}
+
 /// The store's circuit breaker: the core's [`CircuitBreaker`] state machine with one probe at a time, under a mutex.
 ///
 /// Calls record their outcome without keeping their admission: an outcome
@@ -215,6 +224,8 @@ pub struct StoreStats {
     pub exact: AtomicU64,
     /// Batches answered by their rules' `on_store_error` (the store failed or the breaker was open).
     pub fallback: AtomicU64,
+    /// Connections handed over ([`RemoteStore::connected`]): the first and each new one replacing it.
+    pub connections: AtomicU64,
 }
 
 /// A random holder id for this process (a new one each start: a restarted
@@ -305,6 +316,16 @@ impl RemoteStore {
         )));
         self.redis.store(Some(Arc::new(redis)));
         self.up.store(true, Ordering::Relaxed);
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Upstream's Redis pool statistics as far as they map: the
+    /// connections in use now (1 while connected and up, else 0: one
+    /// multiplexed connection, or one cluster client) and the connections
+    /// handed over since start.
+    pub fn pool(&self) -> (u64, u64) {
+        let active = u64::from(self.redis.load().is_some() && self.is_up());
+        (active, self.stats.connections.load(Ordering::Relaxed))
     }
 
     /// Decides a batch planned under rule `generation` (see
@@ -325,7 +346,7 @@ impl RemoteStore {
         shared: &[bool],
         generation: u64,
         decisions: &mut Vec<Decision>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<DecidedBy, StoreError> {
         if !shared.iter().any(|&s| s) {
             return self
                 .check_counters(clock, counters, periods, generation, decisions)
@@ -379,7 +400,7 @@ impl RemoteStore {
             };
             decisions.push(decision);
         }
-        Ok(())
+        Ok(DecidedBy::Counted)
     }
 
     /// [`check_batch`](Self::check_batch) for counters not in the shares mode.
@@ -390,7 +411,7 @@ impl RemoteStore {
         periods: &[Duration],
         generation: u64,
         decisions: &mut Vec<Decision>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<DecidedBy, StoreError> {
         let sent = clock.now();
         self.last_decision
             .fetch_max(sent.as_nanos(), Ordering::Relaxed);
@@ -422,11 +443,11 @@ impl RemoteStore {
                     self.leases.cancel(refills);
                 }
             }
-            return Ok(());
+            return Ok(DecidedBy::Counted);
         }
         if self.answer_from_cache(counters, sent, decisions) {
             self.stats.quick_denied.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
+            return Ok(DecidedBy::QuickDeny);
         }
         if !self.breaker.admit(sent) {
             self.stats.short_circuited.fetch_add(1, Ordering::Relaxed);
@@ -445,7 +466,7 @@ impl RemoteStore {
                 if !asks.is_empty() {
                     self.leases.refill(&redis, asks, clock.now()).await;
                 }
-                Ok(())
+                Ok(DecidedBy::Counted)
             }
             Err(e @ StoreError::Unsupported(_)) => {
                 // A limit the store cannot keep says nothing about the store's health.
@@ -647,7 +668,9 @@ impl std::fmt::Display for FallbackAnswer {
 }
 
 mod collector;
+mod pool;
 pub use collector::StoreCollector;
+pub use pool::PoolCollector;
 
 #[cfg(test)]
 mod tests {

@@ -127,7 +127,7 @@ fn rules_two_levels_deep_get_key2_and_deeper_levels_add_into_it() {
             r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="tenant",key2="path_/a_b"} 5"#,
             r#"ratelimit_service_rate_limit_within_limit{domain="m",key1="tenant",key2="path_/a_b"} 5"#,
             r#"ratelimit_service_rate_limit_total_hits{domain="m",key1="enforced"} 1"#,
-            "# TYPE ratelimit_service_rate_limit_total_hits unknown",
+            "# TYPE ratelimit_service_rate_limit_total_hits counter",
             "ratelimit_service_config_load_success 0",
             "ratelimit_service_config_load_error 0",
             r#"ratelimit_service_should_rate_limit_error{err_type="service_error"} 0"#,

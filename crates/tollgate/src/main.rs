@@ -18,6 +18,7 @@ mod lab;
 mod limits_args;
 mod limits_file;
 mod logging;
+mod otlp_http;
 mod proxy;
 mod proxy_limits;
 mod serve;

@@ -1,22 +1,36 @@
-//! OpenTelemetry tracing for `serve` and `proxy`: spans exported over OTLP/gRPC, off by default, with W3C trace context.
+//! OpenTelemetry tracing for `serve` and `proxy`: spans exported over OTLP (gRPC or HTTP), off by default, with W3C trace context or B3.
 //!
 //! With `--tracing` (or upstream's `TRACING_ENABLED=true` for `serve`), a
 //! check and a proxied request each make a span (a child of the caller's
 //! trace when its `traceparent` header says so), the store call and the
 //! upstream call make child spans, and warnings inside them become span
 //! events. Spans go in batches to `--otlp-endpoint`
-//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, default `http://127.0.0.1:4317`) and the
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, default `http://127.0.0.1:4317`) over
+//! `--otlp-protocol` (`grpc`, or `http`: protobuf posted to the endpoint's
+//! `/v1/traces`, default `http://127.0.0.1:4318`; upstream's
+//! `TRACING_EXPORTER_PROTOCOL`, whose default is `http`) and the
 //! rest are flushed at shutdown. Off, no span is made at all.
+//!
+//! The caller's trace is read from, and passed on in, the headers that
+//! `--trace-propagation` names ([`Propagation`]): W3C `traceparent` by
+//! default, or Zipkin's B3 (`b3`, or `X-B3-TraceId` and its siblings; both
+//! are read either way), or both.
 
 use std::time::Duration;
 
 use clap::Args;
 use clap::builder::BoolishValueParser;
+use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+#[expect(
+    deprecated,
+    reason = "the B3 propagator ships only in opentelemetry-zipkin, deprecated with its exporter; no maintained B3 propagator exists for opentelemetry 0.33"
+)]
+use opentelemetry_zipkin::{B3Encoding, Propagator as B3Propagator};
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::Registry;
 
@@ -28,15 +42,15 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The tracing flags of `serve` and `proxy`.
 #[derive(Args, Clone, Debug, PartialEq)]
 pub struct TracingArgs {
-    /// Export spans over OTLP/gRPC (upstream's `TRACING_ENABLED`).
+    /// Export spans over OTLP (upstream's `TRACING_ENABLED`).
     #[arg(long = "tracing", env = "TOLLGATE_TRACING", value_parser = BoolishValueParser::new())]
     pub enabled: bool,
-    /// Where spans go: an OTLP/gRPC collector.
+    /// Where spans go: an OTLP collector (over HTTP, its base URL: `/v1/traces` is added).
     #[arg(
         long,
         env = "OTEL_EXPORTER_OTLP_ENDPOINT",
         value_name = "URL",
-        default_value = "http://127.0.0.1:4317"
+        default_value = DEFAULT_GRPC_ENDPOINT
     )]
     pub otlp_endpoint: String,
     /// The `service.name` of the spans [default: tollgate; `serve`: upstream's `TRACING_SERVICE_NAME` when set].
@@ -46,6 +60,71 @@ pub struct TracingArgs {
     /// always followed [default: 1; `serve`: upstream's `TRACING_SAMPLING_RATE` when set].
     #[arg(long, env = "TOLLGATE_TRACING_SAMPLING_RATE", value_name = "RATE", value_parser = sampling_rate)]
     pub tracing_sampling_rate: Option<f64>,
+    /// The trace headers read from callers and written to the next hop,
+    /// comma-separated: `tracecontext` (W3C `traceparent`), `b3` (one `b3`
+    /// header), `b3multi` (`X-B3-TraceId`, `X-B3-SpanId`, `X-B3-Sampled`).
+    /// Either B3 form reads both B3 forms.
+    #[arg(
+        long,
+        env = "TOLLGATE_TRACE_PROPAGATION",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "tracecontext"
+    )]
+    pub trace_propagation: Vec<Propagation>,
+    /// How spans travel to the collector: `grpc`, or `http` (protobuf over
+    /// plain HTTP) [`serve`: upstream's `TRACING_EXPORTER_PROTOCOL` when set,
+    /// and `http`, upstream's default, with `TRACING_ENABLED=true`].
+    #[arg(
+        long,
+        env = "TOLLGATE_OTLP_PROTOCOL",
+        value_name = "PROTOCOL",
+        default_value = "grpc"
+    )]
+    pub otlp_protocol: OtlpProtocol,
+}
+
+/// OTLP's transport (`--otlp-protocol`, upstream's `TRACING_EXPORTER_PROTOCOL`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (port 4318).
+    Http,
+}
+
+/// The flag's default endpoint, an OTLP/gRPC one.
+const DEFAULT_GRPC_ENDPOINT: &str = "http://127.0.0.1:4317";
+
+/// The endpoint used over HTTP when the flag is left at its gRPC default.
+const DEFAULT_HTTP_ENDPOINT: &str = "http://127.0.0.1:4318";
+
+/// One trace header format (`--trace-propagation`), named as `OTEL_PROPAGATORS` names them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// W3C trace context: `traceparent`, `tracestate`.
+    Tracecontext,
+    /// Zipkin B3, written as the single `b3` header.
+    B3,
+    /// Zipkin B3, written as `X-B3-TraceId`, `X-B3-SpanId` and `X-B3-Sampled`.
+    B3multi,
+}
+
+impl Propagation {
+    /// The propagator of this format.
+    #[expect(
+        deprecated,
+        reason = "the B3 propagator ships only in opentelemetry-zipkin, deprecated with its exporter"
+    )]
+    fn propagator(self) -> Box<dyn TextMapPropagator + Send + Sync> {
+        match self {
+            Propagation::Tracecontext => Box::new(TraceContextPropagator::new()),
+            Propagation::B3 => Box::new(B3Propagator::with_encoding(B3Encoding::SingleHeader)),
+            Propagation::B3multi => {
+                Box::new(B3Propagator::with_encoding(B3Encoding::MultipleHeader))
+            }
+        }
+    }
 }
 
 impl TracingArgs {
@@ -58,20 +137,18 @@ impl TracingArgs {
             .get("TRACING_ENABLED")
             .and_then(crate::upstream_env::parse_bool)
             .unwrap_or(false);
-        match env.get("TRACING_EXPORTER_PROTOCOL") {
-            Some(protocol) if !protocol.trim().eq_ignore_ascii_case("grpc") => {
+        let otlp_protocol = match env.get("TRACING_EXPORTER_PROTOCOL").map(str::trim) {
+            Some(p) if p.eq_ignore_ascii_case("grpc") => OtlpProtocol::Grpc,
+            Some(p) if p.eq_ignore_ascii_case("http") => OtlpProtocol::Http,
+            Some(protocol) => {
                 return Err(CommandError::Usage(format!(
-                    "TRACING_EXPORTER_PROTOCOL={protocol:?}: Tollgate exports OTLP over gRPC only (grpc)"
+                    "TRACING_EXPORTER_PROTOCOL={protocol:?} is not http or grpc"
                 )));
             }
-            // Upstream's default is http: its endpoint would be an OTLP/HTTP one.
-            None if upstream_on && !self.enabled => {
-                return Err(CommandError::Usage(
-                    "TRACING_ENABLED=true without TRACING_EXPORTER_PROTOCOL means OTLP over HTTP upstream; Tollgate exports OTLP over gRPC: set TRACING_EXPORTER_PROTOCOL=grpc and an OTLP/gRPC endpoint".to_owned(),
-                ));
-            }
-            _ => {}
-        }
+            // Upstream's default, when its variables switch tracing on.
+            None if upstream_on && !self.enabled => OtlpProtocol::Http,
+            None => self.otlp_protocol,
+        };
         let rate = match (self.tracing_sampling_rate, env.get("TRACING_SAMPLING_RATE")) {
             (Some(rate), _) => Some(rate),
             (None, Some(text)) => Some(
@@ -88,7 +165,31 @@ impl TracingArgs {
                 .clone()
                 .or_else(|| env.get("TRACING_SERVICE_NAME").map(str::to_owned)),
             tracing_sampling_rate: rate,
+            trace_propagation: self.trace_propagation.clone(),
+            otlp_protocol,
         })
+    }
+}
+
+/// The URL OTLP/HTTP posts spans to: the endpoint (the HTTP default if the
+/// flag is at its gRPC one) with `/v1/traces` added, as the OTLP spec adds
+/// it to `OTEL_EXPORTER_OTLP_ENDPOINT`. Plain `http://` only.
+fn http_traces_url(endpoint: &str) -> Result<String, CommandError> {
+    let base = if endpoint == DEFAULT_GRPC_ENDPOINT {
+        DEFAULT_HTTP_ENDPOINT
+    } else {
+        endpoint
+    };
+    if !base.starts_with("http://") {
+        return Err(CommandError::Usage(format!(
+            "--otlp-endpoint (OTEL_EXPORTER_OTLP_ENDPOINT) {endpoint:?}: OTLP over HTTP is sent to an http:// collector only (no TLS)"
+        )));
+    }
+    let base = base.trim_end_matches('/');
+    if base.ends_with("/v1/traces") {
+        Ok(base.to_owned())
+    } else {
+        Ok(format!("{base}/v1/traces"))
     }
 }
 
@@ -126,13 +227,24 @@ pub fn start(args: &TracingArgs) -> Result<Option<(TraceLayer, Traces)>, Command
     if !args.enabled {
         return Ok(None);
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(args.otlp_endpoint.clone())
-        .build()
-        .map_err(|error| {
-            CommandError::Usage(format!("--otlp-endpoint {}: {error}", args.otlp_endpoint))
-        })?;
+    let exporter = match args.otlp_protocol {
+        OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(args.otlp_endpoint.clone())
+            .build(),
+        OtlpProtocol::Http => {
+            let url = http_traces_url(&args.otlp_endpoint)?;
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_http_client(crate::otlp_http::OtlpHttpClient::new(FLUSH_TIMEOUT))
+                .with_endpoint(url)
+                .build()
+        }
+    }
+    .map_err(|error| {
+        CommandError::Usage(format!("--otlp-endpoint {}: {error}", args.otlp_endpoint))
+    })?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
@@ -148,7 +260,12 @@ pub fn start(args: &TracingArgs) -> Result<Option<(TraceLayer, Traces)>, Command
                 .build(),
         )
         .build();
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    opentelemetry::global::set_text_map_propagator(TextMapCompositePropagator::new(
+        args.trace_propagation
+            .iter()
+            .map(|p| p.propagator())
+            .collect(),
+    ));
     let tracer = provider.tracer("tollgate");
     // The request spans and what happens inside them (warnings become span events).
     let layer = tracing_opentelemetry::layer()

@@ -231,30 +231,19 @@ pub const VARIABLES: &[Variable] = &[
     honoured("STATSD_PORT", "8125"),
     honoured("STATS_FLUSH_INTERVAL", "10s"),
     honoured("DISABLE_STATS", "false"),
-    refused_when_set("EXTRA_TAGS", "Tollgate's statsd names carry no tags"),
-    refused_when_true(
-        "USE_DOG_STATSD",
-        "Tollgate sends plain statsd (USE_STATSD) and serves Prometheus on /metrics",
-    ),
+    // Read by upstream's stats library from the environment (tcp or udp).
+    honoured("STATSD_PROTOCOL", "tcp"),
+    honoured("EXTRA_TAGS", ""),
+    honoured("USE_DOG_STATSD", "false"),
+    // Refused together with USE_DOG_STATSD=true (see serve's statsd settings).
     no_effect(
         "USE_DOG_STATSD_MOGRIFIERS",
         "",
-        "read only with USE_DOG_STATSD=true",
+        "read only with USE_DOG_STATSD=true, and refused with it: Tollgate's DogStatsD lines carry EXTRA_TAGS only",
     ),
-    refused_when_true(
-        "USE_PROMETHEUS",
-        "Tollgate serves Prometheus metrics at /metrics on the HTTP port (PORT) and the debug port (DEBUG_PORT)",
-    ),
-    no_effect(
-        "PROMETHEUS_ADDR",
-        ":9090",
-        "read only with USE_PROMETHEUS=true",
-    ),
-    no_effect(
-        "PROMETHEUS_PATH",
-        "/metrics",
-        "read only with USE_PROMETHEUS=true",
-    ),
+    honoured("USE_PROMETHEUS", "false"),
+    honoured("PROMETHEUS_ADDR", ":9090"),
+    honoured("PROMETHEUS_PATH", "/metrics"),
     refused_when_set(
         "PROMETHEUS_MAPPER_YAML",
         "Tollgate's Prometheus names are upstream's default mapping, built in",
@@ -263,7 +252,7 @@ pub const VARIABLES: &[Variable] = &[
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
         "ratelimit_service_response_time_seconds is in seconds",
     ),
-    // Tracing (OTLP over gRPC; see crate::telemetry).
+    // Tracing (OTLP over HTTP or gRPC; see crate::telemetry).
     honoured("TRACING_ENABLED", "false"),
     honoured("TRACING_EXPORTER_PROTOCOL", "http"),
     honoured("TRACING_SERVICE_NAME", "RateLimit"),
@@ -291,7 +280,7 @@ pub const FAMILIES: &[(&str, Disposition)] = &[
     ),
     (
         "DOG_STATSD_MOGRIFIER_",
-        Disposition::NoEffect("read only with USE_DOG_STATSD=true"),
+        Disposition::NoEffect("read only through USE_DOG_STATSD_MOGRIFIERS"),
     ),
     (
         "TRACING_",

@@ -1,9 +1,10 @@
 //! Label values taken from requests (`value_to_metric`) on `/metrics` and in statsd: escaped, bounded in length, read back by Prometheus's own OpenMetrics parser.
 //!
-//! `/metrics` is parsed by `promtool tsdb create-blocks-from openmetrics`
-//! (the parser a Prometheus scrape of `application/openmetrics-text` uses)
-//! and read back with `promtool tsdb dump`, so a value that ends a label or
-//! a line early fails the parse or shows up as a series of its own.
+//! `/metrics` (the Prometheus text format, whose label escaping OpenMetrics
+//! shares) is closed with OpenMetrics' `# EOF`, parsed by `promtool tsdb
+//! create-blocks-from openmetrics` and read back with `promtool tsdb dump`,
+//! so a value that ends a label or a line early fails the parse or shows up
+//! as a series of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, UdpSocket};
@@ -85,7 +86,7 @@ type Series = (BTreeMap<String, String>, String);
 /// `exposition` parsed by promtool's OpenMetrics parser and read back from the TSDB it wrote.
 fn parse_with_promtool(dir: &Path, exposition: &str) -> Vec<Series> {
     // Backfilling wants a timestamp on each sample; nothing else changes.
-    let stamped: String = exposition
+    let mut stamped: String = exposition
         .lines()
         .map(|line| {
             if line.starts_with('#') {
@@ -95,6 +96,7 @@ fn parse_with_promtool(dir: &Path, exposition: &str) -> Vec<Series> {
             }
         })
         .collect();
+    stamped.push_str("# EOF\n");
     let file = dir.join("metrics.om");
     std::fs::write(&file, stamped).expect("write the exposition");
     let db = dir.join("tsdb");
@@ -251,6 +253,7 @@ fn hostile_values_cannot_split_or_tag_a_statsd_line() {
         &dir,
         &[
             ("USE_STATSD", "true"),
+            ("STATSD_PROTOCOL", "udp"),
             ("STATSD_HOST", "127.0.0.1"),
             ("STATSD_PORT", port.as_str()),
             ("STATS_FLUSH_INTERVAL", "50ms"),

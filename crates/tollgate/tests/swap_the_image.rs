@@ -215,6 +215,21 @@ fn istios_sample_deployment_runs_tollgate_with_the_image_swapped() {
             "no `{line}` in:\n{metrics}"
         );
     }
+    // Typed as upstream's exporter types them, and listed on the debug port's /stats.
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "# TYPE ratelimit_service_total_requests counter"),
+        "{metrics}"
+    );
+    let stats = get(loopback(debug_port), "/stats", &[]);
+    assert_eq!(stats.status, 200, "{stats:#?}");
+    let hits = "ratelimit.service.rate_limit.ratelimit.PATH_/productpage.total_hits: 3";
+    assert!(
+        stats.body.lines().any(|l| l == hits),
+        "no `{hits}` in:\n{}",
+        stats.body
+    );
     // The counters are in the Redis of REDIS_URL.
     assert_ne!(redis.cli(&["DBSIZE"]).trim(), "0");
 }

@@ -1,4 +1,4 @@
-//! OpenTelemetry tracing end to end: `tollgate proxy` and `tollgate serve` with `--tracing` export their spans over OTLP/gRPC to a collector started here, continue the client's W3C trace, and pass it on to the upstream and to the rate limit service.
+//! OpenTelemetry tracing end to end: `tollgate proxy` and `tollgate serve` with `--tracing` export their spans over OTLP/gRPC to a collector started here, continue the client's W3C trace (or its B3 trace with `--trace-propagation b3`), and pass it on to the upstream and to the rate limit service.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,15 +37,12 @@ struct Collector {
     spans: Arc<Mutex<Vec<Received>>>,
 }
 
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+impl Collector {
+    /// Keeps every span of `request`.
+    fn record(&self, request: ExportTraceServiceRequest) {
         let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let mut spans = self.spans.lock();
-        for resource in request.into_inner().resource_spans {
+        for resource in request.resource_spans {
             let service = resource
                 .resource
                 .iter()
@@ -67,8 +64,75 @@ impl TraceService for Collector {
                 }
             }
         }
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.record(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
+}
+
+/// An OTLP/HTTP collector on a free loopback port: protobuf bodies posted to
+/// `/v1/traces`, on a runtime of its own (kept while the guard lives).
+fn start_http_collector() -> (Collector, SocketAddr, tokio::runtime::Runtime) {
+    use http_body_util::BodyExt;
+    use prost::Message;
+
+    let collector = Collector::default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("a port");
+    let addr = listener.local_addr().expect("bound");
+    let keeper = collector.clone();
+    runtime.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let keeper = keeper.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let keeper = keeper.clone();
+                        async move {
+                            let status = if request.uri().path() != "/v1/traces" {
+                                hyper::StatusCode::NOT_FOUND
+                            } else {
+                                let body = request.into_body().collect().await;
+                                let decoded = body.ok().and_then(|b| {
+                                    ExportTraceServiceRequest::decode(b.to_bytes()).ok()
+                                });
+                                match decoded {
+                                    Some(export) => {
+                                        keeper.record(export);
+                                        hyper::StatusCode::OK
+                                    }
+                                    None => hyper::StatusCode::BAD_REQUEST,
+                                }
+                            };
+                            let mut response = hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::new(),
+                            ));
+                            *response.status_mut() = status;
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (collector, addr, runtime)
 }
 
 /// Starts the collector on a free loopback port, on a runtime of its own (kept while the guard lives).
@@ -112,12 +176,8 @@ fn wait_for(collector: &Collector, trace_id: &str, names: &[&str]) -> Vec<Receiv
     }
 }
 
-#[test]
-fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() {
-    let (collector, collector_addr, _collector_runtime) = start_collector();
-    let endpoint = format!("http://{collector_addr}");
-    let dir = TempDir::new("tracing");
-    let upstream = Upstream::spawn();
+/// `serve` on the example limits with `extra` flags and `env`; its log in `dir`.
+fn serve_examples(dir: &TempDir, extra: &[&str], env: &[(&str, &str)]) -> LoggedChild {
     // The batch exporter sends every 100 ms (OTEL_BSP_SCHEDULE_DELAY), not every 5 s.
     let mut serve = tollgate(&["serve", "--config"]);
     serve
@@ -130,15 +190,26 @@ fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() 
             "--log-level",
             "warn",
         ])
-        .args([
-            "--tracing",
-            "--otlp-endpoint",
-            &endpoint,
-            "--tracing-service-name",
-            "rls",
-        ])
+        .args(extra)
+        .envs(env.iter().copied())
         .env("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let rls = LoggedChild::spawn(serve, dir.0.join("serve.log"), false);
+    LoggedChild::spawn(serve, dir.0.join("serve.log"), false)
+}
+
+/// `serve` on the example limits with `--tracing` to `endpoint`, plus `extra`; its log in `dir`.
+fn serve_traced(dir: &TempDir, endpoint: &str, extra: &[&str]) -> LoggedChild {
+    let mut flags = vec!["--tracing", "--otlp-endpoint", endpoint];
+    flags.extend_from_slice(extra);
+    serve_examples(dir, &flags, &[])
+}
+
+#[test]
+fn a_proxied_request_and_its_check_continue_the_clients_trace_to_the_upstream() {
+    let (collector, collector_addr, _collector_runtime) = start_collector();
+    let endpoint = format!("http://{collector_addr}");
+    let dir = TempDir::new("tracing");
+    let upstream = Upstream::spawn();
+    let rls = serve_traced(&dir, &endpoint, &["--tracing-service-name", "rls"]);
     let config = dir.0.join("proxy.yaml");
     std::fs::write(
         &config,
@@ -250,7 +321,7 @@ fn refused_start(dir: &TempDir, flags: &[&str], env: &[(&str, &str)]) -> (Option
 }
 
 #[test]
-fn upstreams_tracing_variables_switch_it_on_and_an_http_exporter_is_refused() {
+fn bad_tracing_settings_stop_the_start_naming_them() {
     let dir = TempDir::new("tracing-env");
     std::fs::write(dir.0.join("limits.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n").expect("written");
     for (flags, env, named) in [
@@ -258,15 +329,18 @@ fn upstreams_tracing_variables_switch_it_on_and_an_http_exporter_is_refused() {
             &[][..],
             &[
                 ("TRACING_ENABLED", "true"),
-                ("TRACING_EXPORTER_PROTOCOL", "http"),
+                ("TRACING_EXPORTER_PROTOCOL", "thrift"),
             ][..],
-            "TRACING_EXPORTER_PROTOCOL=\"http\"",
+            "TRACING_EXPORTER_PROTOCOL=\"thrift\"",
         ),
-        // Upstream's default protocol (http) is refused too, saying what to set.
+        // OTLP/HTTP goes to plain http:// collectors only.
         (
             &[][..],
-            &[("TRACING_ENABLED", "true")][..],
-            "set TRACING_EXPORTER_PROTOCOL=grpc",
+            &[
+                ("TRACING_ENABLED", "true"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+            ][..],
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
         ),
         (
             &["--tracing-sampling-rate", "2"][..],
@@ -278,4 +352,91 @@ fn upstreams_tracing_variables_switch_it_on_and_an_http_exporter_is_refused() {
         assert_eq!(code, Some(2), "{env:?} {flags:?}: {stderr}");
         assert!(stderr.contains(named), "{env:?} {flags:?}: {stderr}");
     }
+}
+
+/// Sends one check (domain `edge`, `api_key: k`) to the `serve` at `addr`
+/// with the trace header `name: value`, and waits for its `ShouldRateLimit`
+/// span of trace `trace_id` at `collector`.
+fn check_span(
+    collector: &Collector,
+    runtime: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    (name, value): (&'static str, String),
+    trace_id: &str,
+) -> Received {
+    use tollgate_protocol::rls::RlsClient;
+    use tollgate_protocol::rls::wire::{Entry, RateLimitDescriptor, RateLimitRequest};
+
+    let mut metadata = http::HeaderMap::new();
+    metadata.insert(name, value.parse().expect("a header value"));
+    runtime.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("a URI")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("serve accepts connections");
+        let request = RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "api_key".to_owned(),
+                    value: "k".to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        };
+        RlsClient::new(channel)
+            .should_rate_limit_with(request, metadata)
+            .await
+            .expect("answered");
+    });
+    wait_for(collector, trace_id, &["ShouldRateLimit"])
+        .into_iter()
+        .find(|s| s.name == "ShouldRateLimit")
+        .expect("seen")
+}
+
+/// With `--trace-propagation b3`, a check continues the trace of the caller's `b3` header.
+#[test]
+fn a_check_continues_the_callers_b3_trace() {
+    let (collector, collector_addr, collector_runtime) = start_collector();
+    let endpoint = format!("http://{collector_addr}");
+    let dir = TempDir::new("tracing-b3");
+    let rls = serve_traced(&dir, &endpoint, &["--trace-propagation", "b3"]);
+    let trace_id = "80f198ee56343ba864fe8b2a57d3eff7";
+    let caller_span = "e457b5a2e4d86bd1";
+    let b3 = ("b3", format!("{trace_id}-{caller_span}-1"));
+    let check = check_span(&collector, &collector_runtime, rls.addr, b3, trace_id);
+    assert_eq!(
+        check.parent, caller_span,
+        "the caller's B3 span is the parent"
+    );
+}
+
+/// Upstream's variables alone (`TRACING_ENABLED=true`, its default protocol,
+/// http) export the check's spans over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT`.
+#[test]
+fn upstreams_tracing_variables_export_over_otlp_http() {
+    let (collector, collector_addr, collector_runtime) = start_http_collector();
+    let dir = TempDir::new("tracing-http");
+    let endpoint = format!("http://{collector_addr}");
+    let env = [
+        ("TRACING_ENABLED", "true"),
+        ("TRACING_SERVICE_NAME", "rls-over-http"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+    ];
+    let rls = serve_examples(&dir, &[], &env);
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let traceparent = ("traceparent", format!("00-{trace_id}-b7ad6b7169203331-01"));
+    let check = check_span(
+        &collector,
+        &collector_runtime,
+        rls.addr,
+        traceparent,
+        trace_id,
+    );
+    assert_eq!(check.parent, "b7ad6b7169203331");
+    assert!(check.service.contains("rls-over-http"), "{check:?}");
 }

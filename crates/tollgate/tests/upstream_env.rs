@@ -180,6 +180,7 @@ async fn use_statsd_sends_upstreams_stat_names_over_udp() {
     let config = scratch.limits(LIMITS);
     let env = [
         ("USE_STATSD", "true"),
+        ("STATSD_PROTOCOL", "udp"),
         ("STATSD_HOST", "127.0.0.1"),
         ("STATSD_PORT", port.as_str()),
         ("STATS_FLUSH_INTERVAL", "50ms"),

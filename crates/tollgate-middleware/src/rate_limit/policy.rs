@@ -157,6 +157,7 @@ impl<St: CounterStore> Policy<St> {
                 .map(|(entry, decision)| status(&entry.limit, decision))
                 .collect(),
             delay: std::time::Duration::ZERO,
+            from_local_cache: false,
         };
         let rendered = self.headers.render(&descriptors, &response);
         if over {

@@ -176,6 +176,7 @@ pub fn model_response(response: &wire::RateLimitResponse) -> RateLimitResponse {
         statuses: response.statuses.iter().map(model_status).collect(),
         // Held by the service, not sent.
         delay: std::time::Duration::ZERO,
+        from_local_cache: false,
     }
 }
 

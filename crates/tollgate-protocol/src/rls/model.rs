@@ -143,4 +143,8 @@ pub struct RateLimitResponse {
     /// wait a leaky-bucket shaper (`delay`) gave it; zero otherwise. The
     /// RLS wire has no field for it: the service holds its answer this long.
     pub delay: std::time::Duration,
+    /// The store answered every counted descriptor from the quick-deny
+    /// cache, without a call (upstream's "over limit with local cache");
+    /// for statistics only, the wire has no field for it.
+    pub from_local_cache: bool,
 }

@@ -85,6 +85,7 @@ impl<C: Clock> Engine<C> {
             overall,
             statuses,
             delay: Duration::ZERO,
+            from_local_cache: false,
         }
     }
 }

@@ -156,7 +156,9 @@ impl<'e, C: Clock> StoreCall<'e, C> {
             }
         }
         drop(counters);
-        StoreAnswer::Counted(engine.finish(plan, &decisions))
+        let mut response = engine.finish(plan, &decisions);
+        response.from_local_cache = checked == Ok(crate::store::DecidedBy::QuickDeny);
+        StoreAnswer::Counted(response)
     }
 
     /// The answer without calling the store, as when it fails: each rule's

@@ -214,6 +214,11 @@ pub struct ServeArgs {
     /// levels × this.
     #[arg(long, env = "TOLLGATE_MAX_METRIC_LABEL_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_METRIC_LABEL_BYTES, value_parser = parse_label_bytes)]
     pub max_metric_label_bytes: usize,
+    /// With statsd over TCP (upstream's `USE_STATSD`), the most bytes of
+    /// lines kept while the statsd server cannot be reached; lines past it
+    /// are dropped and counted (`ratelimit_statsd_dropped_lines_total`).
+    #[arg(long, env = "TOLLGATE_STATSD_BUFFER_BYTES", value_name = "BYTES", default_value_t = tollgate_server::statsd::DEFAULT_BUFFER_BYTES)]
+    pub statsd_buffer_bytes: usize,
     /// How many instances share the store; `on_store_error: local` allows limit ÷ this.
     #[arg(
         long,

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate_protocol::rls::{HeaderOptions, LimitHeaderNames};
+use tollgate_server::exposition::ExtraTags;
 use tollgate_server::metrics::DEFAULT_NEAR_LIMIT_RATIO;
+use tollgate_server::statsd::{Dialect, StatsdOptions, Transport};
 use tollgate_tls::ServerTlsFiles;
 
 use crate::CommandError;
@@ -61,12 +63,19 @@ pub(super) fn store_setting(
 const UPSTREAM_DEFAULT_REDIS_URL: &str = "/var/run/nutcracker/ratelimit.sock";
 const UPSTREAM_DEFAULT_REDIS_SOCKET_TYPE: &str = "unix";
 
-/// How `serve` writes its log lines.
-/// Where statsd lines go (upstream's `USE_STATSD`, `STATSD_HOST`, `STATSD_PORT`, `STATS_FLUSH_INTERVAL`).
+/// Where statsd lines go (upstream's `USE_STATSD` or `USE_DOG_STATSD`,
+/// `STATSD_HOST`, `STATSD_PORT`, `STATSD_PROTOCOL`, `STATS_FLUSH_INTERVAL`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct StatsdSetting {
-    pub(super) target: String,
+    pub(super) options: StatsdOptions,
     pub(super) interval: Duration,
+}
+
+/// The Prometheus listener of upstream's `USE_PROMETHEUS`: `PROMETHEUS_ADDR` and `PROMETHEUS_PATH`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct PrometheusSetting {
+    pub(super) addr: SocketAddr,
+    pub(super) path: String,
 }
 
 /// What `serve` runs with once flags and environment are combined.
@@ -95,6 +104,10 @@ pub(super) struct Settings {
     /// The backoff of reconnections to a Redis not up yet (`REDIS_STARTUP_*`).
     pub(super) store_retry: super::store_connect::StoreRetry,
     pub(super) statsd: Option<StatsdSetting>,
+    /// Upstream's `EXTRA_TAGS`: labels on every series, tags on every statsd line.
+    pub(super) extra_tags: ExtraTags,
+    /// Upstream's `USE_PROMETHEUS` listener, if on.
+    pub(super) prometheus: Option<PrometheusSetting>,
     pub(super) shadow_mode: bool,
     pub(super) log_level: tracing::Level,
     pub(super) log_format: LogFormat,
@@ -190,7 +203,13 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
     };
     let store_retry = startup_retry(env)?;
     let max_connection_age = connection_age(args, env, upstream)?;
-    let statsd = statsd_setting(env)?;
+    let statsd = statsd_setting(env, args.statsd_buffer_bytes)?;
+    let extra_tags = match env.get("EXTRA_TAGS") {
+        None => ExtraTags::default(),
+        Some(text) => ExtraTags::parse(text)
+            .map_err(|error| CommandError::Usage(format!("EXTRA_TAGS={text:?}: {error}")))?,
+    };
+    let prometheus = prometheus_setting(env)?;
     let upstream_shadow = env.bool("SHADOW_MODE")?.unwrap_or(false);
     let log_level = match (args.log_level, env.get("LOG_LEVEL")) {
         (Some(level), _) => level,
@@ -263,6 +282,8 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         key_prefix,
         store_retry,
         statsd,
+        extra_tags,
+        prometheus,
         shadow_mode: args.shadow_mode || upstream_shadow,
         log_level,
         log_format,
@@ -351,10 +372,39 @@ pub(super) fn parse_log_level(value: &str) -> Result<tracing::Level, CommandErro
     }
 }
 
-/// statsd output: on with `USE_STATSD=true` unless `DISABLE_STATS=true`.
-pub(super) fn statsd_setting(env: &UpstreamEnv) -> Result<Option<StatsdSetting>, CommandError> {
+/// statsd output: plain with `USE_STATSD=true`, DogStatsD with
+/// `USE_DOG_STATSD=true` (not both, as upstream refuses), neither with
+/// `DISABLE_STATS=true`. Plain statsd goes over `STATSD_PROTOCOL` (upstream's
+/// stats library reads it; `tcp` by default, or `udp`), DogStatsD over UDP
+/// as upstream's client sends it.
+pub(super) fn statsd_setting(
+    env: &UpstreamEnv,
+    buffer_bytes: usize,
+) -> Result<Option<StatsdSetting>, CommandError> {
     let disabled = env.bool("DISABLE_STATS")?.unwrap_or(false);
-    if !env.bool("USE_STATSD")?.unwrap_or(false) || disabled {
+    let plain = env.bool("USE_STATSD")?.unwrap_or(false);
+    let dog = env.bool("USE_DOG_STATSD")?.unwrap_or(false);
+    if plain && dog {
+        return Err(CommandError::Usage(
+            "USE_STATSD=true and USE_DOG_STATSD=true ask for two statsd outputs to one server; set one of them (upstream refuses both too)".to_owned(),
+        ));
+    }
+    if dog && let Some(names) = env.get("USE_DOG_STATSD_MOGRIFIERS") {
+        return Err(CommandError::Usage(format!(
+            "USE_DOG_STATSD_MOGRIFIERS={names:?} is not supported: Tollgate's DogStatsD lines carry EXTRA_TAGS only; unset it"
+        )));
+    }
+    let protocol = match env.get("STATSD_PROTOCOL").map(str::trim) {
+        None => Transport::Tcp,
+        Some(value) if value.eq_ignore_ascii_case("tcp") => Transport::Tcp,
+        Some(value) if value.eq_ignore_ascii_case("udp") => Transport::Udp,
+        Some(value) => {
+            return Err(CommandError::Usage(format!(
+                "STATSD_PROTOCOL={value:?} is not tcp or udp"
+            )));
+        }
+    };
+    if !(plain || dog) || disabled {
         return Ok(None);
     }
     let host = env.get("STATSD_HOST").unwrap_or("localhost").trim();
@@ -380,7 +430,55 @@ pub(super) fn statsd_setting(env: &UpstreamEnv) -> Result<Option<StatsdSetting>,
     } else {
         format!("{host}:{port}")
     };
-    Ok(Some(StatsdSetting { target, interval }))
+    let (transport, dialect) = if dog {
+        (Transport::Udp, Dialect::Dog)
+    } else {
+        (protocol, Dialect::Plain)
+    };
+    Ok(Some(StatsdSetting {
+        options: StatsdOptions {
+            target,
+            transport,
+            dialect,
+            buffer_bytes,
+        },
+        interval,
+    }))
+}
+
+/// Upstream's Prometheus listener: with `USE_PROMETHEUS=true`, at
+/// `PROMETHEUS_ADDR` (Go's form, `host:port` with an empty host for every
+/// address; default `:9090`) and `PROMETHEUS_PATH` (default `/metrics`).
+pub(super) fn prometheus_setting(
+    env: &UpstreamEnv,
+) -> Result<Option<PrometheusSetting>, CommandError> {
+    if !env.bool("USE_PROMETHEUS")?.unwrap_or(false) {
+        return Ok(None);
+    }
+    let text = env.get("PROMETHEUS_ADDR").unwrap_or(":9090").trim();
+    let bad = || {
+        CommandError::Usage(format!(
+            "PROMETHEUS_ADDR={text:?} is not host:port (an IP address or nothing before the colon)"
+        ))
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = match host {
+        "" => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        "localhost" => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        host => host.parse().map_err(|_| bad())?,
+    };
+    let path = env.get("PROMETHEUS_PATH").unwrap_or("/metrics").trim();
+    if !path.starts_with('/') || path.contains(['?', '#', '{', '}', '*']) {
+        return Err(CommandError::Usage(format!(
+            "PROMETHEUS_PATH={path:?} is not a path (it starts with / and has no ?, #, {{, }} or *)"
+        )));
+    }
+    Ok(Some(PrometheusSetting {
+        addr: SocketAddr::new(ip, port),
+        path: path.to_owned(),
+    }))
 }
 
 /// Parses a ratio between 0 and 1.

@@ -19,7 +19,7 @@ use tollgate_tls::TlsAcceptor;
 
 use crate::CommandError;
 
-use super::combine::StatsdSetting;
+use super::combine::{PrometheusSetting, StatsdSetting};
 
 /// Where `serve` listens and sends statistics.
 #[derive(Clone, Debug)]
@@ -29,6 +29,8 @@ pub(super) struct Listen {
     /// Upstream's debug port: the HTTP API again (`/rlconfig`, `/metrics`, …).
     pub(super) debug: Option<SocketAddr>,
     pub(super) statsd: Option<StatsdSetting>,
+    /// Upstream's `USE_PROMETHEUS` listener: the exposition alone, at its path.
+    pub(super) prometheus: Option<PrometheusSetting>,
 }
 
 /// Binds `addr`, returning the listener and the address bound.
@@ -143,12 +145,23 @@ pub(super) async fn serve(
             limits.http_refunds,
         );
     }
+    let prometheus = match &listen.prometheus {
+        Some(setting) => {
+            let (prometheus_listener, prometheus_bound) = bind(setting.addr).await?;
+            tracing::info!(addr = %prometheus_bound, path = %setting.path, "Prometheus metrics listening");
+            Some((prometheus_listener, prometheus_bound, setting.path.clone()))
+        }
+        None => None,
+    };
     let mut announced = vec![
         format!("listening on {bound}"),
         format!("http listening on {http_bound}"),
     ];
     if let Some((_, debug_bound)) = &debug {
         announced.push(format!("debug listening on {debug_bound}"));
+    }
+    if let Some((_, prometheus_bound, _)) = &prometheus {
+        announced.push(format!("prometheus listening on {prometheus_bound}"));
     }
     // One signal stops both servers: /readyz turns 503 as soon as it
     // arrives, and the listeners close once the drain delay has passed. Its
@@ -175,20 +188,48 @@ pub(super) async fn serve(
     );
     let statsd = match &listen.statsd {
         Some(setting) => {
-            let flusher = StatsdFlusher::connect(Arc::clone(&metrics), &setting.target)
+            let target = &setting.options.target;
+            let flusher = StatsdFlusher::connect(Arc::clone(&metrics), setting.options.clone())
                 .await
                 .map_err(|error| {
-                    CommandError::Failed(format!(
-                        "cannot send statsd to {}: {error}",
-                        setting.target
-                    ))
+                    CommandError::Failed(format!("cannot send statsd to {target}: {error}"))
                 })?;
-            tracing::info!(target = %setting.target, interval = ?setting.interval, "statsd output on");
+            tracing::info!(
+                %target,
+                interval = ?setting.interval,
+                transport = ?setting.options.transport,
+                dialect = ?setting.options.dialect,
+                "statsd output on"
+            );
             Some(tokio::spawn(
                 flusher.run(setting.interval, shutdown.stopped()),
             ))
         }
         None => None,
+    };
+    let prometheus_server = {
+        let metrics = Arc::clone(&metrics);
+        let limits = limits.debug.clone();
+        let stopped = shutdown.stopped();
+        async move {
+            match prometheus {
+                Some((listener, _, path)) => http::serve_capped(
+                    listener,
+                    http::prometheus_router(metrics, &path),
+                    HttpLimits {
+                        // Plain HTTP, as upstream's: scrapers seldom present certificates.
+                        tls: None,
+                        ..limits
+                    },
+                    stopped,
+                )
+                .await
+                .map_err(|error| {
+                    CommandError::Failed(format!("the Prometheus listener failed: {error}"))
+                }),
+                None => Ok(()),
+            }
+        }
     };
     let service = grpc::RateLimitGrpc::live(Arc::clone(&live), headers)
         .with_metrics(metrics)
@@ -223,7 +264,7 @@ pub(super) async fn serve(
             .await
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
-    tokio::try_join!(grpc_server, http_server, debug_server)?;
+    tokio::try_join!(grpc_server, http_server, debug_server, prometheus_server)?;
     live.return_leases().await;
     if let Some(statsd) = statsd {
         // The last flush after the stop; a panic in it is not worth failing the exit.

@@ -154,12 +154,17 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if settings.statsd.is_some() {
         metrics = metrics.with_statsd_timings();
     }
-    let metrics = Arc::new(metrics.with_build_info(&crate::version::build_info()));
+    let metrics = Arc::new(
+        metrics
+            .with_build_info(&crate::version::build_info())
+            .with_extra_tags(settings.extra_tags.clone()),
+    );
     let listen = Listen {
         grpc: settings.grpc_addr,
         http: settings.http_addr,
         debug: settings.debug_addr,
         statsd: settings.statsd.clone(),
+        prometheus: settings.prometheus.clone(),
     };
     runtime.block_on(serve(
         listen, live, headers, metrics, caps, limits, quota_book,

@@ -331,12 +331,18 @@ fn honoured_case(name: &str) -> HonouredCase {
         "LOG_FORMAT" => (vec![("LOG_FORMAT", "json")], |s| {
             s.log_format == LogFormat::Json
         }),
-        "TRACING_ENABLED" | "TRACING_EXPORTER_PROTOCOL" => (
+        // Upstream's default protocol is http.
+        "TRACING_ENABLED" => (vec![("TRACING_ENABLED", "true")], |s| {
+            s.tracing.enabled && s.tracing.otlp_protocol == crate::telemetry::OtlpProtocol::Http
+        }),
+        "TRACING_EXPORTER_PROTOCOL" => (
             vec![
                 ("TRACING_ENABLED", "true"),
                 ("TRACING_EXPORTER_PROTOCOL", "grpc"),
             ],
-            |s| s.tracing.enabled,
+            |s| {
+                s.tracing.enabled && s.tracing.otlp_protocol == crate::telemetry::OtlpProtocol::Grpc
+            },
         ),
         "TRACING_SERVICE_NAME" => (vec![("TRACING_SERVICE_NAME", "edge-rls")], |s| {
             s.tracing.tracing_service_name.as_deref() == Some("edge-rls")
@@ -461,13 +467,13 @@ fn honoured_case(name: &str) -> HonouredCase {
             s.store_timeout == Duration::from_millis(250)
         }),
         "USE_STATSD" => (vec![("USE_STATSD", "true")], |s| {
-            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:8125")
+            s.statsd.as_ref().map(|x| x.options.target.as_str()) == Some("localhost:8125")
         }),
         "STATSD_HOST" => (vec![("USE_STATSD", "true"), ("STATSD_HOST", "::1")], |s| {
-            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("[::1]:8125")
+            s.statsd.as_ref().map(|x| x.options.target.as_str()) == Some("[::1]:8125")
         }),
         "STATSD_PORT" => (vec![("USE_STATSD", "true"), ("STATSD_PORT", "9")], |s| {
-            s.statsd.as_ref().map(|x| x.target.as_str()) == Some("localhost:9")
+            s.statsd.as_ref().map(|x| x.options.target.as_str()) == Some("localhost:9")
         }),
         "STATS_FLUSH_INTERVAL" => (
             vec![("USE_STATSD", "true"), ("STATS_FLUSH_INTERVAL", "1s")],
@@ -476,6 +482,45 @@ fn honoured_case(name: &str) -> HonouredCase {
         "DISABLE_STATS" => (
             vec![("USE_STATSD", "true"), ("DISABLE_STATS", "true")],
             |s| s.statsd.is_none(),
+        ),
+        "STATSD_PROTOCOL" => (
+            vec![("USE_STATSD", "true"), ("STATSD_PROTOCOL", "udp")],
+            |s| {
+                s.statsd.as_ref().map(|x| x.options.transport)
+                    == Some(tollgate_server::statsd::Transport::Udp)
+            },
+        ),
+        "USE_DOG_STATSD" => (vec![("USE_DOG_STATSD", "true")], |s| {
+            s.statsd
+                .as_ref()
+                .map(|x| (x.options.dialect, x.options.transport))
+                == Some((
+                    tollgate_server::statsd::Dialect::Dog,
+                    tollgate_server::statsd::Transport::Udp,
+                ))
+        }),
+        "EXTRA_TAGS" => (vec![("EXTRA_TAGS", "zone:eu,app:rl")], |s| {
+            s.extra_tags.pairs() == [("zone".into(), "eu".into()), ("app".into(), "rl".into())]
+        }),
+        "USE_PROMETHEUS" => (vec![("USE_PROMETHEUS", "true")], |s| {
+            s.prometheus
+                .as_ref()
+                .map(|p| (p.addr.to_string(), p.path.as_str()))
+                == Some(("0.0.0.0:9090".to_owned(), "/metrics"))
+        }),
+        "PROMETHEUS_ADDR" => (
+            vec![
+                ("USE_PROMETHEUS", "true"),
+                ("PROMETHEUS_ADDR", "127.0.0.1:9102"),
+            ],
+            |s| {
+                s.prometheus.as_ref().map(|p| p.addr.to_string())
+                    == Some("127.0.0.1:9102".to_owned())
+            },
+        ),
+        "PROMETHEUS_PATH" => (
+            vec![("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "/prom")],
+            |s| s.prometheus.as_ref().map(|p| p.path.as_str()) == Some("/prom"),
         ),
         other => panic!("{other} is honoured but has no case in this table test"),
     }

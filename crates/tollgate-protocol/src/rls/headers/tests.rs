@@ -121,6 +121,7 @@ fn render_emits_only_what_is_switched_on() {
             49_750,
         )],
         delay: std::time::Duration::ZERO,
+        from_local_cache: false,
     };
     let off = ResponseHeaders::new(HeaderOptions::default(), Jitter::seeded(1));
     assert_eq!(off.render(&descriptors, &over), Rendered::default());
@@ -163,6 +164,7 @@ fn render_emits_only_what_is_switched_on() {
         overall: Code::Ok,
         statuses: vec![status(Code::Ok, Some(limit("login", 3, 60)), 1, 49_750)],
         delay: std::time::Duration::ZERO,
+        from_local_cache: false,
     };
     let rendered = all.render(&descriptors, &ok);
     assert_eq!(rendered.headers.len(), 5);
@@ -171,6 +173,7 @@ fn render_emits_only_what_is_switched_on() {
         overall: Code::Ok,
         statuses: vec![no_limit()],
         delay: std::time::Duration::ZERO,
+        from_local_cache: false,
     };
     assert_eq!(all.render(&descriptors, &none), Rendered::default());
 }
