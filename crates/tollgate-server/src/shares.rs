@@ -143,16 +143,12 @@ impl SharesBook {
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
         self.start();
-        let shares: Vec<Share> = counters
-            .iter()
-            .map(|c| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO))
-            .collect();
         // At most two waits: the reply to a call already in flight (which
         // did not carry the key), then the reply to the call that does; one
         // more decision after each.
         for attempt in 0..3 {
             let mut replies = self.synced.subscribe();
-            if self.try_decide(counters, &shares, decisions) {
+            if self.try_decide(counters, decisions) {
                 self.counts.decided.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -180,22 +176,18 @@ impl SharesBook {
     ///
     /// One lock, and per counter a lookup to judge, one to take and one to
     /// read what is left, on the borrowed key (no copy of it once held).
-    fn try_decide(
-        &self,
-        counters: &[Counter<'_>],
-        shares: &[Share],
-        decisions: &mut Vec<Decision>,
-    ) -> bool {
+    fn try_decide(&self, counters: &[Counter<'_>], decisions: &mut Vec<Decision>) -> bool {
+        let share = |c: &Counter<'_>| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO);
         let mut holder = self.holder.lock();
         let now = self.clock.now();
         let mut verdicts = [Verdict::Admit; 4];
         let mut more = Vec::new();
-        for (i, (c, share)) in counters.iter().zip(shares).enumerate() {
+        for (i, c) in counters.iter().enumerate() {
             // A give-back returns nothing to a share: the strict side.
             let verdict = if c.give_back {
                 Verdict::Admit
             } else {
-                holder.check(c.key, *share, now, c.hits)
+                holder.check(c.key, share(c), now, c.hits)
             };
             if verdict == Verdict::Wait {
                 return false;
@@ -218,7 +210,7 @@ impl SharesBook {
                 .enumerate()
                 .all(|(i, c)| c.group != group || verdict(i) == Verdict::Admit)
         };
-        for (c, share) in counters.iter().zip(shares) {
+        for c in counters {
             let admitted =
                 group_admitted(c.group) && (c.give_back || holder.take(c.key, now, c.hits));
             let (in_force, tokens) = holder.local(c.key);
@@ -231,7 +223,7 @@ impl SharesBook {
                 }
             };
             let reset = per_token(in_force.burst.saturating_sub(tokens));
-            let limit = share.rate / MILLI_PER_TOKEN;
+            let limit = share(c).rate / MILLI_PER_TOKEN;
             decisions.push(if admitted {
                 Decision::from_parts(Outcome::Allowed, limit, tokens, reset, 0)
             } else {

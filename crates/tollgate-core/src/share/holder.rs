@@ -359,7 +359,9 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             held.released = false;
             held.answered = false;
         }
-        let verdict = if valid && held.bucket.has(now, cost) {
+        let verdict = if !held.answered && held.starter == Share::ZERO {
+            Verdict::Wait
+        } else if valid && held.bucket.has(now, cost) {
             Verdict::Admit
         } else if !held.answered {
             Verdict::Wait
