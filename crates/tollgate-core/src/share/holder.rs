@@ -649,7 +649,8 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         // with no call once that part is full again.
         self.keys.retain(|_, held| {
             let idle = now >= held.last_seen.saturating_add(idle_after);
-            !(idle && !held.reported && !held.dirty && held.bucket.has_full(now))
+            let forget = idle && !held.reported && !held.dirty && held.bucket.has_full(now);
+            !forget
         });
         for (key, held) in &mut self.keys {
             if held.answered && !held.released && now >= held.last_seen.saturating_add(idle_after) {
