@@ -29,7 +29,11 @@
 #        `memory` (the in-memory store), `redis` (exact, one call per check),
 #        `lease=DUR` (Redis with --lease-period DUR), `shares` (Redis, the rule
 #        with `shares: true`: calls/chk then counts the holder's batched calls,
-#        two script calls each), e.g. MODES="memory redis lease=1s shares".
+#        two script calls each), `starter` (shares with --shares-starter-slots 16:
+#        a key's first use decided on the instance), e.g.
+#        MODES="memory redis lease=1s shares starter". Each shares or starter run
+#        starts from an empty Redis (FLUSHALL: the fleet's starter policy is the
+#        first one written, and a previous run's registrations would keep slots).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -68,8 +72,10 @@ serve_run() { # KEYS MODE
         redis) ;;
         lease=*) store+=(--lease-period "${2#lease=}") ;;
         shares) limits="$work/limits-shares.yaml" ;;
-        *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR, shares)" >&2; exit 2 ;;
+        starter) limits="$work/limits-shares.yaml"; store+=(--shares-starter-slots 16) ;;
+        *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR, shares, starter)" >&2; exit 2 ;;
     esac
+    case "$2" in shares | starter) cli FLUSHALL > /dev/null ;; esac
     : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
     taskset -c 0 "$bin" serve --config "$limits" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         "${store[@]}" --store-timeout "$store_timeout" --log-level warn \

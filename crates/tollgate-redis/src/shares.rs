@@ -13,22 +13,27 @@
 //! so both scripts are atomic on a cluster too): `tg{shares}:m` (a hash:
 //! holder → registration), `tg{shares}:k:<key>` (a key's book),
 //! `tg{shares}:d:<holder>` (keys whose target changed for a holder),
-//! `tg{shares}:h:<holder>` (keys a holder holds) and `tg{shares}:g` (the
+//! `tg{shares}:h:<holder>` (keys a holder holds), `tg{shares}:g` (the
 //! graveyard: keys of reclaimed holders, tidied [`GRAVE_SAMPLE`] at a time
-//! by later calls). A book nobody holds expires when its pool would be full
+//! by later calls), `tg{shares}:s` (the fleet's starter policy: written by
+//! the first call that finds none, then every instance's authority follows
+//! it whatever its own flag says, because every key's pool must keep the
+//! same reserve out) and `tg{shares}:o` (starter slot → owner: each
+//! assignment and release is checked against it, so two instances cannot
+//! give one slot to two holders). A book nobody holds expires when its pool would be full
 //! again (an absent book is a full pool), so the number of keys is bounded
 //! by what the holders hold (each holder's `max_keys`) plus what refilled
 //! within the last burst time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::Script;
 use tollgate_core::Timestamp;
 use tollgate_core::share::{
     Authority, AuthorityPolicy, BookRecord, HolderId, HoldingRecord, MemberRecord, Share,
-    ShareBucket, SyncCall, SyncReply,
+    ShareBucket, StarterPolicy, SyncCall, SyncReply,
 };
 use tollgate_store::StoreError;
 
@@ -54,6 +59,8 @@ pub struct SharesStats {
     pub redis_calls: AtomicU64,
     /// Attempts whose state changed under them (decided again).
     pub conflicts: AtomicU64,
+    /// The fleet's starter policy differs from this instance's (it follows the fleet's).
+    pub starter_differs: AtomicBool,
 }
 
 /// The shares authority kept in Redis.
@@ -69,6 +76,8 @@ pub struct RedisAuthority {
 /// What one read brought back.
 struct Snapshot {
     now: Timestamp,
+    /// The fleet's starter policy (`None`: none written yet).
+    starter: Option<StarterPolicy>,
     /// Registrations with the version read.
     members: Vec<(HolderId, u64, MemberRecord)>,
     dirty: Vec<Vec<u8>>,
@@ -93,6 +102,11 @@ impl RedisAuthority {
     /// What it did so far.
     pub fn stats(&self) -> &SharesStats {
         &self.stats
+    }
+
+    /// The starter policy this instance asks for (the fleet's is the first one written).
+    pub fn starter(&self) -> StarterPolicy {
+        self.policy.starter
     }
 
     /// Takes one holder call and answers it, at Redis `TIME`.
@@ -145,6 +159,24 @@ impl RedisAuthority {
         call: &SyncCall<Vec<u8>>,
     ) -> (SyncReply<Vec<u8>>, Vec<[Vec<u8>; 5]>) {
         let now = snapshot.now;
+        if let Some(fleet) = snapshot.starter
+            && fleet != self.policy.starter
+            && !self.stats.starter_differs.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                fleet_slots = fleet.slots,
+                fleet_divisor = fleet.divisor,
+                slots = self.policy.starter.slots,
+                divisor = self.policy.starter.divisor,
+                "shares: the fleet's starter policy in Redis differs from this instance's flags; \
+                 following the fleet's (docs/operations.md says how to change it)"
+            );
+        }
+        // The fleet's policy, or this instance's if none was written yet.
+        let policy = AuthorityPolicy {
+            starter: snapshot.starter.unwrap_or(self.policy.starter),
+            ..self.policy
+        };
         let members = snapshot.members.iter().map(|&(id, _, record)| {
             let dirty = if id == call.holder {
                 snapshot.dirty.clone()
@@ -157,7 +189,7 @@ impl RedisAuthority {
             .books
             .iter()
             .filter_map(|(k, (_, b))| b.clone().map(|b| (k.clone(), b)));
-        let mut authority = Authority::from_parts(self.policy, members, books);
+        let mut authority = Authority::from_parts(policy, members, books);
         let reply = authority.sync(now, call);
         for key in &snapshot.grave {
             authority.tidy(key, now);
@@ -189,6 +221,36 @@ impl RedisAuthority {
                 value,
                 b"-".to_vec(),
             ));
+        }
+        // The starter policy, written once (the write fails if another call wrote one first).
+        if snapshot.starter.is_none() {
+            let value = format!("{} {}", policy.starter.slots, policy.starter.divisor);
+            ops.push(op("s", b"-", b"0".to_vec(), value.into_bytes(), Vec::new()));
+        }
+        // Starter slots whose owner changed, checked against the owner read.
+        let mut owners: HashMap<u32, (Option<HolderId>, Option<HolderId>)> = HashMap::new();
+        for (id, (_, record)) in &read {
+            if let Some(slot) = record.slot {
+                owners.entry(slot).or_default().0 = Some(*id);
+            }
+        }
+        for id in authority.member_ids() {
+            if let Some(slot) = authority.member_record(id).and_then(|r| r.slot) {
+                owners.entry(slot).or_default().1 = Some(id);
+            }
+        }
+        let name =
+            |id: Option<HolderId>| id.map_or_else(Vec::new, |id| id.to_string().into_bytes());
+        for (slot, (before, after)) in owners {
+            if before != after {
+                ops.push(op(
+                    "o",
+                    slot.to_string().as_bytes(),
+                    name(before),
+                    name(after),
+                    Vec::new(),
+                ));
+            }
         }
         // Books: each one read is checked; those that changed are written.
         for (key, (version, before)) in &snapshot.books {
@@ -285,6 +347,17 @@ fn parse_snapshot(call: &SyncCall<Vec<u8>>, reply: Vec<Vec<u8>>) -> Option<Snaps
         secs.checked_mul(1_000_000_000)?
             .checked_add(micros * 1_000)?,
     );
+    let starter = it.next()?;
+    let starter = if starter.is_empty() {
+        None
+    } else {
+        let text = std::str::from_utf8(&starter).ok()?;
+        let (slots, divisor) = text.split_once(' ')?;
+        Some(StarterPolicy {
+            slots: slots.parse().ok()?,
+            divisor: divisor.parse().ok()?,
+        })
+    };
     let count = number(it.next())?;
     let mut members = Vec::new();
     for _ in 0..count {
@@ -317,6 +390,7 @@ fn parse_snapshot(call: &SyncCall<Vec<u8>>, reply: Vec<Vec<u8>>) -> Option<Snaps
     }
     Some(Snapshot {
         now,
+        starter,
         members,
         dirty,
         grave,
@@ -324,9 +398,11 @@ fn parse_snapshot(call: &SyncCall<Vec<u8>>, reply: Vec<Vec<u8>>) -> Option<Snaps
     })
 }
 
+/// `version incarnation expires last_seq slot|-`.
 fn encode_member(version: u64, r: &MemberRecord) -> Vec<u8> {
+    let slot = r.slot.map_or_else(|| "-".to_owned(), |s| s.to_string());
     format!(
-        "{version} {} {} {}",
+        "{version} {} {} {} {slot}",
         r.incarnation,
         r.expires.as_nanos(),
         r.last_seq
@@ -338,10 +414,16 @@ fn decode_member(v: &[u8]) -> Option<(u64, MemberRecord)> {
     let mut f = std::str::from_utf8(v).ok()?.split(' ');
     let mut next = || -> Option<u64> { f.next()?.parse().ok() };
     let version = next()?;
-    let record = MemberRecord {
+    let mut record = MemberRecord {
         incarnation: next()?,
         expires: Timestamp::from_nanos(next()?),
         last_seq: next()?,
+        slot: None,
+    };
+    // A record without a slot field (written before starter slots) owns none.
+    record.slot = match f.next() {
+        None | Some("-") => None,
+        Some(slot) => Some(slot.parse().ok()?),
     };
     Some((version, record))
 }
@@ -450,11 +532,15 @@ mod tests {
             ],
         };
         assert_eq!(decode_book(&encode_book(5, &book)), Some((5, book)));
-        let member = MemberRecord {
+        let mut member = MemberRecord {
             incarnation: 4,
             expires: Timestamp::from_secs(99),
             last_seq: 17,
+            slot: Some(2),
         };
         assert_eq!(decode_member(&encode_member(3, &member)), Some((3, member)));
+        member.slot = None;
+        assert_eq!(decode_member(&encode_member(3, &member)), Some((3, member)));
+        assert_eq!(decode_member(b"3 4 99000000000 17"), Some((3, member)));
     }
 }

@@ -1,4 +1,5 @@
--- Reads, atomically, what one shares call needs: Redis TIME, every
+-- Reads, atomically, what one shares call needs: Redis TIME, the fleet's
+-- starter policy ("" if none yet), every
 -- registration, the caller's dirty keys, a sample of the graveyard (keys
 -- of reclaimed holders still to tidy), and the books of the reported,
 -- dirty and sampled keys. Every value comes back as a string; a missing
@@ -11,7 +12,7 @@
 -- ARGV[4…] the reported keys
 local p = ARGV[1]
 local t = redis.call('TIME')
-local out = { t[1], t[2] }
+local out = { t[1], t[2], redis.call('GET', p .. 's') or '' }
 local members = redis.call('HGETALL', KEYS[1])
 out[#out + 1] = tostring(#members / 2)
 for i = 1, #members do

@@ -15,6 +15,9 @@
 --   d+ / d-  id  key               the holder's dirty keys (d+ only while registered)
 --   h+ / h-  id  key               the holder's held keys
 --   g-  key                         a graveyard key tidied
+--   s   -    0        value         the starter policy, only if none is set
+--   o   slot owner    new owner     a starter slot's owner ("" none):
+--                                   checked against the owner read
 local p = ARGV[1]
 local members = KEYS[1]
 local function version(v)
@@ -31,6 +34,14 @@ for i = 2, #ARGV, 5 do
     end
   elseif op == 'm' then
     if version(redis.call('HGET', members, a)) ~= b then
+      return 0
+    end
+  elseif op == 's' then
+    if redis.call('EXISTS', p .. 's') == 1 then
+      return 0
+    end
+  elseif op == 'o' then
+    if (redis.call('HGET', p .. 'o', a) or '') ~= ARGV[i + 2] then
       return 0
     end
   end
@@ -72,6 +83,14 @@ for i = 2, #ARGV, 5 do
     redis.call('SREM', p .. 'h:' .. a, b)
   elseif op == 'g-' then
     redis.call('SREM', p .. 'g', a)
+  elseif op == 's' then
+    redis.call('SET', p .. 's', c)
+  elseif op == 'o' then
+    if c == '' then
+      redis.call('HDEL', p .. 'o', a)
+    else
+      redis.call('HSET', p .. 'o', a, c)
+    end
   end
 end
 return 1

@@ -1,4 +1,4 @@
-//! The shares authority on a real Redis (and a 3-master cluster): holders calling it concurrently admit a stream an exact bucket admits too, a silent holder's share returns after its TTL, and a Redis restart admits nothing past the limit.
+//! The shares authority on a real Redis (and a 3-master cluster): holders calling it concurrently admit a stream an exact bucket admits too (with starter slots as well, each slot owned once), a silent holder's share returns after its TTL, and a Redis restart admits nothing past the limit.
 //!
 //! The holders run in one task, in turn, on one monotonic clock, so the
 //! conformance checker sees every admission at the time it was decided;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tollgate_core::clock::{Clock, MonotonicClock};
 use tollgate_core::share::{
-    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, Share, Verdict,
+    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, Share, StarterPolicy, Verdict,
 };
 use tollgate_redis::{RedisAuthority, RedisStore};
 use tollgate_testkit::redis::RedisServer;
@@ -44,6 +44,7 @@ struct Fleet {
     running: Vec<bool>,
     authority: RedisAuthority,
     checkers: Vec<(Vec<u8>, ConformanceChecker)>,
+    limit: Share,
     store_errors: u64,
 }
 
@@ -61,6 +62,7 @@ impl Fleet {
                 .iter()
                 .map(|k| (k.to_vec(), ConformanceChecker::new(LIMIT, now)))
                 .collect(),
+            limit: LIMIT,
             clock,
             store_errors: 0,
         }
@@ -76,7 +78,7 @@ impl Fleet {
                 for (key, checker) in &mut self.checkers {
                     for _ in 0..per_round {
                         let now = self.clock.now();
-                        if holder.check(key, LIMIT, now, 1) == Verdict::Admit
+                        if holder.check(key, self.limit, now, 1) == Verdict::Admit
                             && holder.take(key, now, 1)
                         {
                             checker.admit(now, 1);
@@ -226,5 +228,127 @@ async fn a_redis_restart_admits_nothing_past_the_limit_and_shares_resume() {
         fleet.over_admitted(),
         0,
         "admitted past the limit across the restart"
+    );
+}
+
+/// Starter slots on one Redis: of 6 racing holders exactly 4 own one of the 4
+/// slots, each decides a new key's first use with no call once its part has
+/// refilled, and nothing passes an exact bucket of any key.
+async fn starters_on(url: &str) {
+    let store = RedisStore::connect(url, Duration::from_secs(2))
+        .await
+        .expect("Redis");
+    let (holder, mut policy) = policies(Duration::from_secs(5));
+    policy.starter = StarterPolicy {
+        slots: 4,
+        divisor: 4,
+    };
+    // 16 parts of 64/s, burst 64: 4 tokens a second and 4 of burst each.
+    let limit = Share::per_second(64, 64);
+    assert_eq!(policy.starter.part(limit), Share::per_second(4, 4));
+    let authority = RedisAuthority::new(store, policy);
+    let mut fleet = Fleet::new(authority.clone(), 6, &[b"old-1", b"old-2"], holder);
+    fleet.limit = limit;
+    let now = fleet.clock.now();
+    fleet.checkers = fleet
+        .checkers
+        .iter()
+        .map(|(k, _)| (k.clone(), ConformanceChecker::new(limit, now)))
+        .collect();
+    // Every holder registers at once, each with a key of its own (so no
+    // shared book serializes their writes: only the slots' owners do).
+    let now = fleet.clock.now();
+    for (h, holder) in fleet.holders.iter_mut().enumerate() {
+        let own = format!("own-{h}");
+        assert_eq!(holder.check(own.as_bytes(), limit, now, 1), Verdict::Wait);
+    }
+    fleet.run(1, 0).await;
+    // The parts refill for a second and more.
+    let start = fleet.clock.now();
+    while fleet.clock.now().saturating_since(start) < Duration::from_millis(1_200) {
+        fleet.run(1, 4).await;
+    }
+    let owners = fleet
+        .holders
+        .iter()
+        .filter(|h| h.starter().is_some())
+        .count();
+    assert_eq!(owners, 4, "4 slots, each owned by one holder");
+    // New keys: a slot owner admits its first use at once.
+    for (h, holder) in fleet.holders.iter_mut().enumerate() {
+        let key = format!("new-{h}").into_bytes();
+        let now = fleet.clock.now();
+        let verdict = holder.check(&key, limit, now, 1);
+        if holder.starter().is_some() {
+            assert_eq!(
+                verdict,
+                Verdict::Admit,
+                "holder {h}'s first use of a new key"
+            );
+            assert!(holder.take(&key, now, 1));
+        } else {
+            assert_eq!(verdict, Verdict::Wait, "holder {h} owns no slot");
+        }
+    }
+    // Everybody on a handful of new keys at once, racing: inside each key's bucket.
+    let keys: Vec<Vec<u8>> = (0..6).map(|k| format!("shared-{k}").into_bytes()).collect();
+    let now = fleet.clock.now();
+    fleet.checkers = keys
+        .iter()
+        .map(|k| (k.clone(), ConformanceChecker::new(limit, now)))
+        .collect();
+    fleet.run(300, 8).await;
+    assert_eq!(fleet.over_admitted(), 0, "admitted past the limit");
+    assert_eq!(fleet.store_errors, 0);
+    assert!(
+        fleet.admitted() >= 6 * 64,
+        "admitted only {}",
+        fleet.admitted()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starter_slots_on_one_redis_are_owned_once_and_admit_only_what_an_exact_bucket_admits() {
+    let redis = RedisServer::start();
+    starters_on(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starter_slots_on_a_cluster_are_owned_once_and_admit_only_what_an_exact_bucket_admits() {
+    let cluster = RedisCluster::start();
+    starters_on(&cluster.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_starter_policy_written_is_the_fleets() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let connect = || RedisStore::connect(&url, Duration::from_secs(2));
+    let (holder, policy) = policies(Duration::from_secs(5));
+    // The first instance runs without starter slots and writes that down.
+    let mut first = Fleet::new(
+        RedisAuthority::new(connect().await.expect("Redis"), policy),
+        1,
+        &[b"k"],
+        holder,
+    );
+    first.run(5, 1).await;
+    // A second instance asks for slots: it follows the fleet's policy, and no holder gets one.
+    let asking = AuthorityPolicy {
+        starter: StarterPolicy {
+            slots: 4,
+            divisor: 4,
+        },
+        ..policy
+    };
+    let authority = RedisAuthority::new(connect().await.expect("Redis"), asking);
+    let mut second = Fleet::new(authority.clone(), 2, &[b"k"], holder);
+    second.run(5, 1).await;
+    assert!(second.holders.iter().all(|h| h.starter().is_none()));
+    assert!(
+        authority
+            .stats()
+            .starter_differs
+            .load(std::sync::atomic::Ordering::Relaxed)
     );
 }

@@ -12,6 +12,10 @@
 //! after its last successful call), then every request goes to
 //! `on_store_error`.
 //!
+//! With starter slots (`--shares-starter-slots`), an instance that owns a
+//! slot decides a key's first use from its slot's part of the key at once;
+//! only a key whose demand outgrows that part goes out in a call.
+//!
 //! The holder's clock is a monotonic clock of this process; the
 //! authority's is Redis `TIME` (the protocol needs only that both advance
 //! at the same rate, within the TTL's margin).
@@ -25,7 +29,7 @@ use tokio::sync::watch;
 use tollgate_core::clock::{Clock, MonotonicClock};
 use tollgate_core::share::{
     AuthorityPolicy, Holder, HolderId, HolderPolicy, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share,
-    Verdict,
+    StarterPolicy, Verdict,
 };
 use tollgate_core::{Decision, Outcome};
 use tollgate_redis::{RedisAuthority, RedisStore, SharesStats};
@@ -110,7 +114,13 @@ impl SharesBook {
 
     /// The share of `key` (a counter key) in force in this instance.
     pub fn in_force(&self, key: &[u8]) -> Share {
-        self.holder.lock().in_force(&key.to_vec())
+        self.holder.lock().in_force(key)
+    }
+
+    /// The starter slot's policy while this instance owns a slot (its
+    /// first uses of a key are then decided here, with no call).
+    pub fn starter(&self) -> Option<StarterPolicy> {
+        self.holder.lock().starter()
     }
 
     /// Its counts.
@@ -133,16 +143,12 @@ impl SharesBook {
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
         self.start();
-        let shares: Vec<Share> = counters
-            .iter()
-            .map(|c| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO))
-            .collect();
         // At most two waits: the reply to a call already in flight (which
         // did not carry the key), then the reply to the call that does; one
         // more decision after each.
         for attempt in 0..3 {
             let mut replies = self.synced.subscribe();
-            if self.try_decide(counters, &shares, decisions) {
+            if self.try_decide(counters, decisions) {
                 self.counts.decided.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
@@ -167,42 +173,47 @@ impl SharesBook {
     }
 
     /// Decides from the shares in force; false when a key waits for its first share.
-    fn try_decide(
-        &self,
-        counters: &[Counter<'_>],
-        shares: &[Share],
-        decisions: &mut Vec<Decision>,
-    ) -> bool {
+    ///
+    /// One lock, and per counter a lookup to judge, one to take and one to
+    /// read what is left, on the borrowed key (no copy of it once held).
+    fn try_decide(&self, counters: &[Counter<'_>], decisions: &mut Vec<Decision>) -> bool {
+        let share = |c: &Counter<'_>| Share::of_algorithm(&c.algorithm).unwrap_or(Share::ZERO);
         let mut holder = self.holder.lock();
         let now = self.clock.now();
-        let verdicts: Vec<Verdict> = counters
-            .iter()
-            .zip(shares)
-            .map(|(c, share)| {
-                if c.give_back {
-                    // A give-back returns nothing to a share: the strict side.
-                    Verdict::Admit
-                } else {
-                    holder.check(&c.key.to_vec(), *share, now, c.hits)
-                }
-            })
-            .collect();
-        if verdicts.contains(&Verdict::Wait) {
-            return false;
+        let mut verdicts = [Verdict::Admit; 4];
+        let mut more = Vec::new();
+        for (i, c) in counters.iter().enumerate() {
+            // A give-back returns nothing to a share: the strict side.
+            let verdict = if c.give_back {
+                Verdict::Admit
+            } else {
+                holder.check(c.key, share(c), now, c.hits)
+            };
+            if verdict == Verdict::Wait {
+                return false;
+            }
+            match verdicts.get_mut(i) {
+                Some(slot) => *slot = verdict,
+                None => more.push(verdict),
+            }
         }
+        let verdict = |i: usize| {
+            verdicts
+                .get(i)
+                .copied()
+                .unwrap_or_else(|| more[i - verdicts.len()])
+        };
         decisions.clear();
         let group_admitted = |group: u32| {
             counters
                 .iter()
-                .zip(&verdicts)
-                .all(|(c, v)| c.group != group || *v == Verdict::Admit)
+                .enumerate()
+                .all(|(i, c)| c.group != group || verdict(i) == Verdict::Admit)
         };
-        for (c, share) in counters.iter().zip(shares) {
-            let key = c.key.to_vec();
+        for c in counters {
             let admitted =
-                group_admitted(c.group) && (c.give_back || holder.take(&key, now, c.hits));
-            let in_force = holder.in_force(&key);
-            let tokens = holder.tokens(&key);
+                group_admitted(c.group) && (c.give_back || holder.take(c.key, now, c.hits));
+            let (in_force, tokens) = holder.local(c.key);
             let per_token = |missing: u64| {
                 if in_force.rate == 0 {
                     Duration::from_secs(1).as_nanos() as u64
@@ -212,7 +223,7 @@ impl SharesBook {
                 }
             };
             let reset = per_token(in_force.burst.saturating_sub(tokens));
-            let limit = share.rate / MILLI_PER_TOKEN;
+            let limit = share(c).rate / MILLI_PER_TOKEN;
             decisions.push(if admitted {
                 Decision::from_parts(Outcome::Allowed, limit, tokens, reset, 0)
             } else {
@@ -225,7 +236,7 @@ impl SharesBook {
 
     /// Starts the sync task once, on the current Tokio runtime.
     fn start(self: &Arc<Self>) {
-        if !self.started.swap(true, Ordering::AcqRel) {
+        if !self.started.load(Ordering::Acquire) && !self.started.swap(true, Ordering::AcqRel) {
             tokio::spawn(sync_loop(Arc::downgrade(self)));
         }
     }

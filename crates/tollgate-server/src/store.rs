@@ -352,6 +352,23 @@ impl RemoteStore {
                 .check_counters(clock, counters, periods, generation, decisions)
                 .await;
         }
+        let decided_by_shares = |decided: Result<(), StoreError>| {
+            if let Err(e) = &decided {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.stats.fallback.fetch_add(1, Ordering::Relaxed);
+                self.up.store(false, Ordering::Relaxed);
+                self.failures.record(clock.now(), e);
+            }
+            decided
+        };
+        let shares = self.shares.load_full();
+        if shared.len() == counters.len() && shared.iter().all(|&s| s) {
+            // Every counter in the shares mode (the usual case): no split.
+            return decided_by_shares(match shares {
+                Some(shares) => shares.decide(counters, decisions).await,
+                None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
+            });
+        }
         let (mut by_shares, mut by_store) = (Vec::new(), Vec::new());
         let mut store_periods = Vec::new();
         for (i, c) in counters.iter().enumerate() {
@@ -363,17 +380,10 @@ impl RemoteStore {
             }
         }
         let mut from_shares = Vec::with_capacity(by_shares.len());
-        let decided = match self.shares.load_full() {
+        decided_by_shares(match shares {
             Some(shares) => shares.decide(&by_shares, &mut from_shares).await,
             None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
-        };
-        if let Err(e) = decided {
-            self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            self.stats.fallback.fetch_add(1, Ordering::Relaxed);
-            self.up.store(false, Ordering::Relaxed);
-            self.failures.record(clock.now(), &e);
-            return Err(e);
-        }
+        })?;
         let mut from_store = Vec::with_capacity(by_store.len());
         if !by_store.is_empty() {
             self.check_counters(

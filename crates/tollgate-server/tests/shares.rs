@@ -15,7 +15,7 @@ use tollgate_redis::RedisStore;
 use tollgate_rules::{LoadOptions, RuleSet, load_sources};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions};
-use tollgate_testkit::budget::Stopwatch;
+use tollgate_testkit::budget::{Stopwatch, poll_until_async};
 use tollgate_testkit::limits::exact_rate_limit;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis_cluster::RedisCluster;
@@ -319,4 +319,57 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
         waited >= Duration::from_millis(800),
         "not before the TTL: {waited:?}"
     );
+}
+
+/// With starter slots, once an instance owns one, requests for keys it has
+/// never seen are decided at once: none waits for a call, and the calls
+/// carry none of them (their demand fits in the slot's part).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_starter_slots_new_keys_are_decided_without_waiting_for_a_call() {
+    let redis = RedisServer::start();
+    let rules = rules_per(1_000_000, "second");
+    let mut options = RemoteOptions::default();
+    options.shares.authority.starter = tollgate_core::share::StarterPolicy {
+        slots: 4,
+        divisor: 16,
+    };
+    let fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let books: Vec<_> = fleet
+        .iter()
+        .map(|e| e.remote().expect("Redis").shares().expect("connected"))
+        .collect();
+    // The first request registers each instance (it waits for that call).
+    for engine in &fleet {
+        assert!(admitted(engine, &request("token_bucket", "first")).await);
+    }
+    let owners = poll_until_async(Duration::from_secs(5), || async {
+        books.iter().all(|b| b.starter().is_some()).then_some(())
+    })
+    .await;
+    assert!(owners.is_some(), "both instances own a slot");
+    let waited: u64 = books
+        .iter()
+        .map(|b| b.counts().waited.load(Ordering::Relaxed))
+        .sum();
+    let calls_before = redis.script_calls();
+    for (i, engine) in fleet.iter().enumerate() {
+        for k in 0..200 {
+            let key = format!("new-{i}-{k}");
+            assert!(
+                admitted(engine, &request("token_bucket", &key)).await,
+                "{key}"
+            );
+            assert!(admitted(engine, &request("gcra", &key)).await, "{key}");
+        }
+    }
+    let waited_after: u64 = books
+        .iter()
+        .map(|b| b.counts().waited.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(
+        waited_after, waited,
+        "a new key's first use waited for a call"
+    );
+    let calls = redis.script_calls() - calls_before;
+    assert!(calls < 100, "{calls} script calls for 800 first uses");
 }

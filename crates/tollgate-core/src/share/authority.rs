@@ -18,7 +18,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
-use super::{PICO_PER_TOKEN, Share, ShareBucket};
+use super::{PICO_PER_TOKEN, Share, ShareBucket, StarterPolicy};
 use crate::Timestamp;
 use crate::fair_share::{Leftover, fair_shares};
 
@@ -32,6 +32,8 @@ pub struct AuthorityPolicy {
     /// A holder wants at least `rate / (members × floor_divisor)`; 2 keeps
     /// half of a sparse key's limit in the pool for newcomers and grants.
     pub floor_divisor: u64,
+    /// Starter slots every key keeps for the first registered holders (off by default).
+    pub starter: StarterPolicy,
 }
 
 impl Default for AuthorityPolicy {
@@ -40,6 +42,7 @@ impl Default for AuthorityPolicy {
             ttl: Duration::from_secs(10),
             headroom: 2,
             floor_divisor: 2,
+            starter: StarterPolicy::OFF,
         }
     }
 }
@@ -53,6 +56,8 @@ pub struct MemberRecord {
     pub expires: Timestamp,
     /// The last call answered.
     pub last_seq: u64,
+    /// The starter slot it owns, if any.
+    pub slot: Option<u32>,
 }
 
 /// One holder's part of a key, as a store keeps it.
@@ -131,6 +136,8 @@ struct Member<K> {
     incarnation: u64,
     expires: Timestamp,
     last_seq: u64,
+    /// The starter slot it owns for the life of this registration.
+    slot: Option<u32>,
     keys: HashSet<K>,
     /// Keys whose target differs from the booking, to answer at the next call.
     dirty: HashSet<K>,
@@ -196,6 +203,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             seq: call.seq,
             accepted: false,
             lapsed: false,
+            starter: None,
             answers: Vec::new(),
         };
         match self.members.get(&call.holder) {
@@ -216,12 +224,21 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             incarnation: call.incarnation,
             expires: now,
             last_seq: 0,
+            slot: None,
             keys: HashSet::new(),
             dirty: HashSet::new(),
         });
         member.expires = now.saturating_add(ttl);
         member.last_seq = call.seq;
         reply.accepted = true;
+        if !call.leaving {
+            self.assign_slot(call.holder);
+            reply.starter = self
+                .members
+                .get(&call.holder)
+                .and_then(|m| m.slot)
+                .map(|_| self.policy.starter);
+        }
         let mut answered = HashSet::new();
         for report in &call.reports {
             if let Some(answer) = self.apply(call.holder, report, now) {
@@ -251,6 +268,26 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         reply
     }
 
+    /// Gives `holder` the lowest free starter slot if it owns none and one is free.
+    ///
+    /// A slot is free once its last owner's registration ended (reclaimed,
+    /// left, or replaced by a newer incarnation), which is after that
+    /// owner's last possible use of it; the new owner starts its part of
+    /// every key empty when it hears of the slot.
+    fn assign_slot(&mut self, holder: HolderId) {
+        let slots = self.policy.starter.slots;
+        if !self.policy.starter.is_on()
+            || self.members.get(&holder).is_none_or(|m| m.slot.is_some())
+        {
+            return;
+        }
+        let taken: HashSet<u32> = self.members.values().filter_map(|m| m.slot).collect();
+        let free = (0..slots).find(|slot| !taken.contains(slot));
+        if let Some(member) = self.members.get_mut(&holder) {
+            member.slot = free;
+        }
+    }
+
     /// Reclaims every holder whose registration has lapsed by `now`: its
     /// bookings return to the pools with no tokens.
     pub fn expire(&mut self, now: Timestamp) {
@@ -278,7 +315,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         let Some(book) = self.books.get_mut(key) else {
             return;
         };
-        if prune(book, &self.members, now) {
+        if prune(book, &self.members, now, self.policy.starter) {
             let changed = retarget(book, members, &self.policy);
             mark_dirty(&mut self.members, key, changed);
         }
@@ -305,6 +342,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                     incarnation: record.incarnation,
                     expires: record.expires,
                     last_seq: record.last_seq,
+                    slot: record.slot,
                     keys: HashSet::new(),
                     dirty: dirty.into_iter().collect(),
                 };
@@ -351,6 +389,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             incarnation: m.incarnation,
             expires: m.expires,
             last_seq: m.last_seq,
+            slot: m.slot,
         })
     }
 
@@ -386,7 +425,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
     pub fn forget_idle(&mut self, now: Timestamp) {
         self.books.retain(|_, book| {
             book.pool.advance(now);
-            !(book.holdings.is_empty() && book.pool.level() >= book.limit.capacity())
+            !(book.holdings.is_empty() && book.pool.level() >= book.pool.share().capacity())
         });
     }
 
@@ -402,7 +441,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             };
             if let Some(i) = book.holdings.iter().position(|h| h.holder == holder) {
                 let gone = book.holdings.swap_remove(i);
-                give_back(book, gone.booked, 0, now);
+                give_back(book, gone.booked, 0, now, self.policy.starter);
                 let changed = retarget(book, members, &self.policy);
                 mark_dirty(&mut self.members, &key, changed);
             }
@@ -422,7 +461,10 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             .entry(report.key.clone())
             .or_insert_with(|| KeyBook {
                 limit: report.limit,
-                pool: ShareBucket::full(report.limit, now),
+                pool: ShareBucket::full(
+                    minus(report.limit, self.policy.starter.reserve(report.limit)),
+                    now,
+                ),
                 holdings: Vec::new(),
             });
         if book.limit != report.limit {
@@ -430,9 +472,9 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             // limit leaves beside the bookings (none while they exceed it,
             // until their holders shrink to the new targets).
             book.limit = report.limit;
-            give_back(book, Share::ZERO, 0, now);
+            give_back(book, Share::ZERO, 0, now, self.policy.starter);
         }
-        prune(book, &self.members, now);
+        prune(book, &self.members, now, self.policy.starter);
         let incarnation = self.members.get(&holder).map_or(0, |m| m.incarnation);
         let index = match book.holdings.iter().position(|h| h.holder == holder) {
             Some(i) => i,
@@ -460,6 +502,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             },
             report.returned,
             now,
+            self.policy.starter,
         );
         book.holdings[index].demand = report.demand;
         let member = self.members.get_mut(&holder)?;
@@ -525,7 +568,12 @@ impl<K: Clone + Eq + Hash> Authority<K> {
 /// Removes from `book` the holdings of holders not registered, or
 /// registered under a newer incarnation, returning their bookings with no
 /// tokens; whether it removed any.
-fn prune<K>(book: &mut KeyBook, members: &HashMap<HolderId, Member<K>>, now: Timestamp) -> bool {
+fn prune<K>(
+    book: &mut KeyBook,
+    members: &HashMap<HolderId, Member<K>>,
+    now: Timestamp,
+    starter: StarterPolicy,
+) -> bool {
     let mut pruned = false;
     let mut i = 0;
     while i < book.holdings.len() {
@@ -537,7 +585,7 @@ fn prune<K>(book: &mut KeyBook, members: &HashMap<HolderId, Member<K>>, now: Tim
             i += 1;
         } else {
             book.holdings.swap_remove(i);
-            give_back(book, h.booked, 0, now);
+            give_back(book, h.booked, 0, now, starter);
             pruned = true;
         }
     }
@@ -546,11 +594,19 @@ fn prune<K>(book: &mut KeyBook, members: &HashMap<HolderId, Member<K>>, now: Tim
 
 /// Returns `share` (and `tokens` pico-tokens) from a holding to the pool of `book`.
 ///
-/// The pool never holds more than the limit leaves beside the bookings (it
-/// always does unless a reload lowered the limit below what is booked).
-fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
+/// The pool never holds more than the limit leaves beside the bookings and
+/// the starter reserve (it always does unless a reload lowered the limit
+/// below what is booked).
+fn give_back(
+    book: &mut KeyBook,
+    share: Share,
+    tokens: u128,
+    now: Timestamp,
+    starter: StarterPolicy,
+) {
     let pool = book.pool.share();
-    let booked = book.holdings.iter().fold(Share::ZERO, |sum, h| Share {
+    let reserve = starter.reserve(book.limit);
+    let booked = book.holdings.iter().fold(reserve, |sum, h| Share {
         rate: sum.rate.saturating_add(h.booked.rate),
         burst: sum.burst.saturating_add(h.booked.burst),
     });
@@ -582,7 +638,8 @@ fn give_back(book: &mut KeyBook, share: Share, tokens: u128, now: Timestamp) {
 /// Bursts follow the rates in proportion (at least one token for a holder
 /// with any rate; a kept rate keeps its burst).
 fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec<HolderId> {
-    let limit = book.limit;
+    // What the holdings split: the limit less the starter reserve.
+    let limit = minus(book.limit, policy.starter.reserve(book.limit));
     let n = book.holdings.len().max(members).max(1) as u64;
     let floor = limit.rate / n.saturating_mul(policy.floor_divisor.max(1));
     let wants: Vec<u64> = book
@@ -645,5 +702,13 @@ fn mark_dirty<K: Clone + Eq + Hash>(
         if let Some(member) = members.get_mut(&holder) {
             member.dirty.insert(key.clone());
         }
+    }
+}
+
+/// `a − b`, component-wise, at least zero.
+fn minus(a: Share, b: Share) -> Share {
+    Share {
+        rate: a.rate.saturating_sub(b.rate),
+        burst: a.burst.saturating_sub(b.burst),
     }
 }

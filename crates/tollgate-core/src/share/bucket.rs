@@ -130,6 +130,12 @@ impl ShareBucket {
         self.level >= u128::from(cost) * PICO_PER_TOKEN
     }
 
+    /// Whether the bucket is full at `now`.
+    pub fn has_full(&mut self, now: Timestamp) -> bool {
+        self.advance(now);
+        self.level >= self.share.capacity()
+    }
+
     /// Takes `cost` tokens at `now` if they are available; whether it did.
     pub fn try_take(&mut self, now: Timestamp, cost: u64) -> bool {
         if self.has(now, cost) {

@@ -9,18 +9,27 @@
 //! with nothing to say), or after [`HolderPolicy::batch_interval`] when a
 //! request waits for a key's first share or a shrink waits to be booked.
 //!
+//! A holder that owns a starter slot (`starter.rs`) adds one slot's part
+//! of every key to its own share of it: a key's first use is decided from
+//! that part at once, and the key is reported only when its demand
+//! outgrows the part or the part runs dry (then the request waits, as it
+//! does without a slot). A key decided on its starter part alone is
+//! forgotten when idle only once that part is full again, so a key seen
+//! again never starts with more than the part would have had.
+//!
 //! The holder uses its shares only until `t_send + ttl − ttl_margin`, where
 //! `t_send` is when it sent the last call the authority took: the
 //! authority's registration runs to at least `t_receipt + ttl` on the same
 //! or a slower clock. Past that deadline it drops every share (a lapse:
 //! nothing in force, a new incarnation) and asks again.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Duration;
 
 use super::message::{HolderId, KeyReport, SyncCall, SyncReply};
-use super::{MILLI_PER_TOKEN, Share, ShareBucket};
+use super::{MILLI_PER_TOKEN, Share, ShareBucket, StarterPolicy};
 use crate::Timestamp;
 
 /// When a holder calls, how long it trusts its registration, what it forgets.
@@ -126,7 +135,10 @@ impl Demand {
 #[derive(Clone, Debug)]
 struct HeldKey {
     limit: Share,
+    /// The booked share plus `starter`, with its tokens.
     bucket: ShareBucket,
+    /// The starter slot's part of the key within `bucket` (zero without a slot).
+    starter: Share,
     /// Pico-tokens shrunk out of the bucket, to hand back with the next report.
     returned: u128,
     demand: Demand,
@@ -136,6 +148,8 @@ struct HeldKey {
     dirty: bool,
     /// The authority has answered for this key at least once.
     answered: bool,
+    /// The key went out in a call since it was last forgotten or released.
+    reported: bool,
     /// Released: reported with nothing in force, forgotten once the authority takes it.
     released: bool,
     /// The last answer said the pool has rate to spare: a denial here is reported.
@@ -165,8 +179,29 @@ pub struct Holder<K> {
     last_call: Option<Timestamp>,
     /// Shares may be used until then (`None`: never registered, or lapsed).
     valid_until: Option<Timestamp>,
+    /// The starter slot's policy and when this holder heard it owns a slot.
+    starter: Option<(StarterPolicy, Timestamp)>,
     last_sweep: Timestamp,
     lapses: u64,
+}
+
+impl HeldKey {
+    /// The share booked by the authority: what is in force less the starter part.
+    fn booked(&self) -> Share {
+        let share = self.bucket.share();
+        Share {
+            rate: share.rate.saturating_sub(self.starter.rate),
+            burst: share.burst.saturating_sub(self.starter.burst),
+        }
+    }
+}
+
+/// `a + b`, component-wise.
+fn plus(a: Share, b: Share) -> Share {
+    Share {
+        rate: a.rate.saturating_add(b.rate),
+        burst: a.burst.saturating_add(b.burst),
+    }
 }
 
 /// Demand `d` left the band around `reported`: above `2·r + 1/s`, or below `(r − 1/s)/2`.
@@ -193,6 +228,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             in_flight: None,
             last_call: None,
             valid_until: None,
+            starter: None,
             last_sweep: now,
             lapses: 0,
         }
@@ -213,16 +249,41 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         self.lapses
     }
 
-    /// The share of `key` in force (zero if none).
-    pub fn in_force(&self, key: &K) -> Share {
-        self.keys.get(key).map_or(Share::ZERO, |k| k.bucket.share())
+    /// The share of `key` booked and in force (zero if none), not counting a starter part.
+    pub fn in_force<Q>(&self, key: &Q) -> Share
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.keys.get(key).map_or(Share::ZERO, HeldKey::booked)
+    }
+
+    /// What `key`'s sub-bucket has in force (booked share and starter part)
+    /// and its whole tokens at the last update (zero if none).
+    pub fn local<Q>(&self, key: &Q) -> (Share, u64)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.keys.get(key).map_or((Share::ZERO, 0), |k| {
+            let tokens =
+                u64::try_from(k.bucket.level() / super::PICO_PER_TOKEN).unwrap_or(u64::MAX);
+            (k.bucket.share(), tokens)
+        })
     }
 
     /// Whole tokens of `key`'s sub-bucket at its last update (zero if none).
-    pub fn tokens(&self, key: &K) -> u64 {
-        self.keys.get(key).map_or(0, |k| {
-            u64::try_from(k.bucket.level() / super::PICO_PER_TOKEN).unwrap_or(u64::MAX)
-        })
+    pub fn tokens<Q>(&self, key: &Q) -> u64
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.local(key).1
+    }
+
+    /// The starter slot's policy, while this holder owns one.
+    pub fn starter(&self) -> Option<StarterPolicy> {
+        self.starter.map(|(policy, _)| policy)
     }
 
     /// Whether the holder may use its shares at `now` (registered, deadline not passed).
@@ -236,18 +297,30 @@ impl<K: Clone + Eq + Hash> Holder<K> {
     }
 
     /// Judges a request of `cost` on `key` (whose whole limit is `limit`) at `now`; takes nothing.
-    pub fn check(&mut self, key: &K, limit: Share, now: Timestamp, cost: u64) -> Verdict {
+    pub fn check<Q>(&mut self, key: &Q, limit: Share, now: Timestamp, cost: u64) -> Verdict
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.lapse_if_due(now);
         let period = self.policy.demand_period;
-        if !self.keys.contains_key(key) {
-            if self.keys.len() >= self.policy.max_keys {
-                return Verdict::Deny;
-            }
-            self.keys.insert(
-                key.clone(),
-                HeldKey {
+        let starter = self.starter;
+        let valid = self.valid_until.is_some_and(|v| now < v);
+        let held = match self.keys.get_mut(key) {
+            Some(held) => held,
+            None => {
+                if self.keys.len() >= self.policy.max_keys {
+                    return Verdict::Deny;
+                }
+                // A starter part starts empty when the slot was heard of
+                // and refills from then: never more than it could hold.
+                let (part, since) = starter.map_or((Share::ZERO, now), |(policy, since)| {
+                    (policy.part(limit), since)
+                });
+                self.keys.entry(key.to_owned()).or_insert(HeldKey {
                     limit,
-                    bucket: ShareBucket::new(Share::ZERO, 0, now),
+                    bucket: ShareBucket::new(part, 0, since),
+                    starter: part,
                     returned: 0,
                     demand: Demand {
                         period_start: now,
@@ -258,13 +331,11 @@ impl<K: Clone + Eq + Hash> Holder<K> {
                     last_seen: now,
                     dirty: false,
                     answered: false,
+                    reported: false,
                     released: false,
                     spare: false,
-                },
-            );
-        }
-        let Some(held) = self.keys.get_mut(key) else {
-            return Verdict::Deny;
+                })
+            }
         };
         held.last_seen = now;
         held.demand.record(now, cost, period);
@@ -273,26 +344,44 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             // A reload changed the limit: shrink to it at once (shrinking
             // needs nobody's leave) and tell the authority at the next call.
             held.limit = limit;
-            let within = held.bucket.share().min(limit);
-            held.returned += held.bucket.set_share(now, within);
+            let before = held.booked();
+            let booked = before.min(limit);
+            held.starter = starter.map_or(Share::ZERO, |(policy, _)| {
+                policy.part(limit).min(held.starter)
+            });
+            let excess = held.bucket.set_share(now, plus(booked, held.starter));
+            // Hand back at most the booked capacity given up; a starter
+            // part's tokens are nobody's and leave with it.
+            let given_up = u128::from(before.burst - booked.burst) * super::PICO_PER_TOKEN;
+            held.returned += excess.min(given_up);
         }
-        let mut report = relimited
-            || !held.answered
-            || held.released
-            || held
-                .demand
-                .rate
-                .is_some_and(|d| outside_band(held.reported_demand, d));
         if held.released {
             held.released = false;
             held.answered = false;
         }
-        let verdict = if !held.answered {
+        let verdict = if !held.answered && held.starter == Share::ZERO {
             Verdict::Wait
-        } else if self.valid_until.is_some_and(|v| now < v) && held.bucket.has(now, cost) {
+        } else if valid && held.bucket.has(now, cost) {
             Verdict::Admit
+        } else if !held.answered {
+            Verdict::Wait
         } else {
             Verdict::Deny
+        };
+        let mut report = if !held.answered && held.starter != Share::ZERO {
+            // On the starter part alone: a call only when it is not enough.
+            verdict == Verdict::Wait
+                || held
+                    .demand
+                    .rate
+                    .is_some_and(|d| d.saturating_mul(2) > held.starter.rate)
+        } else {
+            relimited
+                || !held.answered
+                || held
+                    .demand
+                    .rate
+                    .is_some_and(|d| outside_band(held.reported_demand, d))
         };
         if verdict == Verdict::Deny && held.spare {
             // Out of tokens while the pool has some to give: ask at the next call.
@@ -302,7 +391,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         report &= !held.dirty;
         if report {
             held.dirty = true;
-            self.dirty.push(key.clone());
+            self.dirty.push(key.to_owned());
         }
         if verdict == Verdict::Wait {
             self.urgent = true;
@@ -311,7 +400,11 @@ impl<K: Clone + Eq + Hash> Holder<K> {
     }
 
     /// Takes `cost` tokens of `key` at `now` after [`check`](Self::check) said [`Verdict::Admit`]; whether it could.
-    pub fn take(&mut self, key: &K, now: Timestamp, cost: u64) -> bool {
+    pub fn take<Q>(&mut self, key: &Q, now: Timestamp, cost: u64) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.valid_until.is_some_and(|v| now < v)
             && self
                 .keys
@@ -348,11 +441,12 @@ impl<K: Clone + Eq + Hash> Holder<K> {
                 continue;
             };
             held.dirty = false;
+            held.reported = true;
             held.reported_demand = held.demand.rate;
             reports.push(KeyReport {
                 key: key.clone(),
                 limit: held.limit,
-                in_force: held.bucket.share(),
+                in_force: held.booked(),
                 returned: std::mem::take(&mut held.returned),
                 demand: held.demand.estimate(now, period),
                 release: held.released,
@@ -383,7 +477,8 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             .keys
             .drain()
             .map(|(key, mut held)| {
-                let returned = held.bucket.set_share(now, Share::ZERO) + held.returned;
+                // The booked part's tokens go back; the starter part's leave with the slot.
+                let returned = held.bucket.set_share(now, held.starter) + held.returned;
                 KeyReport {
                     key,
                     limit: held.limit,
@@ -396,6 +491,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             .collect();
         self.dirty.clear();
         self.in_flight = None;
+        self.starter = None;
         let registering = self.valid_until.take().is_none();
         SyncCall {
             holder: self.id,
@@ -433,9 +529,20 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             .sent
             .saturating_add(self.policy.ttl.saturating_sub(self.policy.ttl_margin));
         self.valid_until = Some(deadline);
+        self.hear_starter(now, reply.starter);
         for key in &flight.keys {
-            if self.keys.get(key).is_some_and(|k| k.released) {
-                self.keys.remove(key);
+            let Some(held) = self.keys.get_mut(key) else {
+                continue;
+            };
+            if held.released {
+                if held.bucket.has_full(now) || held.starter == Share::ZERO {
+                    self.keys.remove(key);
+                } else {
+                    // Its starter part is not full yet: kept until it is.
+                    held.released = false;
+                    held.answered = false;
+                    held.reported = false;
+                }
             }
         }
         for answer in reply.answers {
@@ -447,13 +554,17 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             }
             // The booking is at least what is in force (nothing grew since
             // the call went out): put it in force, then the tokens it brought.
-            held.returned += held.bucket.set_share(now, answer.booked);
+            held.returned += held
+                .bucket
+                .set_share(now, plus(answer.booked, held.starter));
             held.bucket.add(now, answer.tokens);
             held.answered = true;
             held.spare = answer.spare;
             if answer.booked.exceeds(answer.target) {
                 // Shrink before the authority books the release.
-                held.returned += held.bucket.set_share(now, answer.booked.min(answer.target));
+                held.returned += held
+                    .bucket
+                    .set_share(now, plus(answer.booked.min(answer.target), held.starter));
                 self.urgent = true;
                 if !held.dirty {
                     held.dirty = true;
@@ -488,6 +599,25 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         }
     }
 
+    /// Takes the reply's word on this holder's starter slot, heard at `now`.
+    ///
+    /// A new slot's part of every key starts empty now; a slot lost (only
+    /// possible if the store lost its state) leaves every key at once.
+    fn hear_starter(&mut self, now: Timestamp, starter: Option<StarterPolicy>) {
+        if self.starter.map(|(policy, _)| policy) == starter {
+            return;
+        }
+        if self.starter.is_some() {
+            for held in self.keys.values_mut() {
+                let booked = held.booked();
+                // The starter part's tokens leave with it (they are nobody's).
+                held.bucket.set_share(now, booked);
+                held.starter = Share::ZERO;
+            }
+        }
+        self.starter = starter.map(|policy| (policy, now));
+    }
+
     /// Past the registration's deadline: drop every share, start a new incarnation.
     fn lapse_if_due(&mut self, now: Timestamp) {
         if self.valid_until.is_some_and(|v| now >= v) {
@@ -502,6 +632,7 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         self.urgent = false;
         self.in_flight = None;
         self.valid_until = None;
+        self.starter = None;
         self.incarnation += 1;
         self.lapses += 1;
     }
@@ -514,9 +645,16 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         }
         self.last_sweep = now;
         let idle_after = self.policy.idle_after;
+        // A key never reported, on its starter part alone, is forgotten
+        // with no call once that part is full again.
+        self.keys.retain(|_, held| {
+            let idle = now >= held.last_seen.saturating_add(idle_after);
+            let forget = idle && !held.reported && !held.dirty && held.bucket.has_full(now);
+            !forget
+        });
         for (key, held) in &mut self.keys {
             if held.answered && !held.released && now >= held.last_seen.saturating_add(idle_after) {
-                held.returned += held.bucket.set_share(now, Share::ZERO);
+                held.returned += held.bucket.set_share(now, held.starter);
                 held.released = true;
                 if !held.dirty {
                     held.dirty = true;

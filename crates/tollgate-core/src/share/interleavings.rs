@@ -69,6 +69,7 @@ struct World {
     limits: [Share; KEYS as usize],
     checkers: Vec<ConformanceChecker>,
     policy: HolderPolicy,
+    starter: StarterPolicy,
 }
 
 impl World {
@@ -180,15 +181,27 @@ impl World {
         self.check_bookings()
     }
 
-    /// Pool + bookings = the limit, and a holder that may use its shares has no more in force than is booked to it.
+    /// Pool + bookings + the starter reserve = the limit, a holder that may
+    /// use its shares has no more in force than is booked to it, and no
+    /// more holders that may use them own a slot than there are slots.
     fn check_bookings(&self) -> Result<(), TestCaseError> {
+        let owners = self
+            .holders
+            .iter()
+            .filter(|h| h.valid_at(self.now) && h.starter().is_some())
+            .count();
+        prop_assert!(
+            owners <= self.starter.slots as usize,
+            "{owners} slot owners"
+        );
         for key in 0..KEYS {
             let limit = self.limits[usize::from(key)];
+            let reserve = self.starter.reserve(limit);
             if let Some((pool, booked)) = self.authority.split(&key) {
                 prop_assert_eq!(
                     Share {
-                        rate: pool.rate + booked.rate,
-                        burst: pool.burst + booked.burst
+                        rate: pool.rate + booked.rate + reserve.rate,
+                        burst: pool.burst + booked.burst + reserve.burst
                     },
                     limit
                 );
@@ -218,6 +231,8 @@ proptest! {
         bursts in proptest::array::uniform2(1u64..200),
         holders in 1u8..5,
         ttl_s in 1u64..4,
+        slots in 0u32..4,
+        divisor in 1u64..4,
         steps in proptest::collection::vec(step(), 1..300),
     ) {
         let limits = [Share::per_second(rates[0], bursts[0]), Share::per_second(rates[1], bursts[1])];
@@ -231,9 +246,10 @@ proptest! {
             demand_period: Duration::from_millis(500),
             max_keys: 16,
         };
+        let starter = StarterPolicy { slots, divisor };
         let mut world = World {
             now: T0,
-            authority: Authority::new(AuthorityPolicy { ttl: Duration::from_secs(ttl_s), ..AuthorityPolicy::default() }),
+            authority: Authority::new(AuthorityPolicy { ttl: Duration::from_secs(ttl_s), starter, ..AuthorityPolicy::default() }),
             holders: (1..=u64::from(holders)).map(|id| Holder::new(id, policy, T0)).collect(),
             next_id: u64::from(holders),
             in_flight: Vec::new(),
@@ -241,6 +257,7 @@ proptest! {
             limits,
             checkers: limits.iter().map(|&l| ConformanceChecker::new(l, T0)).collect(),
             policy,
+            starter,
         };
         for step in steps {
             world.run(step)?;

@@ -8,7 +8,7 @@
 //! booked to the holder until the holder's next call reports what it has in
 //! force.
 
-use super::Share;
+use super::{Share, StarterPolicy};
 
 /// Who a holder is: an instance id, stable for its life.
 pub type HolderId = u64;
@@ -67,6 +67,9 @@ pub struct SyncReply<K> {
     /// The authority reclaimed the holder's registration (its shares are
     /// back in the pools): the holder must drop every share it holds.
     pub lapsed: bool,
+    /// The holder owns a starter slot under this policy: it may add one
+    /// slot's part of every key to its own, starting empty on receipt.
+    pub starter: Option<StarterPolicy>,
     /// One answer per reported key (except released ones), plus keys whose target changed.
     pub answers: Vec<KeyAnswer<K>>,
 }

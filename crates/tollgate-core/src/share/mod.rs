@@ -24,6 +24,11 @@
 //!   the pool has; holders whose target changed hear it at their next call.
 //! * The messages (`message.rs`): one [`SyncCall`] carries many keys, one
 //!   [`SyncReply`] answers them.
+//! * Starter slots ([`StarterPolicy`], `starter.rs`, off by default): every
+//!   key keeps `S` small parts `s(ℓ)` of its limit out of its pool (the
+//!   *reserve* `R(ℓ) = S·s(ℓ)`); each of the first `S` registered holders
+//!   owns one slot and adds `s(ℓ)` to its sub-bucket of every key, so a
+//!   key's first use there is decided at once, with no call.
 //!
 //! # The split
 //!
@@ -67,24 +72,42 @@
 //!    *lapsed* (only a holder with no registration may register), and the
 //!    holder drops every share: a late heartbeat cannot revive shares the
 //!    pool already took back.
+//! 5. **A starter slot has one owner, whose part of every key starts
+//!    empty.** Every pool keeps the reserve out (`pool + Σ booked + R ≤
+//!    ℓ`). The authority gives a slot to one registered holder at a time
+//!    and frees it only when that registration ends (reclaim, leave, a new
+//!    incarnation: after the owner's last possible use, by rule 4). The
+//!    owner puts the slot's part of a key in force from when it heard of
+//!    the slot, at level 0 then, refilling at `s(ℓ).rate`; it forgets a key
+//!    decided on that part alone only when the part is full, so a key it
+//!    meets again starts at most at the level the part had meanwhile. Its
+//!    reports carry only the booked part as in force; the slot's part
+//!    leaves with the registration (and any call of a holder that left).
 //!
 //! # Why no admitted stream can pass the limit
 //!
 //! Let `C(t)` be the level of an exact bucket `(r, b)`, full at the start,
 //! fed only the admitted requests, each at the time it was decided; and let
 //! `L(t)` be the pool's level plus every holder's level plus the tokens in
-//! flight in messages. Then `L ≤ C` at all times, by induction:
+//! flight in messages, where a slot owner that keeps no state for the key
+//! counts its slot's part as a bucket of `s(ℓ)` starting at 0 when it heard
+//! of the slot (or at the full level it had when forgotten), refilled and
+//! capped like any other. Then `L ≤ C` at all times, by induction:
 //!
 //! * At the start the pool is full and alone: `L = b = C`.
 //! * An admission of `c` from holder `i` needs `ℓᵢ ≥ c`; `L` and `C` both
 //!   fall by `c`, and `C ≥ L ≥ ℓᵢ ≥ c`, so the exact bucket admits it too.
 //! * Moving tokens (grant, release, return) never adds to `L`; a lost
-//!   message or a lapse only removes from it.
+//!   message or a lapse only removes from it. Putting a slot's part of a
+//!   key into a sub-bucket moves the counted bucket there, at most its
+//!   level (rule 5); a new owner's parts enter at 0.
 //! * Over a time step `Δ`, each bucket gains at most `rate·Δ` and stays at
-//!   most its capacity. In force at any instant, `r_pool + Σ rᵢ ≤ r` (rules
-//!   1–4: a rate enters force only after it left the pool, and returns to
-//!   the pool only after it left force), so `L` gains at most `r·Δ`; and
-//!   `b_pool + Σ bᵢ + capacity in flight ≤ b` with the tokens in flight at
+//!   most its capacity. In force at any instant, `r_pool + Σ rᵢ + Σ
+//!   owned slots' s(ℓ).rate ≤ r` (rules 1–5: a rate enters force only
+//!   after it left the pool, and returns to the pool only after it left
+//!   force; the reserve never enters the pool, and a slot is in force at
+//!   one owner at most), so `L` gains at most `r·Δ`; and `b_pool + Σ bᵢ +
+//!   Σ owned slots' s(ℓ).burst + capacity in flight ≤ b` with the tokens in flight at
 //!   most the capacity in flight (a grant moves at most the burst it
 //!   grants; a shrink hands back at most the capacity it gives up), so
 //!   `L ≤ b`. Hence `L(t+Δ) ≤ min(C(t) + r·Δ, b) = C(t+Δ)`.
@@ -109,6 +132,9 @@ mod holder;
 #[cfg(test)]
 mod interleavings;
 mod message;
+mod starter;
+#[cfg(test)]
+mod starter_tests;
 #[cfg(test)]
 mod tests;
 
@@ -116,3 +142,4 @@ pub use authority::{Authority, AuthorityPolicy, BookRecord, HoldingRecord, Membe
 pub use bucket::{ConformanceChecker, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share, ShareBucket};
 pub use holder::{Holder, HolderPolicy, Verdict};
 pub use message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
+pub use starter::StarterPolicy;

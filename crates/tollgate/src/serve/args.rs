@@ -161,6 +161,19 @@ pub struct ServeArgs {
     /// instance itself stops using its shares a tenth earlier.
     #[arg(long, env = "TOLLGATE_SHARES_TTL", value_name = "DURATION", default_value = "10s", value_parser = tollgate_core::duration::parse_duration)]
     pub shares_ttl: Duration,
+    /// With a Redis store: starter slots of `shares: true` rules (0: none,
+    /// at most 1024). Every key then keeps about 1/--shares-starter-divisor
+    /// of its limit out of its pool, in N parts; each of the first N
+    /// instances owns one and decides a key's first use from it at once
+    /// instead of waiting for a call. The first instance to reach Redis
+    /// sets the fleet's policy and the others follow it (docs/operations.md).
+    #[arg(long, env = "TOLLGATE_SHARES_STARTER_SLOTS", value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub shares_starter_slots: u32,
+    /// With a Redis store and starter slots: the slots hold together about
+    /// 1/D of each key's limit (a limit too small for one token per slot
+    /// keeps none and its first uses wait for a call).
+    #[arg(long, env = "TOLLGATE_SHARES_STARTER_DIVISOR", value_name = "D", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub shares_starter_divisor: u64,
     /// With a Redis store: the format a counter with no state in Redis yet
     /// is created in, under its one key `tg{…}`: `hash` (as releases before
     /// `packed` wrote it) or `packed` (a string, fewer Redis commands per
@@ -393,6 +406,10 @@ impl ServeArgs {
             },
             authority: tollgate_core::share::AuthorityPolicy {
                 ttl,
+                starter: tollgate_core::share::StarterPolicy {
+                    slots: self.shares_starter_slots,
+                    divisor: self.shares_starter_divisor,
+                },
                 ..defaults.authority
             },
         }

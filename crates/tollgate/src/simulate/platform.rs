@@ -242,6 +242,7 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
             ttl,
             headroom: p.headroom.max(1),
             floor_divisor: p.floor_divisor.max(1),
+            ..AuthorityPolicy::default()
         },
     };
     scenario
