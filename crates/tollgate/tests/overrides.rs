@@ -297,3 +297,80 @@ fn a_redis_outage_keeps_the_last_applied_overrides_and_says_so() {
             .contains("source=override")
     );
 }
+
+/// `tollgate limits ARGS` against `http`; its exit code, stdout and stderr.
+fn limits_command(
+    http: SocketAddr,
+    token_file: Option<&Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let url = format!("http://{http}");
+    let mut command = tollgate(&["limits", "--url", url.as_str()]);
+    if let Some(file) = token_file {
+        command.arg("--token-file").arg(file);
+    }
+    let output = command.args(args).output().expect("tollgate runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_limits_command_sets_reads_lists_reads_usage_and_deletes() {
+    let dir = TempDir::new("overrides-cli");
+    dir.limits(LIMITS);
+    let tokens = dir.write("tokens", &format!("# operators\nops:{TOKEN}\n"));
+    let body = dir.write("acme.yaml", ACME_TEN);
+    let (_server, http) = serve(
+        &dir,
+        "serve.log",
+        &[
+            "--store",
+            "memory",
+            "--overrides-token-file",
+            tokens.to_str().expect("UTF-8"),
+        ],
+    );
+    let token = Some(tokens.as_path());
+    let body = body.to_str().expect("UTF-8");
+
+    let (code, _, stderr) = limits_command(http, None, &["set", "api", body]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+
+    let (code, stdout, stderr) = limits_command(http, token, &["set", "api", body]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"id\": \"api?tenant=acme\""), "{stdout}");
+    let (code, stdout, _) = limits_command(http, token, &["get", "api", "tenant=acme"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("requests_per_unit: 10"), "{stdout}");
+    let (_, stdout, _) = limits_command(http, token, &["list"]);
+    assert!(stdout.contains("api?tenant=acme"), "{stdout}");
+    let (code, stdout, _) = limits_command(http, token, &["usage", "api", "tenant=acme"]);
+    assert_eq!(code, 0);
+    let usage: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(
+        (usage["limit"].as_u64(), usage["remaining"].as_u64()),
+        (Some(10), Some(10))
+    );
+    assert_eq!(usage["source"], "override");
+
+    let (code, stdout, _) = limits_command(http, token, &["delete", "api", "tenant=acme"]);
+    assert_eq!((code, stdout.trim()), (0, "deleted"));
+    let (code, _, stderr) = limits_command(http, token, &["get", "api", "tenant=acme"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("404 Not Found: no override at api?tenant=acme"),
+        "{stderr}"
+    );
+    let bad = dir.write(
+        "bad.yaml",
+        "key: tenant\nrate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    let (code, _, stderr) =
+        limits_command(http, token, &["set", "api", bad.to_str().expect("UTF-8")]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("400 Bad Request: override:2:"), "{stderr}");
+}
