@@ -34,6 +34,15 @@ fn serve(dir: &TempDir, log: &str, extra: &[&str]) -> (LoggedChild, SocketAddr) 
     (child, http)
 }
 
+/// `serve` in memory asking for [`TOKEN`] (in `DIR/tokens`), with `extra` flags.
+fn serve_with_token(dir: &TempDir, extra: &[&str]) -> (LoggedChild, SocketAddr) {
+    let tokens = dir.write("tokens", &format!("# operators\nops:{TOKEN}\n"));
+    let mut flags = vec!["--store", "memory", "--overrides-token-file"];
+    flags.push(tokens.to_str().expect("UTF-8"));
+    flags.extend_from_slice(extra);
+    serve(dir, "serve.log", &flags)
+}
+
 /// One request with the token (when given).
 fn call(http: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> Response {
     let bearer = token.map(|t| format!("Bearer {t}"));
@@ -143,19 +152,7 @@ fn an_override_set_through_one_instance_is_enforced_by_both_within_a_second_and_
 fn callers_without_credentials_and_bad_overrides_are_refused_with_the_file_diagnostic() {
     let dir = TempDir::new("overrides-refused");
     dir.limits(LIMITS);
-    let tokens = dir.write("tokens", &format!("ops:{TOKEN}\n"));
-    let (_server, http) = serve(
-        &dir,
-        "serve.log",
-        &[
-            "--store",
-            "memory",
-            "--overrides-token-file",
-            tokens.to_str().expect("UTF-8"),
-            "--max-overrides",
-            "1",
-        ],
-    );
+    let (_server, http) = serve_with_token(&dir, &["--max-overrides", "1"]);
     let none = call(http, "PUT", "/v1/overrides/api", None, ACME_TEN);
     assert_eq!(none.status, 401, "{none:?}");
     assert!(none.body.contains("Authorization: Bearer"), "{none:?}");
@@ -321,18 +318,9 @@ fn limits_command(
 fn the_limits_command_sets_reads_lists_reads_usage_and_deletes() {
     let dir = TempDir::new("overrides-cli");
     dir.limits(LIMITS);
-    let tokens = dir.write("tokens", &format!("# operators\nops:{TOKEN}\n"));
     let body = dir.write("acme.yaml", ACME_TEN);
-    let (_server, http) = serve(
-        &dir,
-        "serve.log",
-        &[
-            "--store",
-            "memory",
-            "--overrides-token-file",
-            tokens.to_str().expect("UTF-8"),
-        ],
-    );
+    let (_server, http) = serve_with_token(&dir, &[]);
+    let tokens = dir.path().join("tokens");
     let token = Some(tokens.as_path());
     let body = body.to_str().expect("UTF-8");
 

@@ -16,12 +16,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Extension, Router};
 use serde::Serialize;
 use tollgate_core::Clock;
 use tollgate_core::duration::ceil_seconds;
@@ -87,32 +88,47 @@ fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
     }
 }
 
-/// Who the caller is, or the refusal to answer.
-fn admit<C: Clock>(
-    state: &ApiState<C>,
-    headers: &HeaderMap,
-    peer: Option<SocketAddr>,
-) -> Result<String, Response> {
-    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    state
-        .access
-        .admit(authorization, peer)
-        .map_err(|(status, message)| {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-            let mut reply = text(status, message);
-            if status == StatusCode::UNAUTHORIZED {
-                reply.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    header::HeaderValue::from_static("Bearer"),
-                );
-            }
-            reply
-        })
+/// Why a caller is not let in: the status and the reason.
+struct Refusal(u16, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0).unwrap_or(StatusCode::FORBIDDEN);
+        let mut reply = text(status, self.1);
+        if status == StatusCode::UNAUTHORIZED {
+            reply.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        reply
+    }
 }
 
-/// The peer address the listener recorded, if it did.
-fn peer_of(info: Option<Extension<ConnectInfo<SocketAddr>>>) -> Option<SocketAddr> {
-    info.map(|Extension(ConnectInfo(addr))| addr)
+/// The caller the listener's [`Access`] let in, named for the change log.
+struct Caller(String);
+
+impl<C: Clock + Clone + Send + Sync + 'static> FromRequestParts<Arc<ApiState<C>>> for Caller {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState<C>>,
+    ) -> Result<Self, Refusal> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| *addr);
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        state
+            .access
+            .admit(authorization, peer)
+            .map(Caller)
+            .map_err(|(status, message)| Refusal(status, message))
+    }
 }
 
 /// The status of a refused change.
@@ -129,12 +145,8 @@ fn refusal(error: &ChangeError) -> Response {
 
 async fn list<C: Clock + Clone + Send + Sync + 'static>(
     State(state): State<Arc<ApiState<C>>>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Response {
-    if let Err(refused) = admit(&state, &headers, peer_of(peer)) {
-        return refused;
-    }
     let current = state.overrides.current();
     let views: Vec<OverrideView> = current.iter().map(|o| OverrideView::from(&**o)).collect();
     json(StatusCode::OK, &views)
@@ -144,12 +156,8 @@ async fn read<C: Clock + Clone + Send + Sync + 'static>(
     State(state): State<Arc<ApiState<C>>>,
     Path(domain): Path<String>,
     RawQuery(query): RawQuery,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Response {
-    if let Err(refused) = admit(&state, &headers, peer_of(peer)) {
-        return refused;
-    }
     let current = state.overrides.current();
     match query.filter(|q| !q.is_empty()) {
         None => {
@@ -173,14 +181,9 @@ async fn read<C: Clock + Clone + Send + Sync + 'static>(
 async fn set<C: Clock + Clone + Send + Sync + 'static>(
     State(state): State<Arc<ApiState<C>>>,
     Path(domain): Path<String>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    Caller(who): Caller,
     body: Bytes,
 ) -> Response {
-    let who = match admit(&state, &headers, peer_of(peer)) {
-        Ok(who) => who,
-        Err(refused) => return refused,
-    };
     let Ok(body) = String::from_utf8(body.to_vec()) else {
         return text(StatusCode::BAD_REQUEST, "the override is not UTF-8 text");
     };
@@ -219,13 +222,8 @@ async fn delete<C: Clock + Clone + Send + Sync + 'static>(
     State(state): State<Arc<ApiState<C>>>,
     Path(domain): Path<String>,
     RawQuery(query): RawQuery,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    Caller(who): Caller,
 ) -> Response {
-    let who = match admit(&state, &headers, peer_of(peer)) {
-        Ok(who) => who,
-        Err(refused) => return refused,
-    };
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return text(
             StatusCode::BAD_REQUEST,
@@ -265,12 +263,8 @@ async fn usage<C: Clock + Clone + Send + Sync + 'static>(
     State(state): State<Arc<ApiState<C>>>,
     Path(domain): Path<String>,
     RawQuery(query): RawQuery,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Response {
-    if let Err(refused) = admit(&state, &headers, peer_of(peer)) {
-        return refused;
-    }
     let entries: Vec<(String, String)> =
         form_urlencoded::parse(query.unwrap_or_default().as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
