@@ -362,3 +362,39 @@ fn the_limits_command_sets_reads_lists_reads_usage_and_deletes() {
     assert_eq!(code, 1);
     assert!(stderr.contains("400 Bad Request: override:2:"), "{stderr}");
 }
+
+#[test]
+fn beyond_loopback_without_credentials_the_api_is_disabled_and_says_why() {
+    let dir = TempDir::new("overrides-open");
+    dir.limits(LIMITS);
+    let mut command = tollgate(&["serve", "--config"]);
+    command
+        .arg(dir.path().join("limits.yaml"))
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "0.0.0.0:0"])
+        .args(["--store", "memory", "--log-level", "info"]);
+    let mut server = LoggedChild::spawn(command, dir.path().join("serve.log"), false);
+    let bound = server.listener("http");
+    let http = SocketAddr::from(([127, 0, 0, 1], bound.port()));
+    for (method, path, body) in [
+        ("PUT", "/v1/overrides/api", ACME_TEN),
+        ("GET", "/v1/overrides", ""),
+        ("GET", "/v1/usage/api?tenant=acme", ""),
+    ] {
+        let refused = call(http, method, path, None, body);
+        assert_eq!(refused.status, 403, "{method} {path}: {refused:?}");
+        assert!(
+            refused
+                .body
+                .contains("the overrides API is disabled on this listener")
+                && refused.body.contains("--overrides-token-file"),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(spend(http), 2, "the rest of the HTTP API still answers");
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).expect("a log");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("the overrides API is disabled")),
+        "said at start: {log}"
+    );
+}
