@@ -236,12 +236,14 @@ where
         max_connection_age: None,
     };
     serve_connections(listener, shutdown, options, |stream, peer| {
-        // Handlers that name their caller (the overrides API) read the peer address.
+        // Handlers that name their caller (the overrides API) read the peer
+        // address and the names of its client certificate.
+        let names = stream.peer_names();
         let service = router.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
+                let extensions = request.extensions_mut();
+                extensions.insert(axum::extract::ConnectInfo(peer));
+                extensions.insert(names.clone());
                 request
             },
         );

@@ -398,3 +398,112 @@ fn beyond_loopback_without_credentials_the_api_is_disabled_and_says_why() {
         "said at start: {log}"
     );
 }
+
+/// One request over mutual TLS to `addr` (trusting `ca`, presenting `client`); the status and body.
+fn mutual_tls_call(
+    addr: SocketAddr,
+    ca: &Path,
+    client: &tollgate_testkit::pki::Issued,
+    (method, path, body): (&str, &str, &'static str),
+) -> (u16, String) {
+    use http_body_util::BodyExt as _;
+    let files = tollgate_tls::ClientTlsFiles {
+        ca: Some(ca.to_path_buf()),
+        cert: Some(client.cert.clone()),
+        key: Some(client.key.clone()),
+        server_name: Some("localhost".to_owned()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let connector = files
+            .connector(&[tollgate_tls::ALPN_HTTP1])
+            .expect("a connector");
+        let stream = connector
+            .connect_to("127.0.0.1", addr.port())
+            .await
+            .expect("the handshake succeeds");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("HTTP/1.1");
+        tokio::spawn(connection);
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                body.as_bytes(),
+            )))
+            .expect("a request");
+        let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+            .await
+            .expect("an answer in time")
+            .expect("an answer");
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    })
+}
+
+#[test]
+fn beyond_loopback_mutual_tls_lets_a_verified_client_in_and_logs_its_certificate_names() {
+    let dir = TempDir::new("overrides-mtls");
+    dir.limits(LIMITS);
+    let ca = tollgate_testkit::pki::TestCa::new(dir.path(), "ops");
+    let server_cert = ca.issue("server", &["localhost"]);
+    let client = ca.issue("client", &["ops.example"]);
+    let mut command = tollgate(&["serve", "--config"]);
+    command
+        .arg(dir.path().join("limits.yaml"))
+        .args([
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "0.0.0.0:0",
+            "--http-tls",
+        ])
+        .arg("--tls-cert")
+        .arg(&server_cert.cert)
+        .arg("--tls-key")
+        .arg(&server_cert.key)
+        .arg("--tls-client-ca")
+        .arg(ca.ca())
+        .args([
+            "--tls-client-san",
+            "ops.example",
+            "--store",
+            "memory",
+            "--log-level",
+            "info",
+        ]);
+    let mut server = LoggedChild::spawn(command, dir.path().join("serve.log"), false);
+    let http = SocketAddr::from(([127, 0, 0, 1], server.listener("http").port()));
+    let (status, body) = mutual_tls_call(
+        http,
+        ca.ca(),
+        &client,
+        ("PUT", "/v1/overrides/api", ACME_TEN),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = mutual_tls_call(
+        http,
+        ca.ca(),
+        &client,
+        ("GET", "/v1/usage/api?tenant=acme", ""),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"limit\": 10"), "{body}");
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).expect("a log");
+    assert!(
+        log.contains("who=\"client-certificate:ops.example@127.0.0.1:"),
+        "the change names the certificate: {log}"
+    );
+}

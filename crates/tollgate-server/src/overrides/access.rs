@@ -138,10 +138,14 @@ impl Access {
     }
 
     /// Who the caller is (for the change log), or why it is refused: 401 or 403 and a message.
+    ///
+    /// `client_names` are the DNS names of the client certificate the
+    /// listener verified (with mutual TLS), logged as `client-certificate:NAMES`.
     pub fn admit(
         &self,
         authorization: Option<&[u8]>,
         peer: Option<SocketAddr>,
+        client_names: &[String],
     ) -> Result<String, (u16, String)> {
         let peer = peer.map_or_else(|| "unknown peer".to_owned(), |p| p.to_string());
         match self {
@@ -168,7 +172,7 @@ impl Access {
                     who.push(format!("token:{id}"));
                 }
                 if *mutual_tls {
-                    who.push("client-certificate".to_owned());
+                    who.push(format!("client-certificate:{}", client_names.join(",")));
                 }
                 Ok(format!("{}@{peer}", who.join("+")))
             }
@@ -205,18 +209,19 @@ mod tests {
     fn beyond_loopback_without_credentials_the_api_is_disabled() {
         let peer = Some(addr("10.0.0.9:5000"));
         let open = Access::decide(addr("0.0.0.0:8080"), None, false);
-        let (status, message) = open.admit(None, peer).expect_err("disabled");
+        let (status, message) = open.admit(None, peer, &[]).expect_err("disabled");
         assert_eq!(status, 403);
         assert!(message.contains("--overrides-token-file"), "{message}");
         let loopback = Access::decide(addr("127.0.0.1:8080"), None, false);
         assert_eq!(
-            loopback.admit(None, peer).expect("open"),
+            loopback.admit(None, peer, &[]).expect("open"),
             "anonymous@10.0.0.9:5000"
         );
         let mtls = Access::decide(addr("0.0.0.0:8080"), None, true);
+        let names = ["ops.example".to_owned()];
         assert_eq!(
-            mtls.admit(None, peer).expect("verified"),
-            "client-certificate@10.0.0.9:5000"
+            mtls.admit(None, peer, &names).expect("verified"),
+            "client-certificate:ops.example@10.0.0.9:5000"
         );
     }
 
@@ -225,21 +230,24 @@ mod tests {
         let tokens = Tokens::parse(FILE).expect("reads");
         let access = Access::decide(addr("127.0.0.1:8080"), Some(tokens), false);
         let peer = Some(addr("127.0.0.1:5000"));
-        assert_eq!(access.admit(None, peer).expect_err("none").0, 401);
+        assert_eq!(access.admit(None, peer, &[]).expect_err("none").0, 401);
         assert_eq!(
-            access.admit(Some(b"Basic abc"), peer).expect_err("basic").0,
+            access
+                .admit(Some(b"Basic abc"), peer, &[])
+                .expect_err("basic")
+                .0,
             401
         );
         assert_eq!(
             access
-                .admit(Some(b"Bearer wrong-token-of-twenty"), peer)
+                .admit(Some(b"Bearer wrong-token-of-twenty"), peer, &[])
                 .expect_err("wrong")
                 .0,
             403
         );
         assert_eq!(
             access
-                .admit(Some(b"Bearer 0123456789abcdef0123"), peer)
+                .admit(Some(b"Bearer 0123456789abcdef0123"), peer, &[])
                 .expect("known"),
             "token:ops@127.0.0.1:5000"
         );

@@ -123,9 +123,14 @@ impl<C: Clock + Clone + Send + Sync + 'static> FromRequestParts<Arc<ApiState<C>>
             .headers
             .get(header::AUTHORIZATION)
             .map(|v| v.as_bytes());
+        let names = parts
+            .extensions
+            .get::<tollgate_tls::PeerNames>()
+            .and_then(tollgate_tls::PeerNames::get)
+            .unwrap_or_default();
         state
             .access
-            .admit(authorization, peer)
+            .admit(authorization, peer, names)
             .map(Caller)
             .map_err(|(status, message)| Refusal(status, message))
     }
