@@ -82,6 +82,9 @@ pub struct SetOutcome {
     pub warnings: Diagnostics,
 }
 
+/// The applied version before anything was read (Redis counts from 0).
+const NOTHING_APPLIED: u64 = u64::MAX;
+
 /// The overrides of one instance: checked, kept and put in service.
 pub struct Overrides<C: Clock> {
     live: Arc<LiveEngine<C>>,
@@ -90,7 +93,9 @@ pub struct Overrides<C: Clock> {
     backing: Backing,
     /// Serialises changes, so two never interleave their keep-then-apply.
     changing: tokio::sync::Mutex<()>,
-    /// The fleet version last applied.
+    /// The fleet version last applied ([`NOTHING_APPLIED`] before the first):
+    /// a poll that finds it unchanged reads nothing more and swaps nothing,
+    /// so the engine (and its leases) is rebuilt only for a change.
     applied_version: AtomicU64,
     /// Whether the last poll of the fleet failed (logged once per outage).
     unreachable: AtomicBool,
@@ -119,7 +124,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Overrides<C> {
             options,
             backing,
             changing: tokio::sync::Mutex::new(()),
-            applied_version: AtomicU64::new(0),
+            applied_version: AtomicU64::new(NOTHING_APPLIED),
             unreachable: AtomicBool::new(false),
         })
     }
@@ -197,7 +202,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Overrides<C> {
                         ChangeError::Unkept(format!("cannot write {}: {error}", path.display()))
                     })?;
                 }
-                self.live.set_overrides(Arc::new(set));
+                self.apply(set).await;
             }
         }
         tracing::info!(
@@ -245,7 +250,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Overrides<C> {
                         ChangeError::Unkept(format!("cannot write {}: {error}", path.display()))
                     })?;
                 }
-                self.live.set_overrides(Arc::new(set));
+                self.apply(set).await;
             }
         }
         tracing::info!(target: "tollgate::overrides", who, action = "delete", id = %key, "override deleted");
@@ -266,7 +271,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> Overrides<C> {
         };
         let read = async {
             let version = fleet.version().await?;
-            if version == self.applied_version.load(Ordering::Relaxed) && version != 0 {
+            if version == self.applied_version.load(Ordering::Relaxed) {
                 return Ok(None);
             }
             fleet.read().await.map(Some)
@@ -313,11 +318,20 @@ impl<C: Clock + Clone + Send + Sync + 'static> Overrides<C> {
             }
         }
         let count = overrides.len();
-        self.live
-            .set_overrides(Arc::new(OverrideSet::of(overrides)));
+        self.apply(OverrideSet::of(overrides)).await;
         let before = self.applied_version.swap(version, Ordering::Relaxed);
         if before != version {
             tracing::info!(target: "tollgate::overrides", version, overrides = count, "overrides applied from Redis");
+        }
+    }
+
+    /// Puts `set` in service, on a blocking thread as a reload runs: carrying
+    /// in-memory counters into new stores can take a while.
+    async fn apply(&self, set: OverrideSet) {
+        let live = Arc::clone(&self.live);
+        let applied = tokio::task::spawn_blocking(move || live.set_overrides(Arc::new(set))).await;
+        if let Err(error) = applied {
+            tracing::error!(target: "tollgate::overrides", %error, "applying the overrides failed; the rules in service are unchanged");
         }
     }
 
