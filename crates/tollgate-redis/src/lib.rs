@@ -47,6 +47,7 @@
 
 #![forbid(unsafe_code)]
 
+mod documents;
 mod key;
 mod lease;
 mod lease_book;
@@ -69,6 +70,7 @@ use redis::{Cmd, RedisError};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
+pub use documents::DocumentWrite;
 pub use key::redis_key;
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use rlqs_claims::CLAIMS_PER_CALL;

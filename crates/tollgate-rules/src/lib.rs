@@ -15,10 +15,13 @@ mod algorithm;
 mod diagnostics;
 mod load;
 mod model;
+mod overlay;
 mod tree;
 
 pub use algorithm::AlgorithmKind;
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
-pub use load::{LoadOptions, Loaded, limits_files, load_path, load_path_observed, load_sources};
+pub use load::{
+    LoadOptions, Loaded, limits_files, load_one_rule, load_path, load_path_observed, load_sources,
+};
 pub use model::{Applied, LevelOptions, Limit, Rule, RuleSet, StoreErrorPolicy, WindowLength};
 pub use tree::{DEFAULT_MAX_YAML_DEPTH, DEFAULT_MAX_YAML_NODES, Position, YamlLimits};

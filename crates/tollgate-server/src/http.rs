@@ -29,7 +29,8 @@
 //!   [`RequestCaps::max_message_bytes`] is 413, and a request over the
 //!   descriptor or entry caps is 400 naming the cap (counted in the JSON
 //!   text before the request is built).
-//! * `GET /rlconfig` lists the loaded rules, one line per rule.
+//! * `GET /rlconfig` lists the rules in service, one line per rule, each
+//!   with its source: `file` or `override` ([`crate::overrides`]).
 //! * `GET /version` answers the build serving as JSON (`version`,
 //!   `git_hash`, `profile`, `features`), when the state has it
 //!   ([`HttpState::with_build_info`]).
@@ -72,6 +73,7 @@ use tollgate_protocol::rls::wire;
 use tollgate_rules::{Limit, RuleSet, WindowLength};
 use tollgate_runtime::{AcceptOptions, ConnectionLimit, serve_connections};
 use tollgate_tls::TlsAcceptor;
+use tower::ServiceExt as _;
 
 use crate::build_info::BuildInfo;
 use crate::engine::EngineError;
@@ -237,11 +239,19 @@ where
         tls: limits.tls,
         max_connection_age: None,
     };
-    serve_connections(listener, shutdown, options, |stream, _peer| {
-        http1.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        )
+    serve_connections(listener, shutdown, options, |stream, peer| {
+        // Handlers that name their caller (the overrides API) read the peer
+        // address and the names of its client certificate.
+        let names = stream.peer_names();
+        let service = router.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                let extensions = request.extensions_mut();
+                extensions.insert(axum::extract::ConnectInfo(peer));
+                extensions.insert(names.clone());
+                request
+            },
+        );
+        http1.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
     })
     .await;
     Ok(())
@@ -618,7 +628,8 @@ async fn rlconfig<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Stri
     rules_dump(state.engine.load().rules())
 }
 
-/// One line per rule: `domain.key_value: limit; limit[, shadow_mode]`.
+/// One line per rule: `domain.key_value: limit; limit[, shadow_mode…], source=file|override`
+/// (`override`: set through the overrides API, laid over the files' rules).
 pub fn rules_dump(rules: &RuleSet) -> String {
     let mut out = String::new();
     let mut domains: Vec<&str> = rules.domains().collect();
@@ -638,6 +649,11 @@ pub fn rules_dump(rules: &RuleSet) -> String {
             }
             if rule.stagger {
                 out.push_str(", stagger");
+            }
+            if rule.file.as_os_str() == crate::overrides::OVERRIDE_SOURCE {
+                out.push_str(", source=override");
+            } else {
+                out.push_str(", source=file");
             }
             out.push('\n');
         }

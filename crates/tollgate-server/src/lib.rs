@@ -12,6 +12,7 @@
 //! headers and 429 body come from the protocol crate's renderers
 //! ([`tollgate_protocol::rls::headers`]). [`reload`] swaps in a new
 //! configuration while serving, when its files change or on demand;
+//! [`overrides`] lays limits set while serving over the files' rules;
 //! [`store`] keeps counters in Redis; [`bounds`] exports every memory and
 //! connection bound as gauges; [`build_info`] says what build serves.
 //! [`exposition`] writes `/metrics` in the Prometheus text format and
@@ -28,6 +29,7 @@ pub mod grpc;
 pub mod http;
 pub mod metric_key;
 pub mod metrics;
+pub mod overrides;
 pub mod quick_deny;
 pub mod reload;
 pub mod rlqs;

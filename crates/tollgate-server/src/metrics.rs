@@ -501,6 +501,16 @@ impl Metrics {
         self
     }
 
+    /// These metrics with what `collector` writes on each scrape (the overrides' gauges, say).
+    #[must_use]
+    pub fn with_collector(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        self.registry.register_collector(collector);
+        self
+    }
+
     /// These metrics with the rate limit quota service's (`ratelimit_rlqs_*`).
     #[must_use]
     pub fn with_quota(mut self, quota: crate::rlqs::RlqsCollector) -> Self {

@@ -22,11 +22,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use tollgate_core::Clock;
-use tollgate_rules::{Diagnostics, LoadOptions, Loaded, load_path_observed};
+use tollgate_rules::{Diagnostics, LoadOptions, Loaded, RuleSet, load_path_observed};
 use tollgate_runtime::{AbortOnDrop, ConfigEntries, ConfigWatcher, DEFAULT_DEBOUNCE};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::engine::Engine;
+use crate::overrides::OverrideSet;
 
 /// A limits configuration read from disk, with the hash of what was read.
 #[derive(Debug)]
@@ -128,12 +129,21 @@ impl fmt::Display for ReloadError {
 
 impl std::error::Error for ReloadError {}
 
+/// What the rules in service are made of.
+struct Layers {
+    /// The rules of the limits files, as last loaded.
+    files: Arc<RuleSet>,
+    /// The overrides laid over them.
+    overrides: Arc<OverrideSet>,
+}
+
 /// The engine in service, replaceable while calls are answered; share it in an [`Arc`].
 pub struct LiveEngine<C: Clock> {
     current: ArcSwap<Engine<C>>,
     source: Option<Source>,
-    /// Serialises reloads so two never race to swap.
-    reloading: parking_lot::Mutex<()>,
+    /// Serialises reloads so two never race to swap; holds what the rules
+    /// in service are made of: the files' rules and the overrides laid over them.
+    reloading: parking_lot::Mutex<Layers>,
     successes: AtomicU64,
     failures: AtomicU64,
     config_hash: AtomicU64,
@@ -142,10 +152,14 @@ pub struct LiveEngine<C: Clock> {
 impl<C: Clock> LiveEngine<C> {
     /// A live engine that never reloads: [`reload`](Self::reload) fails with [`ReloadError::NoSource`].
     pub fn fixed(engine: Arc<Engine<C>>) -> Self {
+        let files = Arc::clone(engine.rules());
         LiveEngine {
             current: ArcSwap::new(engine),
             source: None,
-            reloading: parking_lot::Mutex::new(()),
+            reloading: parking_lot::Mutex::new(Layers {
+                files,
+                overrides: Arc::default(),
+            }),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             config_hash: AtomicU64::new(0),
@@ -214,7 +228,7 @@ impl<C: Clock> LiveEngine<C> {
         let Some(source) = &self.source else {
             return Err(ReloadError::NoSource);
         };
-        let _reloading = self.reloading.lock();
+        let mut layers = self.reloading.lock();
         let read = match read_config(&source.path, source.options) {
             Ok(read) => read,
             Err(error) => {
@@ -243,11 +257,36 @@ impl<C: Clock> LiveEngine<C> {
             hash: read.hash,
             warnings,
         };
-        let next = self.current.load().with_rules(Arc::new(rules));
+        layers.files = Arc::new(rules);
+        let next = self
+            .current
+            .load()
+            .with_rules(layers.overrides.apply(&layers.files));
         self.current.store(Arc::new(next));
         self.config_hash.store(read.hash, Ordering::Relaxed);
         self.successes.fetch_add(1, Ordering::Relaxed);
         Ok(ReloadOutcome::Reloaded(summary))
+    }
+
+    /// Lays `overrides` over the files' rules and puts the result in
+    /// service as a reload does (counters whose algorithm and window are
+    /// unchanged keep counting); later reloads keep laying them over.
+    pub fn set_overrides(&self, overrides: Arc<OverrideSet>)
+    where
+        C: Clone,
+    {
+        let mut layers = self.reloading.lock();
+        let next = self
+            .current
+            .load()
+            .with_rules(overrides.apply(&layers.files));
+        self.current.store(Arc::new(next));
+        layers.overrides = overrides;
+    }
+
+    /// The overrides in service.
+    pub fn overrides(&self) -> Arc<OverrideSet> {
+        Arc::clone(&self.reloading.lock().overrides)
     }
 
     /// Reloads like [`reload`](Self::reload) and logs the outcome; true when new rules went into service.

@@ -412,9 +412,9 @@ async fn rlconfig_lists_one_line_per_rule() {
     assert_eq!(
         lines,
         [
-            "edge.path_/login: name=login requests_per_unit=3 window=60s algorithm=fixed_window",
-            "edge.remote_address: requests_per_unit=100 window=3600s algorithm=fixed_window",
-            "edge.user: requests_per_unit=10 window=1s algorithm=fixed_window, detailed_metric",
+            "edge.path_/login: name=login requests_per_unit=3 window=60s algorithm=fixed_window, source=file",
+            "edge.remote_address: requests_per_unit=100 window=3600s algorithm=fixed_window, source=file",
+            "edge.user: requests_per_unit=10 window=1s algorithm=fixed_window, detailed_metric, source=file",
         ],
         "{}",
         reply.body
@@ -435,8 +435,8 @@ fn rlconfig_shows_a_shapers_delay_a_lease_and_staggered_windows() {
     assert_eq!(
         lines,
         [
-            "edge.user: requests_per_unit=100 window=60s algorithm=fixed_window, lease=1s, stagger",
-            "edge.upload: requests_per_unit=10 window=1s algorithm=leaky_bucket burst=5 delay=2",
+            "edge.user: requests_per_unit=100 window=60s algorithm=fixed_window, lease=1s, stagger, source=file",
+            "edge.upload: requests_per_unit=10 window=1s algorithm=leaky_bucket burst=5 delay=2, source=file",
         ],
         "{dump}"
     );

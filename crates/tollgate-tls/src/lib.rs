@@ -29,7 +29,7 @@ pub use client::{ClientTlsFiles, ClientTlsStream, TlsConnector};
 pub use error::TlsError;
 pub use san::SanAllowList;
 pub use server::ServerTlsFiles;
-pub use stream::ServerStream;
+pub use stream::{PeerNames, ServerStream};
 
 /// The ALPN protocol id of HTTP/2 (gRPC's only protocol).
 pub const ALPN_H2: &[u8] = b"h2";

@@ -9,9 +9,11 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Timeout;
@@ -21,6 +23,28 @@ use tokio_rustls::server::TlsStream;
 /// An accepted connection: plain TCP, or TLS (handshaking, then up).
 pub struct ServerStream {
     state: State,
+    peer: PeerNames,
+}
+
+/// The DNS names among the subject alternative names of the client
+/// certificate a connection presented, known once its TLS handshake is
+/// done: what a request handler names the caller by (for a log). Empty for
+/// a plain connection or one without a client certificate.
+#[derive(Clone, Debug, Default)]
+pub struct PeerNames(Arc<OnceLock<Vec<String>>>);
+
+impl PeerNames {
+    /// The names, once the handshake is done (`None` before, or on a plain connection).
+    pub fn get(&self) -> Option<&[String]> {
+        self.0.get().map(Vec::as_slice)
+    }
+}
+
+/// The DNS names of the end-entity certificate `der`.
+fn dns_names(der: &CertificateDer<'_>) -> Vec<String> {
+    webpki::EndEntityCert::try_from(der)
+        .map(|cert| cert.valid_dns_names().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// Where a stream is.
@@ -40,6 +64,7 @@ impl ServerStream {
     pub fn plain(tcp: TcpStream) -> Self {
         ServerStream {
             state: State::Plain(tcp),
+            peer: PeerNames::default(),
         }
     }
 
@@ -47,7 +72,13 @@ impl ServerStream {
     pub(crate) fn handshaking(accept: Accept<TcpStream>, timeout: Duration) -> Self {
         ServerStream {
             state: State::Handshaking(Box::pin(tokio::time::timeout(timeout, accept))),
+            peer: PeerNames::default(),
         }
+    }
+
+    /// The names of the client certificate, filled in when the handshake completes.
+    pub fn peer_names(&self) -> PeerNames {
+        self.peer.clone()
     }
 
     /// Whether the stream is TLS.
@@ -60,7 +91,17 @@ impl ServerStream {
         if let State::Handshaking(handshake) = &mut self.state {
             let outcome = ready!(handshake.as_mut().poll(cx));
             match outcome {
-                Ok(Ok(tls)) => self.state = State::Tls(Box::new(tls)),
+                Ok(Ok(tls)) => {
+                    let names = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(<[_]>::first)
+                        .map(dns_names)
+                        .unwrap_or_default();
+                    let _ = self.peer.0.set(names);
+                    self.state = State::Tls(Box::new(tls));
+                }
                 Ok(Err(error)) => {
                     self.state = State::Failed;
                     return Poll::Ready(Err(io::Error::new(

@@ -16,6 +16,7 @@ mod check;
 mod generate;
 mod lab;
 mod limits_args;
+mod limits_command;
 mod limits_file;
 mod logging;
 mod otlp_http;
@@ -59,6 +60,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Serve the live lab: a web page that runs algorithms against simulated traffic.
     Lab(lab::LabArgs),
+    /// Set, read, list and delete overrides, and read a descriptor's usage, through a running `serve` (its overrides API).
+    Limits(limits_command::LimitsArgs),
     /// Run the HTTP sidecar / edge proxy: Envoy local_ratelimit semantics, Istio EnvoyFilters, the global RLS.
     Proxy(Box<proxy::ProxyArgs>),
     /// Write the completion script for a shell on stdout (bash, zsh, fish, elvish, powershell).
@@ -106,7 +109,11 @@ fn main() -> ExitCode {
         Command::Check(args) => Some((tracing::Level::WARN, args.log.log_format)),
         Command::Bench(args) => Some((tracing::Level::WARN, args.log.log_format)),
         Command::Lab(args) => Some((tracing::Level::INFO, args.log.log_format)),
-        Command::Serve(_) | Command::Proxy(_) | Command::Completions(_) | Command::Man(_) => None,
+        Command::Serve(_)
+        | Command::Limits(_)
+        | Command::Proxy(_)
+        | Command::Completions(_)
+        | Command::Man(_) => None,
     };
     if let Some((level, format)) = tool_logs {
         logging::init(level, format);
@@ -122,6 +129,7 @@ fn main() -> ExitCode {
         },
         Command::Bench(args) => bench::run(args),
         Command::Lab(args) => lab::run(args),
+        Command::Limits(args) => limits_command::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Completions(args) => generate::completions(args),
         Command::Man(args) => generate::man(args),

@@ -63,7 +63,7 @@ impl Loader {
     }
 
     /// Loads one descriptor, its limits and its children into `level`.
-    fn load_descriptor(
+    pub(super) fn load_descriptor(
         &mut self,
         context: &Context<'_>,
         rules: &mut DomainRules,

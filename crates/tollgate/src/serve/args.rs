@@ -87,6 +87,9 @@ pub struct ServeArgs {
     pub tls: ServeTlsArgs,
     #[command(flatten)]
     pub limits: LimitsArgs,
+    /// The overrides API.
+    #[command(flatten)]
+    pub overrides: super::overrides_args::OverridesArgs,
     /// The most verbose level logged on stderr: error, warn, info, debug or
     /// trace [default: info].
     #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]

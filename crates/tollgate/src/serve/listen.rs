@@ -11,6 +11,9 @@ use tollgate_protocol::rls::{RequestCaps, ResponseHeaders};
 use tollgate_runtime::{ConnectionAge, ConnectionLimit, Shutdown, shutdown_signal, watch_tls};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metrics::Metrics;
+use tollgate_server::overrides::Overrides;
+use tollgate_server::overrides::access::{Access, Tokens};
+use tollgate_server::overrides::api as overrides_api;
 use tollgate_server::reload;
 use tollgate_server::rlqs::QuotaBook;
 use tollgate_server::statsd::StatsdFlusher;
@@ -76,7 +79,18 @@ impl Listeners {
     }
 }
 
+/// The overrides API's parts: the overrides, the tokens it accepts, and how often a fleet polls.
+pub(super) struct OverridesSetup(
+    pub(super) Arc<Overrides<CoarseClock>>,
+    pub(super) Option<Tokens>,
+    pub(super) Duration,
+);
+
 /// Binds every address, announces them and serves gRPC and HTTP until a shutdown signal.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each part of the service, built by run"
+)]
 pub(super) async fn serve(
     listen: Listen,
     live: Arc<LiveEngine<CoarseClock>>,
@@ -85,6 +99,7 @@ pub(super) async fn serve(
     caps: RequestCaps,
     limits: Listeners,
     quota_book: Arc<QuotaBook>,
+    OverridesSetup(overrides, tokens, poll_interval): OverridesSetup,
 ) -> Result<(), CommandError> {
     // Watch (and hear SIGHUP) before announcing, so no change after the announcement is missed.
     let _reloading = reload::watch(&live);
@@ -123,6 +138,29 @@ pub(super) async fn serve(
         tls = limits.http.tls.is_some(),
         "HTTP API listening"
     );
+    let access = Access::decide(
+        http_bound,
+        tokens,
+        limits
+            .http
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.files().client_ca.is_some()),
+    );
+    if let Access::Disabled(reason) = &access {
+        tracing::warn!("{reason}");
+    } else {
+        tracing::info!(
+            access = %access.describe(),
+            kept_in = %overrides.backing_name(),
+            max_overrides = overrides.bounds().max_overrides,
+            max_override_bytes = overrides.bounds().max_bytes,
+            "overrides API (/v1/overrides, /v1/usage) on the HTTP listener"
+        );
+    }
+    // A fleet's overrides are in service before the addresses are announced, when Redis answers.
+    overrides.sync().await;
+    let _polling = overrides.poll(poll_interval);
     let debug = match listen.debug {
         Some(addr) => {
             let (debug_listener, debug_bound) = bind(addr).await?;
@@ -246,6 +284,7 @@ pub(super) async fn serve(
             .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let debug_router = router.clone();
+    let router = router.merge(overrides_api::routes(overrides, access));
     let debug_server = async {
         match debug {
             Some((debug_listener, _)) => http::serve_capped(

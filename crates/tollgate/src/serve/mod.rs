@@ -3,11 +3,12 @@
 //! [`args`] holds the flags, [`combine`] combines them with
 //! envoyproxy/ratelimit's environment variables, [`run`] loads the
 //! limits, builds the engine and the store, and [`listen`] serves gRPC and
-//! HTTP until a signal.
+//! HTTP until a signal; [`overrides_args`] holds the overrides API's flags.
 
 mod args;
 mod combine;
 mod listen;
+mod overrides_args;
 mod run;
 mod store_connect;
 #[cfg(test)]

@@ -10,6 +10,11 @@ use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
 use tollgate_server::metric_key::MetricKeys;
 use tollgate_server::metrics::{ConfigStats, Metrics};
+use tollgate_server::overrides::Overrides;
+use tollgate_server::overrides::access::Tokens;
+use tollgate_server::overrides::control::Backing;
+use tollgate_server::overrides::fleet::Fleet;
+use tollgate_server::overrides::gauges::OverridesCollector;
 use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
 use tollgate_server::store::RemoteOptions;
 use tollgate_server::{Engine, LiveEngine};
@@ -19,7 +24,7 @@ use crate::upstream_env::UpstreamEnv;
 
 use super::args::ServeArgs;
 use super::combine::settings;
-use super::listen::{Listen, Listeners, serve};
+use super::listen::{Listen, Listeners, OverridesSetup, serve};
 
 /// Loads the limits, then serves gRPC until SIGTERM or Ctrl-C and drains the calls in flight.
 ///
@@ -107,6 +112,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         config_hash,
     ));
 
+    let overrides = start_overrides(args, &live, options)?;
+
     let headers = Arc::new(ResponseHeaders::new(settings.headers, Jitter::random()));
     let caps = args.request_caps();
     let (grpc_tls, http_tls) = args.tls.acceptors(settings.tls.as_ref())?;
@@ -154,6 +161,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if settings.statsd.is_some() {
         metrics = metrics.with_statsd_timings();
     }
+    let metrics = metrics.with_collector(Box::new(OverridesCollector(Arc::clone(&overrides.0))));
     let metrics = Arc::new(
         metrics
             .with_build_info(&crate::version::build_info())
@@ -167,6 +175,49 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         prometheus: settings.prometheus.clone(),
     };
     runtime.block_on(serve(
-        listen, live, headers, metrics, caps, limits, quota_book,
+        listen, live, headers, metrics, caps, limits, quota_book, overrides,
+    ))
+}
+
+/// The overrides of `live`: kept in Redis with a Redis store, else in
+/// `--overrides-file` (read now: a bad file stops the start) or in memory;
+/// with the token file read (an unreadable one stops the start too).
+fn start_overrides(
+    args: &ServeArgs,
+    live: &Arc<LiveEngine<CoarseClock>>,
+    options: LoadOptions,
+) -> Result<OverridesSetup, CommandError> {
+    let flags = &args.overrides;
+    let backing = match (live.load().remote().cloned(), &flags.overrides_file) {
+        (Some(_), Some(path)) => {
+            return Err(CommandError::Usage(format!(
+                "--overrides-file {} keeps a single instance's overrides, and with a Redis store they are kept in Redis for every instance; drop --overrides-file",
+                path.display()
+            )));
+        }
+        (Some(remote), None) => Backing::Fleet(Fleet::new(remote)),
+        (None, Some(path)) => Backing::File(path.clone()),
+        (None, None) => Backing::Memory,
+    };
+    let overrides = Overrides::new(Arc::clone(live), flags.bounds(), options, backing);
+    let loaded = overrides.load_file().map_err(|problem| {
+        CommandError::Failed(format!("cannot start with the overrides file: {problem}"))
+    })?;
+    if loaded > 0 {
+        tracing::info!(
+            overrides = loaded,
+            "overrides read from the overrides file and in service"
+        );
+    }
+    let tokens = flags
+        .overrides_token_file
+        .as_deref()
+        .map(Tokens::read)
+        .transpose()
+        .map_err(|problem| CommandError::Usage(format!("--overrides-token-file: {problem}")))?;
+    Ok(OverridesSetup(
+        overrides,
+        tokens,
+        flags.overrides_poll_interval,
     ))
 }
