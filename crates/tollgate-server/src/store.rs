@@ -367,7 +367,8 @@ impl RemoteStore {
             return decided_by_shares(match shares {
                 Some(shares) => shares.decide(counters, decisions).await,
                 None => Err(StoreError::Unavailable(NOT_CONNECTED.to_owned())),
-            });
+            })
+            .map(|()| DecidedBy::Counted);
         }
         let (mut by_shares, mut by_store) = (Vec::new(), Vec::new());
         let mut store_periods = Vec::new();
