@@ -271,11 +271,14 @@ async fn upstream_key_format_counts_on_in_the_key_an_upstream_pod_wrote() {
         1,
         "the upstream pod spent one of the two"
     );
-    assert_eq!(
-        redis.cli(&["GET", &key]).trim(),
-        "6",
-        "every request counted, as upstream's"
-    );
+    // Each request that reached Redis counted, denied or not (the
+    // quick-deny cache may answer the last ones without a call).
+    let count: u64 = redis
+        .cli(&["GET", &key])
+        .trim()
+        .parse()
+        .expect("an integer");
+    assert!((3..=6).contains(&count), "{count}");
     assert_eq!(redis.cli(&["TTL", &key]).trim(), "86400");
     assert_eq!(
         redis.cli(&["DBSIZE"]).trim(),
