@@ -325,10 +325,14 @@ local function upstream(key, op, hits, unit_s, limit, expire_s)
     if after ~= count then redis.call('SET', key, after, 'KEEPTTL') end
     return 0, math.max(limit - after, 0), reset_ns, 0
   end
-  local after = redis.call('INCRBY', key, hits)
+  -- A cost above the limit is denied whatever the count; it adds limit + 1,
+  -- which closes the window as the whole cost would (a number Lua writes
+  -- exactly, where a huge one would be refused by INCRBY).
+  local add = math.min(hits, limit + 1)
+  local after = redis.call('INCRBY', key, add)
   redis.call('EXPIRE', key, expire_s)
-  if after <= limit then return 0, limit - after, reset_ns, 0 end
   if hits > limit then return 2, 0, reset_ns, 0 end
+  if after <= limit then return 0, limit - after, reset_ns, 0 end
   return 1, 0, reset_ns, reset_ns
 end
 

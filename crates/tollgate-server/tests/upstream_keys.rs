@@ -309,3 +309,28 @@ async fn on_a_cluster_each_upstream_key_counts_in_its_slot_with_the_upstream_pod
         "{carol_count}"
     );
 }
+
+/// A cost no window can hold (up to `u64::MAX`) is denied, and closes the
+/// window in upstream's key, rather than failing the call (which the rule's
+/// `on_store_error`, `allow` by default, would answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_cost_is_denied_and_closes_the_window() {
+    let redis = RedisServer::start();
+    let (mut connection, now_s) = connect(&redis).await;
+    let engine = engine(&redis, true, now_s).await;
+    let key = format!("{PREFIX}mig_user_eve_{}", now_s / HOUR * HOUR);
+    for hits in [u64::MAX, 1 << 60, LIMIT + 1] {
+        let answer = engine
+            .decide(&request("user", "eve", Some(hits)))
+            .await
+            .expect("valid");
+        assert_eq!(answer.overall, Code::OverLimit, "{hits}");
+    }
+    let after = engine
+        .decide(&request("user", "eve", None))
+        .await
+        .expect("valid");
+    assert_eq!(after.overall, Code::OverLimit, "the window is closed");
+    let count: u64 = connection.get(&key).await.expect("GET");
+    assert!(count > LIMIT, "{count}");
+}
