@@ -293,3 +293,22 @@ async fn upstream_key_format_counts_on_in_the_key_an_upstream_pod_wrote() {
         "{stderr}"
     );
 }
+
+/// `--redis-key-format upstream` without a Redis store says at start that it changes nothing.
+#[test]
+fn upstream_key_format_in_memory_is_named_as_changing_nothing() {
+    let scratch = TempDir::new("upstream-keys-memory");
+    let config = scratch.limits(LIMITS);
+    let args = serve_args(
+        config.to_str().unwrap(),
+        &["--store", "memory", "--redis-key-format", "upstream"],
+    );
+    let mut server = Server::spawn(&args);
+    let _ = server.address();
+    server.terminate();
+    let (_, _, stderr) = server.finish();
+    assert!(
+        stderr.contains("--redis-key-format upstream changes nothing"),
+        "{stderr}"
+    );
+}
