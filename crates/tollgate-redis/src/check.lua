@@ -6,6 +6,8 @@
 --   kind   's' schedule (token bucket, GCRA, leaky bucket: interval ns, capacity)
 --          'f' fixed window, 'w' sliding window counter, 'l' sliding log
 --          (window in whole microseconds, limit)
+--          'u' envoyproxy/ratelimit's fixed window, in its own key (unit in
+--          seconds, limit; the 7th value is the key's TTL in seconds)
 --   hits   units to consume or give back (0 = check only)
 --   p1, p2 the algorithm's parameters as above
 --   phase  a fixed window's stagger in microseconds (0: epoch-aligned): the
@@ -307,7 +309,34 @@ local function log(v, op, hits, window, limit)
   return 1, limit - total, reset, (pass - now_total_us) * 1000
 end
 
-local kinds = {s = true, f = true, w = true, l = true}
+-- Upstream's fixed window (`--redis-key-format upstream`): the key is
+-- envoyproxy/ratelimit's own, naming its window, and holds a plain integer
+-- count written as upstream writes it, so upstream's pods and these share
+-- one count: INCRBY by the hits (0 included), then EXPIRE with the TTL
+-- the caller chose (the unit plus upstream's jitter), on every call,
+-- denied or not. Over the limit when the count after the increment is
+-- above it. A give-back lowers the count, never below 0, keeping the TTL.
+local function upstream(key, op, hits, unit_s, limit, expire_s)
+  local unit_us = unit_s * 1000000
+  local reset_ns = (unit_us - now_total_us % unit_us) * 1000
+  if op == 'r' then
+    local count = tonumber(redis.call('GET', key) or '0') or 0
+    local after = math.max(count - hits, 0)
+    if after ~= count then redis.call('SET', key, after, 'KEEPTTL') end
+    return 0, math.max(limit - after, 0), reset_ns, 0
+  end
+  -- A cost above the limit is denied whatever the count; it adds limit + 1,
+  -- which closes the window as the whole cost would (a number Lua writes
+  -- exactly, where a huge one would be refused by INCRBY).
+  local add = math.min(hits, limit + 1)
+  local after = redis.call('INCRBY', key, add)
+  redis.call('EXPIRE', key, expire_s)
+  if hits > limit then return 2, 0, reset_ns, 0 end
+  if after <= limit then return 0, limit - after, reset_ns, 0 end
+  return 1, 0, reset_ns, reset_ns
+end
+
+local kinds = {s = true, f = true, w = true, l = true, u = true}
 
 -- One counter's decision: its key when its state is in the hash format
 -- (nil: packed, false: an unknown kind), then its 4 integers and its write
@@ -318,6 +347,8 @@ local function decide(keys, args, k)
   if not kinds[kind] then return false end
   local op = args[a + 2]
   local hits, p1, p2 = tonumber(args[a + 4]), tonumber(args[a + 5]), tonumber(args[a + 6])
+  -- Written here, as upstream writes it; nothing for the caller to put.
+  if kind == 'u' then return nil, upstream(keys[k], op, hits, p1, p2, tonumber(args[a + 7])) end
   local v, hkey = read_state(keys[k], kind)
   if kind == 's' then return hkey, schedule(v, op, hits, p1, p2) end
   if kind == 'f' then return hkey, fixed(v, op, hits, p1, p2, tonumber(args[a + 7])) end

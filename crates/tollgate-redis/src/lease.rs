@@ -67,6 +67,11 @@ impl RedisStore {
         op: &str,
         args: [u64; 3],
     ) -> Result<[u64; 5], StoreError> {
+        if crate::key::as_upstream(counter.key).is_some() {
+            return Err(StoreError::Unsupported(
+                "an envoyproxy/ratelimit key is counted exactly, never leased".to_owned(),
+            ));
+        }
         let params = ScriptParams::of(&counter.algorithm)?;
         let mut cmd = self.calls.command(Entry::Lease, self.encoding, 1);
         cmd.arg(self.key_of(counter))

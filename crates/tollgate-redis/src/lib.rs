@@ -27,6 +27,10 @@
 //! in, and [`Encoding`] chooses the format of new ones. On a cluster, the
 //! counters of a request whose descriptors hash to different slots are sent
 //! as one call per slot, in parallel; each call is atomic on its own.
+//! A counter key made by [`upstream_key`] is instead envoyproxy/ratelimit's
+//! own Redis key (after the store's prefix, `CACHE_KEY_PREFIX`), counted in
+//! the same call as upstream counts it (`INCRBY`, `EXPIRE` of the unit plus
+//! up to [`RedisStore::with_expiration_jitter`]), so both share one budget.
 //!
 //! Quota leases ([`tollgate_core::lease`]): a second function (`src/lease.lua`)
 //! grants an instance units of one counter's budget ahead of use, and takes
@@ -71,7 +75,7 @@ use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome
 use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use documents::DocumentWrite;
-pub use key::redis_key;
+pub use key::{UPSTREAM_UNITS, redis_key, upstream_key};
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
 pub use rlqs_claims::CLAIMS_PER_CALL;
 pub use shares::{RedisAuthority, SharesStats};
@@ -87,6 +91,10 @@ pub use target::{RedisTarget, TargetError};
 /// timeout in the way, and none fell back at 250 ms. A hung Redis still
 /// costs little: the breaker opens after 3 calls have waited this long.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The most seconds added to an upstream key's TTL unless set
+/// (envoyproxy/ratelimit's default `EXPIRATION_JITTER_MAX_SECONDS`).
+pub const DEFAULT_EXPIRATION_JITTER_MAX_S: u64 = 300;
 
 /// A live connection to a single node (direct or found through Sentinel) or a cluster.
 #[derive(Clone)]
@@ -105,8 +113,11 @@ pub struct RedisStore {
     encoding: Encoding,
     timeout: Duration,
     target: RedisTarget,
-    /// Bytes put before every key (empty in production).
+    /// Bytes put before every key (empty in production unless `CACHE_KEY_PREFIX`).
     key_prefix: Arc<[u8]>,
+    /// The most seconds added at random to the TTL of an upstream key
+    /// (envoyproxy/ratelimit's `EXPIRATION_JITTER_MAX_SECONDS`; 0: none).
+    expiration_jitter_max_s: u64,
 }
 
 /// The time a call decides at instead of Redis `TIME`, for simulations.
@@ -201,6 +212,7 @@ impl RedisStore {
             timeout,
             target,
             key_prefix: Arc::from(&[][..]),
+            expiration_jitter_max_s: DEFAULT_EXPIRATION_JITTER_MAX_S,
         };
         let wait = target::connect_timeout(timeout);
         match tokio::time::timeout(wait, store.ping_call()).await {
@@ -239,6 +251,16 @@ impl RedisStore {
         }
     }
 
+    /// The same store adding up to `max_s` seconds at random to the TTL
+    /// of each upstream key it writes ([`upstream_key`]), as upstream's
+    /// `EXPIRATION_JITTER_MAX_SECONDS` does (0: exactly the unit).
+    pub fn with_expiration_jitter(&self, max_s: u64) -> Self {
+        RedisStore {
+            expiration_jitter_max_s: max_s,
+            ..self.clone()
+        }
+    }
+
     /// The format new counters are created in.
     pub fn encoding(&self) -> Encoding {
         self.encoding
@@ -250,13 +272,43 @@ impl RedisStore {
     }
 
     /// The Redis key of a counter, with this store's prefix.
+    ///
+    /// An upstream key ([`upstream_key`]) is upstream's own, with no hash tag.
     fn key_of(&self, c: &Counter<'_>) -> Vec<u8> {
+        let own = match key::as_upstream(c.key) {
+            Some(upstream) => upstream.to_vec(),
+            None => redis_key(c.tag, c.key),
+        };
         if self.key_prefix.is_empty() {
-            return redis_key(c.tag, c.key);
+            return own;
         }
         let mut key = self.key_prefix.to_vec();
-        key.extend_from_slice(&redis_key(c.tag, c.key));
+        key.extend_from_slice(&own);
         key
+    }
+
+    /// The script's kind and parameters for counter `c`.
+    fn params_of(&self, c: &Counter<'_>) -> Result<ScriptParams, StoreError> {
+        let mut params = ScriptParams::of(&c.algorithm)?;
+        params.p3 = c.phase_ns / 1_000;
+        if key::as_upstream(c.key).is_some()
+            && let AnyAlgorithm::Word(AnyWordAlgorithm::FixedWindow(a)) = c.algorithm
+        {
+            // Upstream's arithmetic in upstream's key: the unit in seconds
+            // and, as upstream, EXPIRE of the unit plus its jitter.
+            let unit_s = a.window().as_secs();
+            let jitter = match self.expiration_jitter_max_s {
+                0 => 0,
+                max => rand::random_range(0..max),
+            };
+            params = ScriptParams {
+                kind: "u",
+                p1: unit_s,
+                p2: a.limit(),
+                p3: unit_s.saturating_add(jitter),
+            };
+        }
+        Ok(params)
     }
 
     /// Decides a batch like [`CounterStore::check_batch`], at a supplied time instead of Redis `TIME`.
@@ -345,7 +397,7 @@ impl RedisStore {
         };
         let mut pipe = redis::pipe();
         for (c, time) in calls {
-            let params = ScriptParams::of(&c.algorithm)?;
+            let params = self.params_of(c)?;
             let ns = time.at.as_nanos();
             let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
             cmd.arg(self.key_of(c))
@@ -355,7 +407,7 @@ impl RedisStore {
                 .arg(c.hits)
                 .arg(params.p1)
                 .arg(params.p2)
-                .arg(c.phase_ns / 1_000)
+                .arg(params.p3)
                 .arg(ns / 1_000_000_000)
                 .arg(ns % 1_000_000_000)
                 .arg(
@@ -468,14 +520,14 @@ impl RedisStore {
             cmd.arg(self.key_of(c));
         }
         for c in counters {
-            let params = ScriptParams::of(&c.algorithm)?;
+            let params = self.params_of(c)?;
             cmd.arg(c.group)
                 .arg(if c.give_back { "r" } else { "c" })
                 .arg(params.kind)
                 .arg(c.hits)
                 .arg(params.p1)
                 .arg(params.p2)
-                .arg(c.phase_ns / 1_000);
+                .arg(params.p3);
         }
         if let Some(time) = time {
             let ns = time.at.as_nanos();
@@ -587,7 +639,7 @@ impl RedisStore {
         // A cluster: one call per slot, in parallel, each atomic on its own.
         let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let slot = Slot::for_key(redis_key(c.tag, c.key));
+            let slot = Slot::for_key(self.key_of(c));
             match by_slot.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, members)) => members.push(i),
                 None => by_slot.push((slot, vec![i])),
@@ -615,11 +667,13 @@ impl RedisStore {
     }
 }
 
-/// The script's name and parameters for one algorithm.
+/// The script's name and parameters for one counter.
 struct ScriptParams {
     kind: &'static str,
     p1: u64,
     p2: u64,
+    /// A fixed window's stagger in µs, or an upstream key's TTL in seconds.
+    p3: u64,
 }
 
 impl ScriptParams {
@@ -628,6 +682,7 @@ impl ScriptParams {
             kind: "s",
             p1: nanos(interval),
             p2: capacity,
+            p3: 0,
         };
         let window = |kind: &'static str, window: Duration, limit: u64| {
             let ns = nanos(window);
@@ -640,6 +695,7 @@ impl ScriptParams {
                 kind,
                 p1: ns / 1_000,
                 p2: limit,
+                p3: 0,
             })
         };
         match algorithm {

@@ -183,6 +183,14 @@ pub struct RemoteOptions {
     pub ready_requires_store: bool,
     /// How `shares: true` rules run (their holder's key bound among them).
     pub shares: SharesOptions,
+    /// Fixed-window rules count in envoyproxy/ratelimit's own Redis keys,
+    /// with its arithmetic (`--redis-key-format upstream`), where a rule can
+    /// ([`tollgate_redis::upstream_key`]).
+    pub upstream_keys: bool,
+    /// The most seconds added at random to an upstream key's TTL
+    /// (upstream's `EXPIRATION_JITTER_MAX_SECONDS`), applied by whoever
+    /// connects the [`RedisStore`] ([`RedisStore::with_expiration_jitter`]).
+    pub expiration_jitter_max_s: u64,
 }
 
 impl Default for RemoteOptions {
@@ -199,6 +207,8 @@ impl Default for RemoteOptions {
             lease_max_keys: DEFAULT_LEASE_MAX_KEYS,
             ready_requires_store: false,
             shares: SharesOptions::default(),
+            upstream_keys: false,
+            expiration_jitter_max_s: tollgate_redis::DEFAULT_EXPIRATION_JITTER_MAX_S,
         }
     }
 }
@@ -552,6 +562,11 @@ impl RemoteStore {
     /// The lease period of rules without their own `lease`.
     pub fn lease_period(&self) -> Duration {
         self.options.lease_period
+    }
+
+    /// Whether fixed-window rules count in envoyproxy/ratelimit's keys ([`RemoteOptions::upstream_keys`]).
+    pub fn upstream_keys(&self) -> bool {
+        self.options.upstream_keys
     }
 
     /// Fills `decisions` from the quick-deny cache when it knows every counter is closed.

@@ -215,11 +215,7 @@ pub const VARIABLES: &[Variable] = &[
         "Tollgate's /healthz/store follows the store (and /readyz with --ready-requires-store)",
     ),
     honoured("CACHE_KEY_PREFIX", ""),
-    no_effect(
-        "EXPIRATION_JITTER_MAX_SECONDS",
-        "300",
-        "Tollgate's keys expire when their state is no longer needed, not at a window's end",
-    ),
+    honoured("EXPIRATION_JITTER_MAX_SECONDS", "300"),
     no_effect(
         "LOCAL_CACHE_SIZE_IN_BYTES",
         "0",

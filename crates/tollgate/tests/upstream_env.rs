@@ -230,3 +230,86 @@ fn a_refused_variable_stops_start_up_naming_it() {
         assert!(lines.is_empty(), "{name}: it listened: {lines:?}");
     }
 }
+
+/// `TOLLGATE_REDIS_KEY_FORMAT=upstream` in upstream's environment: a count an
+/// envoyproxy/ratelimit pod left in its key (`CACHE_KEY_PREFIX` + `u_k_v_` +
+/// the day's start, INCRBY + EXPIRE) is the count `serve` goes on with, in
+/// the same key, with upstream's TTL; a rule upstream could not write keeps
+/// Tollgate's key and is named at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_key_format_counts_on_in_the_key_an_upstream_pod_wrote() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let redis = RedisServer::start();
+    let scratch = TempDir::new("upstream-keys");
+    let config = scratch.limits(&format!(
+        "{LIMITS}  - key: b\n    rate_limit: {{unit: day, requests_per_unit: 2, algorithm: token_bucket}}\n"
+    ));
+    let time = redis.cli(&["TIME"]);
+    let now_s: u64 = time
+        .lines()
+        .next()
+        .expect("TIME")
+        .trim()
+        .parse()
+        .expect("seconds");
+    let key = format!("app_u_k_v_{}", now_s / 86_400 * 86_400);
+    // The upstream pod's one request, as its Redis cache makes it.
+    redis.cli(&["INCRBY", &key, "1"]);
+    redis.cli(&["EXPIRE", &key, "86400"]);
+
+    let url = format!("127.0.0.1:{}", redis.port);
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("CACHE_KEY_PREFIX", "app_"),
+        ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+        ("TOLLGATE_REDIS_KEY_FORMAT", "upstream"),
+    ];
+    let mut server = Server::spawn_with_env(&serve_args(config.to_str().unwrap(), &[]), &env);
+    let channel = channel(&server.address()).await;
+    assert_eq!(
+        admitted(&[channel], &request("u", "k", "v"), 5).await,
+        1,
+        "the upstream pod spent one of the two"
+    );
+    // Each request that reached Redis counted, denied or not (the
+    // quick-deny cache may answer the last ones without a call).
+    let count: u64 = redis
+        .cli(&["GET", &key])
+        .trim()
+        .parse()
+        .expect("an integer");
+    assert!((3..=6).contains(&count), "{count}");
+    assert_eq!(redis.cli(&["TTL", &key]).trim(), "86400");
+    assert_eq!(
+        redis.cli(&["DBSIZE"]).trim(),
+        "1",
+        "no key of Tollgate's own"
+    );
+
+    server.terminate();
+    let (_, _, stderr) = server.finish();
+    assert!(
+        stderr.contains("keep Tollgate's keys") && stderr.contains("not a fixed window"),
+        "{stderr}"
+    );
+}
+
+/// `--redis-key-format upstream` without a Redis store says at start that it changes nothing.
+#[test]
+fn upstream_key_format_in_memory_is_named_as_changing_nothing() {
+    let scratch = TempDir::new("upstream-keys-memory");
+    let config = scratch.limits(LIMITS);
+    let args = serve_args(
+        config.to_str().unwrap(),
+        &["--store", "memory", "--redis-key-format", "upstream"],
+    );
+    let mut server = Server::spawn(&args);
+    let _ = server.address();
+    server.terminate();
+    let (_, _, stderr) = server.finish();
+    assert!(
+        stderr.contains("--redis-key-format upstream changes nothing"),
+        "{stderr}"
+    );
+}

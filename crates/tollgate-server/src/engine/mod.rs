@@ -70,9 +70,11 @@ mod response;
 mod setup;
 mod status;
 mod store_call;
+mod upstream_keys;
 
 pub use check::Decided;
 pub use error::EngineError;
 pub use options::EngineOptions;
 pub use setup::Engine;
 pub use store_call::{STORE_DOWN_RETRY_AFTER, StoreAnswer, StoreCall};
+pub use upstream_keys::keeps_own_keys;

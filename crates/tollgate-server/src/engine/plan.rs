@@ -10,6 +10,7 @@ use tollgate_store::{AsCounter, Counter};
 use super::error::EngineError;
 use super::overrides::{override_key, override_limit};
 use super::setup::Engine;
+use super::upstream_keys::{keeps_own_keys, upstream_key_of};
 
 /// What one descriptor needs: an answer already, or counters to check.
 pub(super) enum Work<'r> {
@@ -107,6 +108,13 @@ impl<C: Clock> Engine<C> {
             .remote
             .as_ref()
             .map_or(Duration::ZERO, |r| r.lease_period());
+        // Upstream's keys name the window by this instance's clock, as
+        // upstream's do by its pod's.
+        let upstream_now_s = self
+            .remote
+            .as_ref()
+            .filter(|r| r.upstream_keys())
+            .map(|_| self.clock.now().as_nanos() / 1_000_000_000);
         let mut plan = Plan {
             work: Vec::with_capacity(request.descriptors.len()),
             counters: Vec::new(),
@@ -118,7 +126,12 @@ impl<C: Clock> Engine<C> {
             let work = if !known_domain {
                 Work::Done(DescriptorStatus::no_limit())
             } else if let Some(Some((algorithm, limit))) = overrides.get(i) {
-                let key = override_key(domain, &descriptor.entries, limit);
+                let key = upstream_now_s
+                    .and_then(|now_s| {
+                        let entries = descriptor.entries.iter();
+                        upstream_key_of(algorithm, domain, entries.map(pair), now_s)
+                    })
+                    .unwrap_or_else(|| override_key(domain, &descriptor.entries, limit));
                 let tag = descriptor_tag(
                     domain,
                     descriptor
@@ -163,6 +176,34 @@ impl<C: Clock> Engine<C> {
                             else {
                                 continue;
                             };
+                            // Upstream's key, for a rule upstream could
+                            // write (one limit, not staggered): exact, as
+                            // upstream counts it.
+                            let upstream = upstream_now_s
+                                .filter(|_| keeps_own_keys(rule).is_none())
+                                .and_then(|now_s| {
+                                    let entries = descriptor.entries.iter().enumerate().map(
+                                        |(level, (k, v))| {
+                                            (k.as_str(), rule.counter_value(level, v))
+                                        },
+                                    );
+                                    upstream_key_of(&algorithm, domain, entries, now_s)
+                                });
+                            if let Some(key) = upstream {
+                                plan.counters.push(PlannedCounter {
+                                    group,
+                                    limit_index,
+                                    key,
+                                    tag,
+                                    algorithm,
+                                    hits,
+                                    give_back,
+                                    lease: Duration::ZERO,
+                                    shares: false,
+                                    phase_ns: 0,
+                                });
+                                continue;
+                            }
                             // A staggered window stays exact: a lease ends
                             // with the window, and each key's window ends
                             // at its own instant.
@@ -201,6 +242,11 @@ impl<C: Clock> Engine<C> {
         }
         Ok(plan)
     }
+}
+
+/// An entry as two string slices.
+fn pair((k, v): &(String, String)) -> (&str, &str) {
+    (k.as_str(), v.as_str())
 }
 
 /// The hash a descriptor's counters share (their cluster hash tag), from

@@ -188,6 +188,27 @@ pub struct ServeArgs {
     /// (docs/operations.md).
     #[arg(long, env = "TOLLGATE_REDIS_ENCODING", value_name = "hash|packed", value_enum, default_value_t = RedisEncoding::Hash)]
     pub redis_encoding: RedisEncoding,
+    /// With a Redis store: whose keys fixed-window rules count in.
+    /// `tollgate` (Tollgate's own `tg{…}` keys) or `upstream`:
+    /// envoyproxy/ratelimit's own keys (`CACHE_KEY_PREFIX` + domain +
+    /// entries + the window's start), counted as upstream counts them
+    /// (INCRBY, then EXPIRE of the unit plus up to
+    /// --expiration-jitter-max-seconds), so upstream's pods and these share
+    /// one budget during a rolling switch (docs/migrating.md). Only rules
+    /// upstream could write do (one limit, a fixed window of a whole unit,
+    /// not staggered); the others keep Tollgate's keys, named in a warning
+    /// at start.
+    #[arg(long, env = "TOLLGATE_REDIS_KEY_FORMAT", value_name = "tollgate|upstream", value_enum, default_value_t = RedisKeyFormat::Tollgate)]
+    pub redis_key_format: RedisKeyFormat,
+    /// With `--redis-key-format upstream`: the most seconds added at random
+    /// to an upstream key's TTL, as upstream does [default: 300; upstream's
+    /// EXPIRATION_JITTER_MAX_SECONDS when set].
+    #[arg(
+        long,
+        env = "TOLLGATE_EXPIRATION_JITTER_MAX_SECONDS",
+        value_name = "SECONDS"
+    )]
+    pub expiration_jitter_max_seconds: Option<u64>,
     /// Envoy rate limit quota (RLQS) streams open at once; past it a new
     /// stream is refused with RESOURCE_EXHAUSTED (each about 1 KB plus its buckets).
     #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAMS", value_name = "N", default_value_t = 1024, value_parser = parse_cap)]
@@ -436,6 +457,16 @@ pub(super) fn parse_offset(text: &str) -> Result<i64, String> {
     let d = tollgate_core::duration::parse_duration(magnitude).map_err(|e| e.to_string())?;
     let nanos = i64::try_from(d.as_nanos()).map_err(|_| format!("`{text}` is too large"))?;
     Ok(if negative { -nanos } else { nanos })
+}
+
+/// The `--redis-key-format` setting: whose keys fixed-window rules count in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedisKeyFormat {
+    /// Tollgate's own keys, `tg{…}`.
+    #[default]
+    Tollgate,
+    /// envoyproxy/ratelimit's keys, with its arithmetic, where a rule allows.
+    Upstream,
 }
 
 /// The `--redis-encoding` setting (see [`tollgate_redis::Encoding`]).

@@ -101,6 +101,8 @@ pub(super) struct Settings {
     pub(super) store: Option<UpstreamStore>,
     pub(super) store_timeout: Duration,
     pub(super) key_prefix: Option<String>,
+    /// The most seconds of jitter on an upstream key's TTL (`--expiration-jitter-max-seconds`, upstream's `EXPIRATION_JITTER_MAX_SECONDS`).
+    pub(super) expiration_jitter_max_s: u64,
     /// The backoff of reconnections to a Redis not up yet (`REDIS_STARTUP_*`).
     pub(super) store_retry: super::store_connect::StoreRetry,
     pub(super) statsd: Option<StatsdSetting>,
@@ -201,6 +203,18 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         }
         prefix => prefix.map(str::to_owned),
     };
+    let expiration_jitter_max_s = match (
+        args.expiration_jitter_max_seconds,
+        env.get("EXPIRATION_JITTER_MAX_SECONDS"),
+    ) {
+        (Some(seconds), _) => seconds,
+        (None, Some(value)) => value.trim().parse().map_err(|_| {
+            CommandError::Usage(format!(
+                "EXPIRATION_JITTER_MAX_SECONDS={value:?} is not a whole number of seconds"
+            ))
+        })?,
+        (None, None) => tollgate_redis::DEFAULT_EXPIRATION_JITTER_MAX_S,
+    };
     let store_retry = startup_retry(env)?;
     let max_connection_age = connection_age(args, env, upstream)?;
     let statsd = statsd_setting(env, args.statsd_buffer_bytes)?;
@@ -280,6 +294,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         store,
         store_timeout,
         key_prefix,
+        expiration_jitter_max_s,
         store_retry,
         statsd,
         extra_tags,

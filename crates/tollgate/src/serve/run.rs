@@ -76,6 +76,9 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         );
     }
 
+    if args.redis_key_format == super::args::RedisKeyFormat::Upstream {
+        warn_own_keys(&rules, settings.store.is_some());
+    }
     let engine_options = args.engine_options(&settings);
     // Follows the system wall clock (re-read every millisecond, never going
     // back): the in-memory counters and the Redis store's `local` fallback
@@ -97,6 +100,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
                     lease_max_keys: args.lease_max_keys,
                     ready_requires_store: args.ready_requires_store,
                     shares: args.shares_options(),
+                    upstream_keys: args.redis_key_format == super::args::RedisKeyFormat::Upstream,
+                    expiration_jitter_max_s: settings.expiration_jitter_max_s,
                     ..RemoteOptions::default()
                 },
                 clock.clone(),
@@ -220,4 +225,40 @@ fn start_overrides(
         tokens,
         flags.overrides_poll_interval,
     ))
+}
+
+/// Says once at start, at WARN, which rules keep Tollgate's keys under
+/// `--redis-key-format upstream` (upstream's pods do not share their
+/// count), or that the setting changes nothing without a Redis store.
+fn warn_own_keys(rules: &tollgate_rules::RuleSet, shared_store: bool) {
+    if !shared_store {
+        tracing::warn!(
+            "--redis-key-format upstream changes nothing: counters are in this process's memory, not in Redis"
+        );
+        return;
+    }
+    // Bounded: at most 10 rules named, the rest counted.
+    let mut named = Vec::new();
+    let mut count = 0usize;
+    for domain in rules.domains() {
+        for rule in rules.rules(domain) {
+            if let Some(reason) = tollgate_server::engine::keeps_own_keys(rule) {
+                count += 1;
+                if named.len() < 10 {
+                    named.push(format!(
+                        "{}:{} ({reason})",
+                        rule.file.display(),
+                        rule.position
+                    ));
+                }
+            }
+        }
+    }
+    if count > 0 {
+        tracing::warn!(
+            rules = count,
+            first = %named.join(", "),
+            "--redis-key-format upstream: these rules keep Tollgate's keys, so envoyproxy/ratelimit pods on the same Redis do not share their count"
+        );
+    }
 }

@@ -74,6 +74,7 @@ pub async fn open_store(
         tls: store.tls.clone(),
         key_prefix: key_prefix.map(str::to_owned),
         encoding,
+        expiration_jitter_max_s: options.expiration_jitter_max_s,
     };
     match attempt.connect().await {
         Ok(redis) => {
@@ -194,6 +195,8 @@ struct Attempt {
     key_prefix: Option<String>,
     /// The format of counters created from now on (`--redis-encoding`).
     encoding: tollgate_redis::Encoding,
+    /// The most seconds of jitter on an upstream key's TTL.
+    expiration_jitter_max_s: u64,
 }
 
 impl Attempt {
@@ -208,6 +211,8 @@ impl Attempt {
             Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
             None => redis,
         };
-        Ok(redis.with_encoding(self.encoding))
+        Ok(redis
+            .with_encoding(self.encoding)
+            .with_expiration_jitter(self.expiration_jitter_max_s))
     }
 }

@@ -10,7 +10,7 @@ use tollgate_store::DEFAULT_MAX_LOG_ENTRIES;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::args::{LogFormat, RedisEncoding, ServeArgs};
+use super::args::{LogFormat, RedisEncoding, RedisKeyFormat, ServeArgs};
 use super::combine::{Settings, settings};
 use crate::CommandError;
 use crate::upstream_env::UpstreamEnv;
@@ -457,6 +457,9 @@ fn honoured_case(name: &str) -> HonouredCase {
         "CACHE_KEY_PREFIX" => (vec![("CACHE_KEY_PREFIX", "app_")], |s| {
             s.key_prefix.as_deref() == Some("app_")
         }),
+        "EXPIRATION_JITTER_MAX_SECONDS" => (vec![("EXPIRATION_JITTER_MAX_SECONDS", "17")], |s| {
+            s.expiration_jitter_max_s == 17
+        }),
         "REDIS_STARTUP_INITIAL_INTERVAL" => (vec![("REDIS_STARTUP_INITIAL_INTERVAL", "1s")], |s| {
             s.store_retry.first == Duration::from_secs(1)
         }),
@@ -668,6 +671,45 @@ fn without_config_serve_reads_upstreams_runtime_directory_and_listens_like_upstr
     let s = resolve(&[], &[("GRPC_HOST", "::"), ("HOST", "0.0.0.0")]).expect("valid");
     assert_eq!(s.grpc_addr, addr("[::]:8081"));
     assert_eq!(s.http_addr, addr("0.0.0.0:8080"));
+}
+
+#[test]
+fn redis_key_format_defaults_to_tollgate_and_refuses_other_names() {
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["serve", "--config", "limits"];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|cli| cli.serve.redis_key_format)
+    };
+    assert_eq!(parse(&[]).expect("valid"), RedisKeyFormat::Tollgate);
+    assert_eq!(
+        parse(&["--redis-key-format", "upstream"]).expect("valid"),
+        RedisKeyFormat::Upstream
+    );
+    let refused = parse(&["--redis-key-format", "envoy"])
+        .expect_err("an unknown format")
+        .to_string();
+    assert!(refused.contains("envoy"), "{refused}");
+}
+
+/// The jitter of upstream keys: the flag, else upstream's variable, else upstream's default.
+#[test]
+fn expiration_jitter_comes_from_the_flag_then_upstreams_variable() {
+    let env = [("EXPIRATION_JITTER_MAX_SECONDS", "17")];
+    let jitter = |argv: &[&str], env: &[(&str, &str)]| {
+        resolve(argv, env).expect("valid").expiration_jitter_max_s
+    };
+    assert_eq!(jitter(&[], &[]), 300);
+    assert_eq!(jitter(&[], &env), 17);
+    assert_eq!(jitter(&["--expiration-jitter-max-seconds", "0"], &env), 0);
+    match resolve(&[], &[("EXPIRATION_JITTER_MAX_SECONDS", "5m")]) {
+        Err(CommandError::Usage(message)) => {
+            assert!(
+                message.contains("EXPIRATION_JITTER_MAX_SECONDS"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
