@@ -144,6 +144,9 @@ pub struct LiveEngine<C: Clock> {
     /// Serialises reloads so two never race to swap; holds what the rules
     /// in service are made of: the files' rules and the overrides laid over them.
     reloading: parking_lot::Mutex<Layers>,
+    /// The overrides in service, read without waiting for a reload that
+    /// holds `reloading` while it parses (a scrape of `/metrics` reads them).
+    overrides: ArcSwap<OverrideSet>,
     successes: AtomicU64,
     failures: AtomicU64,
     config_hash: AtomicU64,
@@ -160,6 +163,7 @@ impl<C: Clock> LiveEngine<C> {
                 files,
                 overrides: Arc::default(),
             }),
+            overrides: ArcSwap::default(),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             config_hash: AtomicU64::new(0),
@@ -281,12 +285,13 @@ impl<C: Clock> LiveEngine<C> {
             .load()
             .with_rules(overrides.apply(&layers.files));
         self.current.store(Arc::new(next));
+        self.overrides.store(Arc::clone(&overrides));
         layers.overrides = overrides;
     }
 
-    /// The overrides in service.
+    /// The overrides in service (never waits for a reload in progress).
     pub fn overrides(&self) -> Arc<OverrideSet> {
-        Arc::clone(&self.reloading.lock().overrides)
+        self.overrides.load_full()
     }
 
     /// Reloads like [`reload`](Self::reload) and logs the outcome; true when new rules went into service.
@@ -388,6 +393,30 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A scrape reads the overrides while a reload holds the reloading lock
+    /// (parsing a large or hostile file): it answered only once the parse
+    /// ended, so `/metrics` timed out behind a slow reload.
+    #[test]
+    fn the_overrides_are_read_while_a_reload_holds_the_lock() {
+        use tollgate_core::{ManualClock, Timestamp};
+        let engine = Engine::new(
+            Arc::new(RuleSet::default()),
+            crate::engine::EngineOptions::default(),
+            ManualClock::new(Timestamp::from_secs(60)),
+        );
+        let live = Arc::new(LiveEngine::fixed(Arc::new(engine)));
+        let reloading = live.reloading.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = Arc::clone(&live);
+        let scrape = std::thread::spawn(move || {
+            let _ = tx.send(reader.overrides().len());
+        });
+        let read = rx.recv_timeout(std::time::Duration::from_secs(5));
+        drop(reloading);
+        scrape.join().expect("the reader ends");
+        assert_eq!(read, Ok(0), "the overrides waited for the reload's lock");
+    }
 
     /// Whether a change to the directory entry at `path` concerns the limits.
     fn concerns(path: &Path) -> bool {
