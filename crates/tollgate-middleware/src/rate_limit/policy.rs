@@ -125,21 +125,24 @@ impl<St: CounterStore> Policy<St> {
     pub(super) async fn decide(&self, key: &str, cost: u64) -> Verdict {
         // Every limit's counter key in one buffer: its prefix, then the key.
         let mut keys = Vec::with_capacity(self.limits.len() * (key.len() + 16));
-        let mut ends = Vec::with_capacity(self.limits.len());
         for entry in &self.limits {
             keys.extend_from_slice(&entry.prefix);
             keys.extend_from_slice(key.as_bytes());
-            ends.push(keys.len());
         }
         let tag = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+        let mut rest = keys.as_slice();
         let counters: Vec<Counter<'_>> = self
             .limits
             .iter()
-            .zip(&ends)
-            .zip(std::iter::once(&0).chain(&ends))
-            .map(|((entry, &end), &start)| Counter {
+            .map(|entry| Counter {
                 group: 0,
-                key: keys.get(start..end).unwrap_or_default(),
+                key: {
+                    let (this, next) = rest
+                        .split_at_checked(entry.prefix.len() + key.len())
+                        .unwrap_or((rest, &[]));
+                    rest = next;
+                    this
+                },
                 tag,
                 algorithm: entry.limit.algorithm,
                 hits: cost,
