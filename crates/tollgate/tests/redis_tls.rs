@@ -7,6 +7,8 @@ mod rls_load;
 
 use rls_client::{channel, request};
 use rls_load::admitted;
+use tollgate_testkit::budget::{BUDGET, poll_until};
+use tollgate_testkit::http::try_get;
 use tollgate_testkit::ports::free_port;
 use tollgate_testkit::redis_tls::RedisTls;
 use tollgate_testkit::scratch::TempDir;
@@ -101,7 +103,19 @@ async fn two_of_five_per_value(
         ("REDIS_TLS_CLIENT_KEY", key.as_str()),
     ]);
     let server = serve_with(scratch, &[], &env);
-    let channel = channel(&server.address()).await;
+    let address = server.address();
+    let http = server.http_address();
+    // serve starts before its store is reachable: until it counts in Redis
+    // the calls are answered by `on_store_error: allow`.
+    let up = tokio::task::spawn_blocking(move || {
+        poll_until(BUDGET, || {
+            (try_get(http, "/healthz/store", &[]).ok()?.status == 200).then_some(())
+        })
+    })
+    .await
+    .expect("the poll ends");
+    assert!(up.is_some(), "the TLS store never came up within {BUDGET:?}");
+    let channel = channel(&address).await;
     for value in values {
         // 2 per day in Redis; a store error would allow all 5 (on_store_error: allow).
         assert_eq!(

@@ -126,7 +126,7 @@ pub(super) fn default_handler() -> SharedHandler {
 }
 
 /// Rendered `(name, value)` pairs as a map (the renderers only write valid names and values).
-pub(super) fn header_map(headers: Vec<(String, String)>) -> HeaderMap {
+pub(crate) fn header_map(headers: Vec<(String, String)>) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(headers.len());
     append_headers(&mut map, headers);
     map

@@ -10,7 +10,7 @@ use http::{Request, Response};
 use tollgate_store::CounterStore;
 use tower::Service;
 
-use super::error::{Rejection, append_headers};
+use super::error::Rejection;
 use super::policy::{Policy, Verdict};
 use crate::key::NoClientAddress;
 
@@ -51,7 +51,7 @@ impl<B, E> ResponseFuture<B, E> {
                     Verdict::Reject(rejection) => return Ok(policy.respond(&rejection)),
                 };
                 let mut response = service.call(request).await?;
-                append_headers(response.headers_mut(), headers);
+                policy.add_pass_headers(headers, response.headers_mut());
                 Ok(response)
             }),
         }

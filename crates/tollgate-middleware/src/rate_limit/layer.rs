@@ -10,6 +10,7 @@ use tollgate_store::{CounterStore, MemoryCounters, StoreConfig};
 use tower::Layer;
 
 use super::error::{RejectionHandler, SharedHandler, default_handler};
+use super::pass_headers::PassHeaders;
 use super::policy::{LimitEntry, OnStoreError, Policy};
 use super::service::RateLimit;
 use crate::key::KeyExtractor;
@@ -145,6 +146,7 @@ impl RateLimitBuilder {
             },
             Jitter::random(),
         );
+        let pass_headers = PassHeaders::new(&self.limits);
         let limits = self
             .limits
             .into_iter()
@@ -157,6 +159,7 @@ impl RateLimitBuilder {
                 store,
                 clock: self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new())),
                 headers,
+                pass_headers,
                 shadow: self.shadow,
                 on_store_error: self.on_store_error,
                 on_rejection: self.on_rejection,

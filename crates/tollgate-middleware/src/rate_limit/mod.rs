@@ -33,6 +33,7 @@
 mod error;
 mod future;
 mod layer;
+mod pass_headers;
 mod policy;
 mod service;
 

@@ -4,16 +4,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use prometheus_client::metrics::counter::Counter as PromCounter;
 use tollgate_core::{Clock, Decision, Outcome, Unit};
-use tollgate_protocol::rls::headers::ResponseHeaders;
+use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders};
 use tollgate_protocol::rls::model::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitResponse,
 };
 use tollgate_store::{Counter, CounterStore};
 
-use super::error::{Rejection, SharedHandler, header_map};
+use super::error::{Rejection, SharedHandler, append_headers, header_map};
+use super::pass_headers::{PassHeaders, clamp};
 use crate::key::{KeyExtractor, NoClientAddress};
 use crate::limit::Limit;
 use crate::metrics::Metrics;
@@ -66,6 +67,8 @@ pub(super) struct Policy<St> {
     pub(super) store: Arc<St>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) headers: ResponseHeaders,
+    /// The admitted request's headers, pre-rendered where they do not change ([`PassHeaders::new`]).
+    pub(super) pass_headers: Option<PassHeaders>,
     pub(super) shadow: bool,
     pub(super) on_store_error: OnStoreError,
     pub(super) on_rejection: SharedHandler,
@@ -76,12 +79,31 @@ pub(super) struct Policy<St> {
 /// The verdict on one request.
 pub(super) enum Verdict {
     /// Let it through, adding these headers to the app's answer.
-    Pass(Vec<(String, String)>),
+    Pass(Passed),
     /// Answer it with the rejection handler.
     Reject(Rejection),
 }
 
+/// The headers an admitted request's answer gets.
+pub(super) enum Passed {
+    /// None (shadow mode, or a store error let through).
+    Nothing,
+    /// The layer's [`PassHeaders`] for these decisions, one per limit.
+    Decided(Vec<Decision>),
+    /// Rendered by the shared renderer (a layer with an unnamed limit).
+    Rendered(Vec<(String, String)>),
+}
+
 impl<St> Policy<St> {
+    /// Adds the headers of an admitted request to the app's answer.
+    pub(super) fn add_pass_headers(&self, passed: Passed, map: &mut HeaderMap) {
+        match (passed, &self.pass_headers) {
+            (Passed::Nothing, _) | (Passed::Decided(_), None) => {}
+            (Passed::Decided(decisions), Some(pass)) => pass.append(&decisions, map),
+            (Passed::Rendered(headers), _) => append_headers(map, headers),
+        }
+    }
+
     /// The app's answer to `rejection`, in the app's body type.
     pub(super) fn respond<B: From<Bytes>>(&self, rejection: &Rejection) -> Response<B> {
         self.on_rejection.respond(rejection).map(B::from)
@@ -101,19 +123,26 @@ impl<St> Policy<St> {
 impl<St: CounterStore> Policy<St> {
     /// Decides a request with `key` and `cost` against every limit.
     pub(super) async fn decide(&self, key: &str, cost: u64) -> Verdict {
-        let keys: Vec<Vec<u8>> = self
-            .limits
-            .iter()
-            .map(|entry| [entry.prefix.as_slice(), key.as_bytes()].concat())
-            .collect();
+        // Every limit's counter key in one buffer: its prefix, then the key.
+        let mut keys = Vec::with_capacity(self.limits.len() * (key.len() + 16));
+        for entry in &self.limits {
+            keys.extend_from_slice(&entry.prefix);
+            keys.extend_from_slice(key.as_bytes());
+        }
         let tag = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+        let mut rest = keys.as_slice();
         let counters: Vec<Counter<'_>> = self
             .limits
             .iter()
-            .zip(&keys)
-            .map(|(entry, bytes)| Counter {
+            .map(|entry| Counter {
                 group: 0,
-                key: bytes,
+                key: {
+                    let (this, next) = rest
+                        .split_at_checked(entry.prefix.len() + key.len())
+                        .unwrap_or((rest, &[]));
+                    rest = next;
+                    this
+                },
                 tag,
                 algorithm: entry.limit.algorithm,
                 hits: cost,
@@ -128,7 +157,7 @@ impl<St: CounterStore> Policy<St> {
                 e.store_error.inc();
             });
             return match self.on_store_error {
-                OnStoreError::Allow => Verdict::Pass(Vec::new()),
+                OnStoreError::Allow => Verdict::Pass(Passed::Nothing),
                 OnStoreError::Deny => Verdict::Reject(Rejection::StoreUnavailable(error)),
             };
         }
@@ -141,25 +170,13 @@ impl<St: CounterStore> Policy<St> {
             };
         }
         if self.shadow {
-            return Verdict::Pass(Vec::new());
+            return Verdict::Pass(Passed::Nothing);
         }
-        let descriptors: Vec<Descriptor> = self
-            .limits
-            .iter()
-            .map(|entry| Descriptor::new([(entry.limit.name.as_str(), key)]))
-            .collect();
-        let response = RateLimitResponse {
-            overall: if over { Code::OverLimit } else { Code::Ok },
-            statuses: self
-                .limits
-                .iter()
-                .zip(&decisions)
-                .map(|(entry, decision)| status(&entry.limit, decision))
-                .collect(),
-            delay: std::time::Duration::ZERO,
-            from_local_cache: false,
-        };
-        let rendered = self.headers.render(&descriptors, &response);
+        if !over && self.pass_headers.is_some() {
+            return Verdict::Pass(Passed::Decided(decisions));
+        }
+        let limits = self.limits.iter().map(|entry| &entry.limit);
+        let rendered = render_shared(&self.headers, limits, key, &decisions);
         if over {
             let limits = self
                 .limits
@@ -173,14 +190,37 @@ impl<St: CounterStore> Policy<St> {
                 headers: header_map(rendered.headers),
             })
         } else {
-            Verdict::Pass(rendered.headers)
+            Verdict::Pass(Passed::Rendered(rendered.headers))
         }
     }
 }
 
+/// The headers (and body) the shared renderer writes for `decisions`, one per limit of `limits`, for `key`.
+pub(crate) fn render_shared<'a>(
+    headers: &ResponseHeaders,
+    limits: impl Iterator<Item = &'a Limit> + Clone,
+    key: &str,
+    decisions: &[Decision],
+) -> Rendered {
+    let descriptors: Vec<Descriptor> = limits
+        .clone()
+        .map(|limit| Descriptor::new([(limit.name.as_str(), key)]))
+        .collect();
+    let over = decisions.iter().any(|d| !d.is_allowed());
+    let response = RateLimitResponse {
+        overall: if over { Code::OverLimit } else { Code::Ok },
+        statuses: limits
+            .zip(decisions)
+            .map(|(limit, decision)| status(limit, decision))
+            .collect(),
+        delay: std::time::Duration::ZERO,
+        from_local_cache: false,
+    };
+    headers.render(&descriptors, &response)
+}
+
 /// A decision as the RLS status the renderers read.
 fn status(limit: &Limit, decision: &Decision) -> DescriptorStatus {
-    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
     DescriptorStatus {
         code: if decision.is_allowed() {
             Code::Ok

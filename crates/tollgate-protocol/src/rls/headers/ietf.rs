@@ -73,7 +73,15 @@ pub fn ratelimit_item(name: &str, status: &DescriptorStatus) -> String {
 
 /// One `RateLimit` item: `"name";r=<remaining>;t=<seconds>`.
 pub fn limit_item(name: &str, remaining: u64, t: u64) -> String {
-    format!("{};r={remaining};t={t}", sf_string(name))
+    let mut out = String::new();
+    write_limit_item(&mut out, &sf_string(name), remaining, t);
+    out
+}
+
+/// Appends one `RateLimit` item to `out`, its name already an RFC 9651
+/// String ([`sf_string`]): for a caller that quotes each name once, not per answer.
+pub fn write_limit_item(out: &mut String, quoted_name: &str, remaining: u64, t: u64) {
+    let _ = write!(out, "{quoted_name};r={remaining};t={t}");
 }
 
 /// The policy name of a status: the limit's `name` when it has one, else

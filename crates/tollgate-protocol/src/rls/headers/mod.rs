@@ -32,10 +32,10 @@ mod tests;
 
 pub use ietf::{
     IetfFields, ietf_fields, limit_item, policy_item, policy_name, ratelimit_item,
-    ratelimit_policy, sf_string,
+    ratelimit_policy, sf_string, write_limit_item,
 };
 pub use jitter::Jitter;
-pub use pick::pick_status;
+pub use pick::{pick_among, pick_status};
 pub use raw_body::raw_body;
 pub use render::{DELAY_HEADER, HeaderOptions, Rendered, ResponseHeaders};
 pub use retry_after::{overall_retry_after, retry_after_seconds};
