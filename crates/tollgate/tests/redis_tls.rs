@@ -114,7 +114,10 @@ async fn two_of_five_per_value(
     })
     .await
     .expect("the poll ends");
-    assert!(up.is_some(), "the TLS store never came up within {BUDGET:?}");
+    assert!(
+        up.is_some(),
+        "the TLS store never came up within {BUDGET:?}"
+    );
     let channel = channel(&address).await;
     for value in values {
         // 2 per day in Redis; a store error would allow all 5 (on_store_error: allow).
