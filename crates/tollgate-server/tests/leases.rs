@@ -84,13 +84,26 @@ async fn clear_of_an_hour_edge(redis: &RedisServer) {
     tokio::time::sleep(redis.wait_clear_of_window_end(hour, Duration::from_secs(60))).await;
 }
 
+/// The engines' clock, which never moves in these tests.
+const START: u64 = 1_700_000_000;
+
+/// Whether `engine` holds leased units not spent yet.
+fn holds_units(engine: &Engine<ManualClock>) -> bool {
+    engine
+        .remote()
+        .is_some_and(|remote| remote.leases().outstanding(Timestamp::from_secs(START)) > 0)
+}
+
 async fn is_ok(engine: &Engine<ManualClock>, request: &RateLimitRequest) -> bool {
     engine.decide(request).await.expect("valid").overall == Code::Ok
 }
 
 /// Demand above the limit on every instance: 64 callers per engine (256 in
-/// flight for 4), each calling until its engine has seen 16 denials or
-/// made 2000 calls. Returns how many were admitted.
+/// flight for 4), each calling until its engine has seen 16 denials and
+/// holds no leased units, or has made 2000 calls. Returns how many were
+/// admitted. (A caller denied while another caller's lease grant, the
+/// pool's last units, is on its way counts a denial before the units
+/// arrive: stopping on denials alone left up to a lease unspent.)
 async fn saturate(engines: &[Arc<Engine<ManualClock>>], request: &RateLimitRequest) -> u64 {
     let admitted = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -105,7 +118,7 @@ async fn saturate(engines: &[Arc<Engine<ManualClock>>], request: &RateLimitReque
                 Arc::clone(&calls),
             );
             tasks.push(tokio::spawn(async move {
-                while denials.load(Ordering::Relaxed) < 16
+                while (denials.load(Ordering::Relaxed) < 16 || holds_units(&engine))
                     && calls.fetch_add(1, Ordering::Relaxed) < 2000
                 {
                     if is_ok(&engine, &request).await {
@@ -139,7 +152,7 @@ async fn four_leased_instances_on_a_cluster_admit_exactly_the_limit() {
 
 /// 4 instances at `url`, 256 in flight, every leased algorithm with 2000 per hour.
 async fn four_instances_on(url: &str) {
-    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let clock = ManualClock::new(Timestamp::from_secs(START));
     let limit = 2000;
     let rules = rules(limit, "10s");
     let engines = fleet(url, 4, &rules, &clock).await;
@@ -171,7 +184,7 @@ async fn four_instances_on(url: &str) {
 async fn leases_keep_serving_through_a_redis_outage_then_on_store_error_answers() {
     let mut redis = RedisServer::start();
     clear_of_an_hour_edge(&redis).await;
-    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let clock = ManualClock::new(Timestamp::from_secs(START));
     let rules = rules(1000, "1h");
     let engines = fleet(&redis.url(), 1, &rules, &clock).await;
     let engine = &engines[0];
@@ -219,7 +232,7 @@ async fn leases_keep_serving_through_a_redis_outage_then_on_store_error_answers(
 async fn a_reload_changing_the_limit_returns_the_leases_and_keeps_one_count() {
     let redis = RedisServer::start();
     clear_of_an_hour_edge(&redis).await;
-    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let clock = ManualClock::new(Timestamp::from_secs(START));
     let engines = fleet(&redis.url(), 1, &rules(100, "1h"), &clock).await;
     let hot = request("fixed_window", "reload");
     for _ in 0..20 {
@@ -290,7 +303,7 @@ struct Instance {
 async fn a_reload_lowering_a_window_while_other_instances_lease_admits_nothing_past_it() {
     let redis = RedisServer::start();
     clear_of_an_hour_edge(&redis).await;
-    let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+    let clock = ManualClock::new(Timestamp::from_secs(START));
     let (high, low) = (1000u64, 300u64);
     for round in 0..8 {
         let engines = fleet(&redis.url(), 3, &rules(high, "1s"), &clock).await;
