@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rls_client::{channel, request};
 use rls_load::admitted;
-use tollgate_testkit::budget::{BUDGET, Stopwatch};
+use tollgate_testkit::budget::{BUDGET, Stopwatch, poll_until, poll_until_async};
 use tollgate_testkit::http::get;
 use tollgate_testkit::ports::free_port;
 use tollgate_testkit::redis::RedisServer;
@@ -323,23 +323,16 @@ async fn serve_with_statsd(
 /// Accepts one connection on `listener` within the budget.
 fn accept(listener: &TcpListener) -> Option<TcpStream> {
     listener.set_nonblocking(true).expect("non-blocking");
-    let watch = Stopwatch::start();
-    while !watch.exceeded(BUDGET) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false).expect("blocking");
-                stream
-                    .set_read_timeout(Some(Duration::from_millis(100)))
-                    .expect("a read timeout");
-                return Some(stream);
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(error) => panic!("accept: {error}"),
-        }
-    }
-    None
+    let stream = poll_until(BUDGET, || match listener.accept() {
+        Ok((stream, _)) => Some(stream),
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(error) => panic!("accept: {error}"),
+    })?;
+    stream.set_nonblocking(false).expect("blocking");
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("a read timeout");
+    Some(stream)
 }
 
 /// The sum of the counter lines `name:N|c` + `tags` among `lines` (a count may come in several flushes).
@@ -416,13 +409,15 @@ async fn statsd_goes_over_tcp_with_tags_and_reconnects() {
         let listener = listener.try_clone().expect("a clone");
         tokio::task::spawn_blocking(move || accept(&listener))
     };
-    let watch = Stopwatch::start();
-    let mut calls = 0;
-    while !reconnected.is_finished() && calls < 200 && !watch.exceeded(BUDGET) {
-        admitted(std::slice::from_ref(&channel), &request("u", "k", "v"), 1).await;
-        calls += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (calling, waiting) = (&channel, &reconnected);
+    let _ = poll_until_async(BUDGET, || async move {
+        if waiting.is_finished() {
+            return Some(());
+        }
+        admitted(std::slice::from_ref(calling), &request("u", "k", "v"), 1).await;
+        None
+    })
+    .await;
     let mut second = reconnected
         .await
         .expect("the acceptor ends")
@@ -466,15 +461,13 @@ async fn an_unreachable_statsd_keeps_a_bounded_buffer_and_counts_what_it_drops()
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
     };
-    let watch = Stopwatch::start();
-    let mut text = String::new();
-    while !watch.exceeded(BUDGET) {
-        text = get(http, "/metrics", &[]).body;
-        if value(&text, "ratelimit_statsd_dropped_lines_total").is_some_and(|d| d > 0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let text = poll_until(BUDGET, || {
+        let text = get(http, "/metrics", &[]).body;
+        value(&text, "ratelimit_statsd_dropped_lines_total")
+            .is_some_and(|d| d > 0)
+            .then_some(text)
+    })
+    .unwrap_or_else(|| get(http, "/metrics", &[]).body);
     assert!(
         value(&text, "ratelimit_statsd_dropped_lines_total").is_some_and(|d| d > 0),
         "{text}"
