@@ -15,7 +15,7 @@ use tollgate_redis::RedisStore;
 use tollgate_rules::{LoadOptions, RuleSet, load_sources};
 use tollgate_server::store::{RemoteOptions, RemoteStore};
 use tollgate_server::{Engine, EngineOptions};
-use tollgate_testkit::budget::{Stopwatch, poll_until_async};
+use tollgate_testkit::budget::{BUDGET, Stopwatch, poll_until_async};
 use tollgate_testkit::limits::exact_rate_limit;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::redis_cluster::RedisCluster;
@@ -206,16 +206,13 @@ async fn shares_serve_through_an_outage_new_keys_get_on_store_error_then_a_resta
     assert!(remote.stats().fallback.load(Ordering::Relaxed) > 0);
     redis.restart();
     // The restarted Redis has no registration: the holder is told it lapsed,
-    // drops its shares and registers again (bounded: 200 checks).
-    let mut back = false;
-    for _ in 0..200 {
-        if admitted(engine, &fresh).await {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(back, "the shares mode resumed after the restart");
+    // drops its shares and registers again.
+    let fresh = &fresh;
+    let back = poll_until_async(BUDGET, || async move {
+        admitted(engine, fresh).await.then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "the shares mode resumed after the restart");
 }
 
 /// 4 instances share a token bucket of 400/s; each reloads, one at a time,
