@@ -1,4 +1,4 @@
-//! The TLS flags: `serve`'s listener certificates and mutual TLS, and a client's CA, certificate and server name (`check`).
+//! The TLS flags: `serve`'s listener certificates and mutual TLS, and a client's CA, certificate and server name (`check`, `limits`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -157,13 +157,29 @@ pub struct ClientTlsArgs {
 impl ClientTlsArgs {
     /// A connector offering ALPN `h2` (gRPC).
     pub fn grpc_connector(&self) -> Result<TlsConnector, CommandError> {
+        self.files()
+            .connector(&[ALPN_H2])
+            .map_err(|error| CommandError::Failed(format!("TLS: {error}")))
+    }
+
+    /// A connector offering ALPN `http/1.1` (the HTTP API).
+    pub fn https_connector(&self) -> Result<TlsConnector, CommandError> {
+        self.files()
+            .connector(&[ALPN_HTTP1])
+            .map_err(|error| CommandError::Failed(format!("TLS: {error}")))
+    }
+
+    /// Whether any of these flags was given.
+    pub fn is_set(&self) -> bool {
+        self.files() != ClientTlsFiles::default()
+    }
+
+    fn files(&self) -> ClientTlsFiles {
         ClientTlsFiles {
             ca: self.tls_ca.clone(),
             cert: self.client_cert.clone(),
             key: self.client_key.clone(),
             server_name: self.tls_server_name.clone(),
         }
-        .connector(&[ALPN_H2])
-        .map_err(|error| CommandError::Failed(format!("TLS: {error}")))
     }
 }

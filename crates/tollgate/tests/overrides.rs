@@ -3,6 +3,7 @@
 //! The limits are per day, so no counter rolls over during a test (short of
 //! midnight UTC); every wait is a bounded poll of a real answer.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -301,12 +302,21 @@ fn limits_command(
     token_file: Option<&Path>,
     args: &[&str],
 ) -> (i32, String, String) {
-    let url = format!("http://{http}");
-    let mut command = tollgate(&["limits", "--url", url.as_str()]);
+    let mut flags: Vec<OsString> = Vec::new();
     if let Some(file) = token_file {
-        command.arg("--token-file").arg(file);
+        flags.extend(["--token-file".into(), file.into()]);
     }
-    let output = command.args(args).output().expect("tollgate runs");
+    limits_at(&format!("http://{http}"), &flags, args)
+}
+
+/// `tollgate limits --url URL FLAGS ARGS`; its exit code, stdout and stderr.
+fn limits_at(url: &str, flags: &[OsString], args: &[&str]) -> (i32, String, String) {
+    let mut command = tollgate(&["limits", "--url", url]);
+    let output = command
+        .args(flags)
+        .args(args)
+        .output()
+        .expect("tollgate runs");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -506,4 +516,31 @@ fn beyond_loopback_mutual_tls_lets_a_verified_client_in_and_logs_its_certificate
         log.contains("who=\"client-certificate:ops.example@127.0.0.1:"),
         "the change names the certificate: {log}"
     );
+
+    // The command line reaches the same listener over https with the
+    // operator's certificate, and is refused without one.
+    let url = format!("https://127.0.0.1:{}", http.port());
+    let trust: Vec<OsString> = vec![
+        "--tls-ca".into(),
+        ca.ca().into(),
+        "--tls-server-name".into(),
+        "localhost".into(),
+    ];
+    let mut operator = trust.clone();
+    operator.extend([
+        "--tls-cert".into(),
+        client.cert.clone().into(),
+        "--tls-key".into(),
+        client.key.clone().into(),
+    ]);
+    let (code, out, err) = limits_at(&url, &operator, &["usage", "api", "tenant=acme"]);
+    assert_eq!(code, 0, "stdout: {out} stderr: {err}");
+    assert!(out.contains("\"limit\": 10"), "{out}");
+    let (code, out, err) = limits_at(&url, &trust, &["list"]);
+    assert_eq!(code, 1, "no client certificate, no answer: {out} {err}");
+    assert!(!out.contains("acme"), "{out}");
+    // TLS flags with a plain URL are a usage error, not silently ignored.
+    let (code, _, err) = limits_at(&format!("http://{http}"), &operator, &["list"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("https://"), "{err}");
 }
