@@ -318,6 +318,70 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
     );
 }
 
+/// Two instances share a token bucket of 200/s; one shuts down gracefully
+/// (it leaves: one call gives back its shares). The other holds the whole
+/// limit after its next call or two, long before the registration's TTL
+/// (10 s), and the two together never pass the bucket across the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_instances_share_goes_to_the_others_at_their_next_call() {
+    let redis = RedisServer::start();
+    let rules = rules_per(200, "second");
+    let options = RemoteOptions::default();
+    let ttl = options.shares.authority.ttl;
+    let fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let hot = request("token_bucket", "leaving");
+    let key = rules
+        .find("shares", &[("token_bucket", "leaving")])
+        .expect("the rule")
+        .counter_key("shares", &[("token_bucket", "leaving")], 0);
+    let books: Vec<_> = fleet
+        .iter()
+        .map(|e| e.remote().expect("Redis").shares().expect("connected"))
+        .collect();
+    let whole = tollgate_core::share::Share::per_second(200, 200);
+    let watch = Stopwatch::start();
+    let (mut passed, _) = load(&fleet, &hot, Duration::from_millis(600)).await;
+    assert!(
+        books[1].in_force(&key).rate < whole.rate,
+        "two busy instances split the key: {:?}",
+        books[1].in_force(&key)
+    );
+    let leaving = Arc::clone(&fleet[0]);
+    let given_back = leaving
+        .remote()
+        .expect("Redis")
+        .leave_shares()
+        .await
+        .expect("Redis answers the leave");
+    assert_eq!(given_back, 1, "the one key held is given back");
+    assert_eq!(books[0].in_force(&key), tollgate_core::share::Share::ZERO);
+    // Bounded: 30 rounds of 50 ms of demand on the survivor.
+    let handover = Stopwatch::start();
+    let mut rounds = 0;
+    while books[1].in_force(&key) != whole && rounds < 30 {
+        passed += load(&fleet[1..], &hot, Duration::from_millis(50)).await.0;
+        rounds += 1;
+    }
+    let took = handover.elapsed();
+    assert_eq!(
+        books[1].in_force(&key),
+        whole,
+        "the whole limit after {took:?}"
+    );
+    assert!(took < ttl / 4, "within a few calls, not the TTL: {took:?}");
+    // The leaver decides nothing more from shares; the survivor goes on.
+    passed += load(&fleet[1..], &hot, Duration::from_millis(300)).await.0;
+    let span = watch.elapsed().as_secs_f64();
+    let bound = 200.0 + 200.0 * span;
+    assert!(
+        passed as f64 <= bound,
+        "{passed} admitted in {span:.2}s across the handover (an exact bucket: {bound:.0})"
+    );
+    eprintln!(
+        "the survivor held the whole limit {took:?} after the leave; {passed} admitted in {span:.2}s"
+    );
+}
+
 /// With starter slots, once an instance owns one, requests for keys it has
 /// never seen are decided at once: none waits for a call, and the calls
 /// carry none of them (their demand fits in the slot's part).
