@@ -175,7 +175,7 @@ fn the_quick_deny_cache_size_is_a_flag_and_a_gauge() {
 /// The lease book's and the shares holder's key bounds are gauges beside
 /// their flags, and so are the starter slots: the fleet's setting (the
 /// first instance's, whatever a later one asks) and whether this instance
-/// owns one.
+/// owns one; an owner that stops gracefully passes its slot on at once.
 #[test]
 fn the_lease_and_shares_bounds_and_the_starter_slots_are_gauges() {
     let redis = RedisServer::start();
@@ -188,7 +188,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
 ";
     let dir = TempDir::new("serve-bounds-shares");
-    let (_first, first) = start_on(
+    let (mut first_server, first) = start_on(
         &dir,
         limits,
         &[
@@ -250,6 +250,19 @@ descriptors:
         metric(second, "ratelimit_store_shares_keys_limit"),
         1_000_000,
         "the default --shares-max-keys"
+    );
+    // The owner stops gracefully: it gives its slot back as it leaves, and
+    // the second instance owns it after its next call, not the TTL (10 s).
+    first_server.terminate();
+    let (code, _, _) = first_server.finish();
+    assert_eq!(code, Some(0));
+    let passed_on = poll_until(Duration::from_secs(3), || {
+        assert_eq!(check(second, "tenant", "b").status, 200);
+        (metric(second, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
+    });
+    assert!(
+        passed_on.is_some(),
+        "the slot passed to the second instance within 3 s of the owner's exit"
     );
 }
 
