@@ -154,6 +154,8 @@ class Content(unittest.TestCase):
             "ratelimit_store_lease_granted_units_total", "ratelimit_store_lease_outstanding_units",  # leases
             "ratelimit_store_shares_decided_total", "ratelimit_store_shares_keys",  # quota shares
             "ratelimit_memory_keys_limit", "ratelimit_quick_deny_keys_limit", "ratelimit_connections_limit",  # bounds
+            "ratelimit_store_lease_keys_limit", "ratelimit_store_shares_keys_limit",  # bounds of leases and shares
+            "ratelimit_store_shares_starter_slots_owned", "ratelimit_store_shares_starter_slots_limit",
             "ratelimit_service_config_load_error",  # config loads
         ]:
             self.assertIn(needed, named)
@@ -173,6 +175,8 @@ class Content(unittest.TestCase):
             ("TollgateStoreDown", "ratelimit_store_up"),
             ("TollgateRunningOpenOnFallback", "ratelimit_store_fallbacks_total"),
             ("TollgateBoundNearFull", "ratelimit_memory_keys_limit"),
+            ("TollgateBoundNearFull", "ratelimit_store_shares_keys_limit"),
+            ("TollgateBoundNearFull", "ratelimit_store_shares_starter_slots_limit"),
             ("TollgateConfigLoadErrors", "ratelimit_service_config_load_error"),
         ]:
             with self.subTest(alert=alert):

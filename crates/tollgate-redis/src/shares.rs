@@ -61,6 +61,9 @@ pub struct SharesStats {
     pub conflicts: AtomicU64,
     /// The fleet's starter policy differs from this instance's (it follows the fleet's).
     pub starter_differs: AtomicBool,
+    /// The fleet's starter slots, as the latest call read them (this
+    /// instance's own setting until a call has read the fleet's).
+    pub fleet_starter_slots: AtomicU64,
 }
 
 /// The shares authority kept in Redis.
@@ -91,11 +94,15 @@ impl RedisAuthority {
     pub fn new(store: RedisStore, policy: AuthorityPolicy) -> Self {
         let mut prefix = store.key_prefix().to_vec();
         prefix.extend_from_slice(b"tg{shares}:");
+        let stats = SharesStats {
+            fleet_starter_slots: AtomicU64::new(u64::from(policy.starter.slots)),
+            ..SharesStats::default()
+        };
         RedisAuthority {
             store,
             policy,
             prefix,
-            stats: std::sync::Arc::default(),
+            stats: std::sync::Arc::new(stats),
         }
     }
 
@@ -177,6 +184,9 @@ impl RedisAuthority {
             starter: snapshot.starter.unwrap_or(self.policy.starter),
             ..self.policy
         };
+        self.stats
+            .fleet_starter_slots
+            .store(u64::from(policy.starter.slots), Ordering::Relaxed);
         let members = snapshot.members.iter().map(|&(id, _, record)| {
             let dirty = if id == call.holder {
                 snapshot.dirty.clone()

@@ -190,13 +190,21 @@ impl<C: Clock> LiveEngine<C> {
     }
 
     /// At shutdown: gives the outstanding quota leases of the engine in
-    /// service back to the shared store, and logs how many units went back
+    /// service back to the shared store, and this instance's shares and
+    /// starter slot (it leaves the shares fleet), and logs what went back
     /// (nothing to do with counters in memory).
-    pub async fn return_leases(&self) {
+    pub async fn give_back_at_shutdown(&self) {
         let engine = self.engine();
         if let Some(remote) = engine.remote() {
             let units = remote.return_leases(engine.now()).await;
             tracing::info!(units, "outstanding leases returned");
+            match remote.leave_shares().await {
+                Ok(keys) => tracing::info!(keys, "left the shares fleet: shares given back"),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "could not leave the shares fleet: this instance's shares return to the others when its registration lapses (--shares-ttl)"
+                ),
+            }
         }
     }
 

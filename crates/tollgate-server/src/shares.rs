@@ -12,6 +12,12 @@
 //! after its last successful call), then every request goes to
 //! `on_store_error`.
 //!
+//! At a graceful shutdown [`SharesBook::leave`] sends one last batched
+//! call that gives back every share and the starter slot and ends the
+//! registration, so the other instances' shares grow at their next call
+//! instead of after the TTL; if Redis cannot be reached in time the
+//! registration simply lapses after its TTL, as after a SIGKILL.
+//!
 //! With starter slots (`--shares-starter-slots`), an instance that owns a
 //! slot decides a key's first use from its slot's part of the key at once;
 //! only a key whose demand outgrows that part goes out in a call.
@@ -89,6 +95,10 @@ pub struct SharesBook {
     policy: HolderPolicy,
     synced: watch::Sender<Synced>,
     started: AtomicBool,
+    /// Held across each call: the leave waits for the call in flight.
+    calling: tokio::sync::Mutex<()>,
+    /// The instance left (shutdown): no call goes out any more.
+    left: AtomicBool,
     counts: SharesCounts,
 }
 
@@ -103,6 +113,8 @@ impl SharesBook {
             policy: options.holder,
             synced: watch::Sender::new(Synced::default()),
             started: AtomicBool::new(false),
+            calling: tokio::sync::Mutex::new(()),
+            left: AtomicBool::new(false),
             counts: SharesCounts::default(),
         })
     }
@@ -241,8 +253,38 @@ impl SharesBook {
         }
     }
 
+    /// At a graceful shutdown: gives back every share and the starter slot
+    /// and ends this instance's registration in one call, within `within`;
+    /// the keys given back. After it no call goes out, so a request for a
+    /// key gets its rule's `on_store_error`.
+    ///
+    /// Waits for the call in flight first (its reply must not be taken, nor
+    /// a registering call land, after the leave). A failure or a timeout
+    /// changes nothing at the authority: the registration lapses after its
+    /// TTL, as a SIGKILLed instance's does.
+    pub async fn leave(&self, within: Duration) -> Result<usize, StoreError> {
+        self.left.store(true, Ordering::Release);
+        if !self.started.load(Ordering::Acquire) {
+            // Never called: nothing registered, nothing to give back.
+            return Ok(0);
+        }
+        let leave = async {
+            let _calling = self.calling.lock().await;
+            let call = self.holder.lock().leave(self.clock.now());
+            let keys = call.reports.len();
+            self.authority.sync(&call).await.map(|_| keys)
+        };
+        tokio::time::timeout(within, leave)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(within)))
+    }
+
     /// Sends the holder's call if one is due and takes its reply; whether one was sent.
     async fn sync_once(&self) -> bool {
+        let _calling = self.calling.lock().await;
+        if self.left.load(Ordering::Acquire) {
+            return false;
+        }
         let call = self.holder.lock().poll(self.clock.now());
         let Some(call) = call else {
             return false;

@@ -515,6 +515,17 @@ impl RemoteStore {
         }
     }
 
+    /// At a graceful shutdown: this instance leaves the shares fleet,
+    /// giving back every share and its starter slot in one call, waiting at
+    /// most the holder's call timeout; the keys given back (an error: the
+    /// registration lapses after `--shares-ttl` instead).
+    pub async fn leave_shares(&self) -> Result<usize, StoreError> {
+        match self.shares.load_full() {
+            Some(shares) => shares.leave(self.options.shares.holder.call_timeout).await,
+            None => Ok(0),
+        }
+    }
+
     /// After a reload: forgets the quick-deny entries, ends every lease at
     /// once and starts the next rule generation, which it returns (the new
     /// engine's); on a Tokio runtime, gives the leases' unused units back in

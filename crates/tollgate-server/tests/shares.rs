@@ -1,4 +1,4 @@
-//! Engines sharing one real Redis in the shares mode (`shares: true`): never more than the limit under 256 requests in flight, a few Redis calls per thousand checks, serving through an outage within the shares held, and back after a restart.
+//! Engines sharing one real Redis in the shares mode (`shares: true`): never more than the limit under 256 requests in flight, a few Redis calls per thousand checks, serving through an outage within the shares held, back after a restart, and a leaving instance's share handed over at once (or after its TTL when the leave cannot reach Redis).
 //!
 //! Each engine is one instance with its own holder (its own
 //! `RemoteStore`). Limits are per hour, so at most a few tokens refill
@@ -315,6 +315,128 @@ async fn a_killed_instances_share_returns_to_the_others_after_its_ttl() {
     assert!(
         waited >= Duration::from_millis(800),
         "not before the TTL: {waited:?}"
+    );
+}
+
+/// Two instances share a token bucket of 200/s; one shuts down gracefully
+/// (it leaves: one call gives back its shares). The other holds the whole
+/// limit after its next call or two, long before the registration's TTL
+/// (10 s), and the two together never pass the bucket across the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_instances_share_goes_to_the_others_at_their_next_call() {
+    let redis = RedisServer::start();
+    let rules = rules_per(200, "second");
+    let options = RemoteOptions::default();
+    let ttl = options.shares.authority.ttl;
+    let fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let hot = request("token_bucket", "leaving");
+    let key = rules
+        .find("shares", &[("token_bucket", "leaving")])
+        .expect("the rule")
+        .counter_key("shares", &[("token_bucket", "leaving")], 0);
+    let books: Vec<_> = fleet
+        .iter()
+        .map(|e| e.remote().expect("Redis").shares().expect("connected"))
+        .collect();
+    let whole = tollgate_core::share::Share::per_second(200, 200);
+    let watch = Stopwatch::start();
+    let (mut passed, _) = load(&fleet, &hot, Duration::from_millis(600)).await;
+    assert!(
+        books[1].in_force(&key).rate < whole.rate,
+        "two busy instances split the key: {:?}",
+        books[1].in_force(&key)
+    );
+    let leaving = Arc::clone(&fleet[0]);
+    let given_back = leaving
+        .remote()
+        .expect("Redis")
+        .leave_shares()
+        .await
+        .expect("Redis answers the leave");
+    assert_eq!(given_back, 1, "the one key held is given back");
+    assert_eq!(books[0].in_force(&key), tollgate_core::share::Share::ZERO);
+    // Bounded: 30 rounds of 50 ms of demand on the survivor.
+    let handover = Stopwatch::start();
+    let mut rounds = 0;
+    while books[1].in_force(&key) != whole && rounds < 30 {
+        passed += load(&fleet[1..], &hot, Duration::from_millis(50)).await.0;
+        rounds += 1;
+    }
+    let took = handover.elapsed();
+    assert_eq!(
+        books[1].in_force(&key),
+        whole,
+        "the whole limit after {took:?}"
+    );
+    assert!(took < ttl / 4, "within a few calls, not the TTL: {took:?}");
+    // The leaver decides nothing more from shares; the survivor goes on.
+    passed += load(&fleet[1..], &hot, Duration::from_millis(300)).await.0;
+    let span = watch.elapsed().as_secs_f64();
+    let bound = 200.0 + 200.0 * span;
+    assert!(
+        passed as f64 <= bound,
+        "{passed} admitted in {span:.2}s across the handover (an exact bucket: {bound:.0})"
+    );
+    eprintln!(
+        "the survivor held the whole limit {took:?} after the leave; {passed} admitted in {span:.2}s"
+    );
+}
+
+/// A leave that cannot reach Redis (hung: SIGSTOP) gives up within the
+/// call timeout, and changes nothing: the other instance gets the leaver's
+/// share once its registration lapses, as after a crash, never before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_that_cannot_reach_redis_gives_up_in_time_and_the_share_lapses() {
+    let redis = RedisServer::start();
+    let rules = rules_per(200, "second");
+    let mut options = RemoteOptions::default();
+    let ttl = Duration::from_secs(1);
+    options.shares.holder.ttl = ttl;
+    options.shares.holder.ttl_margin = Duration::from_millis(100);
+    options.shares.authority.ttl = ttl;
+    let call_timeout = options.shares.holder.call_timeout;
+    let fleet = engines_with(&redis.url(), 2, &rules, options).await;
+    let hot = request("token_bucket", "hung-leave");
+    let key = rules
+        .find("shares", &[("token_bucket", "hung-leave")])
+        .expect("the rule")
+        .counter_key("shares", &[("token_bucket", "hung-leave")], 0);
+    let survivor = fleet[1]
+        .remote()
+        .expect("Redis")
+        .shares()
+        .expect("connected");
+    let whole = tollgate_core::share::Share::per_second(200, 200);
+    load(&fleet, &hot, Duration::from_millis(600)).await;
+    assert!(survivor.in_force(&key).rate < whole.rate, "split");
+    redis.signal("STOP");
+    let leaving = Stopwatch::start();
+    let left = fleet[0].remote().expect("Redis").leave_shares().await;
+    let took = leaving.elapsed();
+    redis.signal("CONT");
+    assert!(left.is_err(), "a hung Redis took the leave: {left:?}");
+    assert!(
+        took < call_timeout + Duration::from_millis(250),
+        "the leave gave up after {took:?} (call timeout {call_timeout:?})"
+    );
+    // The survivor grows only once the leaver's registration lapses.
+    let handover = Stopwatch::start();
+    let mut rounds = 0;
+    // Bounded: 40 rounds of 100 ms of demand.
+    while survivor.in_force(&key) != whole && rounds < 40 {
+        load(&fleet[1..], &hot, Duration::from_millis(100)).await;
+        rounds += 1;
+    }
+    let waited = leaving.elapsed();
+    assert_eq!(
+        survivor.in_force(&key),
+        whole,
+        "the whole limit {:?} after the failed leave",
+        handover.elapsed()
+    );
+    assert!(
+        waited >= ttl - Duration::from_millis(100),
+        "not before the leaver's registration lapsed: {waited:?}"
     );
 }
 

@@ -201,7 +201,7 @@ async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandErro
     crate::logging::announce(&lines);
     tollgate_proxy::serve(proxy, listeners, admin, signal, args.drain_timeout).await;
     if let Some(own_limits) = &own_limits {
-        own_limits.return_leases().await;
+        own_limits.give_back_at_shutdown().await;
     }
     tracing::info!("drained; exiting");
     Ok(())

@@ -139,8 +139,8 @@ impl ProxyLimits {
             .map(|remote| tollgate_server::store::StoreCollector(Arc::clone(remote)))
     }
 
-    /// Gives the outstanding leases back to Redis (at shutdown).
-    pub async fn return_leases(&self) {
-        self.live.return_leases().await;
+    /// Gives the outstanding leases and shares back to Redis (at shutdown).
+    pub async fn give_back_at_shutdown(&self) {
+        self.live.give_back_at_shutdown().await;
     }
 }

@@ -26,7 +26,17 @@ descriptors:
 
 /// Starts `serve` on `LIMITS` with `flags` and `env`; the HTTP address.
 fn start(dir: &TempDir, flags: &[&str], env: &[(&str, &str)]) -> (Server, SocketAddr) {
-    let config = dir.limits(LIMITS);
+    start_on(dir, LIMITS, flags, env)
+}
+
+/// Starts `serve` on `limits` with `flags` and `env`; the HTTP address.
+fn start_on(
+    dir: &TempDir,
+    limits: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Server, SocketAddr) {
+    let config = dir.limits(limits);
     let config = config.to_str().expect("a UTF-8 path");
     let mut args = vec!["serve", "--config", config, "--log-level", "warn"];
     args.extend_from_slice(&EPHEMERAL_ADDRS);
@@ -160,6 +170,100 @@ fn the_quick_deny_cache_size_is_a_flag_and_a_gauge() {
     }
     let cached = metric(http, "ratelimit_quick_deny_keys");
     assert!((1..=5).contains(&cached), "{cached} keys cached");
+}
+
+/// The lease book's and the shares holder's key bounds are gauges beside
+/// their flags, and so are the starter slots: the fleet's setting (the
+/// first instance's, whatever a later one asks) and whether this instance
+/// owns one; an owner that stops gracefully passes its slot on at once.
+#[test]
+fn the_lease_and_shares_bounds_and_the_starter_slots_are_gauges() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let limits = "
+domain: edge
+descriptors:
+  - key: tenant
+    shares: true
+    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: token_bucket}
+";
+    let dir = TempDir::new("serve-bounds-shares");
+    let (mut first_server, first) = start_on(
+        &dir,
+        limits,
+        &[
+            "--store",
+            &url,
+            "--lease-max-keys",
+            "7",
+            "--shares-max-keys",
+            "9",
+            "--shares-starter-slots",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(metric(first, "ratelimit_store_lease_keys_limit"), 7);
+    assert_eq!(metric(first, "ratelimit_store_shares_keys_limit"), 9);
+    assert_eq!(
+        metric(first, "ratelimit_store_shares_starter_slots_limit"),
+        1
+    );
+    // No call yet: no slot.
+    assert_eq!(
+        metric(first, "ratelimit_store_shares_starter_slots_owned"),
+        0
+    );
+    assert_eq!(check(first, "tenant", "a").status, 200);
+    let owned = poll_until(BUDGET, || {
+        (metric(first, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
+    });
+    assert!(owned.is_some(), "the first instance owns the one slot");
+    // A second instance asking for 4 slots follows the fleet's 1, taken.
+    let (_second, second) = start_on(
+        &dir,
+        limits,
+        &["--store", &url, "--shares-starter-slots", "4"],
+        &[],
+    );
+    assert_eq!(
+        metric(second, "ratelimit_store_shares_starter_slots_limit"),
+        4
+    );
+    assert_eq!(check(second, "tenant", "b").status, 200);
+    let followed = poll_until(BUDGET, || {
+        (metric(second, "ratelimit_store_shares_starter_slots_limit") == 1).then_some(())
+    });
+    assert!(
+        followed.is_some(),
+        "the second instance reports the fleet's slots"
+    );
+    assert_eq!(
+        metric(second, "ratelimit_store_shares_starter_slots_owned"),
+        0
+    );
+    assert_eq!(
+        metric(first, "ratelimit_store_shares_starter_slots_owned"),
+        1
+    );
+    assert_eq!(
+        metric(second, "ratelimit_store_shares_keys_limit"),
+        1_000_000,
+        "the default --shares-max-keys"
+    );
+    // The owner stops gracefully: it gives its slot back as it leaves, and
+    // the second instance owns it after its next call, not the TTL (10 s).
+    first_server.terminate();
+    let (code, _, _) = first_server.finish();
+    assert_eq!(code, Some(0));
+    let passed_on = poll_until(Duration::from_secs(3), || {
+        assert_eq!(check(second, "tenant", "b").status, 200);
+        (metric(second, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
+    });
+    assert!(
+        passed_on.is_some(),
+        "the slot passed to the second instance within 3 s of the owner's exit"
+    );
 }
 
 #[test]

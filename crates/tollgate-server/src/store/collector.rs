@@ -191,9 +191,32 @@ impl StoreCollector {
                 self.0.leases().len() as u64,
             ),
             (
+                "ratelimit_store_lease_keys_limit",
+                "The most counters the lease book tracks (--lease-max-keys)",
+                self.0.options.lease_max_keys as u64,
+            ),
+            (
                 "ratelimit_store_shares_keys",
                 "Keys this instance holds shares of (bounded by --shares-max-keys)",
                 shares_count(&|s| s.keys() as u64),
+            ),
+            (
+                "ratelimit_store_shares_keys_limit",
+                "The most keys this instance holds shares of (--shares-max-keys)",
+                self.0.options.shares.holder.max_keys as u64,
+            ),
+            (
+                "ratelimit_store_shares_starter_slots_owned",
+                "1 while this instance owns a starter slot of the shares mode, else 0",
+                shares_count(&|s| u64::from(s.starter().is_some())),
+            ),
+            (
+                "ratelimit_store_shares_starter_slots_limit",
+                "The fleet's starter slots (--shares-starter-slots of the first instance to reach Redis; 0: off)",
+                shares.as_deref().map_or(
+                    u64::from(self.0.options.shares.authority.starter.slots),
+                    |s| load(&s.authority_stats().fleet_starter_slots),
+                ),
             ),
         ] {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));

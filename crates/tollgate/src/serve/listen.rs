@@ -304,7 +304,7 @@ pub(super) async fn serve(
             .map_err(|error| CommandError::Failed(format!("the HTTP server failed: {error}")))
     };
     tokio::try_join!(grpc_server, http_server, debug_server, prometheus_server)?;
-    live.return_leases().await;
+    live.give_back_at_shutdown().await;
     if let Some(statsd) = statsd {
         // The last flush after the stop; a panic in it is not worth failing the exit.
         let _ = statsd.await;
