@@ -44,3 +44,45 @@ impl Rejection {
         Status::with_error_details_and_metadata(code, self.to_string(), details, metadata)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tollgate_store::StoreError;
+    use tonic::Code;
+    use tonic_types::StatusExt;
+
+    use crate::{NoClientAddress, Rejection};
+
+    #[test]
+    fn a_failed_store_is_unavailable_for_a_second_and_no_address_is_internal() {
+        let down = Rejection::StoreUnavailable(StoreError::Timeout(Duration::from_millis(50)));
+        let status = down.grpc_status();
+        assert_eq!(status.code(), Code::Unavailable);
+        let retry = status.get_error_details().retry_info().cloned().unwrap();
+        assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
+        assert_eq!(status.metadata().get("retry-after").unwrap(), "1");
+
+        let status = Rejection::NoClientAddress(NoClientAddress).grpc_status();
+        assert_eq!(status.code(), Code::Internal);
+        assert!(
+            status.message().contains("peer address"),
+            "{}",
+            status.message()
+        );
+        assert!(status.get_error_details().retry_info().is_none());
+    }
+
+    #[test]
+    fn a_call_that_can_never_pass_gets_no_retry_info() {
+        let never = Rejection::OverLimit {
+            limits: vec!["small".into()],
+            headers: Default::default(),
+            retry_after: None,
+        };
+        let status = never.grpc_status();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.get_error_details().retry_info().is_none());
+    }
+}
