@@ -117,7 +117,7 @@ impl<St, S> Layer<S> for GrpcRateLimitLayer<St> {
     }
 }
 
-/// The gRPC rate limit middleware, as the [module docs](self) describe.
+/// The gRPC rate limit middleware: the service a [`GrpcRateLimitLayer`] wraps a tonic server's routes in.
 pub struct GrpcRateLimit<S, St> {
     inner: S,
     layer: GrpcRateLimitLayer<St>,
