@@ -125,7 +125,7 @@ cargo fmt --all -- --check
 # as one set, since a crate's siblings are not on crates.io; no build
 # (--no-verify), from the local index: a couple of seconds.
 log "cargo package (each publishable crate, not built)"
-cargo package --workspace --exclude tollgate-bench --exclude tollgate-testkit --exclude axum-app \
+cargo package --workspace --exclude tollgate-bench --exclude tollgate-testkit --exclude axum-app --exclude tonic-app \
     --no-verify --allow-dirty --locked --offline --quiet
 
 log "cargo clippy (all targets, all features, warnings are errors)"

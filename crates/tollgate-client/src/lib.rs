@@ -46,6 +46,10 @@
 //! The same retries plug into tower's own retry layer as a
 //! `tower::retry::Policy`: [`RetryPolicy`] (without the breaker and the
 //! adaptive throttle, which need to refuse a request before it is sent).
+//!
+//! With the `reqwest` feature, `BackoffMiddleware` is the whole of
+//! [`Backoff`] (the same loop: pacing, retries, breaker, throttle) as
+//! `reqwest-middleware` middleware for a reqwest client.
 
 #![forbid(unsafe_code)]
 
@@ -56,6 +60,8 @@ mod delay;
 mod hints;
 mod jitter;
 mod pacer;
+#[cfg(feature = "reqwest")]
+mod reqwest_backoff;
 mod retry_policy;
 
 pub use adaptive::AdaptiveThrottle;
@@ -65,4 +71,6 @@ pub use delay::ExponentialBackoff;
 pub use hints::ServerHints;
 pub use jitter::RetryJitter;
 pub use pacer::Pacer;
+#[cfg(feature = "reqwest")]
+pub use reqwest_backoff::BackoffMiddleware;
 pub use retry_policy::RetryPolicy;

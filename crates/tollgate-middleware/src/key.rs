@@ -52,7 +52,8 @@ where
 #[non_exhaustive]
 pub enum KeyExtractor {
     /// The client address: the connection's peer (a `SocketAddr` request
-    /// extension, or axum's `ConnectInfo<SocketAddr>` with the `axum` feature), or with `trusted_hops` proxies in
+    /// extension, axum's `ConnectInfo<SocketAddr>` with the `axum` feature,
+    /// tonic's `TcpConnectInfo` with the `tonic` feature), or with `trusted_hops` proxies in
     /// front, the entry that many from the right of `X-Forwarded-For`
     /// (`tollgate_protocol::forwarded`, as `tollgate proxy` reads it).
     /// A request without a peer address is an error ([`NoClientAddress`]):
@@ -156,7 +157,8 @@ fn header_text(parts: &Parts, name: &HeaderName) -> Option<String> {
     (!value.is_empty()).then(|| value.to_owned())
 }
 
-/// The peer: a `SocketAddr` extension (hyper apps insert it), else axum's `ConnectInfo<SocketAddr>`.
+/// The peer: a `SocketAddr` extension (hyper apps insert it), else axum's
+/// `ConnectInfo<SocketAddr>`, else tonic's `TcpConnectInfo`.
 fn peer_address(parts: &Parts) -> Option<SocketAddr> {
     let extensions = &parts.extensions;
     let plain = extensions.get::<SocketAddr>().copied();
@@ -165,6 +167,12 @@ fn peer_address(parts: &Parts) -> Option<SocketAddr> {
         extensions
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
             .map(|info| info.0)
+    });
+    #[cfg(feature = "tonic")]
+    let plain = plain.or_else(|| {
+        extensions
+            .get::<tonic::transport::server::TcpConnectInfo>()
+            .and_then(tonic::transport::server::TcpConnectInfo::remote_addr)
     });
     plain
 }

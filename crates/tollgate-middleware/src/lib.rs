@@ -32,6 +32,10 @@
 //!   renderers write `RateLimit-Limit` / `-Remaining` / `-Reset`,
 //!   `RateLimit-Policy`, `RateLimit` and `Retry-After`; the body is an RFC
 //!   9457 problem, or the app's own ([`RateLimitBuilder::on_rejection`]).
+//! * **gRPC** (the `tonic` feature): `RateLimitLayer::grpc` mounts the
+//!   same limits on a tonic server; a refused call ends with
+//!   `RESOURCE_EXHAUSTED` and a `google.rpc.RetryInfo` of the exact wait
+//!   (`GrpcRateLimitLayer`, `Rejection::grpc_status`).
 //! * **Shadow mode** and **metrics** ([`Metrics`], prometheus-client
 //!   counters the app registers in its own registry).
 //!
@@ -49,6 +53,8 @@ pub use cost::Cost;
 pub use key::{ANONYMOUS, KeyExtractor, KeySource, NoClientAddress};
 pub use limit::Limit;
 pub use metrics::{DecisionLabels, Metrics};
+#[cfg(feature = "tonic")]
+pub use rate_limit::{GrpcRateLimit, GrpcRateLimitLayer, GrpcRejectionHandler};
 pub use rate_limit::{
     OnStoreError, RateLimit, RateLimitBuilder, RateLimitLayer, Rejection, RejectionHandler,
     ResponseFuture,

@@ -11,6 +11,9 @@
 //!   app's own JSON (`{"error":"rate_limited","retry_after_seconds":60}`)
 //!   with the rate limit headers kept;
 //! * `GET /metrics` — the middleware's counters in the Prometheus text format (not limited).
+//!
+//! [`client`] is the other side: a reqwest client with tollgate-client's
+//! backoff middleware (`cargo run -p axum-app --bin client`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,6 +32,8 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use tollgate_middleware::{Cost, KeyExtractor, Limit, Metrics, RateLimitLayer, Rejection};
 use tollgate_store::{MemoryCounters, StoreConfig};
+
+pub mod client;
 
 /// The app's API keys and the tenant each belongs to (a real app reads them from its database).
 pub const API_KEYS: [(&str, &str); 3] = [

@@ -1,4 +1,4 @@
-//! [`ResponseFuture`]: one request's attempts, paced, admitted, throttled, sent and maybe retried.
+//! [`ResponseFuture`]: one request's attempts through a tower service (the loop is in `attempts`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use tower::{Service, ServiceExt};
+use tower::Service;
 
+use super::attempts::{TowerTransport, attempts};
 use super::error::ClientError;
-use super::policy::{Shared, Verdict};
+use super::policy::Shared;
 
 /// What a call ends with.
 type Outcome<R, E> = Result<Response<R>, ClientError<E>>;
@@ -29,7 +30,9 @@ impl<R, E> ResponseFuture<R, E> {
         E: Send + 'static,
     {
         ResponseFuture {
-            inner: Box::pin(attempts(service, shared, request)),
+            inner: Box::pin(async move {
+                attempts(&mut TowerTransport(service), &shared, request).await
+            }),
         }
     }
 }
@@ -40,52 +43,4 @@ impl<R, E> Future for ResponseFuture<R, E> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.inner.as_mut().poll(cx)
     }
-}
-
-async fn attempts<S, B, R>(
-    mut service: S,
-    shared: Arc<Shared>,
-    request: Request<B>,
-) -> Result<Response<R>, ClientError<S::Error>>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    B: Clone,
-{
-    shared.deposit();
-    let mut last: Option<Response<R>> = None;
-    for retry in 0.. {
-        let wait = shared.reserve_start();
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-        let admission = match shared.admit() {
-            Ok(admission) => admission,
-            // Break: return the 503 that opened the breaker, or refuse outright.
-            Err(retry_in) => return last.ok_or(ClientError::CircuitOpen { retry_in }),
-        };
-        // The application's request is drawn against the throttle once; its
-        // retries are held by the retry budget instead.
-        if retry == 0
-            && let Err(probability) = shared.throttle()
-        {
-            shared.unsent(admission);
-            return Err(ClientError::Throttled { probability });
-        }
-        let sent = match service.ready().await {
-            Ok(ready) => ready.call(request.clone()).await,
-            Err(error) => Err(error),
-        };
-        let response = match sent {
-            Ok(response) => response,
-            Err(error) => {
-                shared.failed(admission);
-                return Err(ClientError::Inner(error));
-            }
-        };
-        match shared.answered(admission, response.status(), response.headers(), retry) {
-            Verdict::Accepted | Verdict::GiveUp => return Ok(response),
-            Verdict::Retry(_) => last = Some(response),
-        }
-    }
-    unreachable!("the retry counter does not run out")
 }

@@ -24,12 +24,15 @@
 //! can be sent again. State is shared by clones of the layer and service:
 //! one client, one pace.
 
+mod attempts;
 mod error;
 mod future;
 mod layer;
 mod policy;
 mod service;
 
+#[cfg(feature = "reqwest")]
+pub(crate) use attempts::{Answer, Resend, Transport, attempts};
 pub use error::ClientError;
 pub use future::ResponseFuture;
 pub use layer::BackoffLayer;

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
@@ -20,6 +21,10 @@ pub enum Rejection {
         /// `Retry-After` (when the request can ever pass), `RateLimit-Limit` /
         /// `-Remaining` / `-Reset`, `RateLimit-Policy` and `RateLimit`.
         headers: HeaderMap,
+        /// The exact wait before the request could pass (the longest of the
+        /// refusing limits'; `Retry-After` is it rounded up to seconds, plus
+        /// any jitter). `None` when it never can (a cost above a quota).
+        retry_after: Option<Duration>,
     },
     /// The counter store failed (and the layer denies on store errors): 503 with `Retry-After: 1`.
     StoreUnavailable(StoreError),
@@ -59,7 +64,11 @@ impl Rejection {
     /// use http::StatusCode;
     /// use tollgate_middleware::Rejection;
     ///
-    /// let rejection = Rejection::OverLimit { limits: vec!["per-second".into()], headers: Default::default() };
+    /// let rejection = Rejection::OverLimit {
+    ///     limits: vec!["per-second".into()],
+    ///     headers: Default::default(),
+    ///     retry_after: None,
+    /// };
     /// let response = rejection.problem_response();
     /// assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     /// assert_eq!(response.headers()["content-type"], "application/problem+json");

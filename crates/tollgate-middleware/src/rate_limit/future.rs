@@ -1,11 +1,10 @@
-//! [`ResponseFuture`]: decide, then answer the rejection or call the app and add the headers.
+//! [`ResponseFuture`]: decide, then answer the rejection (as HTTP or gRPC) or call the app and add the headers.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use tollgate_store::CounterStore;
 use tower::Service;
@@ -17,25 +16,29 @@ use crate::key::NoClientAddress;
 /// What a call ends with.
 type Outcome<B, E> = Result<Response<B>, E>;
 
-/// The response of a [`RateLimit`](super::RateLimit) call.
+/// The response of a [`RateLimit`](super::RateLimit) call (and of a
+/// `GrpcRateLimit` call with the `tonic` feature).
 pub struct ResponseFuture<B, E> {
     inner: Pin<Box<dyn Future<Output = Outcome<B, E>> + Send>>,
 }
 
 impl<B, E> ResponseFuture<B, E> {
-    pub(super) fn new<S, St, ReqB>(
+    /// Decides `request` with `policy`; a rejection is answered by `respond`.
+    pub(super) fn new<S, St, ReqB, R>(
         mut service: S,
         policy: Arc<Policy<St>>,
         request: Request<ReqB>,
         key: Result<String, NoClientAddress>,
         cost: u64,
+        respond: R,
     ) -> Self
     where
         S: Service<Request<ReqB>, Response = Response<B>, Error = E> + Send + 'static,
         S::Future: Send,
         St: CounterStore + 'static,
         ReqB: Send + 'static,
-        B: From<Bytes> + Send + 'static,
+        B: Send + 'static,
+        R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
     {
         ResponseFuture {
             inner: Box::pin(async move {
@@ -43,12 +46,12 @@ impl<B, E> ResponseFuture<B, E> {
                     Ok(key) => key,
                     Err(error) => {
                         policy.report_no_address(error);
-                        return Ok(policy.respond(&Rejection::NoClientAddress(error)));
+                        return Ok(respond(&policy, &Rejection::NoClientAddress(error)));
                     }
                 };
                 let headers = match policy.decide(&key, cost).await {
                     Verdict::Pass(headers) => headers,
-                    Verdict::Reject(rejection) => return Ok(policy.respond(&rejection)),
+                    Verdict::Reject(rejection) => return Ok(respond(&policy, &rejection)),
                 };
                 let mut response = service.call(request).await?;
                 policy.add_pass_headers(headers, response.headers_mut());

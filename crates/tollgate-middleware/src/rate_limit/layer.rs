@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 
 /// Wraps an app's service in [`RateLimit`]; clones share the counters.
 pub struct RateLimitLayer<St> {
-    policy: Arc<Policy<St>>,
+    pub(super) policy: Arc<Policy<St>>,
 }
 
 impl<St> Clone for RateLimitLayer<St> {

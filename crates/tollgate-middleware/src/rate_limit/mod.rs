@@ -24,6 +24,10 @@
 //!    connection info, and counting such requests against one shared key
 //!    would let one caller use up everyone's limit.
 //!
+//! With the `tonic` feature, `RateLimitLayer::grpc` gives the same
+//! limits to a tonic server, refusing with `RESOURCE_EXHAUSTED` and a
+//! `google.rpc.RetryInfo` (`GrpcRateLimitLayer`).
+//!
 //! The store is any `CounterStore`: the in-memory `MemoryCounters`
 //! ([`RateLimitBuilder::in_memory`]) or, with the `redis` feature,
 //! `tollgate_redis::RedisStore` shared by a fleet. Quota leases (a fleet
@@ -32,6 +36,10 @@
 
 mod error;
 mod future;
+#[cfg(feature = "tonic")]
+mod grpc;
+#[cfg(feature = "tonic")]
+mod grpc_status;
 mod layer;
 mod pass_headers;
 mod policy;
@@ -39,6 +47,8 @@ mod service;
 
 pub use error::{Rejection, RejectionHandler};
 pub use future::ResponseFuture;
+#[cfg(feature = "tonic")]
+pub use grpc::{GrpcRateLimit, GrpcRateLimitLayer, GrpcRejectionHandler};
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use policy::OnStoreError;
 pub use service::RateLimit;

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Response};
 use prometheus_client::metrics::counter::Counter as PromCounter;
 use tollgate_core::{Clock, Decision, Outcome, Unit};
-use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders};
+use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders, overall_retry_after};
 use tollgate_protocol::rls::model::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitResponse,
 };
@@ -185,9 +185,16 @@ impl<St: CounterStore> Policy<St> {
                 .filter(|(_, decision)| !decision.is_allowed())
                 .map(|(entry, _)| entry.limit.name.clone())
                 .collect();
+            let statuses: Vec<DescriptorStatus> = self
+                .limits
+                .iter()
+                .zip(&decisions)
+                .map(|(entry, decision)| status(&entry.limit, decision))
+                .collect();
             Verdict::Reject(Rejection::OverLimit {
                 limits,
                 headers: header_map(rendered.headers),
+                retry_after: overall_retry_after(&statuses),
             })
         } else {
             Verdict::Pass(Passed::Rendered(rendered.headers))

@@ -8,11 +8,12 @@ use http::{Request, Response};
 use tollgate_store::CounterStore;
 use tower::Service;
 
+use super::error::Rejection;
 use super::future::ResponseFuture;
 use super::policy::Policy;
 use crate::cost::Cost;
 
-/// The rate limit middleware, as the [module docs](super) describe.
+/// The rate limit middleware: the service a [`RateLimitLayer`](crate::RateLimitLayer) wraps an app's service in.
 pub struct RateLimit<S, St> {
     inner: S,
     policy: Arc<Policy<St>>,
@@ -50,13 +51,32 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        // Call the service that was made ready; keep a fresh clone for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let (parts, body) = request.into_parts();
-        let key = self.policy.key.extract(&parts);
-        let request = Request::from_parts(parts, body);
-        let cost = Cost::of(&request);
-        ResponseFuture::new(inner, Arc::clone(&self.policy), request, key, cost)
+        start(&mut self.inner, &self.policy, request, Policy::respond)
     }
+}
+
+/// Starts deciding `request` for the ready service `inner`, which is
+/// called if it passes (a fresh clone takes its place for the next call);
+/// a rejection is answered by `respond`.
+pub(super) fn start<S, St, ReqB, B, R>(
+    inner: &mut S,
+    policy: &Arc<Policy<St>>,
+    request: Request<ReqB>,
+    respond: R,
+) -> ResponseFuture<B, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    St: CounterStore + 'static,
+    ReqB: Send + 'static,
+    B: Send + 'static,
+    R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
+{
+    let clone = inner.clone();
+    let inner = std::mem::replace(inner, clone);
+    let (parts, body) = request.into_parts();
+    let key = policy.key.extract(&parts);
+    let request = Request::from_parts(parts, body);
+    let cost = Cost::of(&request);
+    ResponseFuture::new(inner, Arc::clone(policy), request, key, cost, respond)
 }
