@@ -7,7 +7,7 @@
 //! plain-Rust request/response [`model`](rls::model), the protobuf
 //! [`wire`](rls::wire) messages (with their proto3 JSON form), a right-sized
 //! tonic [`codec`](rls::codec), the [`convert`](rls::convert)ions between
-//! the two, one [`RlsClient`](rls::RlsClient), and the
+//! the two, one [`RlsClient`], and the
 //! [`headers`](rls::headers) a service or a proxy renders from an answer.
 //! Envoy's rate limit quota service (RLQS) comes next, beside it.
 //!

@@ -10,7 +10,7 @@ use super::error::ClientError;
 use super::future::ResponseFuture;
 use super::policy::Shared;
 
-/// A client service that paces, retries, breaks and throttles as the [module docs](super) say.
+/// A client service that paces, retries, breaks and throttles as [`BackoffLayer`](crate::BackoffLayer) configures it.
 #[derive(Clone)]
 pub struct Backoff<S> {
     inner: S,

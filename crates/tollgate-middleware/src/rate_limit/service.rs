@@ -12,7 +12,7 @@ use super::future::ResponseFuture;
 use super::policy::Policy;
 use crate::cost::Cost;
 
-/// The rate limit middleware, as the [module docs](super) describe.
+/// The rate limit middleware: the service a [`RateLimitLayer`](crate::RateLimitLayer) wraps an app's service in.
 pub struct RateLimit<S, St> {
     inner: S,
     policy: Arc<Policy<St>>,
