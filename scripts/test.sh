@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Tollgate check on a fresh machine: installs what is missing, then
-# formatting, lints, the whole test suite and the loom model checks.
+# formatting, lints, the documentation, the whole test suite and the loom model checks.
 #
 # Usage: scripts/test.sh            (from anywhere inside the repository)
 set -euo pipefail
@@ -130,6 +130,13 @@ cargo package --workspace --exclude tollgate-bench --exclude tollgate-testkit --
 
 log "cargo clippy (all targets, all features, warnings are errors)"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+
+# The documentation of the workspace's own crates (not their
+# dependencies'), as docs.rs would build it: a broken or private intra-doc
+# link, an unclosed tag or a bad code block is an error. It reuses the
+# dependency metadata clippy just built.
+log "cargo doc (the workspace's crates, all features, warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
 
 log "cargo test (all features)"
 cargo test --workspace --all-features --locked

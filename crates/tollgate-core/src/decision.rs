@@ -21,6 +21,23 @@ pub enum Outcome {
 ///
 /// It is 40 bytes: a denial's retry-after and an admission's delay share one
 /// field, since no decision has both.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{FixedWindow, Outcome, Timestamp, WordAlgorithm};
+///
+/// let limit = FixedWindow::new(1, Duration::from_secs(60)).unwrap();
+/// // 40 s into a minute.
+/// let now = Timestamp::from_secs(1_700_000_020);
+/// let (denied, _) = limit.decide(limit.decide(0, now, 1).1.unwrap(), now, 1);
+/// assert_eq!(denied.outcome(), Outcome::Denied);
+/// // What a 429 carries: RateLimit-Limit, -Remaining, -Reset and Retry-After.
+/// assert_eq!((denied.limit(), denied.remaining()), (1, 0));
+/// assert_eq!(denied.reset_after(), Duration::from_secs(20));
+/// assert_eq!(denied.retry_after(), Some(Duration::from_secs(20)));
+/// // A request costing more than the limit can ever hold is never admitted.
+/// assert_eq!(limit.decide(0, now, 2).0.outcome(), Outcome::Exceeds);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Decision {
     limit: u64,

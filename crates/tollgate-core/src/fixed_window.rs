@@ -33,6 +33,23 @@ use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 /// The budget a state has used ([`WordAlgorithm::used`]) is its count in
 /// the window containing `now` (0 once that window has ended): `limit −
 /// remaining` while the window is open, `limit + 1` once a denial closed it.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{FixedWindow, Timestamp, WordAlgorithm};
+///
+/// // 2 per minute; 30 s into a minute.
+/// let window = FixedWindow::new(2, Duration::from_secs(60)).unwrap();
+/// let now = Timestamp::from_secs(1_700_000_010);
+/// let (first, state) = window.decide(0, now, 1);
+/// let (second, state) = window.decide(state.unwrap(), now, 1);
+/// assert!(first.is_allowed() && second.is_allowed());
+/// let (third, _) = window.decide(state.unwrap(), now, 1);
+/// assert!(!third.is_allowed());
+/// // The window ends at the next whole minute since the epoch.
+/// assert_eq!(third.retry_after(), Some(Duration::from_secs(30)));
+/// assert_eq!(third.reset_after(), Duration::from_secs(30));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
     limit: u64,

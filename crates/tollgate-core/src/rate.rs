@@ -184,6 +184,29 @@ impl Schedule {
 /// discrete fill timer: `10 per 10s` behaves exactly like `1 per 1s`). A
 /// request of `n` takes `n` whole tokens or is denied and takes none.
 /// `reset_after` is the time until the bucket is full again.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{Timestamp, TokenBucket, WordAlgorithm};
+///
+/// // 2 tokens, one more every second. State 0 is a full bucket.
+/// let bucket = TokenBucket::new(2, 1, Duration::from_secs(1)).unwrap();
+/// let now = Timestamp::from_secs(1_700_000_000);
+/// let (first, state) = bucket.decide(0, now, 1);
+/// assert!(first.is_allowed());
+/// assert_eq!(first.remaining(), 1);
+/// let (second, state) = bucket.decide(state.unwrap(), now, 1);
+/// assert_eq!(second.remaining(), 0);
+/// let state = state.unwrap();
+/// // Empty: the third is denied, consumes nothing, and may retry in one second.
+/// let (third, unchanged) = bucket.decide(state, now, 1);
+/// assert!(!third.is_allowed());
+/// assert_eq!(unchanged, None);
+/// assert_eq!(third.retry_after(), Some(Duration::from_secs(1)));
+/// // A second later one token is back.
+/// let later = now.saturating_add(Duration::from_secs(1));
+/// assert!(bucket.decide(state, later, 1).0.is_allowed());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucket {
     schedule: Schedule,
@@ -234,6 +257,25 @@ impl TokenBucket {
 /// client may send `burst` requests at once. The state is a single
 /// timestamp. It decides exactly like a [`TokenBucket`] of `burst` tokens
 /// refilled at `limit / period`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{Gcra, Timestamp, WordAlgorithm};
+///
+/// // 60 per minute (one a second), bursts of 3.
+/// let gcra = Gcra::new(60, Duration::from_secs(60), 3).unwrap();
+/// let now = Timestamp::from_secs(1_700_000_000);
+/// let mut state = 0;
+/// for _ in 0..3 {
+///     let (decision, next) = gcra.decide(state, now, 1);
+///     assert!(decision.is_allowed());
+///     state = next.unwrap();
+/// }
+/// let (fourth, _) = gcra.decide(state, now, 1);
+/// assert!(!fourth.is_allowed());
+/// assert_eq!(fourth.retry_after(), Some(Duration::from_secs(1)));
+/// assert_eq!(gcra.emission_interval(), Duration::from_secs(1));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Gcra {
     schedule: Schedule,
@@ -289,6 +331,30 @@ pub enum DelayMode {
 /// request per 100 ms, and `burst=5` admits 6 at once from idle. As a
 /// shaper, admitted requests above the rate carry a [`Decision::delay`]:
 /// `delay = (excess − N) / rate` for `delay=N` (N = 0 by default).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{DelayMode, LeakyBucket, Timestamp, WordAlgorithm};
+///
+/// let now = Timestamp::from_secs(1_700_000_000);
+/// // nginx `rate=10r/s burst=2 nodelay`: three at once, the fourth refused.
+/// let policer = LeakyBucket::policer(10, Duration::from_secs(1), 2).unwrap();
+/// let mut state = 0;
+/// for _ in 0..3 {
+///     let (decision, next) = policer.decide(state, now, 1);
+///     assert!(decision.is_allowed() && decision.delay().is_zero());
+///     state = next.unwrap();
+/// }
+/// assert!(!policer.decide(state, now, 1).0.is_allowed());
+///
+/// // `rate=10r/s burst=2` (a shaper): the second and third pass, delayed to the rate.
+/// let shaper = LeakyBucket::new(10, Duration::from_secs(1), 2, DelayMode::Delay).unwrap();
+/// let (first, state) = shaper.decide(0, now, 1);
+/// assert!(first.delay().is_zero());
+/// let (second, _) = shaper.decide(state.unwrap(), now, 1);
+/// assert!(second.is_allowed());
+/// assert_eq!(second.delay(), Duration::from_millis(100));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LeakyBucket {
     schedule: Schedule,

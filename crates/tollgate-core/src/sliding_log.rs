@@ -18,6 +18,23 @@ use crate::{ConfigError, Decision, Timestamp};
 ///
 /// Choose it for strict, low-volume limits (logins, password resets): it is
 /// exact but its memory grows with the limit.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{LogState, SlidingLog, Timestamp};
+///
+/// // 2 password resets in any 10 minutes.
+/// let log = SlidingLog::new(2, Duration::from_secs(600)).unwrap();
+/// let mut state = LogState::default();
+/// let t = |secs: u64| Timestamp::from_secs(1_700_000_000 + secs);
+/// assert!(log.decide(&mut state, t(0), 1).is_allowed());
+/// assert!(log.decide(&mut state, t(100), 1).is_allowed());
+/// let third = log.decide(&mut state, t(200), 1);
+/// assert!(!third.is_allowed());
+/// // It fits once the first has left the window, 400 s later.
+/// assert_eq!(third.retry_after(), Some(Duration::from_secs(400)));
+/// assert!(log.decide(&mut state, t(600), 1).is_allowed());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingLog {
     limit: u64,

@@ -20,6 +20,25 @@ use crate::{ConfigError, Decision, Timestamp, WordAlgorithm};
 /// It assumes the previous window's requests were spread evenly, so against
 /// the exact [`SlidingLog`](crate::SlidingLog) it may admit slightly more or
 /// less; in exchange its state is one word.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{SlidingWindow, Timestamp, WordAlgorithm};
+///
+/// // 4 per minute. Four at the end of one aligned minute...
+/// let limit = SlidingWindow::new(4, Duration::from_secs(60)).unwrap();
+/// let mut state = 0;
+/// for _ in 0..4 {
+///     let (decision, next) = limit.decide(state, Timestamp::from_secs(1_700_000_035), 1);
+///     assert!(decision.is_allowed());
+///     state = next.unwrap();
+/// }
+/// // ...still weigh 3 of 4 a quarter into the next: one more fits, not two.
+/// let quarter_in = Timestamp::from_secs(1_700_000_055);
+/// let (fifth, next) = limit.decide(state, quarter_in, 1);
+/// assert!(fifth.is_allowed());
+/// assert!(!limit.decide(next.unwrap(), quarter_in, 1).0.is_allowed());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingWindow {
     limit: u64,

@@ -25,8 +25,11 @@
 //! * **Several limits per key**, decided all-or-nothing in one store batch.
 //! * **Cost** from a request extension ([`Cost`]), so a GraphQL server can
 //!   charge a query its computed cost.
-//! * **Stores**: in memory (`tollgate_store::MemoryCounters`), or
-//!   `tollgate_redis::RedisStore` with the `redis` feature; any
+//! * **Stores**: in memory (`tollgate_store::MemoryCounters`), or with the
+//!   `redis` feature shared by every replica through Redis, in the two
+//!   modes of `tollgate serve`: exact (`RedisStore`, one Redis call per
+//!   request) or leased (`LeasedStore`: most requests decided from a lease
+//!   of the key's budget, without a call, never past the limit); any
 //!   `tollgate_store::CounterStore` is a store.
 //! * **The 429 contract** of `tollgate serve` and `tollgate proxy`: the same
 //!   renderers write `RateLimit-Limit` / `-Remaining` / `-Reset`,
@@ -60,4 +63,4 @@ pub use rate_limit::{
     ResponseFuture,
 };
 #[cfg(feature = "redis")]
-pub use tollgate_redis::RedisStore;
+pub use tollgate_redis::{LeasedStore, RedisStore};

@@ -38,7 +38,9 @@
 //! ([`RedisStore::grant_lease`], [`RedisStore::return_lease`]). Both start
 //! from `src/prelude.lua` (the clock, the TTLs, the integer arithmetic and
 //! the two encodings of each counter's state), joined at build time; a
-//! [`LeaseBook`] holds an instance's leases and answers requests from them.
+//! [`LeaseBook`] holds an instance's leases and answers requests from them,
+//! and [`LeasedStore`] puts one in front of a `RedisStore` as a
+//! [`CounterStore`] (the middleware's leased mode).
 //! Token buckets, GCRA and the leaky-bucket policer lease tokens, fixed
 //! windows lease counts of the current window; the sliding window counter
 //! and the sliding log stay on the exact path.
@@ -55,6 +57,7 @@ mod documents;
 mod key;
 mod lease;
 mod lease_book;
+mod leased_store;
 mod library;
 mod rlqs_claims;
 mod shares;
@@ -77,6 +80,7 @@ use tollgate_store::{Counter, CounterStore, StoreError};
 pub use documents::DocumentWrite;
 pub use key::{UPSTREAM_UNITS, redis_key, upstream_key};
 pub use lease_book::{GrantAsk, LeaseBook, LeaseStats, Retired};
+pub use leased_store::LeasedStore;
 pub use rlqs_claims::CLAIMS_PER_CALL;
 pub use shares::{RedisAuthority, SharesStats};
 pub use target::{RedisTarget, TargetError};

@@ -119,7 +119,7 @@ impl RedisAuthority {
     /// Takes one holder call and answers it, at Redis `TIME`.
     ///
     /// An error (Redis unreachable, or the state changed under every one
-    /// of [`ATTEMPTS`] attempts) leaves nothing half written: the holder
+    /// of its `ATTEMPTS` attempts) leaves nothing half written: the holder
     /// treats it as a lost call.
     pub async fn sync(&self, call: &SyncCall<Vec<u8>>) -> Result<SyncReply<Vec<u8>>, StoreError> {
         for _ in 0..ATTEMPTS {

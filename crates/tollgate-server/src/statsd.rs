@@ -34,7 +34,7 @@
 //! A stats key holds request values for `detailed_metric` and
 //! `value_to_metric` rules: each part is at most `--max-metric-label-bytes`
 //! ([`crate::metric_key`]) and holds no character that would end the line
-//! or add tags ([`statsd_safe`]).
+//! or add tags (`statsd_safe`).
 //!
 //! [`stats_text`] lists the same stats, with their totals, as upstream's
 //! debug port lists its own at `/stats`: one `name: value` line each.

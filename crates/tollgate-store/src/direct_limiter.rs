@@ -28,6 +28,20 @@ struct SweptWord {
 /// [`WordAlgorithm::max_unexamined`] first takes a mutex, freezes the word,
 /// and resets it if its state has become fresh, so a window number that
 /// wrapped is never misread.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{ManualClock, Timestamp, TokenBucket};
+/// use tollgate_store::DirectLimiter;
+///
+/// // A whole service's outgoing calls: 10 per second, bursts of 10.
+/// let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+/// let calls = DirectLimiter::new(TokenBucket::new(10, 10, Duration::from_secs(1)).unwrap(), clock.clone());
+/// assert!(calls.check(10).is_allowed());
+/// assert!(!calls.check(1).is_allowed());
+/// clock.advance(Duration::from_millis(100));
+/// assert_eq!(calls.check(1).remaining(), 0);
+/// ```
 pub struct DirectLimiter<A: WordAlgorithm, C: Clock> {
     word: CachePadded<SweptWord>,
     sweeper: Mutex<()>,

@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 /// hashed with xxh3-128 under a seed chosen at random by each store, and the
 /// top bit of `hi` is set, so a byte string never shares an identity with an
 /// integer (whose `hi` is 1) and `hi` is never 0. Bits 31 to 62 of `hi`
-/// ([`SPARE_HI_BITS`]) are 0 in every identity: a word store files a key's
+/// (`SPARE_HI_BITS`) are 0 in every identity: a word store files a key's
 /// arrival there. Two distinct byte strings share an identity with
 /// probability about 2⁻⁹⁵.
 ///
@@ -27,7 +27,7 @@ pub(crate) const SPARE_HI_BITS: u64 = ((1 << 32) - 1) << 31;
 
 impl KeyId {
     /// The identity with the given halves, or `None` when `hi` is 0 (the
-    /// empty-slot marker) or has a bit of [`SPARE_HI_BITS`] set.
+    /// empty-slot marker) or has a bit of `SPARE_HI_BITS` set.
     pub const fn new(hi: u64, lo: u64) -> Option<Self> {
         if hi == 0 || hi & SPARE_HI_BITS != 0 {
             None

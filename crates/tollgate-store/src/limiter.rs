@@ -11,6 +11,30 @@ use crate::memory_store::MemoryStore;
 /// Each call reads the clock once and hands the time to the store, so the
 /// store itself never reads a clock and tests can drive it with a
 /// [`ManualClock`](tollgate_core::ManualClock).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_core::{Gcra, ManualClock, Timestamp};
+/// use tollgate_store::{Limiter, StoreConfig};
+///
+/// // 5 logins per minute per user, at most 100 000 users remembered.
+/// let clock = ManualClock::new(Timestamp::from_secs(1_700_000_000));
+/// let logins = Limiter::new(
+///     Gcra::new(5, Duration::from_secs(60), 5).unwrap(),
+///     StoreConfig::with_max_keys(100_000),
+///     clock.clone(),
+/// );
+/// for _ in 0..5 {
+///     assert!(logins.check("alice", 1).is_allowed());
+/// }
+/// let sixth = logins.check("alice", 1);
+/// assert!(!sixth.is_allowed());
+/// assert_eq!(sixth.retry_after(), Some(Duration::from_secs(12)));
+/// assert!(logins.check("bob", 1).is_allowed());
+/// // Twelve seconds on, one more of alice's fits.
+/// clock.advance(Duration::from_secs(12));
+/// assert!(logins.check("alice", 1).is_allowed());
+/// ```
 #[derive(Debug)]
 pub struct Limiter<C: Clock> {
     store: MemoryStore,

@@ -48,8 +48,8 @@ pub enum Placement {
     },
     /// `instances` instances behind a round-robin balancer sharing one
     /// store, each taking quota leases from it for `period_ns` and spending
-    /// them locally (`tollgate serve --lease-period`): see
-    /// [`super::leased`].
+    /// them locally (`tollgate serve --lease-period`), as the server
+    /// decides (one lease ledger per key, the quick-deny cache, the exact path).
     Leased {
         /// How many instances (1 to [`MAX_SIDECARS`]).
         instances: u32,
@@ -58,7 +58,7 @@ pub enum Placement {
     },
     /// `envoys` Envoys with the rate limit quota filter: each enforces its
     /// share of the limit locally and reports usage every `report_ns`,
-    /// after which the shares are split again by demand (see [`super::quota`]).
+    /// after which the shares are split again by demand.
     Quota {
         /// How many Envoys (1 to [`MAX_SIDECARS`]).
         envoys: u32,

@@ -60,7 +60,7 @@ pub struct SampledDecision {
     pub delay_ns: u64,
 }
 
-/// One decision of one lane, as [`Scenario::run_with_decisions`] reports it.
+/// One decision of one lane, as [`Scenario::run_with_decisions`](crate::Scenario::run_with_decisions) reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LaneDecision<'a> {
     /// The label of the lane that decided.
@@ -146,7 +146,7 @@ pub struct LaneReport {
     pub acceptance_rate: f64,
     /// Admitted requests per second of the run.
     pub admitted_rate: f64,
-    /// The window the next figure counts over (see [`Simulation::window`]), in nanoseconds.
+    /// The window the next figure counts over (see [`Simulation::window`](crate::Simulation::window)), in nanoseconds.
     pub window_ns: u64,
     /// The most units admitted across all keys within any such window.
     pub max_admitted_in_window: u64,

@@ -30,8 +30,8 @@
 //!
 //! The store is any `CounterStore`: the in-memory `MemoryCounters`
 //! ([`RateLimitBuilder::in_memory`]) or, with the `redis` feature,
-//! `tollgate_redis::RedisStore` shared by a fleet. Quota leases (a fleet
-//! member deciding locally from a lease of Redis quota) will be one more
+//! `tollgate_redis::RedisStore` shared by a fleet, or `tollgate_redis::LeasedStore`
+//! (a fleet member deciding locally from a lease of Redis quota), one more
 //! `CounterStore` in front of Redis; the layer does not change.
 
 mod error;

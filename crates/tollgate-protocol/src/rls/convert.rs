@@ -1,4 +1,4 @@
-//! Conversions between the plain-Rust [`model`](super::model) and the protobuf [`wire`](super::wire) messages.
+//! Conversions between the plain-Rust [`model`](super::model) and the protobuf [`wire`] messages.
 //!
 //! * Units go through [`Unit`]: one table of wire numbers, names and
 //!   lengths come from the unit itself.

@@ -7,19 +7,32 @@
 //! * [`codec`]: the tonic codec with right-sized buffers, checking a request's caps before decoding it;
 //! * [`client`]: [`RlsClient`], one call with a deadline;
 //! * [`headers`]: the response headers and 429 body rendered from an answer.
+//!
+//! Without the `grpc` feature only [`model`] and [`headers`] are built: what
+//! an app's middleware renders its answers with, free of tonic and protobuf.
 
+#[cfg(feature = "grpc")]
 pub mod caps;
+#[cfg(feature = "grpc")]
 pub mod client;
+#[cfg(feature = "grpc")]
 pub mod codec;
+#[cfg(feature = "grpc")]
 pub mod convert;
 pub mod headers;
+#[cfg(feature = "grpc")]
 pub mod json;
 pub mod model;
+#[cfg(feature = "grpc")]
 mod numbers;
+#[cfg(feature = "grpc")]
 pub mod wire;
 
+#[cfg(feature = "grpc")]
 pub use caps::{CapError, RequestCaps};
+#[cfg(feature = "grpc")]
 pub use client::{InProcessAnswer, InProcessService, RlsClient};
+#[cfg(feature = "grpc")]
 pub use codec::RlsCodec;
 pub use headers::{HeaderOptions, Jitter, LimitHeaderNames, Rendered, ResponseHeaders};
 pub use model::{

@@ -7,7 +7,7 @@
 //! chunk) reaches no upstream and gets 400 ([`request_body`]). The route's
 //! timeout bounds the wait for that frame and the response headers. The
 //! endpoint is the one `tollgate-upstream`'s balancer picked (a
-//! [`SelectedEndpoint`] in the request's extensions, set by the
+//! [`SelectedEndpoint`](tollgate_upstream::balance::SelectedEndpoint) in the request's extensions, set by the
 //! `BalanceLayer` just outside this service).
 
 mod cluster;

@@ -12,6 +12,34 @@ use super::slots::KeyedSlots;
 use crate::error::ConfigError;
 
 /// Applies a per-key concurrency limit to a service.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_shed::concurrency::ConcurrencyLimitLayer;
+/// use tollgate_shed::{BoxError, Shed, ShedReason};
+/// use tower::{Layer, Service, ServiceExt, service_fn};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // One request in flight per tenant; here a request is just its tenant's name.
+/// let layer = ConcurrencyLimitLayer::new(1, |tenant: &&str| tenant.to_string());
+/// let mut service = layer.layer(service_fn(|tenant: &'static str| async move {
+///     Ok::<_, BoxError>(tenant)
+/// }));
+///
+/// // Called, not yet answered: acme's one slot is taken.
+/// let in_flight = service.ready().await.unwrap().call("acme");
+/// let error = service.ready().await.unwrap().call("acme").await.unwrap_err();
+/// let shed = Shed::find(&*error).expect("a shed request");
+/// assert_eq!(shed.reason(), &ShedReason::ConcurrencyLimit { limit: 1 });
+/// assert_eq!(shed.retry_after(), Duration::from_secs(1));
+/// // Another tenant is not held up.
+/// assert_eq!(service.ready().await.unwrap().call("globex").await.unwrap(), "globex");
+/// // Once the first request is answered, its slot is free again.
+/// assert_eq!(in_flight.await.unwrap(), "acme");
+/// assert_eq!(service.ready().await.unwrap().call("acme").await.unwrap(), "acme");
+/// # }
+/// ```
 pub struct ConcurrencyLimitLayer<K, F> {
     key_fn: Arc<F>,
     slots: Arc<KeyedSlots<K>>,

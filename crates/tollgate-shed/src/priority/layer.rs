@@ -9,6 +9,33 @@ use super::service::PriorityShed;
 use super::slots::{SharedClock, SharedSlots};
 
 /// Sheds requests by priority class over a shared in-flight capacity.
+///
+/// ```
+/// use http::Request;
+/// use tollgate_shed::BoxError;
+/// use tollgate_shed::priority::{PriorityConfig, PriorityLayer};
+/// use tower::{Layer, Service, ServiceExt, service_fn};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // 5 in flight: the last one for critical requests only, the last two
+/// // closed to sheddable ones (20 % reserved for each, rounded up).
+/// let layer = PriorityLayer::new(&PriorityConfig::new(5)).unwrap();
+/// let mut service = layer.layer(service_fn(|_: Request<()>| async { Ok::<_, BoxError>("ok") }));
+/// let class = |priority: &str| Request::builder().header("x-priority", priority).body(()).unwrap();
+///
+/// // Three requests called and not yet answered hold three slots.
+/// let mut in_flight = Vec::new();
+/// for _ in 0..3 {
+///     in_flight.push(service.ready().await.unwrap().call(class("default")));
+/// }
+/// assert!(service.ready().await.unwrap().call(class("sheddable")).await.is_err());
+/// in_flight.push(service.ready().await.unwrap().call(class("default")));
+/// assert!(service.ready().await.unwrap().call(class("default")).await.is_err());
+/// assert_eq!(service.ready().await.unwrap().call(class("critical")).await.unwrap(), "ok");
+/// assert_eq!(layer.in_flight(), 4);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct PriorityLayer {
     slots: Arc<SharedSlots>,

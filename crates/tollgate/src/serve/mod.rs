@@ -1,7 +1,7 @@
 //! `tollgate serve`: answers Envoy's rate limit service (RLS v3) over gRPC from a limits file or directory.
 //!
 //! [`args`] holds the flags, [`combine`] combines them with
-//! envoyproxy/ratelimit's environment variables, [`run`] loads the
+//! envoyproxy/ratelimit's environment variables, [`run()`] loads the
 //! limits, builds the engine and the store, and [`listen`] serves gRPC and
 //! HTTP until a signal; [`overrides_args`] holds the overrides API's flags.
 

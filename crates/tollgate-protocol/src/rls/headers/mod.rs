@@ -25,6 +25,7 @@ mod raw_body;
 mod render;
 mod retry_after;
 mod trio;
+#[cfg(feature = "grpc")]
 mod wire_answer;
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! rate is at most `s` per window.
 //!
 //! Every change of a share is sent once its fresh bucket is paid for from
-//! the shared budget ([`changes`]): a fall at once, a growth at the next
+//! the shared budget ([`Changes`]): a fall at once, a growth at the next
 //! payment round that pays for all of it; a move of less than a tenth (of
 //! the share, or of an equal part), up or down, keeps the assignment in
 //! force ([`tollgate_core::fair_share::steady_shares`]; Envoy keeps a token
@@ -29,7 +29,7 @@
 //! Every operation costs in proportion to what it changes, never to a
 //! stream's buckets times its changes: a report reads its buckets against
 //! the rules before the book is locked, and each stream indexes its
-//! buckets by counter ([`stream::Stream::on_counter`]), so how many of its buckets
+//! buckets by counter (`Stream::on_counter`), so how many of its buckets
 //! share a counter, and which, is one lookup.
 
 mod changes;
