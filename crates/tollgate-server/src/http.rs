@@ -334,7 +334,7 @@ async fn decide<C: Clock>(
         if let Ok(response) = &answer {
             metrics.observe(engine.rules(), request, response);
         }
-        metrics.observe_duration("http", start);
+        metrics.observe_duration(crate::metrics::Api::Http, start);
     }
     answer.map_err(|EngineError::InvalidArgument(message)| {
         tracing::debug!(domain = %request.domain, %message, "invalid HTTP rate limit request");

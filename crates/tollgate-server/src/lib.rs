@@ -34,6 +34,7 @@ pub mod quick_deny;
 pub mod reload;
 pub mod rlqs;
 pub mod rule_stats;
+pub mod sharded_histogram;
 pub mod shares;
 pub mod statsd;
 pub mod store;

@@ -53,6 +53,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use smallvec::{SmallVec, smallvec};
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_rules::RuleSet;
 
@@ -61,6 +62,7 @@ use crate::exposition::{ExtraTags, prometheus_text};
 use crate::metric_key::{MetricKeys, MetricKeysCollector};
 use crate::reload::LiveEngine;
 use crate::rule_stats::{RuleStat, RuleStats, RuleStatsCollector};
+use crate::sharded_histogram::ShardedHistogram;
 use tollgate_protocol::rls::RequestCaps;
 use tollgate_protocol::rls::model::{Code, RateLimitRequest, RateLimitResponse};
 
@@ -83,6 +85,25 @@ pub const MAX_PENDING_TIMINGS: usize = 4096;
 pub struct ApiLabels {
     /// `grpc` or `http`.
     pub api: String,
+}
+
+/// The front end that answered a call (the `api` label of `ratelimit_request_duration_seconds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// The RLS gRPC service: also upstream's `total_requests` and `response_time`.
+    Grpc,
+    /// The HTTP API (`/json`, `/v1/check`).
+    Http,
+}
+
+impl Api {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Api::Grpc => "grpc",
+            Api::Http => "http",
+        }
+    }
 }
 
 /// The label of upstream's service series: the gRPC method.
@@ -258,8 +279,14 @@ pub struct Metrics {
     service: Arc<ServiceCounters>,
     config: Arc<dyn ConfigStats>,
     store: SharedStore,
-    duration: Family<ApiLabels, Histogram>,
-    response_time: Family<MethodLabels, Histogram>,
+    duration: Family<ApiLabels, ShardedHistogram>,
+    response_time: Family<MethodLabels, ShardedHistogram>,
+    /// The series of `duration` and `response_time` each call observes,
+    /// made on the first call (so a front end nobody used has none) and
+    /// kept, so a call neither builds a label nor looks one up.
+    grpc_duration: OnceLock<ShardedHistogram>,
+    http_duration: OnceLock<ShardedHistogram>,
+    grpc_response_time: OnceLock<ShardedHistogram>,
     /// How long shaped answers were held (a leaky bucket with `delay`).
     shaped: Histogram,
     /// Response times (seconds) not yet sent to statsd, when statsd is on.
@@ -277,11 +304,12 @@ impl Metrics {
         let mut registry = Registry::default();
         let rules = Arc::new(RuleStats::default());
         let service = Arc::new(ServiceCounters::default());
-        let duration = Family::<ApiLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.000_01, 4.0, 10))) as fn() -> Histogram,
+        let duration = Family::<ApiLabels, ShardedHistogram>::new_with_constructor(
+            (|| ShardedHistogram::new(exponential_buckets(0.000_01, 4.0, 10)))
+                as fn() -> ShardedHistogram,
         );
-        let response_time = Family::<MethodLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(UPSTREAM_BUCKETS)) as fn() -> Histogram,
+        let response_time = Family::<MethodLabels, ShardedHistogram>::new_with_constructor(
+            (|| ShardedHistogram::new(UPSTREAM_BUCKETS)) as fn() -> ShardedHistogram,
         );
         registry.register_collector(Box::new(RuleStatsCollector(Arc::clone(&rules))));
         let shaped = Histogram::new(exponential_buckets(0.001, 2.0, 15));
@@ -308,6 +336,9 @@ impl Metrics {
             store: SharedStore::default(),
             duration,
             response_time,
+            grpc_duration: OnceLock::new(),
+            http_duration: OnceLock::new(),
+            grpc_response_time: OnceLock::new(),
             shaped,
             pending_timings: None,
             near_limit_ratio: if near_limit_ratio.is_finite() {
@@ -414,22 +445,21 @@ impl Metrics {
             let key = self
                 .metric_keys
                 .stats_key(rule, &request.domain, &descriptor.entries);
-            self.rules.add(&key, RuleStat::TotalHits, hits);
+            let mut counts: SmallVec<[(RuleStat, u64); 4]> = smallvec![(RuleStat::TotalHits, hits)];
             match status.code {
                 Code::OverLimit => {
-                    self.rules.add(&key, RuleStat::OverLimit, hits);
+                    counts.push((RuleStat::OverLimit, hits));
                     if response.from_local_cache {
-                        self.rules
-                            .add(&key, RuleStat::OverLimitWithLocalCache, hits);
+                        counts.push((RuleStat::OverLimitWithLocalCache, hits));
                     }
                 }
                 // Over the limit, let through: upstream counts both.
                 Code::Ok if status.shadowed => {
-                    self.rules.add(&key, RuleStat::OverLimit, hits);
-                    self.rules.add(&key, RuleStat::ShadowMode, hits);
+                    counts.push((RuleStat::OverLimit, hits));
+                    counts.push((RuleStat::ShadowMode, hits));
                 }
                 Code::Ok => {
-                    self.rules.add(&key, RuleStat::WithinLimit, hits);
+                    counts.push((RuleStat::WithinLimit, hits));
                     let near = near_hits(
                         u64::from(limit.requests_per_unit),
                         u64::from(status.limit_remaining),
@@ -437,10 +467,11 @@ impl Metrics {
                         self.near_limit_ratio,
                     );
                     if near > 0 {
-                        self.rules.add(&key, RuleStat::NearLimit, near);
+                        counts.push((RuleStat::NearLimit, near));
                     }
                 }
             }
+            self.rules.add_all(&key, &counts);
         }
     }
 
@@ -568,20 +599,32 @@ impl Metrics {
         self.clock.now()
     }
 
-    /// Records the time since `start` for `api` (`grpc` or `http`); a gRPC
-    /// call also counts in upstream's `total_requests` and `response_time`.
-    pub fn observe_duration(&self, api: &str, start: Timestamp) {
+    /// Records the time since `start` for `api`; a gRPC call also counts
+    /// in upstream's `total_requests` and `response_time`.
+    pub fn observe_duration(&self, api: Api, start: Timestamp) {
         let seconds = self.clock.now().saturating_since(start).as_secs_f64();
-        self.duration
-            .get_or_create(&ApiLabels {
-                api: api.to_owned(),
+        let series = match api {
+            Api::Grpc => &self.grpc_duration,
+            Api::Http => &self.http_duration,
+        };
+        series
+            .get_or_init(|| {
+                self.duration
+                    .get_or_create(&ApiLabels {
+                        api: api.label().to_owned(),
+                    })
+                    .clone()
             })
             .observe(seconds);
-        if api == "grpc" {
+        if api == Api::Grpc {
             self.service.total_requests.fetch_add(1, Ordering::Relaxed);
-            self.response_time
-                .get_or_create(&MethodLabels {
-                    grpc_method: GRPC_METHOD,
+            self.grpc_response_time
+                .get_or_init(|| {
+                    self.response_time
+                        .get_or_create(&MethodLabels {
+                            grpc_method: GRPC_METHOD,
+                        })
+                        .clone()
                 })
                 .observe(seconds);
             if let Some(pending) = &self.pending_timings {

@@ -160,12 +160,23 @@ pub type StatValues = [u64; STAT_COUNT];
 impl RuleStats {
     /// Adds `hits` to `stat` of `key`.
     pub fn add(&self, key: &StatsKey, stat: RuleStat, hits: u64) {
-        let existing = self.counters.read().get(key).cloned();
-        let counters = match existing {
-            Some(counters) => counters,
-            None => Arc::clone(self.counters.write().entry(key.clone()).or_default()),
+        self.add_all(key, &[(stat, hits)]);
+    }
+
+    /// Adds each `(stat, hits)` of `counts` to `key`'s counters: one
+    /// lookup under the read lock, the write lock only for a key's first
+    /// count.
+    pub fn add_all(&self, key: &StatsKey, counts: &[(RuleStat, u64)]) {
+        let add = |counters: &Counters| {
+            for &(stat, hits) in counts {
+                counters.0[stat as usize].fetch_add(hits, Ordering::Relaxed);
+            }
         };
-        counters.0[stat as usize].fetch_add(hits, Ordering::Relaxed);
+        if let Some(counters) = self.counters.read().get(key) {
+            add(counters);
+            return;
+        }
+        add(self.counters.write().entry(key.clone()).or_default());
     }
 
     /// Every stats key's counters now.

@@ -194,7 +194,7 @@ impl<C: Clock> RateLimitGrpc<C> {
                 Ok(response) => metrics.observe(engine.rules(), request, response),
                 Err(_) => metrics.observe_service_error(),
             }
-            metrics.observe_duration("grpc", start);
+            metrics.observe_duration(crate::metrics::Api::Grpc, start);
         }
         match answer {
             Ok(response) => {
