@@ -138,6 +138,16 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 log "cargo doc (the workspace's crates, all features, warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
 
+# The workspace builds with every feature on, unified across crates; an
+# app adds one crate with its default features, or none. Those builds are
+# checked too (a feature one crate needs and gets only from a sibling in the
+# workspace would otherwise break only for the app).
+log "cargo check (the app-facing crates alone: default features, and none)"
+for crate in tollgate-middleware tollgate-client tollgate-core tollgate-store; do
+    cargo check -p "$crate" --locked --quiet
+    cargo check -p "$crate" --no-default-features --locked --quiet
+done
+
 log "cargo test (all features)"
 cargo test --workspace --all-features --locked
 
