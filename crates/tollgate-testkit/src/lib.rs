@@ -36,3 +36,4 @@ pub mod tollgate;
 pub mod upstream;
 pub mod window;
 pub mod xds;
+pub mod xds_tls;

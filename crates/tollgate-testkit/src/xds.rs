@@ -7,9 +7,11 @@
 //! for the test to read ([`AdsServer::reply_to`]). Each response's nonce is
 //! its version, so a test finds the answer to a given update by version.
 //! [`AdsServer::stop`] ends every stream and closes the port, and
-//! [`AdsServer::start_on`] starts again on the same address (a restart).
+//! [`AdsServer::start_on`] starts again on the same address (a restart);
+//! [`AdsServer::start_tls`] serves over mutual TLS ([`crate::xds_tls`]).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,6 +77,18 @@ impl AdsServer {
 
     /// Starts on `addr` (the address of a server stopped before, for a restart).
     pub async fn start_on(addr: SocketAddr) -> AdsServer {
+        AdsServer::launch(addr, None).await
+    }
+
+    /// Starts on a free loopback port over TLS with the certificate `cert`
+    /// and key `key`, requiring a client certificate that `client_ca` signed
+    /// (as Envoy Gateway's xDS server does).
+    pub async fn start_tls(cert: &Path, key: &Path, client_ca: &Path) -> AdsServer {
+        let config = super::xds_tls::server_config(cert, key, client_ca);
+        AdsServer::launch(SocketAddr::from(([127, 0, 0, 1], 0)), Some(config)).await
+    }
+
+    async fn launch(addr: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> AdsServer {
         let listener = TcpListener::bind(addr)
             .await
             .unwrap_or_else(|error| panic!("the ADS server binds {addr}: {error}"));
@@ -87,17 +101,21 @@ impl AdsServer {
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let service = AggregatedDiscoveryServiceServer::new(Service(Arc::clone(&shared)));
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                )
-                .await;
-        });
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        let server = tonic::transport::Server::builder().add_service(service);
+        let task = match tls {
+            None => tokio::spawn(async move {
+                let incoming = tonic::transport::server::TcpIncoming::from(listener);
+                let _ = server.serve_with_incoming_shutdown(incoming, stopped).await;
+            }),
+            Some(config) => tokio::spawn(async move {
+                let (incoming, accepting) = super::xds_tls::incoming(listener, config);
+                let _ = server.serve_with_incoming_shutdown(incoming, stopped).await;
+                accepting.abort();
+            }),
+        };
         AdsServer {
             addr,
             shared,

@@ -14,6 +14,8 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 use rls_client::{channel, request};
 use tollgate_testkit::budget::{BUDGET, poll_until_async};
 use tollgate_testkit::http;
+use tollgate_testkit::pki::TestCa;
+use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
 use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
 use tollgate_testkit::xds::AdsServer;
@@ -224,4 +226,37 @@ async fn an_oversized_update_is_refused_and_the_running_config_kept() {
     );
     assert!(ads.reply_to("v3").await.error_detail.is_none());
     assert_eq!(admitted(&rpc, "later", "k", 2).await, 1, "v3 is in service");
+}
+
+/// Over mutual TLS, as Envoy Gateway's xDS server requires: `serve` checks
+/// the server's certificate against `--config-xds-tls-ca` and the name
+/// `--config-xds-tls-server-name`, and presents its own certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_serve_checks_the_server_and_presents_its_certificate() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let scratch = TempDir::new("xds-tls");
+    let ca = TestCa::new(&scratch.0, "xds");
+    let server = ca.issue("server", &["envoy-gateway"]);
+    let client = ca.issue("client", &["envoy-ratelimit"]);
+    let ads = AdsServer::start_tls(&server.cert, &server.key, ca.ca()).await;
+    ads.serve("v1", &[config("tls", "tls", "k", 1)]);
+    let url = format!("https://{}", ads.addr());
+    let path = |p: &std::path::Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let (ca_path, cert, key) = (path(ca.ca()), path(&client.cert), path(&client.key));
+    let serve = spawn_serve(
+        &url,
+        &[
+            "--config-xds-tls-ca",
+            &ca_path,
+            "--config-xds-tls-cert",
+            &cert,
+            "--config-xds-tls-key",
+            &key,
+            "--config-xds-tls-server-name",
+            "envoy-gateway",
+        ],
+    );
+    assert!(ads.reply_to("v1").await.error_detail.is_none());
+    let rpc = channel(&serve.address()).await;
+    assert_eq!(admitted(&rpc, "tls", "k", 2).await, 1, "1 a day, over TLS");
 }
