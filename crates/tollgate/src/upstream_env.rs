@@ -170,7 +170,7 @@ pub const VARIABLES: &[Variable] = &[
     no_effect(
         "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
         "false",
-        "Tollgate never serves before a config is loaded (unless --allow-empty-config)",
+        "Tollgate never serves before a config is loaded unless told to (--allow-empty-config, FORCE_START_WITHOUT_INITIAL_CONFIG), and then is healthy at once",
     ),
     // Answers.
     honoured("NEAR_LIMIT_RATIO", "0.8"),

@@ -238,13 +238,42 @@ fn a_refused_variable_stops_start_up_naming_it() {
 
 /// Configured as Envoy Gateway configures envoyproxy/ratelimit
 /// (`CONFIG_TYPE=GRPC_XDS_SOTW`, the xDS server's URL, a node id and
-/// metadata), `serve` takes its limits from the xDS server; it used to
-/// refuse `CONFIG_TYPE=GRPC_XDS_SOTW` at start. With `--config` too it
-/// refuses to guess which source is meant.
+/// metadata, `FORCE_START_WITHOUT_INITIAL_CONFIG=true`), `serve` listens at
+/// once (unlimited until a config arrives, as forced) and then takes its
+/// limits from the xDS server; it used to refuse `CONFIG_TYPE=GRPC_XDS_SOTW`
+/// at start. With `--config` too it refuses to guess which source is meant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_type_grpc_xds_sotw_takes_the_limits_from_the_xds_server() {
     window::wait_clear_of_window_end(DAY, DAY_MARGIN);
     let ads = AdsServer::start().await;
+    let url = ads.addr().to_string();
+    let xds_env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", url.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-gateway"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=eg,zone=a"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+    ];
+    let mut args = vec!["serve", "--store", "memory"];
+    args.extend_from_slice(&EPHEMERAL_ADDRS);
+    let server = Server::spawn_with_env(&args, &xds_env);
+    let channel = channel(&server.address()).await;
+    let one = request("u", "k", "x");
+    assert_eq!(
+        admitted(std::slice::from_ref(&channel), &one, 3).await,
+        3,
+        "forced to start: unlimited until the first config"
+    );
+    let subscription = ads.next_request().await;
+    let node = subscription.node.expect("the node is named");
+    assert_eq!(node.id, "envoy-gateway");
+    let metadata = node.metadata.expect("node metadata").fields;
+    assert_eq!(
+        metadata.get("cluster").and_then(|v| v.kind.clone()),
+        Some(Kind::StringValue("eg".to_owned()))
+    );
     ads.serve(
         "1",
         &[RateLimitConfig {
@@ -261,32 +290,11 @@ async fn config_type_grpc_xds_sotw_takes_the_limits_from_the_xds_server() {
             }],
         }],
     );
-    let url = ads.addr().to_string();
-    let xds_env = [
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-        ("CONFIG_GRPC_XDS_SERVER_URL", url.as_str()),
-        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-gateway"),
-        ("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=eg,zone=a"),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-    ];
-    let mut args = vec!["serve", "--store", "memory"];
-    args.extend_from_slice(&EPHEMERAL_ADDRS);
-    let server = Server::spawn_with_env(&args, &xds_env);
-    let subscription = ads.next_request().await;
-    let node = subscription.node.expect("the node is named");
-    assert_eq!(node.id, "envoy-gateway");
-    let metadata = node.metadata.expect("node metadata").fields;
-    assert_eq!(
-        metadata.get("cluster").and_then(|v| v.kind.clone()),
-        Some(Kind::StringValue("eg".to_owned()))
-    );
     assert!(ads.reply_to("1").await.error_detail.is_none());
-    let channel = channel(&server.address()).await;
     assert_eq!(
-        admitted(&[channel], &request("u", "k", "x"), 3).await,
+        admitted(&[channel], &one, 3).await,
         2,
-        "2 a day, from the xDS server"
+        "2 a day, from the xDS server (counting starts with the config)"
     );
 
     let scratch = TempDir::new("xds-and-config");
