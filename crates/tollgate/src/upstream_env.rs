@@ -146,12 +146,12 @@ pub const VARIABLES: &[Variable] = &[
     no_effect(
         "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
         "0.5",
-        "Tollgate's xDS reconnection backoff always has full jitter",
+        "each of Tollgate's xDS reconnection waits is drawn between half its bound and the bound",
     ),
     no_effect(
         "XDS_CLIENT_BACKOFF_JITTER",
         "true",
-        "Tollgate's xDS reconnection backoff always has full jitter",
+        "each of Tollgate's xDS reconnection waits is drawn between half its bound and the bound",
     ),
     honoured("RUNTIME_ROOT", "/srv/runtime_data/current"),
     honoured("RUNTIME_SUBDIRECTORY", ""),

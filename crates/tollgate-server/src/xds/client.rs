@@ -60,7 +60,8 @@ pub struct XdsOptions {
     pub node_metadata: Vec<(String, String)>,
     /// gRPC metadata sent on the stream (upstream's `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS`).
     pub headers: Vec<(AsciiMetadataKey, AsciiMetadataValue)>,
-    /// The first wait before reconnecting (doubled each failure, full jitter).
+    /// The longest first wait before reconnecting (doubled each failure;
+    /// each wait is jittered between half its bound and the bound).
     pub backoff_first: Duration,
     /// The longest wait before reconnecting.
     pub backoff_longest: Duration,
@@ -104,9 +105,11 @@ async fn run<C>(live: Arc<LiveEngine<C>>, options: XdsOptions, state: Arc<XdsSta
 where
     C: Clock + Clone + Send + Sync + 'static,
 {
+    // backon's jitter adds up to the delay again, so half of each bound
+    // jittered gives waits between half of the bound and the bound.
     let builder = ExponentialBuilder::default()
-        .with_min_delay(options.backoff_first)
-        .with_max_delay(options.backoff_longest)
+        .with_min_delay(options.backoff_first / 2)
+        .with_max_delay(options.backoff_longest / 2)
         .with_jitter()
         .without_max_times();
     let mut backoff = builder.build();

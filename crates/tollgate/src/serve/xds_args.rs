@@ -74,9 +74,10 @@ pub struct XdsArgs {
     /// (CONFIG_GRPC_XDS_SERVER_TLS_SAN) [default: the URL's host].
     #[arg(long, env = "TOLLGATE_CONFIG_XDS_TLS_SERVER_NAME", value_name = "NAME")]
     pub config_xds_tls_server_name: Option<String>,
-    /// The first wait before reconnecting to the xDS server, doubled after
-    /// each failure with full jitter (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL,
-    /// else CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL) [default: 1s].
+    /// The bound of the first wait before reconnecting to the xDS server,
+    /// doubled after each failure; each wait is drawn between half its bound
+    /// and the bound (XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, else
+    /// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL) [default: 1s].
     #[arg(long, env = "TOLLGATE_CONFIG_XDS_BACKOFF_INITIAL", value_name = "DURATION", value_parser = parse_timeout)]
     pub config_xds_backoff_initial: Option<Duration>,
     /// The longest wait before reconnecting (XDS_CLIENT_BACKOFF_MAX_INTERVAL) [default: 30s].
