@@ -93,6 +93,18 @@ where
     AbortOnDrop::new([tokio::spawn(run(live, options, state))])
 }
 
+/// Waits whose bound starts at `first` and doubles up to `longest`, each
+/// drawn between half its bound and the bound, without end.
+fn reconnect_backoff(first: Duration, longest: Duration) -> ExponentialBuilder {
+    // backon's jitter adds up to the delay again, so half of each bound
+    // jittered gives waits between half of the bound and the bound.
+    ExponentialBuilder::default()
+        .with_min_delay(first / 2)
+        .with_max_delay(longest / 2)
+        .with_jitter()
+        .without_max_times()
+}
+
 /// How a stream ended.
 struct Ended {
     /// Whether an update went into service on it (the backoff starts over).
@@ -105,13 +117,7 @@ async fn run<C>(live: Arc<LiveEngine<C>>, options: XdsOptions, state: Arc<XdsSta
 where
     C: Clock + Clone + Send + Sync + 'static,
 {
-    // backon's jitter adds up to the delay again, so half of each bound
-    // jittered gives waits between half of the bound and the bound.
-    let builder = ExponentialBuilder::default()
-        .with_min_delay(options.backoff_first / 2)
-        .with_max_delay(options.backoff_longest / 2)
-        .with_jitter()
-        .without_max_times();
+    let builder = reconnect_backoff(options.backoff_first, options.backoff_longest);
     let mut backoff = builder.build();
     let mut session = Session {
         live,
@@ -331,5 +337,33 @@ fn node(options: &XdsOptions) -> Node {
         metadata: (!options.node_metadata.is_empty()).then_some(Struct { fields }),
         user_agent_name: "tollgate".to_owned(),
         ..Node::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// backon's jitter adds up to the delay again: with the bounds given to
+    /// it as they are, a 1s maximum let waits of up to 2s through.
+    #[test]
+    fn every_reconnection_wait_is_between_half_its_bound_and_the_bound() {
+        let (first, longest) = (Duration::from_millis(100), Duration::from_secs(1));
+        let waits: Vec<Duration> = reconnect_backoff(first, longest)
+            .with_jitter_seed(7)
+            .build()
+            .take(200)
+            .collect();
+        assert_eq!(waits.len(), 200, "it never gives up");
+        assert!(waits[0] >= first / 2 && waits[0] <= first, "{:?}", waits[0]);
+        for wait in &waits {
+            assert!(*wait >= first / 2 && *wait <= longest, "{wait:?}");
+        }
+        let top: Vec<&Duration> = waits.iter().skip(10).collect();
+        assert!(top.iter().all(|w| **w >= longest / 2), "{top:?}");
+        assert!(
+            top.iter().any(|w| **w != *top[0]),
+            "jittered, not all equal: {top:?}"
+        );
     }
 }
