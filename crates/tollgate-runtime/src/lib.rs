@@ -17,6 +17,7 @@
 //!   files change or on SIGHUP.
 //! * [`LabelValue`]: a Prometheus label value written escaped, for label
 //!   values that callers or configurations choose.
+//! * [`error_chain`]: an error worded with its sources (tonic's and hyper's say little alone).
 //! * [`trace_context`]: whether tracing is on, and W3C trace context taken
 //!   from a request's headers and passed on to the next hop.
 
@@ -25,6 +26,7 @@
 mod accept;
 mod connection_limit;
 mod entries;
+mod error_chain;
 mod label_value;
 mod open_connections;
 mod reload_trigger;
@@ -38,6 +40,7 @@ mod watcher;
 pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};
 pub use connection_limit::ConnectionLimit;
 pub use entries::{ConfigEntries, EveryEntry};
+pub use error_chain::error_chain;
 pub use label_value::LabelValue;
 pub use open_connections::{ConnectionAge, OpenConnections};
 pub use reload_trigger::{ReloadTrigger, Trigger};

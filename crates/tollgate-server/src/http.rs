@@ -30,7 +30,7 @@
 //!   descriptor or entry caps is 400 naming the cap (counted in the JSON
 //!   text before the request is built).
 //! * `GET /rlconfig` lists the rules in service, one line per rule, each
-//!   with its source: `file` or `override` ([`crate::overrides`]).
+//!   with its source: `file`, `xds` ([`crate::xds`]) or `override` ([`crate::overrides`]).
 //! * `GET /version` answers the build serving as JSON (`version`,
 //!   `git_hash`, `profile`, `features`), when the state has it
 //!   ([`HttpState::with_build_info`]).
@@ -628,8 +628,9 @@ async fn rlconfig<C: Clock + 'static>(State(state): State<HttpState<C>>) -> Stri
     rules_dump(state.engine.load().rules())
 }
 
-/// One line per rule: `domain.key_value: limit; limit[, shadow_mode…], source=file|override`
-/// (`override`: set through the overrides API, laid over the files' rules).
+/// One line per rule: `domain.key_value: limit; limit[, shadow_mode…], source=file|xds|override`
+/// (`xds`: from an xDS management server; `override`: set through the
+/// overrides API, laid over the files' or the xDS server's rules).
 pub fn rules_dump(rules: &RuleSet) -> String {
     let mut out = String::new();
     let mut domains: Vec<&str> = rules.domains().collect();
@@ -652,6 +653,12 @@ pub fn rules_dump(rules: &RuleSet) -> String {
             }
             if rule.file.as_os_str() == crate::overrides::OVERRIDE_SOURCE {
                 out.push_str(", source=override");
+            } else if rule
+                .file
+                .to_string_lossy()
+                .starts_with(crate::xds::XDS_SOURCE_PREFIX)
+            {
+                out.push_str(", source=xds");
             } else {
                 out.push_str(", source=file");
             }

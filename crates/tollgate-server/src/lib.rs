@@ -17,6 +17,7 @@
 //! connection bound as gauges; [`build_info`] says what build serves.
 //! [`exposition`] writes `/metrics` in the Prometheus text format and
 //! [`statsd`] sends the same statistics as statsd or DogStatsD lines.
+//! [`xds`] takes the limits from an xDS management server instead of files.
 
 #![forbid(unsafe_code)]
 
@@ -38,6 +39,7 @@ pub mod sharded_histogram;
 pub mod shares;
 pub mod statsd;
 pub mod store;
+pub mod xds;
 
 pub use build_info::BuildInfo;
 pub use engine::{Engine, EngineError, EngineOptions};

@@ -269,15 +269,42 @@ impl<C: Clock> LiveEngine<C> {
             hash: read.hash,
             warnings,
         };
+        self.swap_files(&mut layers, rules, read.hash);
+        Ok(ReloadOutcome::Reloaded(summary))
+    }
+
+    /// Puts `rules`, read from somewhere other than the configuration path
+    /// (an xDS server, see [`crate::xds`]) and hashing to `hash`, in service
+    /// as a reload does: the overrides stay laid over them, and counters
+    /// whose algorithm and window are unchanged keep counting.
+    pub fn put_rules(&self, rules: RuleSet, hash: u64)
+    where
+        C: Clone,
+    {
+        let mut layers = self.reloading.lock();
+        self.swap_files(&mut layers, rules, hash);
+    }
+
+    /// Counts a configuration that was refused and kept the running one
+    /// (`config_load_error`), when it came from somewhere other than the
+    /// configuration path.
+    pub fn count_refused(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes `rules` the files' layer and swaps in an engine of it with the overrides laid over.
+    fn swap_files(&self, layers: &mut Layers, rules: RuleSet, hash: u64)
+    where
+        C: Clone,
+    {
         layers.files = Arc::new(rules);
         let next = self
             .current
             .load()
             .with_rules(layers.overrides.apply(&layers.files));
         self.current.store(Arc::new(next));
-        self.config_hash.store(read.hash, Ordering::Relaxed);
+        self.config_hash.store(hash, Ordering::Relaxed);
         self.successes.fetch_add(1, Ordering::Relaxed);
-        Ok(ReloadOutcome::Reloaded(summary))
     }
 
     /// Lays `overrides` over the files' rules and puts the result in

@@ -6,7 +6,7 @@
 //! ([`redis`], [`redis_cluster`], [`redis_sentinel`], TLS-only ones in [`redis_tls`]), the `tollgate` binary as a child process
 //! ([`tollgate`], on top of [`process`]), Envoy ([`envoy`]) on the
 //! repository's example bootstraps ([`bootstrap`]), a loopback upstream
-//! ([`upstream`]). Around them it gives scratch directories
+//! ([`upstream`]), an xDS management server serving rate limit configs ([`xds`]). Around them it gives scratch directories
 //! ([`scratch`]), free loopback ports ([`ports`]), bounded waits on a real
 //! clock ([`budget`]), waits clear of a fixed window's reset ([`window`]), a test CA writing PEM files ([`pki`]), limits-file fragments ([`limits`]), the fuzzers'
 //! fixed-seed runner ([`fuzz`]) and one small HTTP client, blocking ([`http`], on
@@ -35,3 +35,5 @@ pub mod scratch;
 pub mod tollgate;
 pub mod upstream;
 pub mod window;
+pub mod xds;
+pub mod xds_tls;

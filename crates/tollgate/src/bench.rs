@@ -36,7 +36,6 @@
 //! descriptor `template`s, and `http`.
 
 mod command;
-mod error_chain;
 mod http;
 mod load;
 mod report;

@@ -78,11 +78,6 @@ const fn no_effect(name: &'static str, default: &'static str, why: &'static str)
     }
 }
 
-/// Whether `value` is upstream's `FILE` config type.
-fn is_file_config(value: &str) -> bool {
-    value.eq_ignore_ascii_case("FILE")
-}
-
 /// Whether `value` is a zero duration (`0`, `0s`, …): upstream's "retry forever".
 fn is_zero_duration(value: &str) -> bool {
     let value = value.trim();
@@ -130,10 +125,34 @@ pub const VARIABLES: &[Variable] = &[
         name: "CONFIG_TYPE",
         default: "FILE",
         disposition: Disposition::RefusedUnless(
-            is_file_config,
-            "Tollgate reads limits files only (FILE); xDS (GRPC_XDS_SOTW) is not supported",
+            crate::serve::is_known_config_type,
+            "Tollgate reads limits files (FILE) or an xDS server (GRPC_XDS_SOTW)",
         ),
     },
+    // xDS (crate::serve's xds_args; set without CONFIG_TYPE=GRPC_XDS_SOTW, each is noted at start).
+    honoured("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"),
+    honoured("CONFIG_GRPC_XDS_NODE_ID", "default"),
+    honoured("CONFIG_GRPC_XDS_NODE_METADATA", ""),
+    honoured("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", ""),
+    honoured("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s"),
+    honoured("CONFIG_GRPC_XDS_SERVER_USE_TLS", "false"),
+    honoured("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", ""),
+    honoured("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", ""),
+    honoured("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ""),
+    honoured("CONFIG_GRPC_XDS_SERVER_TLS_SAN", ""),
+    honoured("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s"),
+    honoured("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s"),
+    honoured("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", ""),
+    no_effect(
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "0.5",
+        "each of Tollgate's xDS reconnection waits is drawn between half its bound and the bound",
+    ),
+    no_effect(
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "true",
+        "each of Tollgate's xDS reconnection waits is drawn between half its bound and the bound",
+    ),
     honoured("RUNTIME_ROOT", "/srv/runtime_data/current"),
     honoured("RUNTIME_SUBDIRECTORY", ""),
     honoured("RUNTIME_APPDIRECTORY", "config"),
@@ -151,7 +170,7 @@ pub const VARIABLES: &[Variable] = &[
     no_effect(
         "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
         "false",
-        "Tollgate never serves before a config is loaded (unless --allow-empty-config)",
+        "Tollgate never serves before a config is loaded unless told to (--allow-empty-config, FORCE_START_WITHOUT_INITIAL_CONFIG), and then is healthy at once",
     ),
     // Answers.
     honoured("NEAR_LIMIT_RATIO", "0.8"),
@@ -265,14 +284,6 @@ pub const FAMILIES: &[(&str, Disposition)] = &[
     (
         "MEMCACHE_",
         Disposition::NoEffect("read only with BACKEND_TYPE=memcache"),
-    ),
-    (
-        "CONFIG_GRPC_XDS_",
-        Disposition::NoEffect("read only with CONFIG_TYPE=GRPC_XDS_SOTW"),
-    ),
-    (
-        "XDS_CLIENT_",
-        Disposition::NoEffect("read only with CONFIG_TYPE=GRPC_XDS_SOTW"),
     ),
     (
         "DOG_STATSD_MOGRIFIER_",

@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::time::Duration;
 
+use envoy_types::pb::google::protobuf::value::Kind;
+use envoy_types::pb::ratelimit::config::ratelimit::v3::{
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+};
 use rls_client::{channel, request};
 use rls_load::admitted;
 use tollgate_testkit::budget::{BUDGET, Stopwatch};
@@ -16,6 +20,7 @@ use tollgate_testkit::redis_sentinel::Sentinel;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
 use tollgate_testkit::window::{self, DAY, DAY_MARGIN};
+use tollgate_testkit::xds::AdsServer;
 
 /// 2 per day for `k`; a store error denies, so only a working store admits anything.
 const LIMITS: &str = "domain: u
@@ -217,7 +222,7 @@ fn a_refused_variable_stops_start_up_naming_it() {
     let config = scratch.limits(LIMITS);
     for (name, value) in [
         ("BACKEND_TYPE", "memcache"),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
         ("REDIS_PERSECOND", "true"),
     ] {
         let mut server = Server::spawn_with_env(
@@ -229,6 +234,79 @@ fn a_refused_variable_stops_start_up_naming_it() {
         assert!(stderr.contains(name), "{name}: {stderr}");
         assert!(lines.is_empty(), "{name}: it listened: {lines:?}");
     }
+}
+
+/// Configured as Envoy Gateway configures envoyproxy/ratelimit
+/// (`CONFIG_TYPE=GRPC_XDS_SOTW`, the xDS server's URL, a node id and
+/// metadata, `FORCE_START_WITHOUT_INITIAL_CONFIG=true`), `serve` listens at
+/// once (unlimited until a config arrives, as forced) and then takes its
+/// limits from the xDS server; it used to refuse `CONFIG_TYPE=GRPC_XDS_SOTW`
+/// at start. With `--config` too it refuses to guess which source is meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_type_grpc_xds_sotw_takes_the_limits_from_the_xds_server() {
+    window::wait_clear_of_window_end(DAY, DAY_MARGIN);
+    let ads = AdsServer::start().await;
+    let url = ads.addr().to_string();
+    let xds_env = [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", url.as_str()),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-gateway"),
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "cluster=eg,zone=a"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+    ];
+    let mut args = vec!["serve", "--store", "memory"];
+    args.extend_from_slice(&EPHEMERAL_ADDRS);
+    let server = Server::spawn_with_env(&args, &xds_env);
+    let channel = channel(&server.address()).await;
+    let one = request("u", "k", "x");
+    assert_eq!(
+        admitted(std::slice::from_ref(&channel), &one, 3).await,
+        3,
+        "forced to start: unlimited until the first config"
+    );
+    let subscription = ads.next_request().await;
+    let node = subscription.node.expect("the node is named");
+    assert_eq!(node.id, "envoy-gateway");
+    let metadata = node.metadata.expect("node metadata").fields;
+    assert_eq!(
+        metadata.get("cluster").and_then(|v| v.kind.clone()),
+        Some(Kind::StringValue("eg".to_owned()))
+    );
+    ads.serve(
+        "1",
+        &[RateLimitConfig {
+            name: "u".to_owned(),
+            domain: "u".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                key: "k".to_owned(),
+                rate_limit: Some(RateLimitPolicy {
+                    unit: RateLimitUnit::Day as i32,
+                    requests_per_unit: 2,
+                    ..RateLimitPolicy::default()
+                }),
+                ..RateLimitDescriptor::default()
+            }],
+        }],
+    );
+    assert!(ads.reply_to("1").await.error_detail.is_none());
+    assert_eq!(
+        admitted(&[channel], &one, 3).await,
+        2,
+        "2 a day, from the xDS server (counting starts with the config)"
+    );
+
+    let scratch = TempDir::new("xds-and-config");
+    let config = scratch.limits(LIMITS);
+    let mut both = Server::spawn_with_env(
+        &serve_args(config.to_str().unwrap(), &["--store", "memory"]),
+        &xds_env,
+    );
+    let (code, lines, stderr) = both.finish();
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--config"), "{stderr}");
+    assert!(lines.is_empty(), "it listened: {lines:?}");
 }
 
 /// `TOLLGATE_REDIS_KEY_FORMAT=upstream` in upstream's environment: a count an

@@ -19,11 +19,11 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::error_chain::error_chain;
 use super::load::{LoadArgs, Sender, drive, runtime};
 use super::report::Heading;
 use super::tally::{Counts, ErrorCounts};
 use crate::CommandError;
+use tollgate_runtime::error_chain;
 
 /// The arguments of `tollgate bench http`.
 #[derive(Args, Debug)]

@@ -10,12 +10,12 @@ use tollgate_protocol::rls::RlsClient;
 use tollgate_protocol::rls::wire::{self, RateLimitRequest};
 use tonic::transport::{Channel, Endpoint};
 
-use super::error_chain::error_chain;
 use super::load::{LoadArgs, Sender, drive, runtime};
 use super::report::Heading;
 use super::tally::{Counts, ErrorCounts};
 use super::template::{Template, parse_template};
 use crate::CommandError;
+use tollgate_runtime::error_chain;
 
 /// The arguments of `tollgate bench rls`.
 #[derive(Args, Debug)]

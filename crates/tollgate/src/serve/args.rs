@@ -90,6 +90,9 @@ pub struct ServeArgs {
     /// The overrides API.
     #[command(flatten)]
     pub overrides: super::overrides_args::OverridesArgs,
+    /// Limits from an xDS management server.
+    #[command(flatten)]
+    pub xds: super::xds_args::XdsArgs,
     /// The most verbose level logged on stderr: error, warn, info, debug or
     /// trace [default: info].
     #[arg(long, env = "TOLLGATE_LOG_LEVEL", value_name = "LEVEL")]

@@ -86,6 +86,8 @@ pub(super) struct Settings {
     /// The gRPC connections' maximum age and grace (`None`: not aged).
     pub(super) max_connection_age: Option<ConnectionAge>,
     pub(super) config: PathBuf,
+    /// Limits from an xDS server instead of `config` (`--config-xds`, upstream's `CONFIG_TYPE=GRPC_XDS_SOTW`).
+    pub(super) xds: Option<super::xds_args::XdsSetting>,
     pub(super) merge_domains: bool,
     /// Every descriptor is a quota descriptor (upstream's `QUOTA_MODE`).
     pub(super) quota_mode: bool,
@@ -161,10 +163,11 @@ fn connection_age(
 }
 
 pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, CommandError> {
-    let notes = env.check()?;
-    // Without --config, `serve` is configured the way upstream is: its
-    // runtime directory and its listening defaults.
-    let upstream = args.config.is_none();
+    let mut notes = env.check()?;
+    let xds = super::xds_args::xds_setting(&args.xds, env, args.config.as_ref(), &mut notes)?;
+    // Without --config (or --config-xds), `serve` is configured the way
+    // upstream is: its runtime directory and its listening defaults.
+    let upstream = args.config.is_none() && args.xds.config_xds.is_none();
     let config = match &args.config {
         Some(path) => path.clone(),
         None => runtime_directory(env),
@@ -276,6 +279,7 @@ pub(super) fn settings(args: &ServeArgs, env: &UpstreamEnv) -> Result<Settings, 
         notes,
         max_connection_age,
         config,
+        xds,
         merge_domains: args.limits.merge_domains
             || env.bool("MERGE_DOMAIN_CONFIG")?.unwrap_or(false),
         quota_mode: args.quota_mode || env.bool("QUOTA_MODE")?.unwrap_or(false),

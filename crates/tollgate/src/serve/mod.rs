@@ -3,7 +3,8 @@
 //! [`args`] holds the flags, [`combine`] combines them with
 //! envoyproxy/ratelimit's environment variables, [`run()`] loads the
 //! limits, builds the engine and the store, and [`listen`] serves gRPC and
-//! HTTP until a signal; [`overrides_args`] holds the overrides API's flags.
+//! HTTP until a signal; [`overrides_args`] holds the overrides API's flags
+//! and [`xds_args`] those of limits from an xDS management server.
 
 mod args;
 mod combine;
@@ -13,6 +14,8 @@ mod run;
 mod store_connect;
 #[cfg(test)]
 mod tests;
+mod xds_args;
 
 pub use args::ServeArgs;
 pub use run::run;
+pub use xds_args::is_known_config_type;

@@ -1,10 +1,10 @@
-//! [`run`]: loads the limits, connects the store, builds the engine and the quota book, then serves until a signal.
+//! [`run`]: loads the limits (or subscribes to an xDS server), connects the store, builds the engine and the quota book, then serves until a signal.
 
 use std::sync::Arc;
 
 use tollgate_core::CoarseClock;
 use tollgate_protocol::rls::{Jitter, ResponseHeaders};
-use tollgate_rules::LoadOptions;
+use tollgate_rules::{LoadOptions, RuleSet};
 use tollgate_runtime::ConnectionLimit;
 use tollgate_server::bounds::{BoundsCollector, BoundsSource};
 use tollgate_server::http::HttpLimits;
@@ -17,6 +17,7 @@ use tollgate_server::overrides::fleet::Fleet;
 use tollgate_server::overrides::gauges::OverridesCollector;
 use tollgate_server::rlqs::{QuotaBook, RlqsCollector, RlqsOptions};
 use tollgate_server::store::RemoteOptions;
+use tollgate_server::xds::{XdsCollector, XdsState};
 use tollgate_server::{Engine, LiveEngine};
 
 use crate::CommandError;
@@ -65,20 +66,24 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         allow_empty: options.allow_empty || settings.force_start_without_initial_config,
         ..options
     };
-    let crate::limits_file::StartRules {
-        rules,
-        hash: config_hash,
-    } = crate::limits_file::read_at_start(config_path, start_options)?;
-    if rules.rule_count() == 0 && !args.limits.allow_empty_config {
-        tracing::warn!(
-            config = %config_path.display(),
-            "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
-        );
-    }
-
-    if args.redis_key_format == super::args::RedisKeyFormat::Upstream {
-        warn_own_keys(&rules, settings.store.is_some());
-    }
+    // From an xDS server, the rules arrive once the client runs (below).
+    let (rules, config_hash) = match &settings.xds {
+        Some(_) => (RuleSet::default(), 0),
+        None => {
+            let crate::limits_file::StartRules { rules, hash } =
+                crate::limits_file::read_at_start(config_path, start_options)?;
+            if rules.rule_count() == 0 && !args.limits.allow_empty_config {
+                tracing::warn!(
+                    config = %config_path.display(),
+                    "started without a rate limit (--force-start-without-initial-config): every request is unlimited until a reload brings rules; a reload back to no rule is refused"
+                );
+            }
+            if args.redis_key_format == super::args::RedisKeyFormat::Upstream {
+                warn_own_keys(&rules, settings.store.is_some());
+            }
+            (rules, hash)
+        }
+    };
     let engine_options = args.engine_options(&settings);
     // Follows the system wall clock (re-read every millisecond, never going
     // back): the in-memory counters and the Redis store's `local` fallback
@@ -110,12 +115,19 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         }
     };
     let engine = Arc::new(engine);
-    let live = Arc::new(LiveEngine::new(
-        engine,
-        config_path.clone(),
-        options,
-        config_hash,
-    ));
+    let live = Arc::new(match &settings.xds {
+        Some(_) => LiveEngine::fixed(engine),
+        None => LiveEngine::new(engine, config_path.clone(), options, config_hash),
+    });
+    let xds = settings
+        .xds
+        .as_ref()
+        .map(|xds| {
+            let client = xds.options(options)?;
+            let state = Arc::new(XdsState::new(client.max_update_bytes));
+            Ok::<_, CommandError>((client, state))
+        })
+        .transpose()?;
 
     let overrides = start_overrides(args, &live, options)?;
 
@@ -166,7 +178,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     if settings.statsd.is_some() {
         metrics = metrics.with_statsd_timings();
     }
-    let metrics = metrics.with_collector(Box::new(OverridesCollector(Arc::clone(&overrides.0))));
+    let mut metrics =
+        metrics.with_collector(Box::new(OverridesCollector(Arc::clone(&overrides.0))));
+    if let Some((_, state)) = &xds {
+        metrics = metrics.with_collector(Box::new(XdsCollector(Arc::clone(state))));
+    }
     let metrics = Arc::new(
         metrics
             .with_build_info(&crate::version::build_info())
@@ -179,9 +195,44 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         statsd: settings.statsd.clone(),
         prometheus: settings.prometheus.clone(),
     };
+    let _xds_client = match xds {
+        Some((client, state)) => {
+            let uri = client.server.uri.clone();
+            let guard = {
+                let _entered = runtime.enter();
+                tollgate_server::xds::spawn(Arc::clone(&live), client, Arc::clone(&state))
+            };
+            if settings.force_start_without_initial_config {
+                tracing::warn!(
+                    server = %uri,
+                    "listening before the first config from the xDS server (--force-start-without-initial-config): every request is unlimited until it arrives"
+                );
+            } else if !runtime.block_on(first_config(&state, &uri)) {
+                tracing::info!("stopped before the first config from the xDS server arrived");
+                return Ok(());
+            }
+            Some(guard)
+        }
+        None => None,
+    };
     runtime.block_on(serve(
         listen, live, headers, metrics, caps, limits, quota_book, overrides,
     ))
+}
+
+/// Waits until the xDS client has put a first config in service (true) or
+/// a shutdown signal arrives (false). Until then nothing listens, as
+/// upstream serves nothing before its first config: a caller is refused
+/// a connection, never admitted by an empty configuration.
+async fn first_config(state: &XdsState, uri: &str) -> bool {
+    tracing::info!(
+        server = %uri,
+        "waiting for the first config from the xDS server; listening once it has arrived"
+    );
+    tokio::select! {
+        () = state.first_applied() => true,
+        () = tollgate_runtime::shutdown_signal() => false,
+    }
 }
 
 /// The overrides of `live`: kept in Redis with a Redis store, else in

@@ -1,6 +1,6 @@
 //! Tests of `serve`'s flags and of how they combine with upstream's variables.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use tollgate_protocol::rls::{HeaderOptions, LimitHeaderNames, RequestCaps};
@@ -295,6 +295,17 @@ fn bad_upstream_values_are_usage_errors() {
 type HonouredCase = (Vec<(&'static str, &'static str)>, fn(&Settings) -> bool);
 
 /// The setting each honoured variable changes, checked on `Settings`.
+/// Upstream's switch to limits from an xDS server.
+const XDS: (&str, &str) = ("CONFIG_TYPE", "GRPC_XDS_SOTW");
+
+/// TLS towards the xDS server (set beside [`XDS`]).
+const XDS_TLS: (&str, &str) = ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true");
+
+/// The TLS files of the xDS setting, if any.
+fn xds_tls(s: &Settings) -> Option<tollgate_tls::ClientTlsFiles> {
+    s.xds.as_ref().and_then(|x| x.tls.clone())
+}
+
 fn honoured_case(name: &str) -> HonouredCase {
     match name {
         "HOST" => (vec![("HOST", "::")], |s| s.http_addr == addr("[::]:8080")),
@@ -524,6 +535,79 @@ fn honoured_case(name: &str) -> HonouredCase {
         "PROMETHEUS_PATH" => (
             vec![("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "/prom")],
             |s| s.prometheus.as_ref().map(|p| p.path.as_str()) == Some("/prom"),
+        ),
+        "CONFIG_GRPC_XDS_SERVER_URL" => (
+            vec![XDS, ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001")],
+            |s| s.xds.as_ref().map(|x| x.uri.as_str()) == Some("http://envoy-gateway:18001"),
+        ),
+        "CONFIG_GRPC_XDS_NODE_ID" => (vec![XDS, ("CONFIG_GRPC_XDS_NODE_ID", "eg")], |s| {
+            s.xds.as_ref().map(|x| x.node_id.as_str()) == Some("eg")
+        }),
+        "CONFIG_GRPC_XDS_NODE_METADATA" => (
+            vec![XDS, ("CONFIG_GRPC_XDS_NODE_METADATA", "a=1,b=2")],
+            |s| s.xds.as_ref().map(|x| x.node_metadata.len()) == Some(2),
+        ),
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" => (
+            vec![
+                XDS,
+                ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token:t"),
+            ],
+            |s| {
+                s.xds.as_ref().map(|x| x.headers.clone())
+                    == Some(vec![("x-token".to_owned(), "t".to_owned())])
+            },
+        ),
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" => (
+            vec![XDS, ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s")],
+            |s| s.xds.as_ref().map(|x| x.backoff_first) == Some(Duration::from_secs(3)),
+        ),
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL" => (
+            vec![
+                XDS,
+                ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s"),
+                ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s"),
+            ],
+            |s| s.xds.as_ref().map(|x| x.backoff_first) == Some(Duration::from_secs(10)),
+        ),
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL" => {
+            (vec![XDS, ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s")], |s| {
+                s.xds.as_ref().map(|x| x.backoff_longest) == Some(Duration::from_secs(60))
+            })
+        }
+        "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES" => (
+            vec![XDS, ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1000")],
+            |s| s.xds.as_ref().map(|x| x.max_update_bytes) == Some(1000),
+        ),
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS" => {
+            (vec![XDS, ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true")], |s| {
+                s.xds
+                    .as_ref()
+                    .is_some_and(|x| x.uri == "https://localhost:18000" && x.tls.is_some())
+            })
+        }
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT" => (
+            vec![XDS, XDS_TLS, ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/c.pem")],
+            |s| xds_tls(s).and_then(|t| t.cert) == Some(PathBuf::from("/c.pem")),
+        ),
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY" => (
+            vec![XDS, XDS_TLS, ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/k.pem")],
+            |s| xds_tls(s).and_then(|t| t.key) == Some(PathBuf::from("/k.pem")),
+        ),
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT" => (
+            vec![
+                XDS,
+                XDS_TLS,
+                ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/ca.pem"),
+            ],
+            |s| xds_tls(s).and_then(|t| t.ca) == Some(PathBuf::from("/ca.pem")),
+        ),
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN" => (
+            vec![
+                XDS,
+                XDS_TLS,
+                ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "eg.example"),
+            ],
+            |s| xds_tls(s).and_then(|t| t.server_name) == Some("eg.example".to_owned()),
         ),
         other => panic!("{other} is honoured but has no case in this table test"),
     }
