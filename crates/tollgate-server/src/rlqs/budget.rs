@@ -90,9 +90,9 @@ pub async fn pay_every<C: Clock, R: Clock>(
     }
 }
 
-/// With the counters in Redis, publishes what this instance's Envoys
-/// claim of each shared counter on the claims board and hears the other
-/// instances' claims ([`super::book`]'s fleet split); the shares that fall
+/// With the counters in Redis, publishes what each of this instance's
+/// Envoys claims of each shared counter on the claims board and hears the
+/// other instances' Envoys' claims ([`super::book`]'s fleet split); the shares that fall
 /// are paid and sent at once. Nothing without a shared store; a board that
 /// cannot be reached leaves the claims last heard (the split's fairness
 /// waits, the limit does not: every share is still paid from the counter).

@@ -49,9 +49,10 @@ pub(super) struct Shared {
     /// this counter: what the service checks to take units of its budget.
     pub(super) domain: String,
     pub(super) entries: Vec<(String, String)>,
-    /// What the other `tollgate serve` instances on the same store claim of
-    /// this counter, as last heard from the claims board (empty: none, or
-    /// no shared store); see [`super::fleet`].
+    /// What the Envoys of the other `tollgate serve` instances on the same
+    /// store claim of this counter, one claim each (an instance of the
+    /// earlier release: one of their total), sorted, as last heard from the
+    /// claims board (empty: none, or no shared store); see [`super::fleet`].
     pub(super) fleet: Vec<u64>,
 }
 

@@ -41,7 +41,7 @@ mod quota_book;
 mod stream;
 
 pub use changes::{Changes, Dues, Payment};
-pub use fleet::{CLAIM_TTL, fleet_part, instance_claim};
+pub use fleet::{CLAIM_TTL, fleet_split};
 pub use options::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STREAM_BUCKETS, RlqsOptions, RlqsStats};
 pub use quota_book::QuotaBook;
 pub use stream::{Outbox, StreamId};

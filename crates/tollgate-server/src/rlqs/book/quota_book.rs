@@ -26,7 +26,7 @@ use super::super::payment::Balance;
 use super::changes::{BucketKey, Changes};
 use super::counter::{Inner, Reading, Reporter, Shared};
 use super::envoy_bucket::{protobuf_duration, token_bucket};
-use super::fleet::fleet_part;
+use super::fleet::fleet_split;
 use super::options::{RlqsOptions, RlqsStats};
 use super::stream::{Assignment, Outbox, Stream, StreamBucket, StreamId};
 
@@ -317,8 +317,10 @@ impl QuotaBook {
     /// Each claims its demand and a tenth more (room for its demand to
     /// wobble before its next report, five seconds away with Envoy 1.40),
     /// at least `⌊R' / 4n⌋` so a quiet Envoy can start, or an equal part
-    /// before its rate shows; the split is max-min fair
-    /// ([`tollgate_core::fair_share`]) over `R' = R − ⌊R / 40⌋`: the
+    /// before its rate shows (`n` Envoys on the counter over the fleet);
+    /// the split is max-min fair ([`tollgate_core::fair_share`]) among
+    /// every Envoy of the fleet on the counter ([`super::fleet`]) over
+    /// `R' = R − ⌊R / 40⌋`: the
     /// fortieth left in the counter absorbs the jitter of the payment
     /// rounds against a refilling counter, and the rate no claim needs is
     /// left to the RLS callers and other instances on the same budget.
@@ -331,18 +333,20 @@ impl QuotaBook {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
         };
-        let claims = claims(shared);
-        // This instance's part of the rate, max-min fair between the
-        // instances sharing the counter by what their Envoys claim.
-        let capacity = fleet_part(
+        // Each reporter's max-min fair share over every Envoy of the fleet
+        // sharing the counter, and the rate the other instances' Envoys leave.
+        let (fair, room) = fleet_split(
             shared_capacity(shared.rate.requests),
-            &claims,
+            &claims(shared),
             &shared.fleet,
         );
+        let fair: Vec<Option<u64>> = fair.into_iter().map(Some).collect();
         let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
-        let shares = steady_shares(capacity, &claims, &held, Leftover::Unassigned);
+        // (The fair shares fit in `room`, so its max-min split of them is
+        // each its own.)
+        let shares = steady_shares(room, &fair, &held, Leftover::Unassigned);
         for ((&stream, reporter), kept) in shared.reporters.iter_mut().zip(shares) {
             reporter.wanted = kept;
             if reporter.share != Some(kept) {
@@ -410,16 +414,19 @@ impl QuotaBook {
 }
 
 /// What each reporter of `shared` claims: its demand and a tenth more, at
-/// least `⌊R' / 4n⌋`; `None` before its rate shows (see [`QuotaBook::rebalance`]).
-pub(super) fn claims(shared: &Shared) -> Vec<Option<u64>> {
+/// least `⌊R' / 4n⌋`, or an equal part `⌊R' / n⌋` before its rate shows,
+/// `n` the Envoys of the fleet on the counter as last heard (see
+/// [`QuotaBook::rebalance`]).
+pub(super) fn claims(shared: &Shared) -> Vec<u64> {
     let capacity = shared_capacity(shared.rate.requests);
-    let floor = capacity / (4 * shared.reporters.len() as u64).max(1);
+    let envoys = (shared.reporters.len() + shared.fleet.len()).max(1) as u64;
+    let (floor, equal) = (capacity / (4 * envoys), capacity / envoys);
     shared
         .reporters
         .values()
         .map(|r| {
             r.demand
-                .map(|d| d.saturating_add(d.div_ceil(10)).max(floor))
+                .map_or(equal, |d| d.saturating_add(d.div_ceil(10)).max(floor))
         })
         .collect()
 }

@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
 };
 use tokio::sync::mpsc;
 use tollgate_core::Timestamp;
+use tollgate_core::fair_share::{Leftover, fair_shares};
 use tollgate_rules::RuleSet;
 use tonic::Status;
 
@@ -515,7 +516,7 @@ proptest::proptest! {
 /// store) at `now`: each publishes its claims and hears the others'; the
 /// falls are paid in full and sent.
 fn exchange(books: &[&QuotaBook], now: Timestamp) {
-    let claims: Vec<Vec<(Vec<u8>, u64)>> = books.iter().map(|b| b.claims()).collect();
+    let claims: Vec<Vec<(Vec<u8>, Vec<u64>)>> = books.iter().map(|b| b.claims()).collect();
     for (i, book) in books.iter().enumerate() {
         let heard = claims[i]
             .iter()
@@ -525,7 +526,7 @@ fn exchange(books: &[&QuotaBook], now: Timestamp) {
                     .enumerate()
                     .filter(|&(j, _)| j != i)
                     .flat_map(|(_, theirs)| theirs.iter().filter(|(c, _)| c == counter))
-                    .map(|&(_, claim)| claim)
+                    .flat_map(|(_, envoys)| envoys.iter().copied())
                     .collect();
                 (counter.clone(), others)
             })
@@ -574,71 +575,134 @@ fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_le
     assert_eq!(rate(&mut rx_big, &mut r_big), 98);
 }
 
+/// What each Envoy of `book` claims of its one shared counter, as published.
+fn envoy_claims(book: &QuotaBook) -> Vec<u64> {
+    let inner = book.inner.lock();
+    inner.shared.values().next().map(claims).unwrap_or_default()
+}
+
+/// Instances whose Envoys report `demands` (per second, per instance) for
+/// four rounds with the claims exchanged each round: the rate in force at
+/// each Envoy, per instance.
+fn fleet_rates(demands: &[Vec<u64>]) -> (Vec<QuotaBook>, Vec<Vec<u64>>) {
+    let rules = rules();
+    let books: Vec<QuotaBook> = demands
+        .iter()
+        .map(|_| QuotaBook::new(RlqsOptions::default()))
+        .collect();
+    let mut streams: Vec<Vec<(StreamId, Outbox, u64)>> = books
+        .iter()
+        .zip(demands)
+        .map(|(book, envoys)| {
+            envoys
+                .iter()
+                .map(|_| {
+                    let (id, rx) = stream(book);
+                    (id, rx, 0)
+                })
+                .collect()
+        })
+        .collect();
+    let refs: Vec<&QuotaBook> = books.iter().collect();
+    for round in 0..=3 {
+        let now = at(5 * round);
+        for ((book, envoys), ids) in books.iter().zip(demands).zip(&streams) {
+            for (&demand, (id, _, _)) in envoys.iter().zip(ids) {
+                paid(book, *id, report("a", demand * 5, 0), &rules, now);
+            }
+        }
+        exchange(&refs, now);
+        for book in &books {
+            round_in_full(book, now);
+        }
+    }
+    let rates = streams
+        .iter_mut()
+        .map(|ids| ids.iter_mut().map(|(_, rx, last)| rate(rx, last)).collect())
+        .collect();
+    (books, rates)
+}
+
+#[test]
+fn an_instance_with_several_envoys_gets_each_its_fleet_wide_share() {
+    // Three Envoys of 300 a second on X, one on Y, R' = 98: a quarter each
+    // (24 or 25), not half to each instance (X's three 16 each, Y 49).
+    let (_, rates) = fleet_rates(&[vec![300, 300, 300], vec![300]]);
+    let all: Vec<u64> = rates.iter().flatten().copied().collect();
+    assert!(
+        all.iter().all(|&r| (24..=25).contains(&r)) && all.iter().sum::<u64>() <= 98,
+        "{rates:?}"
+    );
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
 
     /// Instances with any Envoys' demands, once their claims are
-    /// exchanged: the shares in force over the whole fleet never sum past
-    /// the rate less a fortieth, and an instance whose Envoys claim at most
-    /// an equal part of it among the instances gets each Envoy its claim
-    /// (max-min between instances).
+    /// exchanged: each Envoy's share in force is its max-min fair share of
+    /// the rate less a fortieth over every Envoy of the fleet
+    /// (`fair_shares` over all their claims; held within the steady band,
+    /// a ninth of that share or of an equal part among its instance's
+    /// Envoys), and the fleet's shares never sum past it.
     #[test]
-    fn the_fleet_split_never_passes_the_rate_and_serves_a_small_instance_in_full(
+    fn the_fleet_split_is_max_min_over_every_envoy_and_never_passes_the_rate(
         demands in proptest::collection::vec(
             proptest::collection::vec(0u64..300, 1..4),
             1..4,
         ),
     ) {
-        let rules = rules();
-        let books: Vec<QuotaBook> =
-            demands.iter().map(|_| QuotaBook::new(RlqsOptions::default())).collect();
-        let mut streams: Vec<Vec<(StreamId, Outbox, u64)>> = books
-            .iter()
-            .zip(&demands)
-            .map(|(book, envoys)| {
-                envoys.iter().map(|_| {
-                    let (id, rx) = stream(book);
-                    (id, rx, 0)
-                }).collect()
-            })
-            .collect();
-        let refs: Vec<&QuotaBook> = books.iter().collect();
-        for round in 0..=3 {
-            let now = at(5 * round);
-            for ((book, envoys), ids) in books.iter().zip(&demands).zip(&streams) {
-                for (&demand, (id, _, _)) in envoys.iter().zip(ids) {
-                    paid(book, *id, report("a", demand * 5, 0), &rules, now);
-                }
-            }
-            exchange(&refs, now);
-            for book in &books {
-                round_in_full(book, now);
-            }
-        }
-        let rates: Vec<Vec<u64>> = streams
-            .iter_mut()
-            .map(|ids| ids.iter_mut().map(|(_, rx, last)| rate(rx, last)).collect())
-            .collect();
-        let total: u64 = rates.iter().flatten().sum();
-        proptest::prop_assert!(total <= 98, "the fleet's shares sum to {total}: {rates:?}");
         let capacity = 98u64;
-        let equal = capacity / books.len() as u64;
-        for (book, (envoys, shares)) in books.iter().zip(demands.iter().zip(&rates)) {
-            let inner = book.inner.lock();
-            let Some(shared) = inner.shared.values().next() else { continue };
-            let wants = claims(shared);
-            let claim = instance_claim(capacity, &wants);
-            if claim <= equal {
-                for ((want, share), demand) in wants.iter().zip(shares).zip(envoys) {
-                    let want = want.unwrap_or(0);
-                    // Held within a tenth of an equal part (steady shares).
-                    let band = (capacity / envoys.len() as u64).div_ceil(10);
-                    proptest::prop_assert!(
-                        share + band >= want,
-                        "an Envoy of demand {demand} claiming {want} got {share}: {rates:?}"
-                    );
-                }
+        let (books, rates) = fleet_rates(&demands);
+        let total: u64 = rates.iter().flatten().sum();
+        proptest::prop_assert!(total <= capacity, "the fleet's shares sum to {total}: {rates:?}");
+        let claimed: Vec<Vec<u64>> = books.iter().map(envoy_claims).collect();
+        let all: Vec<Option<u64>> = claimed.iter().flatten().map(|&c| Some(c)).collect();
+        let mut fair = fair_shares(capacity, &all, Leftover::Unassigned)
+            .into_iter();
+        for shares in &rates {
+            let equal = capacity / shares.len() as u64;
+            for &share in shares {
+                let fair = fair.next().unwrap_or(0);
+                proptest::prop_assert!(
+                    share.abs_diff(fair) * 9 <= fair.max(equal),
+                    "an Envoy whose fleet-wide share is {fair} holds {share}: claims {claimed:?}, shares {rates:?}"
+                );
             }
         }
+    }
+
+    /// Any claims spread over any instances, each hearing the others':
+    /// every Envoy's share is its `fair_shares` over all the claims (to the
+    /// unit an equal split leaves over), and the shares sum to at most the
+    /// capacity.
+    #[test]
+    fn the_fleet_split_gives_each_envoy_its_fair_share_and_no_unit_twice(
+        capacity in 0u64..100,
+        // Claims from a short range: equal claims, whose leftover units
+        // need one owner over the fleet, are common.
+        fleet in proptest::collection::vec(
+            proptest::collection::vec(0u64..40, 0..4),
+            1..5,
+        ),
+    ) {
+        let every: Vec<Option<u64>> = fleet.iter().flatten().map(|&c| Some(c)).collect();
+        let mut fair = fair_shares(capacity, &every, Leftover::Unassigned).into_iter();
+        let mut total = 0;
+        for (i, own) in fleet.iter().enumerate() {
+            let others: Vec<u64> = fleet
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .flat_map(|(_, theirs)| theirs.iter().copied())
+                .collect();
+            let (shares, room) = fleet_split(capacity, own, &others);
+            proptest::prop_assert!(shares.iter().sum::<u64>() <= room);
+            for share in shares {
+                let fair = fair.next().unwrap_or(0);
+                proptest::prop_assert!(share.abs_diff(fair) <= 1, "{share} for {fair}: {fleet:?}");
+                total += share;
+            }
+        }
+        proptest::prop_assert!(total <= capacity, "{total} of {capacity}: {fleet:?}");
     }
 }
