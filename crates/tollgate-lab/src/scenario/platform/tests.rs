@@ -94,3 +94,28 @@ fn bad_parameters_are_refused_with_their_name() {
     run.scale = vec![(Duration::from_secs(1), 0)];
     assert!(run.run().unwrap_err().to_string().contains("instances"));
 }
+
+#[test]
+fn a_lane_reports_the_same_alone_or_beside_others() {
+    // Lanes decide the trace on threads of their own: none may see another's work.
+    let mut run = scenario(
+        KeyDistribution::Zipf(1.0),
+        vec![(Duration::from_secs(3), 6)],
+    );
+    run.duration = Duration::from_secs(4);
+    let all = run.run().expect("valid");
+    for mode in [
+        PlatformMode::Leased,
+        PlatformMode::Shares,
+        PlatformMode::Local,
+    ] {
+        run.modes = vec![mode];
+        let alone = run.run().expect("valid");
+        assert_eq!(alone.arrivals, all.arrivals);
+        assert_eq!(lane(&alone, mode), lane(&all, mode), "{mode:?}");
+        assert_eq!(
+            lane(&alone, PlatformMode::Exact),
+            lane(&all, PlatformMode::Exact)
+        );
+    }
+}
