@@ -128,6 +128,10 @@ struct KeyBook {
     limit: Share,
     pool: ShareBucket,
     holdings: Vec<Holding>,
+    /// The authority's count of ended registrations when every holding was
+    /// last found live (`None`: not since loaded): until a registration
+    /// ends, there is nothing to prune.
+    pruned_at: Option<u64>,
 }
 
 /// One registered holder.
@@ -149,6 +153,8 @@ pub struct Authority<K> {
     policy: AuthorityPolicy,
     books: HashMap<K, KeyBook>,
     members: HashMap<HolderId, Member<K>>,
+    /// Registrations ended so far (a holding can only become stale when one does).
+    ended: u64,
 }
 
 impl<K: Clone + Eq + Hash> Authority<K> {
@@ -158,6 +164,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             policy,
             books: HashMap::new(),
             members: HashMap::new(),
+            ended: 0,
         }
     }
 
@@ -315,7 +322,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         let Some(book) = self.books.get_mut(key) else {
             return;
         };
-        if prune(book, &self.members, now, self.policy.starter) {
+        if prune(book, &self.members, self.ended, now, self.policy.starter) {
             let changed = retarget(book, members, &self.policy);
             mark_dirty(&mut self.members, key, changed);
         }
@@ -367,6 +374,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                     limit: record.limit,
                     pool: record.pool,
                     holdings,
+                    pruned_at: None,
                 };
                 (key, book)
             })
@@ -375,6 +383,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             policy,
             books,
             members,
+            ended: 0,
         }
     }
 
@@ -434,6 +443,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         let Some(member) = self.members.remove(&holder) else {
             return;
         };
+        self.ended += 1;
         let members = self.members.len();
         for key in member.keys {
             let Some(book) = self.books.get_mut(&key) else {
@@ -466,6 +476,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                     now,
                 ),
                 holdings: Vec::new(),
+                pruned_at: Some(self.ended),
             });
         if book.limit != report.limit {
             // A reload changed the limit: the pool keeps only what the new
@@ -474,8 +485,15 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             book.limit = report.limit;
             give_back(book, Share::ZERO, 0, now, self.policy.starter);
         }
-        prune(book, &self.members, now, self.policy.starter);
-        let incarnation = self.members.get(&holder).map_or(0, |m| m.incarnation);
+        prune(book, &self.members, self.ended, now, self.policy.starter);
+        let incarnation = match self.members.get(&holder) {
+            Some(m) => m.incarnation,
+            None => {
+                // Not registered: its holding is stale from the start.
+                book.pruned_at = None;
+                0
+            }
+        };
         let index = match book.holdings.iter().position(|h| h.holder == holder) {
             Some(i) => i,
             None => {
@@ -567,13 +585,19 @@ impl<K: Clone + Eq + Hash> Authority<K> {
 
 /// Removes from `book` the holdings of holders not registered, or
 /// registered under a newer incarnation, returning their bookings with no
-/// tokens; whether it removed any.
+/// tokens; whether it removed any. Only an ended registration makes a
+/// holding stale, so a book pruned since the last one ended is skipped.
 fn prune<K>(
     book: &mut KeyBook,
     members: &HashMap<HolderId, Member<K>>,
+    ended: u64,
     now: Timestamp,
     starter: StarterPolicy,
 ) -> bool {
+    if book.pruned_at == Some(ended) {
+        return false;
+    }
+    book.pruned_at = Some(ended);
     let mut pruned = false;
     let mut i = 0;
     while i < book.holdings.len() {

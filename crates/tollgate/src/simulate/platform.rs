@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use tollgate_core::duration::parse_duration;
-use tollgate_core::share::{AuthorityPolicy, HolderPolicy, MILLI_PER_TOKEN, Share};
+use tollgate_core::share::{AuthorityPolicy, HolderPolicy, MILLI_PER_TOKEN, Share, StarterPolicy};
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_lab::{
     AlgorithmName, KeyDistribution, PlatformMode, PlatformReport, PlatformScenario, TrafficName,
@@ -94,6 +94,17 @@ pub struct PlatformArgs {
     /// pool for newcomers.
     #[arg(long, value_name = "N", default_value_t = 2, help_heading = "Platform")]
     pub(super) floor_divisor: u64,
+
+    /// shares: starter slots, as `tollgate serve --shares-starter-slots` (0: off): every key
+    /// keeps N small parts of its limit out of the pool, and each of the first N instances
+    /// decides a key's first use from its part with no store call.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024), help_heading = "Platform")]
+    pub(super) shares_starter_slots: u32,
+
+    /// shares: with starter slots, the slots hold together about 1/D of each key's limit (a
+    /// limit under N × D tokens keeps none).
+    #[arg(long, value_name = "D", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Platform")]
+    pub(super) shares_starter_divisor: u64,
 }
 
 /// `--modes` values.
@@ -175,8 +186,9 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     let p = &args.platform;
     if args.redis.is_some() {
         return Err(CommandError::Usage(
-            "--modes runs on the in-memory store only (the shares mode runs on Redis in \
-             `tollgate serve`, not in the simulator yet); drop --redis"
+            "--modes runs on the in-memory store only: the shares authority on Redis decides \
+             at Redis TIME, which a run in virtual time cannot supply (the shares mode runs on \
+             Redis in `tollgate serve`); drop --redis"
                 .into(),
         ));
     }
@@ -242,7 +254,10 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
             ttl,
             headroom: p.headroom.max(1),
             floor_divisor: p.floor_divisor.max(1),
-            ..AuthorityPolicy::default()
+            starter: StarterPolicy {
+                slots: p.shares_starter_slots,
+                divisor: p.shares_starter_divisor,
+            },
         },
     };
     scenario

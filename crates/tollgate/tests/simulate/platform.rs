@@ -83,4 +83,35 @@ fn platform_mistakes_are_named() {
     assert!(err.contains("at least 1 instance"), "{err}");
     let err = run(&["--modes", "shares", "--clients", "20000000"]);
     assert!(err.contains("clients"), "{err}");
+    let err = run(&["--modes", "shares", "--shares-starter-slots", "2000"]);
+    assert!(err.contains("--shares-starter-slots"), "{err}");
+}
+
+#[test]
+fn starter_slots_let_first_uses_go_without_waiting_on_the_store() {
+    // 4 slots of 100/s ÷ 16 (6 tokens each): every one of the 4 instances owns one.
+    let shares = |slots: &str| {
+        let json = summary(&platform_and(&[
+            "--modes",
+            "shares",
+            "--shares-starter-slots",
+            slots,
+            "--shares-starter-divisor",
+            "4",
+        ]));
+        let lanes = json["lanes"].as_array().expect("lanes").clone();
+        lanes
+            .into_iter()
+            .find(|l| l["mode"] == "shares")
+            .expect("shares lane")
+    };
+    let (off, on) = (shares("0"), shares("4"));
+    assert_eq!(on["over_admitted"].as_u64(), Some(0), "{on}");
+    let waited = |lane: &serde_json::Value| lane["waited"].as_u64().expect("waited");
+    // Without slots each key's first use on each instance waits (about 2000 × 4); with them
+    // only the requests of the first 160 ms do (20 000/s), while the parts get their first token.
+    assert!(waited(&off) > 7_000, "{off}");
+    assert!(waited(&on) < 20_000 * 160 / 1_000 + 500, "{on}");
+    let calls = |lane: &serde_json::Value| lane["calls_per_decision"].as_f64().expect("calls");
+    assert!(calls(&on) < calls(&off), "{on} vs {off}");
 }

@@ -11,13 +11,38 @@ use super::lane::PlatformLane;
 use super::leased::LeasedLane;
 use super::report::{LaneStats, PlatformLaneReport};
 use super::shares::SharesLane;
-use super::trace::Trace;
+use super::trace::{Arrival, Trace};
 
 /// The most keys a platform run spreads its arrivals over.
 pub const MAX_PLATFORM_KEYS: u32 = 10_000_000;
 
 /// The most instances a platform run may have live at once.
 pub const MAX_PLATFORM_INSTANCES: u32 = 1_000;
+
+/// Steps of the trace each lane thread takes at once.
+const CHUNK: usize = 1 << 16;
+
+/// One step of the trace: a scale change or an arrival.
+#[derive(Clone, Copy)]
+enum Step {
+    /// From this many nanoseconds after the start, this many instances are live.
+    Scale(u64, u32),
+    /// A request.
+    Arrive(Arrival),
+}
+
+/// Draws up to [`CHUNK`] steps into `steps`, counting the arrivals; whether the trace ended.
+fn fill(trace: &mut Trace, steps: &mut Vec<Step>, arrivals: &mut u64) -> bool {
+    while steps.len() < CHUNK {
+        let Some(arrival) = trace.next() else {
+            return true;
+        };
+        steps.extend(trace.take_scaled().map(|(at, n)| Step::Scale(at, n)));
+        steps.push(Step::Arrive(arrival));
+        *arrivals += 1;
+    }
+    false
+}
 
 /// How a lane keeps the fleet inside the limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -177,7 +202,7 @@ impl PlatformScenario {
             .max()
             .unwrap_or(1);
         let (limit, platform, start) = (self.key_limit, self.platform_limit, self.start);
-        let mut lanes: Vec<(PlatformMode, Box<dyn PlatformLane>, LaneStats)> = Vec::new();
+        let mut lanes: Vec<(PlatformMode, Box<dyn PlatformLane + Send>, LaneStats)> = Vec::new();
         let stats = || LaneStats::new(self.keys, limit, platform, start);
         lanes.push((
             PlatformMode::Exact,
@@ -185,7 +210,7 @@ impl PlatformScenario {
             stats(),
         ));
         for &mode in &self.modes {
-            let lane: Box<dyn PlatformLane> = match mode {
+            let lane: Box<dyn PlatformLane + Send> = match mode {
                 PlatformMode::Exact => continue,
                 PlatformMode::Leased => Box::new(LeasedLane::new(
                     most,
@@ -213,18 +238,37 @@ impl PlatformScenario {
         let mut trace = Trace::new(self);
         let mut arrivals = 0u64;
         let start_ns = start.as_nanos();
-        while let Some(arrival) = trace.next() {
-            for (at, n) in trace.take_scaled() {
-                let now = Timestamp::from_nanos(start_ns + at);
+        // The trace in chunks: each lane decides a chunk on a thread of its
+        // own while the next chunk is drawn (each lane sees every step in
+        // order, so the report is the same as one lane after another).
+        let mut chunk = Vec::with_capacity(CHUNK);
+        let mut next = Vec::with_capacity(CHUNK);
+        let mut ended = fill(&mut trace, &mut chunk, &mut arrivals);
+        while !chunk.is_empty() {
+            let steps = &chunk;
+            std::thread::scope(|scope| {
                 for (_, lane, stats) in &mut lanes {
-                    lane.scale(now, n, stats);
+                    scope.spawn(move || {
+                        for &step in steps {
+                            match step {
+                                Step::Scale(at, n) => {
+                                    lane.scale(Timestamp::from_nanos(start_ns + at), n, stats)
+                                }
+                                Step::Arrive(arrival) => lane.decide(
+                                    arrival,
+                                    Timestamp::from_nanos(start_ns + arrival.at_ns),
+                                    stats,
+                                ),
+                            }
+                        }
+                    });
                 }
-            }
-            arrivals += 1;
-            let now = Timestamp::from_nanos(start_ns + arrival.at_ns);
-            for (_, lane, stats) in &mut lanes {
-                lane.decide(arrival, now, stats);
-            }
+                next.clear();
+                if !ended {
+                    ended = fill(&mut trace, &mut next, &mut arrivals);
+                }
+            });
+            std::mem::swap(&mut chunk, &mut next);
         }
         let end = start.saturating_add(self.duration);
         for (_, lane, stats) in &mut lanes {

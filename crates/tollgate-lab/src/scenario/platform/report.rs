@@ -48,8 +48,11 @@ pub(super) struct LaneStats {
     pub(super) keys_in_calls: u64,
     over_admitted: u64,
     over_per_second: Vec<u64>,
-    /// Nanoseconds waited by the decisions that waited.
-    waits: Vec<u64>,
+    /// Nanoseconds waited by the decisions that waited, as (wait, how many in a row): a lane
+    /// whose every decision waits one round trip keeps one entry, not one per decision.
+    waits: Vec<(u64, u64)>,
+    /// Decisions that waited.
+    waited: u64,
     key_checkers: Vec<ConformanceChecker>,
     platform_checker: Option<ConformanceChecker>,
     start: Timestamp,
@@ -71,6 +74,7 @@ impl LaneStats {
             over_admitted: 0,
             over_per_second: Vec::new(),
             waits: Vec::new(),
+            waited: 0,
             key_checkers: (0..keys)
                 .map(|_| ConformanceChecker::new(key_limit, start))
                 .collect(),
@@ -83,7 +87,11 @@ impl LaneStats {
     pub(super) fn decided(&mut self, key: u32, decided: Timestamp, admitted: bool, waited_ns: u64) {
         self.decisions += 1;
         if waited_ns > 0 {
-            self.waits.push(waited_ns);
+            self.waited += 1;
+            match self.waits.last_mut() {
+                Some((wait, n)) if *wait == waited_ns => *n += 1,
+                _ => self.waits.push((waited_ns, 1)),
+            }
         }
         if !admitted {
             return;
@@ -120,13 +128,20 @@ impl LaneStats {
         self.waits.sort_unstable();
         // Decisions that did not wait count as waiting 0.
         let rank = (self.decisions as f64 * 0.99).ceil() as u64;
-        let no_wait = self.decisions - self.waits.len() as u64;
+        let no_wait = self.decisions - self.waited;
         let p99 = if rank <= no_wait {
             0
         } else {
-            self.waits[((rank - no_wait) as usize)
-                .saturating_sub(1)
-                .min(self.waits.len() - 1)]
+            // The (rank − no_wait)th smallest wait (1-based), or the longest.
+            let nth = (rank - no_wait).clamp(1, self.waited);
+            let mut seen = 0;
+            self.waits
+                .iter()
+                .find(|&&(_, n)| {
+                    seen += n;
+                    seen >= nth
+                })
+                .map_or(0, |&(wait, _)| wait)
         };
         PlatformLaneReport {
             mode,
@@ -148,9 +163,9 @@ impl LaneStats {
                 0.0
             },
             keys_per_call: per(self.keys_in_calls, self.store_calls),
-            waited: self.waits.len() as u64,
+            waited: self.waited,
             p99_wait_us: p99 as f64 / 1_000.0,
-            max_wait_us: self.waits.last().copied().unwrap_or(0) as f64 / 1_000.0,
+            max_wait_us: self.waits.last().map_or(0, |&(wait, _)| wait) as f64 / 1_000.0,
         }
     }
 }

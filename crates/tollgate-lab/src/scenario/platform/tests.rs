@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate_core::Timestamp;
-use tollgate_core::share::{AuthorityPolicy, HolderPolicy, Share};
+use tollgate_core::share::{AuthorityPolicy, HolderPolicy, Share, StarterPolicy};
 
 use super::*;
 
@@ -93,4 +93,61 @@ fn bad_parameters_are_refused_with_their_name() {
     run.distribution = KeyDistribution::Uniform;
     run.scale = vec![(Duration::from_secs(1), 0)];
     assert!(run.run().unwrap_err().to_string().contains("instances"));
+}
+
+#[test]
+fn starter_slots_decide_first_uses_without_a_call_and_admit_nothing_past_a_limit() {
+    // Sparse keys: each of the 4 instances sees most of the 20 000 keys two or three times.
+    let mut run = scenario(KeyDistribution::Uniform, Vec::new());
+    run.keys = 20_000;
+    run.modes = vec![PlatformMode::Shares];
+    let without = run.run().expect("valid");
+    // 4 slots of 100/s ÷ 16: 6 tokens at 6.25/s on every key for each instance.
+    run.authority.starter = StarterPolicy {
+        slots: 4,
+        divisor: 4,
+    };
+    let with = run.run().expect("valid");
+    let (before, after) = (
+        lane(&without, PlatformMode::Shares),
+        lane(&with, PlatformMode::Shares),
+    );
+    assert_eq!(with.arrivals, without.arrivals, "the same trace");
+    assert_eq!((before.over_admitted, after.over_admitted), (0, 0));
+    assert_eq!(after.decisions, with.arrivals);
+    // Without slots every first use of a key on an instance waits for a call.
+    assert!(before.waited > with.arrivals / 4, "{before:?}");
+    // With them only the first moments do, while the parts fill.
+    assert!(after.waited * 20 < before.waited, "{after:?} vs {before:?}");
+    assert!(
+        after.calls_per_decision * 5.0 < before.calls_per_decision,
+        "{after:?} vs {before:?}"
+    );
+    // The reserve's price: with D = 4 a quarter of each limit sits in the parts.
+    assert!(after.under_admission_pct <= 5.0, "{after:?} vs {before:?}");
+}
+
+#[test]
+fn a_lane_reports_the_same_alone_or_beside_others() {
+    // Lanes decide the trace on threads of their own: none may see another's work.
+    let mut run = scenario(
+        KeyDistribution::Zipf(1.0),
+        vec![(Duration::from_secs(3), 6)],
+    );
+    run.duration = Duration::from_secs(4);
+    let all = run.run().expect("valid");
+    for mode in [
+        PlatformMode::Leased,
+        PlatformMode::Shares,
+        PlatformMode::Local,
+    ] {
+        run.modes = vec![mode];
+        let alone = run.run().expect("valid");
+        assert_eq!(alone.arrivals, all.arrivals);
+        assert_eq!(lane(&alone, mode), lane(&all, mode), "{mode:?}");
+        assert_eq!(
+            lane(&alone, PlatformMode::Exact),
+            lane(&all, PlatformMode::Exact)
+        );
+    }
 }
