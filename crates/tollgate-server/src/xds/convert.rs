@@ -17,7 +17,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 };
 use prost::Message;
 use serde_json::{Map, Value as Json};
-use tollgate_rules::{Diagnostics, LoadOptions, Loaded, Position, load_sources};
+use tollgate_rules::{Diagnostics, LoadOptions, Loaded, Position, Severity, load_sources};
 use xxhash_rust::xxh3::Xxh3;
 
 /// The type URL of the resources Tollgate subscribes to.
@@ -89,6 +89,7 @@ pub fn load_update(resources: &[Any], options: LoadOptions) -> LoadedUpdate {
         documents.iter().map(|(n, t)| (n.as_path(), t.as_str())),
         options,
     );
+    loaded.diagnostics = quoting_documents(&loaded.diagnostics, &documents);
     for problem in problems.all() {
         loaded
             .diagnostics
@@ -110,6 +111,50 @@ pub fn load_update(resources: &[Any], options: LoadOptions) -> LoadedUpdate {
         loaded,
         hash: hasher.digest(),
     }
+}
+
+/// `diagnostics` with each message that points into one of `documents`
+/// followed by what is there: the descriptor it is in and the line itself.
+/// The documents are made here, not written by the operator, so a line and
+/// column alone would point into text nobody has seen.
+fn quoting_documents(diagnostics: &Diagnostics, documents: &[(PathBuf, String)]) -> Diagnostics {
+    let mut quoted = Diagnostics::new();
+    for diagnostic in diagnostics.all() {
+        let message = documents
+            .iter()
+            .find(|(name, _)| *name == diagnostic.file)
+            .and_then(|(_, text)| quote(text, diagnostic.position.line))
+            .map_or_else(
+                || diagnostic.message.clone(),
+                |quote| format!("{} ({quote})", diagnostic.message),
+            );
+        match diagnostic.severity {
+            Severity::Error => quoted.error(&diagnostic.file, diagnostic.position, message),
+            Severity::Warning => quoted.warning(&diagnostic.file, diagnostic.position, message),
+        }
+    }
+    quoted
+}
+
+/// What line `line` (1-based) of a generated document holds: the innermost
+/// descriptor's `key` (and `value`) at or above it, and the line's text.
+fn quote(text: &str, line: u64) -> Option<String> {
+    let line = usize::try_from(line).ok()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.get(line.checked_sub(1)?)?.trim();
+    let field = |name: &str| {
+        let prefix = format!("\"{name}\": ");
+        lines[..line]
+            .iter()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+            .map(|v| v.trim_end_matches(','))
+    };
+    Some(match (field("key"), field("value")) {
+        (Some(key), Some(value)) => format!("descriptor key {key} value {value}, at `{at}`"),
+        (Some(key), None) => format!("descriptor key {key}, at `{at}`"),
+        _ => format!("at `{at}`"),
+    })
 }
 
 /// The limits document of `config`, as pretty JSON.
@@ -312,6 +357,8 @@ mod tests {
         let text = errors.to_string();
         assert!(text.contains("xds:bad:"), "{text}");
         assert!(!text.contains("xds:good"), "{text}");
+        // The document is generated, so the message says where in the config it is.
+        assert!(text.contains("descriptor key \"k\""), "{text}");
     }
 
     #[test]
