@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 use tollgate_core::duration::parse_duration;
 use tollgate_core::share::{AuthorityPolicy, HolderPolicy, MILLI_PER_TOKEN, Share, StarterPolicy};
-use tollgate_core::{Clock, MonotonicClock, Timestamp};
+use tollgate_core::{MonotonicClock, Timestamp};
 use tollgate_lab::{
-    AlgorithmName, KeyDistribution, PlatformMode, PlatformReport, PlatformScenario, TrafficName,
+    AlgorithmName, KeyDistribution, PlatformMode, PlatformScenario, PlatformSummary, TrafficName,
+    parse_scale_step,
 };
 
 use super::args::SimulateArgs;
@@ -127,22 +127,6 @@ pub(super) enum DistributionArg {
     Uniform,
     /// Zipf with exponent --zipf-s.
     Zipf,
-}
-
-/// Parses one `--scale` step, `TIME=N`.
-fn parse_scale_step(text: &str) -> Result<(Duration, u32), String> {
-    let (at, n) = text
-        .split_once('=')
-        .ok_or_else(|| format!("{text:?} is not TIME=INSTANCES (e.g. 20s=15)"))?;
-    let at = parse_duration(at).map_err(|e| e.to_string())?;
-    let n: u32 = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("{n:?} is not a number of instances"))?;
-    if n == 0 {
-        return Err(format!("{text:?}: at least 1 instance"));
-    }
-    Ok((at, n))
 }
 
 /// The per-key limit of `--algorithm token-bucket` or `gcra`, as a share.
@@ -266,41 +250,18 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     Ok(scenario)
 }
 
-/// The summary as printed.
-#[derive(Serialize)]
-struct Summary {
-    #[serde(flatten)]
-    report: PlatformReport,
-    wall_seconds: f64,
-    decisions_per_second_simulated: f64,
-}
-
 /// Runs the platform scenario and prints its summary.
 pub(super) fn run(args: &SimulateArgs) -> Result<(), CommandError> {
-    let scenario = scenario(args)?;
-    let clock = MonotonicClock::new();
-    let began = clock.now();
-    let report = scenario
-        .run()
+    let summary = scenario(args)?
+        .run_timed(&MonotonicClock::new())
         .map_err(|e| CommandError::Usage(format!("--modes: {e}")))?;
-    let wall = clock.now().saturating_since(began).as_secs_f64();
-    let decided: u64 = report.lanes.iter().map(|l| l.decisions).sum();
-    let summary = Summary {
-        decisions_per_second_simulated: if wall > 0.0 {
-            decided as f64 / wall
-        } else {
-            0.0
-        },
-        wall_seconds: wall,
-        report,
-    };
     let text = summary_text(args, &summary, human)?;
     print!("{text}");
     Ok(())
 }
 
 /// The summary as a table, one line per mode.
-fn human(s: &Summary) -> String {
+fn human(s: &PlatformSummary) -> String {
     let r = &s.report;
     let mut text = String::new();
     let _ = writeln!(

@@ -25,6 +25,7 @@ mod leased;
 mod model;
 mod report;
 mod shares;
+mod summary;
 #[cfg(test)]
 mod tests;
 mod trace;
@@ -34,3 +35,4 @@ pub use model::{
     PlatformScenario,
 };
 pub use report::PlatformLaneReport;
+pub use summary::{PlatformSummary, parse_scale_step};

@@ -38,6 +38,17 @@ pub struct PlatformLaneReport {
     pub p99_wait_us: f64,
     /// The longest wait, in microseconds.
     pub max_wait_us: f64,
+    /// Requests admitted in each second of the run, from its start (a decision
+    /// still waiting at the end counts in the second it was decided).
+    pub admitted_per_second: Vec<u64>,
+}
+
+/// Adds one to `per_second[second]`, growing it as the run goes.
+fn count_in(per_second: &mut Vec<u64>, second: usize) {
+    if per_second.len() <= second {
+        per_second.resize(second + 1, 0);
+    }
+    per_second[second] += 1;
 }
 
 /// A lane's running counts, and the exact buckets its admissions are checked against.
@@ -48,6 +59,7 @@ pub(super) struct LaneStats {
     pub(super) keys_in_calls: u64,
     over_admitted: u64,
     over_per_second: Vec<u64>,
+    admitted_per_second: Vec<u64>,
     /// Nanoseconds waited by the decisions that waited, as (wait, how many in a row): a lane
     /// whose every decision waits one round trip keeps one entry, not one per decision.
     waits: Vec<(u64, u64)>,
@@ -73,6 +85,7 @@ impl LaneStats {
             keys_in_calls: 0,
             over_admitted: 0,
             over_per_second: Vec::new(),
+            admitted_per_second: Vec::new(),
             waits: Vec::new(),
             waited: 0,
             key_checkers: (0..keys)
@@ -97,17 +110,15 @@ impl LaneStats {
             return;
         }
         self.admitted += 1;
+        let second = decided.saturating_since(self.start).as_secs() as usize;
+        count_in(&mut self.admitted_per_second, second);
         let mut conforms = self.key_checkers[key as usize].admit(decided, 1);
         if let Some(platform) = &mut self.platform_checker {
             conforms &= platform.admit(decided, 1);
         }
         if !conforms {
             self.over_admitted += 1;
-            let second = decided.saturating_since(self.start).as_secs() as usize;
-            if self.over_per_second.len() <= second {
-                self.over_per_second.resize(second + 1, 0);
-            }
-            self.over_per_second[second] += 1;
+            count_in(&mut self.over_per_second, second);
         }
     }
 
@@ -166,6 +177,7 @@ impl LaneStats {
             waited: self.waited,
             p99_wait_us: p99 as f64 / 1_000.0,
             max_wait_us: self.waits.last().map_or(0, |&(wait, _)| wait) as f64 / 1_000.0,
+            admitted_per_second: self.admitted_per_second,
         }
     }
 }

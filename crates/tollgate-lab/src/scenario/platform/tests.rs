@@ -151,3 +151,37 @@ fn a_lane_reports_the_same_alone_or_beside_others() {
         );
     }
 }
+
+#[test]
+fn every_lane_counts_what_it_admitted_in_each_second() {
+    let report = scenario(
+        KeyDistribution::Zipf(1.0),
+        vec![(Duration::from_secs(4), 6)],
+    )
+    .run()
+    .expect("valid");
+    for lane in &report.lanes {
+        assert_eq!(
+            lane.admitted_per_second.len(),
+            10,
+            "{:?}: one count per second of the run",
+            lane.mode
+        );
+        assert_eq!(
+            lane.admitted_per_second.iter().sum::<u64>(),
+            lane.admitted,
+            "{:?}",
+            lane.mode
+        );
+    }
+    // The exact limiter's seconds: the platform's 15 000/s plus at most its burst of 15 000.
+    let exact = lane(&report, PlatformMode::Exact);
+    assert!(
+        exact
+            .admitted_per_second
+            .iter()
+            .all(|&n| n > 10_000 && n <= 30_000),
+        "{:?}",
+        exact.admitted_per_second
+    );
+}
