@@ -479,3 +479,170 @@ fn an_uploaded_trace_is_replayed() {
     assert_eq!(status, 400);
     assert_eq!(body["field"], "replay");
 }
+
+/// A platform run small enough for a test: 2 000 keys (Zipf), 4 instances scaled to 6 and then 3,
+/// 100/s per key, a platform cap of 15 000/s, 20 000/s offered for 5 s, every mode.
+const PLATFORM_QUERY: &str = "keys=2000&distribution=zipf&zipf_s=1&instances=4&scale=2s%3D6,4s%3D3\
+    &key_rate=100&key_burst=100&platform_rate=15000&offered_rate=20000&arrivals=poisson\
+    &duration_s=5&modes=exact,leased,shares,local&seed=3";
+
+/// The same run as `tollgate simulate` flags.
+const PLATFORM_FLAGS: [&str; 31] = [
+    "simulate",
+    "--algorithm",
+    "token-bucket",
+    "--max-tokens",
+    "100",
+    "--tokens-per-fill",
+    "100",
+    "--fill-interval",
+    "1s",
+    "--traffic",
+    "poisson",
+    "--arrival-rate",
+    "20000",
+    "--clients",
+    "2000",
+    "--key-distribution",
+    "zipf",
+    "--instances",
+    "4",
+    "--scale",
+    "2s=6,4s=3",
+    "--platform-rate",
+    "15000",
+    "--duration",
+    "5s",
+    "--modes",
+    "exact,leased,shares,local",
+    "--seed",
+    "3",
+    "--json",
+    "--zipf-s=1",
+];
+
+#[test]
+fn the_platform_view_answers_what_the_simulator_reports_on_the_same_seed() {
+    let lab = Lab::start();
+    let (status, page) = lab.json(&format!("/api/platform?mode=platform&{PLATFORM_QUERY}"));
+    assert_eq!(status, 200, "{page}");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(PLATFORM_FLAGS)
+        .output()
+        .expect("running tollgate simulate");
+    assert!(output.status.success(), "{output:?}");
+    let simulated: Value = serde_json::from_slice(&output.stdout).expect("--json prints JSON");
+    // Everything but the wall time is the simulator's, to the last figure.
+    for field in ["arrivals", "exact_admitted", "seconds", "lanes"] {
+        assert_eq!(page[field], simulated[field], "{field}");
+    }
+    let lanes = page["lanes"].as_array().unwrap();
+    let modes: Vec<&str> = lanes.iter().map(|l| l["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["exact", "leased", "shares", "local"]);
+    for lane in lanes {
+        let per_second: Vec<u64> = lane["admitted_per_second"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(per_second.len(), 5, "one count per second: {lane}");
+        assert_eq!(
+            per_second.iter().sum::<u64>(),
+            u(lane, "admitted"),
+            "{lane}"
+        );
+        assert_eq!(u(lane, "decisions"), u(&page, "arrivals"), "{lane}");
+    }
+    assert_eq!(u(&lanes[2], "over_admitted"), 0, "shares keep both limits");
+    assert!(u(&lanes[3], "over_admitted") > 0, "local drifts past them");
+    // What the chart marks: the scale changes and the platform cap.
+    assert_eq!(
+        page["scale"],
+        serde_json::json!([{ "at_s": 2.0, "instances": 6 }, { "at_s": 4.0, "instances": 3 }])
+    );
+    assert_eq!(
+        (u(&page, "instances"), u(&page, "platform_rate")),
+        (4, 15_000)
+    );
+    assert!(page["decisions_per_second_simulated"].as_f64().unwrap() > 0.0);
+    let status = lab.status();
+    assert_eq!(
+        (
+            u(&status, "runs_started"),
+            u(&status, "platform_runs_active")
+        ),
+        (1, 0)
+    );
+}
+
+#[test]
+fn the_platform_view_refuses_a_run_past_its_bounds_naming_the_parameter() {
+    let lab = Lab::start();
+    let cases = [
+        ("keys=200001", "keys", "keys: 200001 is outside 1 to 200000"),
+        (
+            "instances=65",
+            "instances",
+            "instances: 65 is outside 1 to 64",
+        ),
+        (
+            "offered_rate=1000000&duration_s=2",
+            "duration_s",
+            "duration_s: offered_rate × duration_s is 2000000 requests",
+        ),
+        (
+            "duration_s=61",
+            "duration_s",
+            "duration_s: 61 is outside 1 to 60",
+        ),
+        (
+            "scale=1s%3D65",
+            "scale",
+            "scale: 65 instances is more than 64",
+        ),
+        (
+            "scale=10s%3D5",
+            "scale",
+            "scale: a step at 10 s is not inside",
+        ),
+        ("scale=3s", "scale", "scale: \"3s\" is not TIME=INSTANCES"),
+        (
+            "scale=1s%3D2,2s%3D2,3s%3D2,4s%3D2,5s%3D2,6s%3D2,7s%3D2,8s%3D2,9s%3D2",
+            "scale",
+            "scale: 9 steps; a lab platform run takes at most 8",
+        ),
+        (
+            "modes=exact,magic",
+            "modes",
+            "modes: \"magic\" is not one of",
+        ),
+        (
+            "modes=shares,shares",
+            "modes",
+            "modes: shares is named twice",
+        ),
+        (
+            "distribution=pareto",
+            "distribution",
+            "distribution: \"pareto\"",
+        ),
+        ("zipf_s=0", "zipf_s", "zipf_s: 0 is outside 0.01 to 5"),
+        ("key_burst=0", "key_burst", "key_burst: 0 is outside 1 to"),
+        (
+            "mode=fleet",
+            "mode",
+            "mode: \"fleet\" is not one of platform",
+        ),
+        ("sidecars=4", "sidecars", "sidecars: is not a parameter"),
+        ("seed=1&seed=2", "seed", "seed: is given twice"),
+    ];
+    for (query, field, message) in cases {
+        let (status, body) = lab.json(&format!("/api/platform?{query}"));
+        assert_eq!(status, 400, "{query}: {body}");
+        assert_eq!(body["field"], field, "{query}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.starts_with(message), "{query}: {error}");
+    }
+    assert_eq!(u(&lab.status(), "runs_started"), 0, "no bad request ran");
+}

@@ -1,4 +1,4 @@
-//! `GET /api/fields`: every parameter's range and default, the choices, and the stores a run may pick.
+//! `GET /api/fields`: every parameter's range and default (the platform view's too), the choices, and the stores a run may pick.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::lab::Lab;
 use super::params::{CHOICES, FIELDS, Field, MAX_LAB_ARRIVALS};
+use super::platform::{MAX_PLATFORM_ARRIVALS, PLATFORM_FIELDS};
 use super::query::MAX_REMOTE_CALLS;
 use super::reply::json_response;
 
@@ -14,6 +15,10 @@ use super::reply::json_response;
 struct FieldsAnswer {
     fields: &'static [Field],
     choices: Vec<Choice>,
+    /// The platform view's fields (`/api/platform`).
+    platform_fields: &'static [Field],
+    /// The most requests a platform run may be offered.
+    max_platform_arrivals: f64,
     max_arrivals: f64,
     /// The stores a run may choose with `store=`, the default first.
     stores: Vec<&'static str>,
@@ -32,6 +37,8 @@ pub(super) async fn fields(State(lab): State<Lab>) -> Response {
         StatusCode::OK,
         &FieldsAnswer {
             fields: FIELDS,
+            platform_fields: PLATFORM_FIELDS,
+            max_platform_arrivals: MAX_PLATFORM_ARRIVALS,
             choices: CHOICES
                 .iter()
                 .map(|&(name, values)| Choice { name, values })

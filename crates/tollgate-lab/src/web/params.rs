@@ -35,7 +35,7 @@ pub struct ParamError {
 }
 
 impl ParamError {
-    fn new(field: &str, reason: impl fmt::Display) -> Self {
+    pub(super) fn new(field: &str, reason: impl fmt::Display) -> Self {
         ParamError {
             field: field.to_owned(),
             error: format!("{field}: {reason}"),
@@ -64,7 +64,7 @@ pub struct Field {
     pub fractional: bool,
 }
 
-const fn int(name: &'static str, min: f64, max: f64, default: f64) -> Field {
+pub(super) const fn int(name: &'static str, min: f64, max: f64, default: f64) -> Field {
     Field {
         name,
         min,
@@ -74,7 +74,7 @@ const fn int(name: &'static str, min: f64, max: f64, default: f64) -> Field {
     }
 }
 
-const fn real(name: &'static str, min: f64, max: f64, default: f64) -> Field {
+pub(super) const fn real(name: &'static str, min: f64, max: f64, default: f64) -> Field {
     Field {
         name,
         min,
@@ -207,7 +207,7 @@ pub fn parse_with_replays(
     pairs: &[(String, String)],
     replays: &dyn Fn(u64) -> Option<Replay>,
 ) -> Result<RunRequest, ParamError> {
-    let p = Params::from_pairs(pairs)?;
+    let p = Params::from_pairs(pairs, FIELDS, CHOICES, &["algorithms"])?;
     let mode = match p.choice("mode")? {
         "compare" => Mode::Compare,
         "fleet" => Mode::Fleet,
@@ -370,18 +370,30 @@ fn field_of(parameter: &str) -> &str {
     }
 }
 
-struct Params<'a> {
-    given: BTreeMap<&'a str, &'a str>,
+/// The text fields and the values each accepts (the first is the default).
+pub(super) type Choices = &'static [(&'static str, &'static [&'static str])];
+
+/// A query's parameters by name, read against a table of fields and choices.
+pub(super) struct Params<'a> {
+    pub(super) given: BTreeMap<&'a str, &'a str>,
+    fields: &'static [Field],
+    choices: Choices,
 }
 
 impl<'a> Params<'a> {
-    /// The given parameters by name, refusing unknown and repeated ones.
-    fn from_pairs(pairs: &'a [(String, String)]) -> Result<Self, ParamError> {
+    /// The given parameters by name, refusing repeated ones and any not in
+    /// `fields`, `choices` or the free-text `texts`.
+    pub(super) fn from_pairs(
+        pairs: &'a [(String, String)],
+        fields: &'static [Field],
+        choices: Choices,
+        texts: &[&str],
+    ) -> Result<Self, ParamError> {
         let mut given: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, value) in pairs {
-            let known = FIELDS.iter().any(|f| f.name == name)
-                || CHOICES.iter().any(|(c, _)| c == name)
-                || name == "algorithms";
+            let known = fields.iter().any(|f| f.name == name)
+                || choices.iter().any(|(c, _)| c == name)
+                || texts.contains(&name.as_str());
             if !known {
                 return Err(ParamError::new(name, "is not a parameter of a lab run"));
             }
@@ -389,19 +401,23 @@ impl<'a> Params<'a> {
                 return Err(ParamError::new(name, "is given twice"));
             }
         }
-        Ok(Params { given })
+        Ok(Params {
+            given,
+            fields,
+            choices,
+        })
     }
 
-    fn field(name: &str) -> &'static Field {
-        FIELDS
+    fn field(&self, name: &str) -> &'static Field {
+        self.fields
             .iter()
             .find(|f| f.name == name)
-            .expect("every field read is in FIELDS")
+            .expect("every field read is in the table")
     }
 
     /// A number in its field's range (the default when absent).
-    fn real(&self, name: &str) -> Result<f64, ParamError> {
-        let field = Self::field(name);
+    pub(super) fn real(&self, name: &str) -> Result<f64, ParamError> {
+        let field = self.field(name);
         let Some(text) = self.given.get(name) else {
             return Ok(field.default);
         };
@@ -426,7 +442,7 @@ impl<'a> Params<'a> {
         Ok(value)
     }
 
-    fn int(&self, name: &str) -> Result<u64, ParamError> {
+    pub(super) fn int(&self, name: &str) -> Result<u64, ParamError> {
         self.real(name).map(|v| v as u64)
     }
 
@@ -434,11 +450,12 @@ impl<'a> Params<'a> {
         self.int(name).map(Duration::from_millis)
     }
 
-    fn choice(&self, name: &str) -> Result<&str, ParamError> {
-        let (_, valid) = CHOICES
+    pub(super) fn choice(&self, name: &str) -> Result<&str, ParamError> {
+        let (_, valid) = self
+            .choices
             .iter()
             .find(|(c, _)| *c == name)
-            .expect("every choice read is in CHOICES");
+            .expect("every choice read is in the table");
         match self.given.get(name) {
             None => Ok(valid[0]),
             Some(value) => valid.iter().copied().find(|v| v == value).ok_or_else(|| {

@@ -12,6 +12,7 @@ use super::assets::{index, script, style};
 use super::fields::fields;
 use super::lab::{Lab, MAX_REPLAY_BYTES};
 use super::plan::expect;
+use super::platform::platform;
 use super::replay_upload::upload_replay;
 use super::reply::json_response;
 use super::stream::run;
@@ -27,6 +28,7 @@ impl Lab {
             .route("/api/fields", get(fields))
             .route("/api/expect", get(expect))
             .route("/api/summary", get(summary))
+            .route("/api/platform", get(platform))
             .route("/api/run", get(run))
             .route("/api/status", get(status))
             .route(
