@@ -646,3 +646,25 @@ fn the_platform_view_refuses_a_run_past_its_bounds_naming_the_parameter() {
     }
     assert_eq!(u(&lab.status(), "runs_started"), 0, "no bad request ran");
 }
+
+#[test]
+fn the_page_carries_the_platform_view() {
+    let lab = Lab::start();
+    let (status, head, script) = lab.get("/platform.js");
+    assert_eq!(status, 200);
+    assert!(head.contains("content-type: text/javascript"));
+    assert!(script.contains("/api/platform?"));
+    let (_, _, page) = lab.get("/");
+    assert!(page.contains("<option value=\"platform\">") && page.contains("/platform.js"));
+    let (_, fields) = lab.json("/api/fields");
+    let platform = fields["platform_fields"].as_array().unwrap();
+    for field in platform {
+        let name = field["name"].as_str().unwrap();
+        assert!(
+            page.contains(&format!("name=\"{name}\"")),
+            "the page has an input for {name}"
+        );
+    }
+    let keys = platform.iter().find(|f| f["name"] == "keys").unwrap();
+    assert_eq!(keys["max"].as_f64(), Some(200_000.0));
+}

@@ -38,6 +38,10 @@ fn the_page_runs_a_comparison_and_shows_the_servers_figures() {
         serde_json::from_str(stdout.trim()).expect("lab.mjs prints its findings as JSON");
     assert_eq!(report["ok"], true);
     assert_eq!(report["lanes"], 3);
+    assert_eq!(
+        report["platformLanes"], 4,
+        "the platform view shows every mode"
+    );
     let png = std::fs::read(&screenshot).expect("the screenshot is saved");
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
     drop(server);

@@ -1,6 +1,6 @@
 //! The web lab: a page served from the binary and runs streamed to it over Server-Sent Events.
 //!
-//! * `GET /` (and `/lab.js`, `/lab.css`): the page, embedded in the binary (`assets`).
+//! * `GET /` (and `/lab.js`, `/platform.js`, `/lab.css`): the page, embedded in the binary (`assets`).
 //! * `GET /api/fields`: every parameter's range and default, for the page's inputs (`fields`, from `params`).
 //! * `GET /api/expect?…`: the expectation for a run's parameters, or 400 naming the bad field (`plan`).
 //! * `GET /api/run?…`: the run itself as an SSE stream: a `start` event, one

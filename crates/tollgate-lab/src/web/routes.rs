@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 
-use super::assets::{index, script, style};
+use super::assets::{index, platform_script, script, style};
 use super::fields::fields;
 use super::lab::{Lab, MAX_REPLAY_BYTES};
 use super::plan::expect;
@@ -24,6 +24,7 @@ impl Lab {
         Router::new()
             .route("/", get(index))
             .route("/lab.js", get(script))
+            .route("/platform.js", get(platform_script))
             .route("/lab.css", get(style))
             .route("/api/fields", get(fields))
             .route("/api/expect", get(expect))

@@ -16,7 +16,7 @@ const COLORS = {
 // What the page knows about the current run; tests read it too.
 const lab = window.lab = {
   fields: {}, plan: null, lanes: [], ticksReceived: 0, skipped: 0,
-  report: null, state: 'idle', query: '',
+  report: null, state: 'idle', query: '', hasRedis: false, platform: null,
 };
 let source = null;
 let drawPending = false;
@@ -56,6 +56,14 @@ function updateVisibility() {
   for (const el of form.querySelectorAll('[data-traffic]')) {
     el.hidden = !el.dataset.traffic.split(' ').includes(traffic);
   }
+  for (const el of form.querySelectorAll('[data-distribution]')) {
+    el.hidden = el.dataset.distribution !== field('distribution').value;
+  }
+  // The platform view runs in memory only, and shows its own results.
+  const platform = mode() === 'platform';
+  document.getElementById('store-choice').hidden = !lab.hasRedis || platform;
+  document.getElementById('platform').hidden = !platform;
+  document.getElementById('run-results').hidden = platform;
   document.getElementById('sidecars-value').textContent = field('sidecars').value;
   document.getElementById('lease-value').textContent = field('lease_ms').value;
 }
@@ -84,6 +92,7 @@ function buildQuery() {
     params.set(el.name, el.value);
   }
   if (mode() === 'compare') params.set('algorithms', chosenAlgorithms().join(','));
+  if (mode() === 'platform') params.set('modes', platformModes().join(','));
   return { query: params.toString() };
 }
 
@@ -196,6 +205,8 @@ function refreshExpectation() {
     updateVisibility();
     const { query, error } = buildQuery();
     if (error) { showError(error); return; }
+    // A platform run is checked when it starts (checking it is running it).
+    if (mode() === 'platform') { showError(''); return; }
     try {
       const plan = await fetchJson(`/api/expect?${query}`);
       // Keep the figures of the run on screen while its parameters are unchanged.
@@ -234,6 +245,7 @@ function startRun(event) {
   updateVisibility();
   const { query, error } = buildQuery();
   if (error) { showError(error); setStatus('error', 'Fix the parameter above.'); return; }
+  if (mode() === 'platform') { runPlatform(query); return; }
   fetchJson(`/api/expect?${query}`).then((plan) => {
     showError('');
     open(query, plan);
@@ -378,8 +390,9 @@ function niceCeiling(v) {
   return 10 * power;
 }
 
-// Draws lines over x in [0, xMax] on a canvas, with a y axis from 0.
-function drawChart(canvas, x, series, xMax) {
+// Draws lines over x in [0, xMax] on a canvas, with a y axis from 0, and
+// labelled vertical marks at marks[k].x.
+function drawChart(canvas, x, series, xMax, marks = []) {
   // Draw at the size the canvas is shown, so text is not stretched.
   if (canvas.clientWidth > 0 && canvas.width !== canvas.clientWidth) {
     canvas.width = canvas.clientWidth;
@@ -417,16 +430,25 @@ function drawChart(canvas, x, series, xMax) {
     s.values.forEach((v, k) => { if (k === 0) ctx.moveTo(sx(x[k]), sy(v)); else ctx.lineTo(sx(x[k]), sy(v)); });
     ctx.stroke();
   }
+  ctx.strokeStyle = COLORS.arrivals;
+  ctx.fillStyle = COLORS.arrivals;
+  ctx.lineWidth = 1;
+  ctx.setLineDash([2, 3]);
+  for (const m of marks) {
+    ctx.beginPath(); ctx.moveTo(sx(m.x), 0); ctx.lineTo(sx(m.x), h - bottom); ctx.stroke();
+    ctx.fillText(m.label, Math.min(sx(m.x) + 3, w - 40), 12);
+  }
   ctx.setLineDash([]);
   canvas.dataset.points = String(x.length);
+  canvas.dataset.marks = String(marks.length);
 }
 
 // Sets the inputs' ranges and defaults from the server, then any values in the page's URL.
 async function init() {
-  const { fields, stores } = await fetchJson('/api/fields');
+  const { fields, platform_fields: platformFields, stores } = await fetchJson('/api/fields');
   // Started with --redis: runs may choose Redis (the default) or memory.
-  document.getElementById('store-choice').hidden = !(stores || []).includes('redis');
-  for (const f of fields) {
+  lab.hasRedis = (stores || []).includes('redis');
+  for (const f of [...fields, ...platformFields]) {
     lab.fields[f.name] = f;
     for (const el of form.querySelectorAll(`[name="${f.name}"]`)) {
       el.min = f.min;
@@ -441,6 +463,9 @@ async function init() {
     if (name === 'algorithms') {
       const names = value.split(',');
       for (const c of document.querySelectorAll('#algorithms input')) c.checked = names.includes(c.value);
+    } else if (name === 'modes') {
+      const names = value.split(',');
+      for (const c of document.querySelectorAll('#platform-modes input')) c.checked = names.includes(c.value);
     } else if (field(name) && name !== 'autostart') {
       field(name).value = value;
     }
