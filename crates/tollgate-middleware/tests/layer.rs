@@ -10,7 +10,9 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use tollgate_middleware::{KeyExtractor, Limit, Metrics, RateLimitLayer, Rejection};
+#[cfg(feature = "metrics")]
+use tollgate_middleware::Metrics;
+use tollgate_middleware::{KeyExtractor, Limit, RateLimitLayer, Rejection};
 use tollgate_store::StoreConfig;
 use tower::{Layer, ServiceExt};
 
@@ -108,6 +110,7 @@ async fn every_limit_of_a_key_is_checked_and_the_429_names_the_one_that_refused(
     assert_eq!(remaining[0], "\"small\";q=2;w=3600, \"large\";q=3;w=3600");
 }
 
+#[cfg(feature = "metrics")]
 #[tokio::test]
 async fn shadow_mode_counts_what_it_would_refuse_and_refuses_nothing() {
     let metrics = Metrics::new();
