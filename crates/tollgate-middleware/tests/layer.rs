@@ -215,6 +215,26 @@ async fn a_request_without_a_client_address_is_a_500_never_a_shared_bucket() {
 }
 
 #[tokio::test]
+async fn axums_connect_info_is_the_client_address_only_with_the_axum_feature() {
+    let layer = per_client(Limit::fixed_window("per-hour", 100, HOUR).unwrap());
+    let mut request = Request::get("/").body(Body::empty()).unwrap();
+    let peer: SocketAddr = "10.0.0.1:1".parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    let response = layer.layer(app()).oneshot(request).await.unwrap();
+    if cfg!(feature = "axum") {
+        assert_eq!(response.status(), StatusCode::OK);
+    } else {
+        // An axum app that forgot the feature: told so, never a shared bucket.
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let problem = problem(response).await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("the `axum` feature"), "{detail}");
+    }
+}
+
+#[tokio::test]
 async fn a_custom_key_and_the_apps_own_rejection() {
     // The tenant is the first path segment; the app answers refusals in its own JSON.
     let by_tenant = KeyExtractor::custom(|parts: &http::request::Parts| {
