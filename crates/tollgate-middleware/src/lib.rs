@@ -52,7 +52,7 @@
 //! |---|---|---|
 //! | (none) | the layer, every key, limit and the in-memory store | 35 |
 //! | `axum` | reads axum's `ConnectInfo<SocketAddr>` (the client address) and `MatchedPath` (the route) | 58 |
-//! | `metrics` | `Metrics` (prometheus-client counters) | 42 |
+//! | `metrics` | `Metrics` (prometheus-client counters); with `redis`, `LeaseBookGauges` | 42 |
 //! | `redis` | `RedisStore` and `LeasedStore`, shared by an app's replicas | 118 |
 //! | `tonic` | `RateLimitLayer::grpc` | 78 |
 //!
@@ -100,12 +100,16 @@
 
 mod cost;
 mod key;
+#[cfg(all(feature = "metrics", feature = "redis"))]
+mod lease_gauges;
 mod limit;
 mod metrics;
 mod rate_limit;
 
 pub use cost::Cost;
 pub use key::{ANONYMOUS, KeyExtractor, KeySource, NoClientAddress};
+#[cfg(all(feature = "metrics", feature = "redis"))]
+pub use lease_gauges::LeaseBookGauges;
 pub use limit::Limit;
 #[cfg(feature = "metrics")]
 pub use metrics::{DecisionLabels, Metrics};
