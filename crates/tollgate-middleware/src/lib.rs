@@ -94,6 +94,33 @@
 //! # }
 //! ```
 //!
+//! The keys of one request ([`KeyExtractor`]):
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use http::HeaderName;
+//! use tollgate_middleware::KeyExtractor;
+//!
+//! // A request from a load balancer at 10.0.0.2, which appended the caller's address.
+//! let mut request = http::Request::get("/login")
+//!     .header("x-forwarded-for", "198.51.100.1, 203.0.113.9")
+//!     .header("authorization", "Bearer token-of-alice")
+//!     .body(())
+//!     .unwrap();
+//! request.extensions_mut().insert("10.0.0.2:4711".parse::<SocketAddr>().unwrap());
+//! let (parts, ()) = request.into_parts();
+//!
+//! // Trusting no proxy, the key is the peer; trusting one, the entry it appended
+//! // (a client's own X-Forwarded-For entries buy it no fresh key).
+//! assert_eq!(KeyExtractor::client_address().extract(&parts).unwrap(), "10.0.0.2");
+//! let behind_one = KeyExtractor::ClientAddress { trusted_hops: 1 };
+//! assert_eq!(behind_one.extract(&parts).unwrap(), "203.0.113.9");
+//! let api_key = KeyExtractor::ApiKey { header: HeaderName::from_static("x-api-key") };
+//! assert_eq!(api_key.extract(&parts).unwrap(), "token-of-alice");
+//! let per_route = KeyExtractor::RouteAnd(Box::new(api_key));
+//! assert_eq!(per_route.extract(&parts).unwrap(), "/login token-of-alice");
+//! ```
+//!
 //! `examples/axum-app` in the repository is a runnable app.
 
 #![forbid(unsafe_code)]
