@@ -13,6 +13,8 @@
 //!     .limit(Limit::fixed_window("per-hour", 1_000, Duration::from_secs(3600)).unwrap())
 //!     .in_memory(StoreConfig::with_max_keys(100_000));
 //! let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(limits);
+//! // Served with `app.into_make_service_with_connect_info::<SocketAddr>()`; the
+//! // `axum` feature reads that `ConnectInfo` (without it: 500, never a shared key).
 //! ```
 //!
 //! * **Keys** ([`KeyExtractor`]): the client address (with trusted proxy
