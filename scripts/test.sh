@@ -142,11 +142,15 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lock
 # app adds one crate with its default features, or none. Those builds are
 # checked too (a feature one crate needs and gets only from a sibling in the
 # workspace would otherwise break only for the app).
-log "cargo check (the app-facing crates alone: default features, and none)"
+log "cargo check (the app-facing crates alone: default features, and none; the middleware's each alone, and all)"
 for crate in tollgate-middleware tollgate-client tollgate-core tollgate-store; do
     cargo check -p "$crate" --locked --quiet
     cargo check -p "$crate" --no-default-features --locked --quiet
 done
+for feature in axum metrics redis tonic; do
+    cargo check -p tollgate-middleware --features "$feature" --locked --quiet
+done
+cargo check -p tollgate-middleware --all-features --locked --quiet
 
 log "cargo test (all features)"
 cargo test --workspace --all-features --locked

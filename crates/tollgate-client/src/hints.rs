@@ -27,6 +27,25 @@ use sfv::{BareItem, List, ListEntry, Parser};
 const EPOCH_RESET_THRESHOLD: u64 = 1_000_000_000;
 
 /// What one response says about the server's limit.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use tollgate_client::ServerHints;
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("ratelimit", "\"per-minute\";r=0;t=20".parse().unwrap());
+/// headers.insert("ratelimit-policy", "\"per-minute\";q=60;w=60".parse().unwrap());
+/// // The wall clock matters only for an HTTP-date Retry-After without a Date header.
+/// let hints = ServerHints::from_headers(&headers, SystemTime::UNIX_EPOCH);
+/// assert_eq!(hints.remaining, Some(0));
+/// // Nothing left: no request before the reset, then one a second (60 a minute).
+/// assert_eq!(hints.must_wait(), Some(Duration::from_secs(20)));
+/// assert_eq!(hints.server_spacing(), Some(Duration::from_secs(1)));
+///
+/// headers.insert("retry-after", "3".parse().unwrap());
+/// let hints = ServerHints::from_headers(&headers, SystemTime::UNIX_EPOCH);
+/// assert_eq!(hints.must_wait(), Some(Duration::from_secs(3)));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerHints {
     /// `Retry-After`: wait at least this long before the next request.

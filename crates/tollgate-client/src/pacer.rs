@@ -28,6 +28,33 @@ use tollgate_core::Timestamp;
 use crate::hints::ServerHints;
 
 /// The start times of a client's requests.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_client::{Pacer, ServerHints};
+/// use tollgate_core::Timestamp;
+///
+/// let mut pacer = Pacer::new(Pacer::DEFAULT_SLOW_DOWN_BELOW);
+/// let now = Timestamp::from_nanos(1_000_000_000_000);
+/// let left = |remaining, reset_secs| ServerHints {
+///     remaining: Some(remaining),
+///     reset: Some(Duration::from_secs(reset_secs)),
+///     ..ServerHints::default()
+/// };
+/// // Plenty left: requests leave at once.
+/// pacer.observe(now, &left(50, 8));
+/// assert_eq!(pacer.reserve(now), now);
+/// assert_eq!(pacer.reserve(now), now);
+/// // 4 left for the next 8 s: one every 2 s, even when all are ready now.
+/// pacer.observe(now, &left(4, 8));
+/// assert_eq!(pacer.spacing(), Duration::from_secs(2));
+/// assert_eq!(pacer.reserve(now), now);
+/// assert_eq!(pacer.reserve(now), now.saturating_add(Duration::from_secs(2)));
+/// // A Retry-After: nothing leaves sooner than the server said.
+/// let wait = ServerHints { retry_after: Some(Duration::from_secs(30)), ..ServerHints::default() };
+/// pacer.observe(now, &wait);
+/// assert!(pacer.reserve(now) >= now.saturating_add(Duration::from_secs(30)));
+/// ```
 #[derive(Clone, Debug)]
 pub struct Pacer {
     slow_down_below: u64,

@@ -76,9 +76,9 @@ pub enum KeyExtractor {
 }
 
 /// A [`KeyExtractor::ClientAddress`] found no peer address on a request:
-/// the app was served without connection info (axum: serve
-/// `into_make_service_with_connect_info::<SocketAddr>()`; hyper: insert the
-/// peer `SocketAddr` into each request's extensions).
+/// the app was served without connection info (axum: turn on the `axum`
+/// feature and serve `into_make_service_with_connect_info::<SocketAddr>()`;
+/// hyper: insert the peer `SocketAddr` into each request's extensions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NoClientAddress;
 
@@ -86,7 +86,7 @@ impl fmt::Display for NoClientAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
             "the rate limit is keyed by client address, but the request carries no peer address: \
-             serve the app with connection info (axum: `into_make_service_with_connect_info::<SocketAddr>()`; \
+             serve the app with connection info (axum: the `axum` feature and `into_make_service_with_connect_info::<SocketAddr>()`; \
              hyper: insert the peer `SocketAddr` into the request's extensions)",
         )
     }

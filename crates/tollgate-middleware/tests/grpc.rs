@@ -1,6 +1,7 @@
 //! The gRPC twin of the layer on a real tonic server on loopback, called by a real tonic client:
 //! RESOURCE_EXHAUSTED with the exact wait in `RetryInfo`, the rate limit fields as metadata,
-//! callers keyed by metadata and by tonic's peer address apart, and the app's own status.
+//! callers keyed by metadata and by tonic's peer address apart, the app's own status, and (with
+//! `redis`) a store that fails: UNAVAILABLE with a one-second `RetryInfo`, or passing when allowed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use http::HeaderName;
 use tokio::net::TcpListener;
 use tollgate_core::{ManualClock, Timestamp};
 use tollgate_middleware::{GrpcRateLimitLayer, KeyExtractor, Limit, RateLimitLayer, Rejection};
-use tollgate_store::{MemoryCounters, StoreConfig};
+use tollgate_store::{CounterStore, StoreConfig};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
@@ -19,7 +20,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_types::StatusExt;
 
 /// Serves the health service behind `layer` on a free loopback port.
-async fn serve(layer: GrpcRateLimitLayer<MemoryCounters>) -> SocketAddr {
+async fn serve<St: CounterStore + 'static>(layer: GrpcRateLimitLayer<St>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_reporter, health) = tonic_health::server::health_reporter();
@@ -152,4 +153,48 @@ async fn the_apps_own_handler_chooses_the_status() {
     assert_eq!(refused.code(), Code::Unavailable);
     assert_eq!(refused.message(), "busy, come back later");
     assert_eq!(refused.metadata().get("retry-after").unwrap(), "60");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_failed_store_is_unavailable_for_a_second_or_passes_when_allowed() {
+    use tollgate_middleware::{OnStoreError, RedisStore};
+    use tollgate_testkit::redis::RedisServer;
+
+    let mut redis = RedisServer::start();
+    let store = Arc::new(
+        RedisStore::connect(&redis.url(), Duration::from_millis(500))
+            .await
+            .unwrap(),
+    );
+    let layer = |on_store_error| {
+        RateLimitLayer::builder(KeyExtractor::client_address())
+            .limit(Limit::fixed_window("per-10s", 100, TEN_SECONDS).unwrap())
+            .on_store_error(on_store_error)
+            .store(Arc::clone(&store))
+            .grpc()
+    };
+    let mut deny = client(serve(layer(OnStoreError::Deny)).await, "127.0.0.1").await;
+    let mut allow = client(serve(layer(OnStoreError::Allow)).await, "127.0.0.1").await;
+    // Redis up: both count in it (one key, the caller's address).
+    assert_eq!(check(&mut deny, None).await.unwrap(), 99);
+    assert_eq!(check(&mut allow, None).await.unwrap(), 98);
+
+    redis.kill();
+    let refused = check(&mut deny, None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    let retry = refused.get_error_details().retry_info().cloned().unwrap();
+    assert_eq!(retry.retry_delay, Some(Duration::from_secs(1)));
+    assert_eq!(refused.metadata().get("retry-after").unwrap(), "1");
+
+    // `OnStoreError::Allow`: the service answers, unlimited (no rate limit fields).
+    let request = tonic::Request::new(HealthCheckRequest {
+        service: String::new(),
+    });
+    let passed = allow.check(request).await.unwrap();
+    assert!(passed.metadata().get("ratelimit-remaining").is_none());
+    assert_eq!(
+        passed.into_inner().status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 }

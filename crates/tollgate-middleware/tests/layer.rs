@@ -10,7 +10,9 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use tollgate_middleware::{KeyExtractor, Limit, Metrics, RateLimitLayer, Rejection};
+#[cfg(feature = "metrics")]
+use tollgate_middleware::Metrics;
+use tollgate_middleware::{KeyExtractor, Limit, RateLimitLayer, Rejection};
 use tollgate_store::StoreConfig;
 use tower::{Layer, ServiceExt};
 
@@ -108,6 +110,7 @@ async fn every_limit_of_a_key_is_checked_and_the_429_names_the_one_that_refused(
     assert_eq!(remaining[0], "\"small\";q=2;w=3600, \"large\";q=3;w=3600");
 }
 
+#[cfg(feature = "metrics")]
 #[tokio::test]
 async fn shadow_mode_counts_what_it_would_refuse_and_refuses_nothing() {
     let metrics = Metrics::new();
@@ -209,6 +212,26 @@ async fn a_request_without_a_client_address_is_a_500_never_a_shared_bucket() {
     // It never reached the app, and took nothing from any client's limit.
     let served = statuses(&layer, 100).await;
     assert!(served.iter().all(|s| *s == 200), "{served:?}");
+}
+
+#[tokio::test]
+async fn axums_connect_info_is_the_client_address_only_with_the_axum_feature() {
+    let layer = per_client(Limit::fixed_window("per-hour", 100, HOUR).unwrap());
+    let mut request = Request::get("/").body(Body::empty()).unwrap();
+    let peer: SocketAddr = "10.0.0.1:1".parse().unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    let response = layer.layer(app()).oneshot(request).await.unwrap();
+    if cfg!(feature = "axum") {
+        assert_eq!(response.status(), StatusCode::OK);
+    } else {
+        // An axum app that forgot the feature: told so, never a shared bucket.
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let problem = problem(response).await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("the `axum` feature"), "{detail}");
+    }
 }
 
 #[tokio::test]

@@ -153,3 +153,55 @@ async fn two_replicas_in_the_leased_mode_never_pass_the_limit_and_spare_redis_ca
         "{in_leases} + {rest} admitted of {TOKENS}: leases stranded most of the budget"
     );
 }
+
+#[cfg(feature = "metrics")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_books_size_and_bound_are_gauges_in_the_apps_registry() {
+    use tollgate_middleware::{LeaseBookGauges, Metrics};
+
+    /// The value of the gauge `name` in the registry's text.
+    fn gauge(registry: &prometheus_client::registry::Registry, name: &str) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        let prefix = format!("{name} ");
+        let line = text.lines().find(|l| l.starts_with(&prefix));
+        let value = line.unwrap_or_else(|| panic!("no {name} in {text}"));
+        value[prefix.len()..].parse().unwrap()
+    }
+
+    let redis = RedisServer::start();
+    const MAX_KEYS: usize = 2;
+    let store = Arc::new(LeasedStore::new(
+        RedisStore::connect(&redis.url(), TIMEOUT).await.unwrap(),
+        LeasePolicy::for_fleet(Duration::from_secs(1), 1),
+        MAX_KEYS,
+    ));
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::new();
+    metrics.register(&mut registry);
+    LeaseBookGauges::new(Arc::clone(&store)).register(&mut registry);
+    let layer = RateLimitLayer::builder(KeyExtractor::Header(http::HeaderName::from_static(
+        "x-tenant",
+    )))
+    .limit(shared_limit(100))
+    .metrics(&metrics)
+    .store(store);
+    let service = layer.layer(app());
+    let keys = |registry| gauge(registry, "ratelimit_store_lease_keys");
+    assert_eq!(keys(&registry), 0);
+    assert_eq!(
+        gauge(&registry, "ratelimit_store_lease_keys_limit"),
+        MAX_KEYS as u64
+    );
+    // Each tenant's first admitted request puts its counter in the book;
+    // five tenants, and the book holds at most two.
+    for (tenant, expected) in ["a", "b", "c", "d", "e"].into_iter().zip([1, 2, 2, 2, 2]) {
+        let request = Request::get("/")
+            .header("x-tenant", tenant)
+            .body(Body::empty())
+            .unwrap();
+        let response = service.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(keys(&registry), expected, "after tenant {tenant}");
+    }
+}

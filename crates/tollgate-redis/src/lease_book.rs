@@ -146,6 +146,11 @@ impl LeaseBook {
         self.entries.lock().len()
     }
 
+    /// The most counters the book tracks (`max_keys` of [`LeaseBook::new`], at least 1).
+    pub fn max_keys(&self) -> usize {
+        self.entries.lock().cap().get()
+    }
+
     /// Whether the book tracks no counter.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -39,7 +39,7 @@ impl RateLimitLayer<MemoryCounters> {
             clock: None,
             shadow: false,
             on_store_error: OnStoreError::default(),
-            metrics: Metrics::default(),
+            metrics: Metrics::new(),
             retry_after_jitter: Duration::ZERO,
             on_rejection: default_handler(),
         }
@@ -85,7 +85,9 @@ impl RateLimitBuilder {
         self
     }
 
-    /// Counts decisions in `metrics` (register them in the app's registry).
+    /// Counts decisions in `metrics` (register them in the app's registry;
+    /// the `metrics` feature).
+    #[cfg(feature = "metrics")]
     pub fn metrics(mut self, metrics: &Metrics) -> Self {
         self.metrics = metrics.clone();
         self

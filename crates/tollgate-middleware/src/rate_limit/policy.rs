@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderMap, Response};
-use prometheus_client::metrics::counter::Counter as PromCounter;
 use tollgate_core::{Clock, Decision, Outcome, Unit};
 use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders, overall_retry_after};
 use tollgate_protocol::rls::model::{
@@ -17,7 +16,7 @@ use super::error::{Rejection, SharedHandler, append_headers, header_map};
 use super::pass_headers::{PassHeaders, clamp};
 use crate::key::{KeyExtractor, NoClientAddress};
 use crate::limit::Limit;
-use crate::metrics::Metrics;
+use crate::metrics::{DecisionCounter as PromCounter, Metrics};
 
 /// What to do with a request when the counter store fails.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
