@@ -1,14 +1,20 @@
 //! The loaded rules: domains, descriptor trees, and the limits on each descriptor.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tollgate_core::{AnyAlgorithm, Unit};
 
 use crate::algorithm::AlgorithmKind;
 use crate::tree::Position;
+
+/// The descriptor tree's maps: built from the config, then only read. Request
+/// values are looked up, never inserted, so a seeded fast hash serves (no
+/// chain a caller can grow), where SipHash cost a request more than its
+/// counter check.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// What a rule answers when the store of its counters fails (`on_store_error`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -488,11 +494,11 @@ impl RuleSet {
         domain: &str,
         descriptors: &[&[(K, V)]],
     ) -> Vec<Applied<'_>> {
-        let rules: Vec<Option<&Rule>> = descriptors
+        let rules: SmallVec<[Option<&Rule>; 4]> = descriptors
             .iter()
             .map(|entries| self.find(domain, entries))
             .collect();
-        let replaced: Vec<&str> = rules
+        let replaced: SmallVec<[&str; 4]> = rules
             .iter()
             .flatten()
             .flat_map(|rule| rule.limits.iter())
@@ -510,19 +516,19 @@ impl RuleSet {
                 let Some(rule) = rule else {
                     return Applied::NoLimit;
                 };
-                let kept: Vec<usize> = (0..rule.limits.len())
-                    .filter(|&i| !is_replaced(&rule.limits[i]))
-                    .collect();
-                if kept.is_empty() {
+                let mut kept = rule.limits.iter().filter(|limit| !is_replaced(limit));
+                if kept.clone().next().is_none() {
                     Applied::NoLimit
-                } else if kept.iter().all(|&i| rule.limits[i].is_unlimited()) {
+                } else if kept.all(Limit::is_unlimited) {
                     Applied::Unlimited(rule)
                 } else {
                     Applied::Limited {
                         rule,
-                        limit_indices: kept
-                            .into_iter()
-                            .filter(|&i| !rule.limits[i].is_unlimited())
+                        limit_indices: (0..rule.limits.len())
+                            .filter(|&i| {
+                                let limit = &rule.limits[i];
+                                !is_replaced(limit) && !limit.is_unlimited()
+                            })
                             .collect(),
                     }
                 }

@@ -34,6 +34,7 @@ pub mod overrides;
 pub mod quick_deny;
 pub mod reload;
 pub mod rlqs;
+mod rule_counters;
 pub mod rule_stats;
 pub mod sharded_histogram;
 pub mod shares;

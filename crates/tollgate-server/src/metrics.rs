@@ -61,6 +61,7 @@ use crate::build_info::BuildInfo;
 use crate::exposition::{ExtraTags, prometheus_text};
 use crate::metric_key::{MetricKeys, MetricKeysCollector};
 use crate::reload::LiveEngine;
+use crate::rule_counters::RuleCounters;
 use crate::rule_stats::{RuleStat, RuleStats, RuleStatsCollector};
 use crate::sharded_histogram::ShardedHistogram;
 use tollgate_protocol::rls::RequestCaps;
@@ -293,6 +294,8 @@ pub struct Metrics {
     pending_timings: Option<Mutex<Vec<f64>>>,
     near_limit_ratio: f64,
     metric_keys: Arc<MetricKeys>,
+    /// The counters of the rules whose stats key names no request value.
+    rule_counters: RuleCounters,
     extra_tags: ExtraTags,
     statsd: Arc<crate::statsd::StatsdStats>,
     clock: MonotonicClock,
@@ -347,6 +350,7 @@ impl Metrics {
                 DEFAULT_NEAR_LIMIT_RATIO
             },
             metric_keys: Arc::default(),
+            rule_counters: RuleCounters::default(),
             extra_tags: ExtraTags::default(),
             statsd: Arc::default(),
             clock: MonotonicClock::new(),
@@ -410,7 +414,7 @@ impl Metrics {
     /// Counts one answered request: per-rule hits from the statuses, against the rules that matched.
     pub fn observe(
         &self,
-        rules: &RuleSet,
+        rules: &Arc<RuleSet>,
         request: &RateLimitRequest,
         response: &RateLimitResponse,
     ) {
@@ -442,9 +446,6 @@ impl Metrics {
                 continue;
             };
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            let key = self
-                .metric_keys
-                .stats_key(rule, &request.domain, &descriptor.entries);
             let mut counts: SmallVec<[(RuleStat, u64); 4]> = smallvec![(RuleStat::TotalHits, hits)];
             match status.code {
                 Code::OverLimit => {
@@ -471,7 +472,22 @@ impl Metrics {
                     }
                 }
             }
-            self.rules.add_all(&key, &counts);
+            if rule.metric_key_varies() {
+                let key = self
+                    .metric_keys
+                    .stats_key(rule, &request.domain, &descriptor.entries);
+                self.rules.add_all(&key, &counts);
+            } else if !self
+                .rule_counters
+                .count(rules, rule, |counters| counters.add_all(&counts))
+            {
+                let key = self
+                    .metric_keys
+                    .stats_key(rule, &request.domain, &descriptor.entries);
+                let counters = self.rules.counters_of(&key);
+                counters.add_all(&counts);
+                self.rule_counters.keep(rules, rule, counters);
+            }
         }
     }
 

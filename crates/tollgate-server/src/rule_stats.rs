@@ -146,7 +146,16 @@ pub const STAT_COUNT: usize = 7;
 
 /// The counters of one stats key.
 #[derive(Debug, Default)]
-struct Counters([AtomicU64; STAT_COUNT]);
+pub(crate) struct Counters([AtomicU64; STAT_COUNT]);
+
+impl Counters {
+    /// Adds each `(stat, hits)` of `counts`.
+    pub(crate) fn add_all(&self, counts: &[(RuleStat, u64)]) {
+        for &(stat, hits) in counts {
+            self.0[stat as usize].fetch_add(hits, Ordering::Relaxed);
+        }
+    }
+}
 
 /// Every rule's counters, by stats key.
 #[derive(Debug, Default)]
@@ -167,16 +176,20 @@ impl RuleStats {
     /// lookup under the read lock, the write lock only for a key's first
     /// count.
     pub fn add_all(&self, key: &StatsKey, counts: &[(RuleStat, u64)]) {
-        let add = |counters: &Counters| {
-            for &(stat, hits) in counts {
-                counters.0[stat as usize].fetch_add(hits, Ordering::Relaxed);
-            }
-        };
         if let Some(counters) = self.counters.read().get(key) {
-            add(counters);
+            counters.add_all(counts);
             return;
         }
-        add(self.counters.write().entry(key.clone()).or_default());
+        self.counters_of(key).add_all(counts);
+    }
+
+    /// The counters of `key`, made on its first use, for a caller that
+    /// keeps them.
+    pub(crate) fn counters_of(&self, key: &StatsKey) -> Arc<Counters> {
+        if let Some(counters) = self.counters.read().get(key) {
+            return Arc::clone(counters);
+        }
+        Arc::clone(self.counters.write().entry(key.clone()).or_default())
     }
 
     /// Every stats key's counters now.

@@ -137,3 +137,77 @@ fn rules_two_levels_deep_get_key2_and_deeper_levels_add_into_it() {
     );
     assert!(!text.contains("ratelimit_total_hits"), "{text}");
 }
+
+/// An engine on `limits` (domain `m`), for a metrics object that outlives it.
+fn engine_on(limits: &str) -> Arc<Engine<ManualClock>> {
+    let loaded = load_sources([(Path::new("m.yaml"), limits)], LoadOptions::default());
+    assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+    let clock = ManualClock::new(Timestamp::from_secs(minute::MINUTE_START));
+    Arc::new(Engine::new(
+        Arc::new(loaded.rule_set),
+        EngineOptions::default(),
+        clock,
+    ))
+}
+
+/// The hits counted under `stats_key` (upstream's dotted key).
+fn total_hits(metrics: &Metrics, stats_key: &str) -> u64 {
+    metrics
+        .rule_stats()
+        .snapshot()
+        .into_iter()
+        .find(|(key, _)| key.dotted() == stats_key)
+        .map_or(0, |(_, values)| values[0])
+}
+
+#[test]
+fn after_a_reload_a_request_counts_under_the_rule_it_matches_now() {
+    // The same request matches a key-only rule before the reload and an
+    // exact-value rule after it: each config's counts go to its own key,
+    // whatever the metrics kept from the first config's rule.
+    let before = engine_on(
+        "domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+    );
+    let live = Arc::new(LiveEngine::fixed(Arc::clone(&before)));
+    let metrics = Metrics::new(live as Arc<dyn ConfigStats>, DEFAULT_NEAR_LIMIT_RATIO);
+    send_entries(&before, &metrics, &[("user", "alice")], 3);
+    let after = engine_on(
+        "domain: m\ndescriptors:\n  - key: user\n    value: alice\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+    );
+    drop(before);
+    send_entries(&after, &metrics, &[("user", "alice")], 2);
+    assert_eq!(total_hits(&metrics, "m.user"), 3);
+    assert_eq!(total_hits(&metrics, "m.user_alice"), 2);
+}
+
+#[test]
+fn every_rule_of_a_config_past_the_kept_rules_bound_counts_under_its_own_key() {
+    // 5000 rules: past the 4096 whose counters are kept against the rule,
+    // the rest are counted by their keys, one each.
+    let rules = 5000;
+    let mut limits = String::from("domain: m\ndescriptors:\n  - key: user\n    descriptors:\n");
+    for i in 0..rules {
+        limits.push_str(&format!(
+            "      - key: item\n        value: i{i}\n        rate_limit: {{unit: minute, requests_per_unit: 100}}\n"
+        ));
+    }
+    let engine = engine_on(&limits);
+    let live = Arc::new(LiveEngine::fixed(Arc::clone(&engine)));
+    let metrics = Metrics::new(live as Arc<dyn ConfigStats>, DEFAULT_NEAR_LIMIT_RATIO);
+    for round in 1..=2 {
+        for i in 0..rules {
+            send_entries(
+                &engine,
+                &metrics,
+                &[("user", "u"), ("item", &format!("i{i}"))],
+                1,
+            );
+        }
+        for i in [0, 4095, 4096, rules - 1] {
+            assert_eq!(total_hits(&metrics, &format!("m.user.item_i{i}")), round);
+        }
+    }
+    let snapshot = metrics.rule_stats().snapshot();
+    assert_eq!(snapshot.len(), rules);
+    assert!(snapshot.iter().all(|(_, values)| values[0] == 2));
+}

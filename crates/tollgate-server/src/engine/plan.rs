@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Clock};
 use tollgate_protocol::rls::model::{CurrentLimit, DescriptorStatus, RateLimitRequest};
 use tollgate_rules::{Applied, Rule};
@@ -83,12 +85,12 @@ impl<C: Clock> Engine<C> {
             .iter()
             .enumerate()
             .map(|(i, d)| d.limit.map(|o| override_limit(i, &o)).transpose())
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<SmallVec<[_; 4]>, _>>()?;
         let domain = request.domain.as_str();
         let known_domain = self.domains.contains(domain);
         let applied = if known_domain {
             // Descriptors with an override skip matching, so their rules neither apply nor replace.
-            let entries: Vec<&[(String, String)]> = request
+            let entries: SmallVec<[&[(String, String)]; 4]> = request
                 .descriptors
                 .iter()
                 .map(|d| {

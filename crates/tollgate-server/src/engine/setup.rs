@@ -15,7 +15,7 @@ use crate::store::RemoteStore;
 /// Answers RLS requests from a rule set, counters (in memory or Redis) and a clock.
 pub struct Engine<C: Clock> {
     pub(super) rules: Arc<RuleSet>,
-    pub(super) domains: HashSet<String>,
+    pub(super) domains: HashSet<String, foldhash::fast::RandomState>,
     pub(super) memory: MemoryCounters,
     /// The algorithms each limit was counted under, shared by every engine a reload makes from this one.
     history: Arc<parking_lot::Mutex<LimitHistory>>,
@@ -81,7 +81,7 @@ impl<C: Clock> Engine<C> {
         history: Arc<parking_lot::Mutex<LimitHistory>>,
         remote: Option<Arc<RemoteStore>>,
     ) -> Self {
-        let domains: HashSet<String> = rules.domains().map(str::to_owned).collect();
+        let domains: HashSet<String, _> = rules.domains().map(str::to_owned).collect();
         Engine {
             rules,
             domains,
