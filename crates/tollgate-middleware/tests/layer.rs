@@ -14,9 +14,12 @@ use tollgate_middleware::{KeyExtractor, Limit, Metrics, RateLimitLayer, Rejectio
 use tollgate_store::StoreConfig;
 use tower::{Layer, ServiceExt};
 
-fn app()
--> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send>
-+ Clone
+fn app() -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone
 + Send
 + 'static {
     tower::service_fn(|_request: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })
