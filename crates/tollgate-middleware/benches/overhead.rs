@@ -76,6 +76,10 @@ fn with_governor_headers() -> Router {
     plain().layer(GovernorLayer::new(config))
 }
 
+/// A request from one client. Never inlined, so a profile counts the requests
+/// by its calls: criterion's loop (`AsyncBencher::iter`, inclusive) divided by
+/// them is one request's instructions.
+#[inline(never)]
 fn request() -> Request<Body> {
     let mut request = Request::get("/").body(Body::empty()).expect("a request");
     let peer: SocketAddr = "10.0.0.1:40000".parse().expect("an address");
@@ -83,10 +87,7 @@ fn request() -> Request<Body> {
     request
 }
 
-/// One request through `app`, its answer dropped. A function of its own so
-/// that a profile counts its calls: callgrind's inclusive instructions of
-/// `serve` divided by its calls are one request's.
-#[inline(never)]
+/// One request through `app`, its answer dropped (so dropping the headers counts).
 async fn serve(app: Router, request: Request<Body>) -> StatusCode {
     let response = app.oneshot(request).await.expect("infallible");
     assert_eq!(response.status(), StatusCode::OK);
