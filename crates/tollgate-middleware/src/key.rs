@@ -1,11 +1,13 @@
 //! [`KeyExtractor`]: which caller a request counts against, from a built-in source or the app's own [`KeySource`].
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::HeaderName;
 use http::request::Parts;
+use smallvec::SmallVec;
 use tollgate_protocol::forwarded::trusted_client_address;
 
 /// The key of a request that has no header or API key for a header-based
@@ -130,31 +132,81 @@ impl KeyExtractor {
     /// [`NoClientAddress`] when the key is the client address and the
     /// request carries no peer address.
     pub fn extract(&self, parts: &Parts) -> Result<String, NoClientAddress> {
+        let mut key = KeyBytes::new();
+        self.write_key(parts, &mut key)?;
+        Ok(String::from_utf8_lossy(&key).into_owned())
+    }
+
+    /// Appends the key of the request whose head is `parts` to `out`, as
+    /// UTF-8: [`extract`](Self::extract) without allocating, unless a custom
+    /// source's key or a key longer than `out`'s inline room.
+    pub(crate) fn write_key(
+        &self,
+        parts: &Parts,
+        out: &mut KeyBytes,
+    ) -> Result<(), NoClientAddress> {
         let headers = &parts.headers;
         let found = match self {
             KeyExtractor::ClientAddress { trusted_hops } => {
                 let peer = peer_address(parts).ok_or(NoClientAddress)?;
-                Some(trusted_client_address(peer.ip(), headers, *trusted_hops).to_string())
+                write_address(
+                    out,
+                    trusted_client_address(peer.ip(), headers, *trusted_hops),
+                );
+                return Ok(());
             }
             KeyExtractor::Header(name) => header_text(parts, name),
             KeyExtractor::ApiKey { header } => headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
-                .map(|token| token.trim().to_owned())
+                .map(str::trim)
                 .or_else(|| header_text(parts, header)),
             KeyExtractor::RouteAnd(inner) => {
-                Some(format!("{} {}", route(parts), inner.extract(parts)?))
+                out.extend_from_slice(route(parts).as_bytes());
+                out.push(b' ');
+                return inner.write_key(parts, out);
             }
-            KeyExtractor::Custom(source) => source.key(parts),
+            KeyExtractor::Custom(source) => {
+                let key = source.key(parts);
+                out.extend_from_slice(key.as_deref().unwrap_or(ANONYMOUS).as_bytes());
+                return Ok(());
+            }
         };
-        Ok(found.unwrap_or_else(|| ANONYMOUS.to_owned()))
+        out.extend_from_slice(found.unwrap_or(ANONYMOUS).as_bytes());
+        Ok(())
     }
 }
 
-fn header_text(parts: &Parts, name: &HeaderName) -> Option<String> {
+/// A request's key as bytes, on the stack when it fits (an IPv6 address does).
+pub(crate) type KeyBytes = SmallVec<[u8; 64]>;
+
+/// Appends `address` as its `Display` writes it; an IPv4 address without the formatter.
+fn write_address(out: &mut KeyBytes, address: IpAddr) {
+    match address {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if octet >= 100 {
+                    out.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    out.push(b'0' + octet / 10 % 10);
+                }
+                out.push(b'0' + octet % 10);
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+fn header_text<'a>(parts: &'a Parts, name: &HeaderName) -> Option<&'a str> {
     let value = parts.headers.get(name)?.to_str().ok()?.trim();
-    (!value.is_empty()).then(|| value.to_owned())
+    (!value.is_empty()).then_some(value)
 }
 
 /// The peer: a `SocketAddr` extension (hyper apps insert it), else axum's
@@ -178,10 +230,41 @@ fn peer_address(parts: &Parts) -> Option<SocketAddr> {
 }
 
 /// The route: axum's `MatchedPath` when the router matched one, else the path.
-fn route(parts: &Parts) -> String {
+fn route(parts: &Parts) -> &str {
     #[cfg(feature = "axum")]
     if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
-        return matched.as_str().to_owned();
+        return matched.as_str();
     }
-    parts.uri.path().to_owned()
+    parts.uri.path()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::{KeyBytes, write_address};
+
+    #[test]
+    fn an_address_is_written_as_its_display_writes_it() {
+        let mut addresses: Vec<IpAddr> = [
+            "0.0.0.0",
+            "9.10.99.100",
+            "255.255.255.255",
+            "10.0.0.1",
+            "::",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:10.0.0.1",
+            "fe80::1:2:3:4",
+        ]
+        .iter()
+        .map(|a| a.parse().expect("an address"))
+        .collect();
+        addresses.extend((0..=255).map(|o| IpAddr::from([o, 255 - o, o / 3, 7])));
+        for address in addresses {
+            let mut out = KeyBytes::new();
+            write_address(&mut out, address);
+            assert_eq!(out.as_slice(), address.to_string().as_bytes());
+        }
+    }
 }

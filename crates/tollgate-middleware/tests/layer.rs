@@ -16,9 +16,12 @@ use tollgate_middleware::{KeyExtractor, Limit, RateLimitLayer, Rejection};
 use tollgate_store::StoreConfig;
 use tower::{Layer, ServiceExt};
 
-fn app()
--> impl tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send>
-+ Clone
+fn app() -> impl tower::Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone
 + Send
 + 'static {
     tower::service_fn(|_request: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })

@@ -21,9 +21,12 @@ use tower::{Layer, Service, ServiceExt};
 /// Redis calls in these tests may wait this long (a loaded CI machine).
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-fn app()
--> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send>
-+ Clone
+fn app() -> impl Service<
+    Request<Body>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Body>, Infallible>> + Send,
+> + Clone
 + Send
 + 'static {
     tower::service_fn(|_request: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })

@@ -1,70 +1,92 @@
-//! [`ResponseFuture`]: decide, then answer the rejection (as HTTP or gRPC) or call the app and add the headers.
+//! [`ResponseFuture`]: the app's answer with the rate limit headers added, a rejection's answer, or a decision still waiting on the store.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
-use http::{Request, Response};
-use tollgate_store::CounterStore;
-use tower::Service;
+use http::Response;
+use pin_project_lite::pin_project;
 
-use super::error::Rejection;
-use super::policy::{Policy, Verdict};
-use crate::key::NoClientAddress;
+use super::policy::Passed;
 
-/// What a call ends with.
-type Outcome<B, E> = Result<Response<B>, E>;
+/// A decision and what follows it, still waiting on the store (Redis).
+type Deciding<F> = Pin<Box<dyn Future<Output = <F as Future>::Output> + Send>>;
 
-/// The response of a [`RateLimit`](super::RateLimit) call (and of a
-/// `GrpcRateLimit` call with the `tonic` feature).
-pub struct ResponseFuture<B, E> {
-    inner: Pin<Box<dyn Future<Output = Outcome<B, E>> + Send>>,
+pin_project! {
+    /// The response of a [`RateLimit`](super::RateLimit) call (and of a
+    /// `GrpcRateLimit` call with the `tonic` feature), over the app's
+    /// service future `F`.
+    ///
+    /// A store that decides at once (in memory) decides in `call`: the
+    /// future is then the app's own with the headers to add, or the
+    /// rejection's answer, with nothing boxed. A store that takes a call
+    /// (Redis) decides, and calls the app, in a boxed future.
+    pub struct ResponseFuture<F: Future> {
+        #[pin]
+        state: State<F>,
+    }
 }
 
-impl<B, E> ResponseFuture<B, E> {
-    /// Decides `request` with `policy`; a rejection is answered by `respond`.
-    pub(super) fn new<S, St, ReqB, R>(
-        mut service: S,
-        policy: Arc<Policy<St>>,
-        request: Request<ReqB>,
-        key: Result<String, NoClientAddress>,
-        cost: u64,
-        respond: R,
-    ) -> Self
-    where
-        S: Service<Request<ReqB>, Response = Response<B>, Error = E> + Send + 'static,
-        S::Future: Send,
-        St: CounterStore + 'static,
-        ReqB: Send + 'static,
-        B: Send + 'static,
-        R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
-    {
+pin_project! {
+    #[project = StateProjection]
+    enum State<F: Future> {
+        /// Admitted: the app's future, and the headers to add to its answer.
+        Calling { #[pin] future: F, headers: Option<Passed> },
+        /// Answered by the layer (`None` once taken).
+        Answered { response: Option<F::Output> },
+        /// Deciding on a store that takes a call.
+        Deciding { future: Deciding<F> },
+    }
+}
+
+impl<F: Future> ResponseFuture<F> {
+    /// The app's answer from `future`, with `headers` added.
+    pub(super) fn calling(future: F, headers: Passed) -> Self {
         ResponseFuture {
-            inner: Box::pin(async move {
-                let key = match key {
-                    Ok(key) => key,
-                    Err(error) => {
-                        policy.report_no_address(error);
-                        return Ok(respond(&policy, &Rejection::NoClientAddress(error)));
-                    }
-                };
-                let headers = match policy.decide(&key, cost).await {
-                    Verdict::Pass(headers) => headers,
-                    Verdict::Reject(rejection) => return Ok(respond(&policy, &rejection)),
-                };
-                let mut response = service.call(request).await?;
-                policy.add_pass_headers(headers, response.headers_mut());
-                Ok(response)
-            }),
+            state: State::Calling {
+                future,
+                headers: Some(headers),
+            },
+        }
+    }
+
+    /// The layer's own answer.
+    pub(super) fn answered(response: F::Output) -> Self {
+        ResponseFuture {
+            state: State::Answered {
+                response: Some(response),
+            },
+        }
+    }
+
+    /// A decision (and the call after it) that waits on the store.
+    pub(super) fn deciding(future: Deciding<F>) -> Self {
+        ResponseFuture {
+            state: State::Deciding { future },
         }
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
-    type Output = Outcome<B, E>;
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = F::Output;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProjection::Calling { future, headers } => {
+                let mut response = ready!(future.poll(cx))?;
+                if let Some(headers) = headers.take() {
+                    headers.add_to(response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            // Polled again after it answered: it never answers twice.
+            StateProjection::Answered { response } => {
+                response.take().map_or(Poll::Pending, Poll::Ready)
+            }
+            StateProjection::Deciding { future } => future.as_mut().poll(cx),
+        }
     }
 }

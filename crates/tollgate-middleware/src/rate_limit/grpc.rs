@@ -142,7 +142,7 @@ where
 {
     type Response = Response<ResB>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

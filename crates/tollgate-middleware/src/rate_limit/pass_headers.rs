@@ -5,7 +5,9 @@
 //! the same decisions (the test below holds them equal). `RateLimit-Policy`
 //! and each limit's `RateLimit-Limit` and quoted name depend only on the
 //! limits, so they are rendered when the layer is built; a request renders
-//! its remaining, reset and `RateLimit` item.
+//! its `RateLimit` item into one buffer of exactly its length, and its
+//! remaining and reset are slices of that item (two allocations for the three
+//! values: the buffer and the count the slices share).
 //!
 //! [`ResponseHeaders`]: tollgate_protocol::rls::headers::ResponseHeaders
 
@@ -72,29 +74,68 @@ impl PassHeaders {
         })
     }
 
-    /// Appends the headers of a request admitted by `decisions` (one per limit, in order) to `map`.
-    pub(super) fn append(&self, decisions: &[Decision], map: &mut HeaderMap) {
+    /// The header values of a request admitted by `decisions` (one per
+    /// limit, in order), rendered when it is decided; `None` without decisions.
+    pub(super) fn values(&self, decisions: &[Decision]) -> Option<PassValues> {
         let picked = pick_among(
             decisions
                 .iter()
                 .map(|d| Some((!d.is_allowed(), clamp(d.remaining())))),
-        );
-        let Some((parts, decision)) =
-            picked.and_then(|i| Some((self.limits.get(i)?, decisions.get(i)?)))
-        else {
-            return;
-        };
+        )?;
+        let (parts, decision) = (self.limits.get(picked)?, decisions.get(picked)?);
         let remaining = u64::from(clamp(decision.remaining()));
         let reset = ceil_seconds(decision.reset_after());
-        let mut item = String::with_capacity(parts.quoted_name.len() + 32);
+        // The item, `"name";r=<remaining>;t=<reset>`, holds both numbers:
+        // one buffer of exactly its length is all three values.
+        let start = parts.quoted_name.len() + ";r=".len();
+        let end = start + digits(remaining);
+        let length = end + ";t=".len() + digits(reset);
+        let mut item = String::with_capacity(length);
         write_limit_item(&mut item, &parts.quoted_name, remaining, reset);
+        let item = Bytes::from(item);
+        let laid_out = item.len() == length
+            && item.get(start - 3..start) == Some(b";r=")
+            && item.get(end..end + 3) == Some(b";t=");
+        let number = |range: std::ops::Range<usize>, n: u64| {
+            laid_out
+                .then(|| HeaderValue::from_maybe_shared(item.slice(range)).ok())
+                .flatten()
+                .unwrap_or_else(|| HeaderValue::from(n))
+        };
+        Some(PassValues {
+            limit: parts.quota.clone(),
+            remaining: number(start..end, remaining),
+            reset: number(end + 3..length, reset),
+            policy: self.policy.clone(),
+            item: HeaderValue::from_maybe_shared(item).ok(),
+        })
+    }
+}
+
+/// How many decimal digits `n` is written with.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+/// An admitted request's header values, kept until the app answers.
+pub(super) struct PassValues {
+    limit: HeaderValue,
+    remaining: HeaderValue,
+    reset: HeaderValue,
+    policy: HeaderValue,
+    item: Option<HeaderValue>,
+}
+
+impl PassValues {
+    /// Appends the values to the app's answer's `map`.
+    pub(super) fn append(self, map: &mut HeaderMap) {
         map.reserve(5);
-        map.append(LIMIT.clone(), parts.quota.clone());
-        map.append(REMAINING.clone(), HeaderValue::from(remaining));
-        map.append(RESET.clone(), HeaderValue::from(reset));
-        map.append(POLICY.clone(), self.policy.clone());
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(item)) {
-            map.append(RATELIMIT.clone(), value);
+        map.append(LIMIT.clone(), self.limit);
+        map.append(REMAINING.clone(), self.remaining);
+        map.append(RESET.clone(), self.reset);
+        map.append(POLICY.clone(), self.policy);
+        if let Some(item) = self.item {
+            map.append(RATELIMIT.clone(), item);
         }
     }
 }
@@ -158,7 +199,8 @@ mod tests {
                         render_shared(&shared, limits.iter(), "10.0.0.1", &decisions).headers,
                     );
                     let mut fast = HeaderMap::new();
-                    pass.append(&decisions, &mut fast);
+                    let values = pass.values(&decisions).expect("one decision per limit");
+                    values.append(&mut fast);
                     assert_eq!(pairs(&fast), pairs(&expected), "{decisions:?}");
                     assert_eq!(fast.len(), 5);
                     checked += 1;

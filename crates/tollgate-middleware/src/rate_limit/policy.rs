@@ -1,19 +1,21 @@
 //! What the layer decides with: its limits, store, clock and renderer, and the decision itself.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderMap, Response};
+use smallvec::SmallVec;
 use tollgate_core::{Clock, Decision, Outcome, Unit};
 use tollgate_protocol::rls::headers::{Rendered, ResponseHeaders, overall_retry_after};
 use tollgate_protocol::rls::model::{
     Code, CurrentLimit, Descriptor, DescriptorStatus, RateLimitResponse,
 };
-use tollgate_store::{Counter, CounterStore};
+use tollgate_store::{Counter, CounterStore, StoreError};
 
 use super::error::{Rejection, SharedHandler, append_headers, header_map};
-use super::pass_headers::{PassHeaders, clamp};
+use super::pass_headers::{PassHeaders, PassValues, clamp};
 use crate::key::{KeyExtractor, NoClientAddress};
 use crate::limit::Limit;
 use crate::metrics::{DecisionCounter as PromCounter, Metrics};
@@ -87,22 +89,33 @@ pub(super) enum Verdict {
 pub(super) enum Passed {
     /// None (shadow mode, or a store error let through).
     Nothing,
-    /// The layer's [`PassHeaders`] for these decisions, one per limit.
-    Decided(Vec<Decision>),
+    /// The layer's [`PassHeaders`] values for the request's decisions.
+    Values(PassValues),
     /// Rendered by the shared renderer (a layer with an unnamed limit).
     Rendered(Vec<(String, String)>),
 }
 
-impl<St> Policy<St> {
-    /// Adds the headers of an admitted request to the app's answer.
-    pub(super) fn add_pass_headers(&self, passed: Passed, map: &mut HeaderMap) {
-        match (passed, &self.pass_headers) {
-            (Passed::Nothing, _) | (Passed::Decided(_), None) => {}
-            (Passed::Decided(decisions), Some(pass)) => pass.append(&decisions, map),
-            (Passed::Rendered(headers), _) => append_headers(map, headers),
+impl Passed {
+    /// Adds the headers to the app's answer's `map`.
+    pub(super) fn add_to(self, map: &mut HeaderMap) {
+        match self {
+            Passed::Nothing => {}
+            Passed::Values(values) => values.append(map),
+            Passed::Rendered(headers) => append_headers(map, headers),
         }
     }
+}
 
+thread_local! {
+    /// The decisions buffer of [`Policy::decide_now`], reused by every
+    /// request decided on this thread (so none allocates one).
+    static DECISIONS: Cell<Vec<Decision>> = const { Cell::new(Vec::new()) };
+}
+
+/// A request's counter keys, one after the other, on the stack when they fit.
+type CounterKeys = SmallVec<[u8; 128]>;
+
+impl<St> Policy<St> {
     /// The app's answer to `rejection`, in the app's body type.
     pub(super) fn respond<B: From<Bytes>>(&self, rejection: &Rejection) -> Response<B> {
         self.on_rejection.respond(rejection).map(B::from)
@@ -117,21 +130,22 @@ impl<St> Policy<St> {
             tracing::error!("{error}; answering 500 to every such request");
         }
     }
-}
 
-impl<St: CounterStore> Policy<St> {
-    /// Decides a request with `key` and `cost` against every limit.
-    pub(super) async fn decide(&self, key: &str, cost: u64) -> Verdict {
-        // Every limit's counter key in one buffer: its prefix, then the key.
-        let mut keys = Vec::with_capacity(self.limits.len() * (key.len() + 16));
+    /// Every limit's counter key for `key`: its prefix, then the key.
+    fn counter_keys(&self, key: &[u8]) -> CounterKeys {
+        let mut keys = CounterKeys::new();
         for entry in &self.limits {
             keys.extend_from_slice(&entry.prefix);
-            keys.extend_from_slice(key.as_bytes());
+            keys.extend_from_slice(key);
         }
-        let tag = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
-        let mut rest = keys.as_slice();
-        let counters: Vec<Counter<'_>> = self
-            .limits
+        keys
+    }
+
+    /// The store's counters for `key` (whose counter keys are `keys`) at `cost`.
+    fn counters<'k>(&self, keys: &'k [u8], key: &[u8], cost: u64) -> SmallVec<[Counter<'k>; 4]> {
+        let tag = xxhash_rust::xxh3::xxh3_64(key);
+        let mut rest = keys;
+        self.limits
             .iter()
             .map(|entry| Counter {
                 group: 0,
@@ -148,10 +162,46 @@ impl<St: CounterStore> Policy<St> {
                 give_back: false,
                 phase_ns: 0,
             })
-            .collect();
+            .collect()
+    }
+}
+
+impl<St: CounterStore> Policy<St> {
+    /// Decides a request with `key` and `cost` against every limit at once,
+    /// when the store can (in memory); `None`, nothing counted, when it
+    /// takes a call ([`decide`](Self::decide) then).
+    pub(super) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Verdict> {
+        let keys = self.counter_keys(key);
+        let counters = self.counters(&keys, key, cost);
+        let mut decisions = DECISIONS.take();
+        let verdict = self
+            .store
+            .check_batch_now(&counters, self.clock.now(), &mut decisions)
+            .map(|checked| self.judge(key, checked, &decisions));
+        DECISIONS.set(decisions);
+        verdict
+    }
+
+    /// Decides a request with `key` and `cost` against every limit.
+    pub(super) async fn decide(&self, key: &[u8], cost: u64) -> Verdict {
+        let keys = self.counter_keys(key);
+        let counters = self.counters(&keys, key, cost);
         let mut decisions = Vec::with_capacity(counters.len());
-        let now = self.clock.now();
-        if let Err(error) = self.store.check_batch(&counters, now, &mut decisions).await {
+        let checked = self
+            .store
+            .check_batch(&counters, self.clock.now(), &mut decisions)
+            .await;
+        self.judge(key, checked, &decisions)
+    }
+
+    /// The verdict on the store's `decisions` for `key` (or its failure), counted in the metrics.
+    fn judge(
+        &self,
+        key: &[u8],
+        checked: Result<(), StoreError>,
+        decisions: &[Decision],
+    ) -> Verdict {
+        if let Err(error) = checked {
             self.limits.iter().for_each(|e| {
                 e.store_error.inc();
             });
@@ -161,7 +211,7 @@ impl<St: CounterStore> Policy<St> {
             };
         }
         let over = decisions.iter().any(|d| !d.is_allowed());
-        for (entry, decision) in self.limits.iter().zip(&decisions) {
+        for (entry, decision) in self.limits.iter().zip(decisions) {
             match (decision.is_allowed(), self.shadow) {
                 (true, _) => entry.allowed.inc(),
                 (false, false) => entry.denied.inc(),
@@ -171,23 +221,27 @@ impl<St: CounterStore> Policy<St> {
         if self.shadow {
             return Verdict::Pass(Passed::Nothing);
         }
-        if !over && self.pass_headers.is_some() {
-            return Verdict::Pass(Passed::Decided(decisions));
+        if !over && let Some(pass) = &self.pass_headers {
+            return Verdict::Pass(
+                pass.values(decisions)
+                    .map_or(Passed::Nothing, Passed::Values),
+            );
         }
+        let key = String::from_utf8_lossy(key);
         let limits = self.limits.iter().map(|entry| &entry.limit);
-        let rendered = render_shared(&self.headers, limits, key, &decisions);
+        let rendered = render_shared(&self.headers, limits, &key, decisions);
         if over {
             let limits = self
                 .limits
                 .iter()
-                .zip(&decisions)
+                .zip(decisions)
                 .filter(|(_, decision)| !decision.is_allowed())
                 .map(|(entry, _)| entry.limit.name.clone())
                 .collect();
             let statuses: Vec<DescriptorStatus> = self
                 .limits
                 .iter()
-                .zip(&decisions)
+                .zip(decisions)
                 .map(|(entry, decision)| status(&entry.limit, decision))
                 .collect();
             Verdict::Reject(Rejection::OverLimit {

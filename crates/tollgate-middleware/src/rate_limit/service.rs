@@ -10,8 +10,9 @@ use tower::Service;
 
 use super::error::Rejection;
 use super::future::ResponseFuture;
-use super::policy::Policy;
+use super::policy::{Policy, Verdict};
 use crate::cost::Cost;
+use crate::key::KeyBytes;
 
 /// The rate limit middleware: the service a [`RateLimitLayer`](crate::RateLimitLayer) wraps an app's service in.
 pub struct RateLimit<S, St> {
@@ -44,7 +45,7 @@ where
 {
     type Response = Response<ResB>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResB, S::Error>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -55,15 +56,16 @@ where
     }
 }
 
-/// Starts deciding `request` for the ready service `inner`, which is
-/// called if it passes (a fresh clone takes its place for the next call);
-/// a rejection is answered by `respond`.
+/// Decides `request` for the ready service `inner`, which is called if it
+/// passes: at once when the store decides at once (in memory), else in a
+/// boxed future (a fresh clone then takes `inner`'s place for the next
+/// call); a rejection is answered by `respond`.
 pub(super) fn start<S, St, ReqB, B, R>(
     inner: &mut S,
     policy: &Arc<Policy<St>>,
     request: Request<ReqB>,
     respond: R,
-) -> ResponseFuture<B, S::Error>
+) -> ResponseFuture<S::Future>
 where
     S: Service<Request<ReqB>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send,
@@ -72,11 +74,37 @@ where
     B: Send + 'static,
     R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
 {
-    let clone = inner.clone();
-    let inner = std::mem::replace(inner, clone);
     let (parts, body) = request.into_parts();
-    let key = policy.key.extract(&parts);
+    let mut key = KeyBytes::new();
+    let key = policy.key.write_key(&parts, &mut key).map(|()| key);
     let request = Request::from_parts(parts, body);
+    let key = match key {
+        Ok(key) => key,
+        Err(error) => {
+            policy.report_no_address(error);
+            let rejection = Rejection::NoClientAddress(error);
+            return ResponseFuture::answered(Ok(respond(policy, &rejection)));
+        }
+    };
     let cost = Cost::of(&request);
-    ResponseFuture::new(inner, Arc::clone(policy), request, key, cost, respond)
+    match policy.decide_now(&key, cost) {
+        Some(Verdict::Pass(headers)) => ResponseFuture::calling(inner.call(request), headers),
+        Some(Verdict::Reject(rejection)) => {
+            ResponseFuture::answered(Ok(respond(policy, &rejection)))
+        }
+        None => {
+            let clone = inner.clone();
+            let mut inner = std::mem::replace(inner, clone);
+            let policy = Arc::clone(policy);
+            ResponseFuture::deciding(Box::pin(async move {
+                let headers = match policy.decide(&key, cost).await {
+                    Verdict::Pass(headers) => headers,
+                    Verdict::Reject(rejection) => return Ok(respond(&policy, &rejection)),
+                };
+                let mut response = inner.call(request).await?;
+                headers.add_to(response.headers_mut());
+                Ok(response)
+            }))
+        }
+    }
 }

@@ -81,7 +81,12 @@ pub fn limit_item(name: &str, remaining: u64, t: u64) -> String {
 /// Appends one `RateLimit` item to `out`, its name already an RFC 9651
 /// String ([`sf_string`]): for a caller that quotes each name once, not per answer.
 pub fn write_limit_item(out: &mut String, quoted_name: &str, remaining: u64, t: u64) {
-    let _ = write!(out, "{quoted_name};r={remaining};t={t}");
+    let mut digits = itoa::Buffer::new();
+    out.push_str(quoted_name);
+    out.push_str(";r=");
+    out.push_str(digits.format(remaining));
+    out.push_str(";t=");
+    out.push_str(digits.format(t));
 }
 
 /// The policy name of a status: the limit's `name` when it has one, else
