@@ -669,9 +669,10 @@ fn two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death() {
 /// on one rule of `R` = 40 a second: A's Envoy offering 100 a second holds
 /// the whole rate alone first, then B's Envoy comes with 10 a second. The
 /// fleet split is max-min fair between the instances by their Envoys'
-/// claims (docs/quota.md): once settled B is served (at least a quarter
-/// of its 10: its part comes and goes while A's instance pays A's growth
-/// from the same counter, docs/quota.md gives the measured dips), the
+/// claims (docs/quota.md): once settled B gets at least 7 of its 10 a
+/// second (A's growth no longer takes B's refills: before, B was cut to 3
+/// for 3 s in every run; what is left are short dips when a round misses
+/// its window on a loaded machine, docs/quota.md gives the figures), the
 /// aggregate stays within [0.5 R, 1.05 R], and the whole run within
 /// `R × t` and the bound. First come, first served (before the claims
 /// board) left B what A's instance did not hold: nothing.
@@ -738,7 +739,7 @@ fn two_services_on_one_redis_with_asymmetric_envoys_split_max_min_fairly() {
         r * took.as_secs_f64()
     );
     assert!(
-        small >= 2.5,
+        small >= 7.0,
         "B got {small:.1} of its 10 a second from {SETTLE} s on; {}",
         logs()
     );

@@ -30,6 +30,14 @@
 //!   refills prepaid beyond now) pays for, split max-min among the shares in force,
 //!   so the smaller shares stay as they are and only the larger ones get
 //!   new (paid) buckets. Then the growths still waiting try again.
+//! * **With other instances on the counter** (the claims board), an
+//!   instance takes at most, per window, what the other instances' Envoys'
+//!   fair shares leave of `R'` (carried from round to round up to a
+//!   window's worth): the refills of its shares in force first, its
+//!   growths only the rest. The other instances pay their Envoys' refills from the same
+//!   counter, maybe later in the same window: a growth that took all that
+//!   was left would leave their rounds short and cut shares their Envoys
+//!   are using, though the counter could pay every share in force.
 //!
 //! So at every instant the tokens an Envoy could have been given — fresh
 //! buckets and refills — were taken from the counter before: the Envoys
@@ -49,7 +57,8 @@ use super::super::budget::PAY_TICK;
 use super::super::payment;
 use super::counter::{Inner, Shared};
 use super::envoy_bucket::fresh_tokens;
-use super::quota_book::QuotaBook;
+use super::fleet::fleet_split;
+use super::quota_book::{QuotaBook, claims, shared_capacity};
 use super::stream::StreamId;
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
@@ -201,7 +210,14 @@ impl QuotaBook {
                 let shared = inner.shared.get(counter)?;
                 let mut balance = shared.balance;
                 balance.refund(refund);
-                let units = balance.units_for(cost, shared.rate.window);
+                let mut units = balance.units_for(cost, shared.rate.window);
+                if round && !shared.fleet.is_empty() {
+                    // Other instances pay their Envoys' refills from the
+                    // same counter, maybe later in this window: a growth
+                    // takes only what the fleet's shares leave.
+                    let window = shared.rate.window.as_nanos().max(1);
+                    units = units.min(u64::try_from(shared.spare / window).unwrap_or(u64::MAX));
+                }
                 Some(Payment::new(counter, shared, units))
             })
             .collect();
@@ -225,6 +241,7 @@ impl QuotaBook {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
             if let Some(shared) = inner.shared.get_mut(&payment.counter) {
                 shared.balance.credit(units, shared.rate.window);
+                spend_spare(shared, units);
             }
         }
         let mut changed = changes.changed;
@@ -340,7 +357,13 @@ impl QuotaBook {
             .iter()
             .filter_map(|(counter, shared)| {
                 let share = in_force(&inner, counter, shared);
-                let span = payment::span(shared.covered, now, tick, shared.rate.memory());
+                let span = payment::span(
+                    shared.covered,
+                    shared.last_round,
+                    now,
+                    tick,
+                    shared.rate.memory(),
+                );
                 let length = span.1.saturating_since(span.0).as_nanos();
                 (share > 0 && length > 0).then(|| {
                     let units = shared
@@ -368,6 +391,10 @@ impl QuotaBook {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let (now, tick) = (dues.now, dues.tick);
+        let counters: Vec<Vec<u8>> = inner.shared.keys().cloned().collect();
+        for counter in &counters {
+            accrue_spare(inner, counter, tick);
+        }
         // The next round, and half a tick for it to come late in.
         let next_round = now.saturating_add(tick + tick / 2);
         let mut changed = Vec::new();
@@ -385,13 +412,21 @@ impl QuotaBook {
                 continue;
             };
             shared.balance.credit(units, shared.rate.window);
-            let (from, until) = payment::span(shared.covered, now, tick, shared.rate.memory());
+            spend_spare(shared, units);
+            let (from, until) = payment::span(
+                shared.covered,
+                shared.last_round,
+                now,
+                tick,
+                shared.rate.memory(),
+            );
             let length = until.saturating_since(from).as_nanos();
             let covered = shared.balance.spend_refills(share, length);
             let reached = from.saturating_add(Duration::from_nanos(
                 u64::try_from(covered).unwrap_or(u64::MAX),
             ));
             shared.covered = Some(shared.covered.map_or(reached, |c| c.max(reached)));
+            shared.last_round = Some(now);
             if shared.covered.is_some_and(|c| c >= next_round) {
                 continue;
             }
@@ -447,7 +482,7 @@ impl QuotaBook {
         shared.balance.refund(in_force * ahead);
         let window = shared.rate.window.as_nanos().max(1);
         // Paid again through the next round and the margin.
-        let until = payment::span(None, now, tick, Duration::ZERO).1;
+        let until = payment::span(None, None, now, tick, Duration::ZERO).1;
         let tick_ns = until.saturating_since(now).as_nanos();
         let demands: Vec<Option<u64>> = held.iter().map(|&(_, s, _)| Some(s)).collect();
         let split = |total: u64| fair_shares(total, &demands, Leftover::Unassigned);
@@ -489,6 +524,41 @@ impl QuotaBook {
     }
 }
 
+/// Adds a round of `tick` to what this instance may take of `counter`
+/// while other instances' Envoys share it: the room their fair shares leave
+/// of `R'`, per window, for a tick (at most a window's worth is carried);
+/// the refills of its shares in force and then its growths spend it
+/// ([`spend_spare`]). Another instance's round may come after this one in
+/// the same window of the counter, so a growth that took all that was left
+/// would leave that instance's Envoys' refills unpaid and cut shares in
+/// use; within this bound the fleet's refills and growths fit in the rate
+/// together, whatever order the rounds land in.
+fn accrue_spare(inner: &mut Inner, counter: &[u8], tick: Duration) {
+    let Some(shared) = inner.shared.get_mut(counter) else {
+        return;
+    };
+    if shared.fleet.is_empty() {
+        return;
+    }
+    let (_, room) = fleet_split(
+        shared_capacity(shared.rate.requests),
+        &claims(shared),
+        &shared.fleet,
+    );
+    let room = u128::from(room);
+    let window = shared.rate.window.as_nanos().max(1);
+    shared.spare = shared
+        .spare
+        .saturating_add(room * tick.as_nanos())
+        .min(room * window.max(tick.as_nanos()));
+}
+
+/// Spends `units` taken from the counter from what this instance may take ([`accrue_spare`]).
+fn spend_spare(shared: &mut Shared, units: u64) {
+    let window = shared.rate.window.as_nanos().max(1);
+    shared.spare = shared.spare.saturating_sub(u128::from(units) * window);
+}
+
 /// The instant `shared`'s shares are paid through, for a change at `now`:
 /// with no share in force (none yet, or all deny), the rounds paid nothing
 /// and a first share is paid a round's span ahead, the margin included
@@ -497,7 +567,7 @@ fn cover(shared: &Shared, now: Timestamp) -> Timestamp {
     let in_force = shared.reporters.values().any(|r| r.share.unwrap_or(0) > 0);
     match shared.covered {
         Some(covered) if in_force => covered,
-        _ => payment::span(None, now, PAY_TICK, Duration::ZERO).1,
+        _ => payment::span(None, None, now, PAY_TICK, Duration::ZERO).1,
     }
 }
 

@@ -142,17 +142,25 @@ impl QuotaBook {
                 Policy::Share(rate) => {
                     let counter = rate.counter.clone();
                     // The bucket's first report says nothing of its rate yet.
-                    let demand =
-                        previous.map(|at| demand(reading.arrived, now.saturating_since(at), &rate));
+                    // The time since the last report as read here, but never
+                    // less than the report says it covers: a report read late
+                    // (the service busy) leaves the next one a short gap here,
+                    // and its demand would read high and take the others' share.
+                    let demand = previous.map(|at| {
+                        let elapsed = now.saturating_since(at).max(reading.elapsed);
+                        demand(reading.arrived, elapsed, &rate)
+                    });
                     let shared = shared.entry(counter.clone()).or_insert_with(|| Shared {
                         rate: rate.clone(),
                         reporters: BTreeMap::new(),
                         balance: Balance::default(),
                         covered: None,
+                        last_round: None,
                         owed: Arc::new(()),
                         domain: String::new(),
                         entries: Vec::new(),
                         fleet: Vec::new(),
+                        spare: 0,
                     });
                     shared.rate = rate;
                     shared.domain.clone_from(&report.domain);
@@ -241,6 +249,12 @@ impl QuotaBook {
                     arrived: usage
                         .num_requests_allowed
                         .saturating_add(usage.num_requests_denied),
+                    elapsed: usage.time_elapsed.map_or(Duration::ZERO, |d| {
+                        Duration::new(
+                            u64::try_from(d.seconds).unwrap_or(0),
+                            u32::try_from(d.nanos).unwrap_or(0).min(999_999_999),
+                        )
+                    }),
                 })
             })
             .collect()

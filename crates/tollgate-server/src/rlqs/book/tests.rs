@@ -581,9 +581,10 @@ fn envoy_claims(book: &QuotaBook) -> Vec<u64> {
     inner.shared.values().next().map(claims).unwrap_or_default()
 }
 
-/// Instances whose Envoys report `demands` (per second, per instance) for
-/// four rounds with the claims exchanged each round: the rate in force at
-/// each Envoy, per instance.
+/// Instances whose Envoys report `demands` (per second, per instance)
+/// every 5 s for 40 s, with a round each second and the claims exchanged
+/// at each (a growth takes what the fleet's shares leave of the rate, a
+/// few rounds): the rate in force at each Envoy, per instance.
 fn fleet_rates(demands: &[Vec<u64>]) -> (Vec<QuotaBook>, Vec<Vec<u64>>) {
     let rules = rules();
     let books: Vec<QuotaBook> = demands
@@ -604,16 +605,19 @@ fn fleet_rates(demands: &[Vec<u64>]) -> (Vec<QuotaBook>, Vec<Vec<u64>>) {
         })
         .collect();
     let refs: Vec<&QuotaBook> = books.iter().collect();
-    for round in 0..=3 {
+    for round in 0..8 {
         let now = at(5 * round);
         for ((book, envoys), ids) in books.iter().zip(demands).zip(&streams) {
             for (&demand, (id, _, _)) in envoys.iter().zip(ids) {
                 paid(book, *id, report("a", demand * 5, 0), &rules, now);
             }
         }
-        exchange(&refs, now);
-        for book in &books {
-            round_in_full(book, now);
+        for second in 0..5 {
+            let now = now.saturating_add(Duration::from_secs(second));
+            exchange(&refs, now);
+            for book in &books {
+                round_in_full(book, now);
+            }
         }
     }
     let rates = streams
@@ -706,3 +710,5 @@ proptest::proptest! {
         proptest::prop_assert!(total <= capacity, "{total} of {capacity}: {fleet:?}");
     }
 }
+
+mod two_instances;
