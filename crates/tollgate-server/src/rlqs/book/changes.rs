@@ -58,7 +58,7 @@ use super::super::payment;
 use super::counter::{Inner, Shared};
 use super::envoy_bucket::fresh_tokens;
 use super::fleet::fleet_split;
-use super::quota_book::{QuotaBook, claims, shared_capacity};
+use super::quota_book::{QuotaBook, claims, leave, shared_capacity};
 use super::stream::StreamId;
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
@@ -260,7 +260,15 @@ impl QuotaBook {
                 changed.push((counter, stream));
             }
         }
+        let mut told: Vec<StreamId> = changed.iter().map(|(_, stream)| *stream).collect();
+        told.extend(changes.answer.as_ref().map(|(stream, _)| *stream));
         self.send_changed(inner, changes.answer, &changed);
+        // Each assignment sent renews its time to live at the Envoy.
+        for stream in told {
+            if let Some(s) = inner.streams.get_mut(&stream) {
+                s.sent = Some(s.sent.map_or(now, |sent| sent.max(now)));
+            }
+        }
     }
 
     /// Moves `stream`'s share of `counter` toward its target as far as the
@@ -391,6 +399,7 @@ impl QuotaBook {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let (now, tick) = (dues.now, dues.tick);
+        self.expire_departed(inner, now);
         let counters: Vec<Vec<u8>> = inner.shared.keys().cloned().collect();
         for counter in &counters {
             accrue_spare(inner, counter, tick);
@@ -449,6 +458,43 @@ impl QuotaBook {
         self.changes(inner, None, changed, pending, now, true)
     }
 
+    /// Takes out of the split, at `now`, every departed Envoy whose last
+    /// assignment has lapsed (its prepaid refills come back, its buckets
+    /// leave the bound); the others' shares grow at this round.
+    fn expire_departed(&self, inner: &mut Inner, now: Timestamp) {
+        let mut lapsed: Vec<(Vec<u8>, StreamId, u64)> = Vec::new();
+        for (counter, shared) in &inner.shared {
+            for (&stream, r) in &shared.reporters {
+                if let Some(d) = r.departed.filter(|d| d.until <= now) {
+                    lapsed.push((counter.clone(), stream, d.buckets));
+                }
+            }
+        }
+        if lapsed.is_empty() {
+            return;
+        }
+        let mut ignored = Vec::new();
+        for (counter, stream, buckets) in lapsed {
+            inner.buckets = inner.buckets.saturating_sub(buckets as usize);
+            let Some(shared) = inner.shared.get_mut(&counter) else {
+                continue;
+            };
+            leave(shared, stream, buckets, now);
+            if shared.reporters.is_empty() {
+                inner.shared.remove(&counter);
+            } else {
+                // (The growths go at this round's end, with the others waiting.)
+                self.rebalance(inner, &counter, &mut ignored);
+            }
+        }
+        self.stats
+            .buckets
+            .store(inner.buckets as u64, Ordering::Relaxed);
+        self.stats
+            .counters
+            .store(inner.shared.len() as u64, Ordering::Relaxed);
+    }
+
     /// Cuts `counter`'s shares to what its balance pays for through the
     /// next round (the module docs' rule); the reporters whose share changed.
     fn cut(
@@ -458,14 +504,25 @@ impl QuotaBook {
         now: Timestamp,
         tick: Duration,
     ) -> Vec<(Vec<u8>, StreamId)> {
-        let held: Vec<(StreamId, u64, u64)> = match inner.shared.get(counter) {
-            Some(shared) => shared
-                .reporters
-                .iter()
-                .filter_map(|(&stream, r)| {
-                    Some((stream, r.share?, buckets_on(inner, stream, counter)))
-                })
-                .collect(),
+        // A departed Envoy's share cannot be cut (it can no longer be
+        // told): its refills come first, the others are cut to the rest.
+        let (held, departed): (Vec<(StreamId, u64, u64)>, u128) = match inner.shared.get(counter) {
+            Some(shared) => {
+                let held = shared
+                    .reporters
+                    .iter()
+                    .filter(|(_, r)| r.departed.is_none())
+                    .filter_map(|(&stream, r)| {
+                        Some((stream, r.share?, buckets_on(inner, stream, counter)))
+                    })
+                    .collect();
+                let departed = shared
+                    .reporters
+                    .values()
+                    .filter_map(|r| Some(u128::from(r.share?) * u128::from(r.departed?.buckets)))
+                    .sum();
+                (held, departed)
+            }
             None => return Vec::new(),
         };
         let Some(shared) = inner.shared.get_mut(counter) else {
@@ -479,11 +536,14 @@ impl QuotaBook {
             .iter()
             .map(|&(_, s, k)| u128::from(s) * u128::from(k))
             .sum();
-        shared.balance.refund(in_force * ahead);
+        shared.balance.refund((in_force + departed) * ahead);
         let window = shared.rate.window.as_nanos().max(1);
         // Paid again through the next round and the margin.
         let until = payment::span(None, None, now, tick, Duration::ZERO).1;
         let tick_ns = until.saturating_since(now).as_nanos();
+        // (What the balance lacks for them is the part the cut cannot bound.)
+        let _ = shared.balance.spend(departed * tick_ns)
+            || shared.balance.spend(shared.balance.nanos());
         let demands: Vec<Option<u64>> = held.iter().map(|&(_, s, _)| Some(s)).collect();
         let split = |total: u64| fair_shares(total, &demands, Leftover::Unassigned);
         let cost = |shares: &[u64]| -> u128 {
@@ -627,9 +687,14 @@ pub(super) fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
 
 /// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).
 pub(super) fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
-    inner
-        .streams
-        .get(&stream)
-        .and_then(|s| s.on_counter(counter))
-        .map_or(0, |keys| keys.len() as u64)
+    match inner.streams.get(&stream) {
+        Some(s) => s.on_counter(counter).map_or(0, |keys| keys.len() as u64),
+        // A departed Envoy's buckets, until its last assignment lapses.
+        None => inner
+            .shared
+            .get(counter)
+            .and_then(|shared| shared.reporters.get(&stream))
+            .and_then(|r| r.departed)
+            .map_or(0, |d| d.buckets),
+    }
 }

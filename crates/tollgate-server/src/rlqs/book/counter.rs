@@ -35,6 +35,22 @@ pub(super) struct Reporter {
     /// change waiting for its fresh bucket to be paid for (at a report, a
     /// close or a tick).
     pub(super) wanted: u64,
+    /// Set once its stream ended while its Envoy may still enforce the
+    /// share last sent (see [`Departed`]).
+    pub(super) departed: Option<Departed>,
+}
+
+/// A reporter whose stream ended: its Envoy keeps enforcing the last
+/// assignment it got until that assignment's time to live runs out (or it
+/// reconnects; Envoy 1.40 then falls back to its `no_assignment_behavior`,
+/// `reuse_last_assignment` or not), so its share stays in force — paid
+/// every round, held out of the split — until then.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Departed {
+    /// When the last assignment sent to it lapses.
+    pub(super) until: Timestamp,
+    /// Its buckets on the counter (each enforces the share).
+    pub(super) buckets: u64,
 }
 
 /// A rule counter's budget and the Envoys sharing it.
