@@ -298,17 +298,19 @@ async fn a_late_tick_pays_for_the_time_that_passed_up_to_the_counters_memory() {
     assert_eq!(taken() - before, 33);
     assert_eq!(rls_admitted().await, 67);
 
-    // Half a second late: the round pays 1.5 s more, 49.5 units (50
-    // taken, half a unit carried over); the RLS callers get 50, not 67.
+    // Half a second late: the margin paid ahead covers the delay, so the
+    // round pays one tick on from where the last one left it, 33, as an
+    // on-time one (each window of the counter sees the same units); the
+    // RLS callers get 67.
     clock.advance(TICK + TICK / 2);
     let before = taken();
     pay_round(&live, &book, clock.now(), TICK).await;
-    assert_eq!(taken() - before, 50, "a round 0.5 s late pays 1.5 s");
-    assert_eq!(rls_admitted().await, 50);
+    assert_eq!(taken() - before, 33, "a round 0.5 s late pays one tick");
+    assert_eq!(rls_admitted().await, 67);
 
     // A stall of 8 s: the counter forgets spend older than its window (1 s),
     // so the round pays that window behind and two ticks ahead, 3 s: 99
-    // units less the half carried over; the share stays.
+    // units; the share stays.
     clock.advance(8 * TICK);
     let before = taken();
     pay_round(&live, &book, clock.now(), TICK).await;

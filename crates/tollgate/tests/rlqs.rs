@@ -452,6 +452,12 @@ const PHASE_RATE: u64 = 40;
 const PHASE: Duration = Duration::from_secs(20);
 const SETTLE: usize = 10;
 
+/// The seconds left out of the phase after an Envoy's death: its share
+/// stays reserved until its last assignment lapses (the phases run with a
+/// time to live of 8 s: at most 9 s after its death), then the survivor's
+/// growth is paid (1 to 4 s).
+const DEAD_SETTLE: usize = 14;
+
 /// Admitted requests per Envoy per second of a phase.
 struct Seconds {
     counts: Vec<[AtomicU64; 2]>,
@@ -532,7 +538,15 @@ fn print_table(name: &str, seconds: &Seconds) {
 /// 100/s; per phase the first 5 s are left out as settling.
 fn phases(tenant: &str, limits: &Path, dir: &Path) {
     let upstream = Upstream::spawn();
-    let tollgate = serve_on(limits, 0, dir.join("tollgate.log"));
+    // A time to live of a report interval and a margin: a dead Envoy's
+    // share stays reserved until its last assignment lapses.
+    let tollgate = serve_with(
+        limits,
+        0,
+        0,
+        &["--rlqs-assignment-ttl", "8s"],
+        dir.join("tollgate.log"),
+    );
     let (mut a, a_port) = start_envoy(dir, "a", upstream.addr, tollgate.addr);
     let (b, b_port) = start_envoy(dir, "b", upstream.addr, tollgate.addr);
     let ports = [a_port, b_port];
@@ -570,8 +584,17 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
             .sum::<u64>();
     }
     let settled = SETTLE..n;
+    // After A's death its share stays reserved until its last assignment
+    // lapses (8 s and a round after its last answer), then B's growth is paid.
+    let settled_in = |phase: usize| {
+        if phase == 3 {
+            DEAD_SETTLE..n
+        } else {
+            settled.clone()
+        }
+    };
     for (phase, seconds) in [(1, &one), (2, &two), (3, &three)] {
-        let mean = seconds.mean(settled.clone(), None);
+        let mean = seconds.mean(settled_in(phase), None);
         eprintln!(
             "{tenant}, phase {phase}: {mean:.1} a second after settling ({:.2} R)",
             mean / r
@@ -584,13 +607,13 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
 
     // After settling, each phase's aggregate within [0.9 R, 1.05 R].
     for (phase, seconds) in [(1, &one), (2, &two), (3, &three)] {
-        let mean = seconds.mean(settled.clone(), None);
+        let mean = seconds.mean(settled_in(phase), None);
         assert!(
             (0.9 * r..=1.05 * r).contains(&mean),
             "{tenant}, phase {phase}: {mean:.1} a second after settling; {}",
             logs()
         );
-        for s in settled.clone() {
+        for s in settled_in(phase) {
             let both = seconds.get(s, 0) + seconds.get(s, 1);
             assert!(
                 (0.5 * r..=1.5 * r).contains(&(both as f64)),
@@ -620,13 +643,18 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
         "{tenant}: B got {high_two:.1} a second from {SETTLE} s after the flip; {}",
         logs()
     );
-    // Within 7 s of A's death, B gets at least 0.9 R.
-    let alone = three.mean(7..n, Some(1));
+    // Once A's last assignment has lapsed (at most 8 s and a round after
+    // its death) and B's growth is paid (1 to 4 s), B gets at least 0.9 R.
+    let alone = three.mean(DEAD_SETTLE..n, Some(1));
     assert!(
         alone >= 0.9 * r,
-        "{tenant}: B alone got {alone:.1} a second from 7 s on; {}",
+        "{tenant}: B alone got {alone:.1} a second from {DEAD_SETTLE} s on; {}",
         logs()
     );
+    let reached = (0..n).find(|&s| three.get(s, 1) as f64 >= 0.9 * r);
+    eprintln!("{tenant}, phase 3: B at 0.9 R from second {reached:?}");
+    let fair = (0..n).find(|&s| two.get(s, 0) <= 11 && two.get(s, 1) as f64 >= 27.0);
+    eprintln!("{tenant}, phase 2: split within 10 % of max-min fair from second {fair:?}");
     // The whole run: within R × t and the bound docs/quota.md states
     // (R × t + 3 R: a window's burst and the two ticks paid ahead, plus
     // what passes before the first assignment, at most a second of A's
@@ -669,9 +697,10 @@ fn two_envoys_follow_max_min_fair_shares_through_demand_flips_and_a_death() {
 /// on one rule of `R` = 40 a second: A's Envoy offering 100 a second holds
 /// the whole rate alone first, then B's Envoy comes with 10 a second. The
 /// fleet split is max-min fair between the instances by their Envoys'
-/// claims (docs/quota.md): once settled B is served (at least a quarter
-/// of its 10: its part comes and goes while A's instance pays A's growth
-/// from the same counter, docs/quota.md gives the measured dips), the
+/// claims (docs/quota.md): once settled B gets at least 7 of its 10 a
+/// second (A's growth no longer takes B's refills: before, B was cut to 3
+/// for 3 s in every run; what is left are short dips when a round misses
+/// its window on a loaded machine, docs/quota.md gives the figures), the
 /// aggregate stays within [0.5 R, 1.05 R], and the whole run within
 /// `R × t` and the bound. First come, first served (before the claims
 /// board) left B what A's instance did not hold: nothing.
@@ -738,7 +767,7 @@ fn two_services_on_one_redis_with_asymmetric_envoys_split_max_min_fairly() {
         r * took.as_secs_f64()
     );
     assert!(
-        small >= 2.5,
+        small >= 7.0,
         "B got {small:.1} of its 10 a second from {SETTLE} s on; {}",
         logs()
     );

@@ -113,6 +113,9 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
         config.to_str().expect("a UTF-8 path"),
         "--log-level",
         "warn",
+        // An ended stream's buckets stay until its last assignment lapses.
+        "--rlqs-assignment-ttl",
+        "1s",
     ];
     args.extend_from_slice(&EPHEMERAL_ADDRS);
     let server = Server::spawn(&args);
@@ -157,7 +160,8 @@ async fn one_stream_at_its_bucket_bound_leaves_rls_and_metrics_unaffected_and_cl
         during.len()
     );
 
-    // The attacker goes away: its buckets, and what each tick paid for them, go at once.
+    // The attacker goes away: its buckets, and what each tick paid for
+    // them, go once its last assignment lapses (a second and a round here).
     drop((reports, responses));
     for series in [
         "ratelimit_rlqs_streams",

@@ -72,22 +72,50 @@ pub async fn pay_round<C: Clock>(
 /// not the decisions' clock, which holds still for as long as the wall
 /// clock was stepped back, while the Envoys' buckets go on refilling.
 ///
-/// The rounds keep the phase they started with. Two instances paying at
-/// the same instant of every second would take turns at winning the budget,
-/// each turn a new bucket for their Envoys; at their own phases, the first
-/// to pay keeps its share while its Envoys use it.
+/// After the first, the rounds run at one phase of each whole tick of
+/// `clock` (a monotonic clock anchored to the wall clock, so of each
+/// second), in its middle quarter ([`round_phase`], [`next_at_phase`]): a
+/// fixed window of a second or more starts on a whole second, so a round
+/// that runs up to 3/8 of a tick early or late still pays in the window it
+/// was meant for. At any phase, a round delayed past a window's
+/// end and the next one on time would both pay in one window, and that
+/// window's other rounds (of this instance or another) would come short and
+/// cut shares in use though the counter pays every share in force each
+/// second. The phase differs between instances (it follows the book's
+/// random id), so that their reads and takes of the counter seldom meet.
 pub async fn pay_every<C: Clock, R: Clock>(
     engine: Arc<LiveEngine<C>>,
     book: Arc<QuotaBook>,
     tick: Duration,
     clock: R,
 ) {
-    let mut ticks = tokio::time::interval(tick);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let phase = round_phase(book.instance(), tick);
     loop {
-        ticks.tick().await;
         pay_round(&engine, &book, clock.now(), tick).await;
+        let now = clock.now();
+        tokio::time::sleep(next_at_phase(now, tick, phase).saturating_since(now)).await;
     }
+}
+
+/// The phase of an instance's rounds within each `tick`: in its middle quarter, by the instance's id.
+pub fn round_phase(instance: u64, tick: Duration) -> Duration {
+    let quarter = u64::try_from(tick.as_nanos() / 4)
+        .unwrap_or(u64::MAX)
+        .max(1);
+    tick * 3 / 8 + Duration::from_nanos(instance % quarter)
+}
+
+/// The first instant after `now` that is `phase` past a whole number of ticks.
+pub fn next_at_phase(now: Timestamp, tick: Duration, phase: Duration) -> Timestamp {
+    let tick = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+    let phase = u64::try_from(phase.as_nanos()).unwrap_or(u64::MAX) % tick;
+    let at = now.as_nanos();
+    let next = at - at % tick + phase;
+    Timestamp::from_nanos(if next > at {
+        next
+    } else {
+        next.saturating_add(tick)
+    })
 }
 
 /// With the counters in Redis, publishes what each of this instance's
@@ -224,4 +252,27 @@ fn passed(response: &RateLimitResponse) -> bool {
             .statuses
             .iter()
             .all(|s| s.code == Code::Ok && !s.shadowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_run_at_their_phase_in_the_middle_quarter_of_each_tick() {
+        let at = |millis: u64| Timestamp::from_millis(1_000_000 + millis);
+        let half = Duration::from_millis(500);
+        assert_eq!(next_at_phase(at(0), PAY_TICK, half), at(500));
+        assert_eq!(next_at_phase(at(499), PAY_TICK, half), at(500));
+        // At the phase, or past it: the next second's.
+        assert_eq!(next_at_phase(at(500), PAY_TICK, half), at(1_500));
+        assert_eq!(next_at_phase(at(980), PAY_TICK, half), at(1_500));
+        for instance in [0, 1, 499_999_999, 500_000_000, u64::MAX] {
+            let phase = round_phase(instance, PAY_TICK);
+            assert!(
+                (Duration::from_millis(375)..Duration::from_millis(625)).contains(&phase),
+                "{phase:?}"
+            );
+        }
+    }
 }

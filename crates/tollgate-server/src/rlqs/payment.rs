@@ -35,18 +35,32 @@ pub const MARGIN_TICKS: u32 = 1;
 
 /// The span a round at `now` pays the refills for: from `covered` (the
 /// instant the shares are paid through; `now` for a first round), counted
-/// for at most `memory` behind `now`, to a `tick` and the margin ahead of
-/// `now`. Empty when it is paid that far already.
+/// for at most `memory` behind `now`, to two ticks past the `last` round
+/// paid — one tick on from where an on-time round leaves it, so that a
+/// round up to half a tick late pays one tick as an on-time one does and a
+/// window of the counter holding one round of each payer sees the same
+/// units each second (a late round paying 1.3 ticks and the next 0.7 would
+/// overdraw one window) — at most to a `tick` and the margin ahead of
+/// `now`; and all the way there where that would not reach the next round
+/// and half a tick (a first round, a round more than half a tick late).
+/// Empty when it is paid that far already.
 pub fn span(
     covered: Option<Timestamp>,
+    last: Option<Timestamp>,
     now: Timestamp,
     tick: Duration,
     memory: Duration,
 ) -> (Timestamp, Timestamp) {
-    let until = now.saturating_add(tick.saturating_mul(1 + MARGIN_TICKS));
+    let most = now.saturating_add(tick.saturating_mul(1 + MARGIN_TICKS));
+    let least = now.saturating_add(tick + tick / 2);
     let oldest = Timestamp::from_nanos(now.as_nanos().saturating_sub(duration_nanos(memory)));
-    let from = covered.unwrap_or(now).max(oldest).min(until);
-    (from, until)
+    let from = covered.unwrap_or(now).max(oldest).min(most);
+    let on = last.map(|last| last.saturating_add(tick.saturating_mul(2 + MARGIN_TICKS)));
+    let until = match on {
+        Some(on) if on >= least => on.min(most),
+        _ => most,
+    };
+    (from, until.max(from))
 }
 
 fn duration_nanos(d: Duration) -> u64 {
@@ -140,23 +154,38 @@ mod tests {
         let t = Timestamp::from_secs(1_000);
         let at = |millis: u64| t.saturating_add(Duration::from_millis(millis));
         // A first round: two ticks ahead.
-        assert_eq!(span(None, t, SECOND, MINUTE), (t, at(2_000)));
+        assert_eq!(span(None, None, t, SECOND, MINUTE), (t, at(2_000)));
         // On time, covered through two ticks ahead of the last round: one tick more.
         assert_eq!(
-            span(Some(at(2_000)), at(1_000), SECOND, MINUTE),
+            span(Some(at(2_000)), Some(at(0)), at(1_000), SECOND, MINUTE),
             (at(2_000), at(3_000))
         );
         // Covered only to 800 ms (the last round came short): from there.
         assert_eq!(
-            span(Some(at(800)), at(1_000), SECOND, MINUTE),
+            span(Some(at(800)), Some(at(0)), at(1_000), SECOND, MINUTE),
             (at(800), at(3_000))
         );
         // Nothing when it is paid that far.
-        let (from, until) = span(Some(at(9_000)), at(1_000), SECOND, MINUTE);
+        let (from, until) = span(Some(at(9_000)), Some(at(0)), at(1_000), SECOND, MINUTE);
         assert_eq!(from, until);
+        // A round 300 ms late, then the next on time: one tick each, as
+        // on time (not 1.3, then 0.7).
+        assert_eq!(
+            span(Some(at(2_000)), Some(at(0)), at(1_300), SECOND, MINUTE),
+            (at(2_000), at(3_000))
+        );
+        assert_eq!(
+            span(Some(at(3_000)), Some(at(1_300)), at(2_000), SECOND, MINUTE),
+            (at(3_000), at(4_000))
+        );
+        // 600 ms late: through the margin.
+        assert_eq!(
+            span(Some(at(2_000)), Some(at(0)), at(1_600), SECOND, MINUTE),
+            (at(2_000), at(3_600))
+        );
         // A stall of an hour on a per-minute counter: a minute behind.
         assert_eq!(
-            span(Some(at(1_000)), at(3_601_000), SECOND, MINUTE),
+            span(Some(at(1_000)), Some(at(0)), at(3_601_000), SECOND, MINUTE),
             (at(3_541_000), at(3_603_000))
         );
     }

@@ -30,6 +30,14 @@
 //!   refills prepaid beyond now) pays for, split max-min among the shares in force,
 //!   so the smaller shares stay as they are and only the larger ones get
 //!   new (paid) buckets. Then the growths still waiting try again.
+//! * **With other instances on the counter** (the claims board), an
+//!   instance takes at most, per window, what the other instances' Envoys'
+//!   fair shares leave of `R'` (carried from round to round up to a
+//!   window's worth): the refills of its shares in force first, its
+//!   growths only the rest. The other instances pay their Envoys' refills from the same
+//!   counter, maybe later in the same window: a growth that took all that
+//!   was left would leave their rounds short and cut shares their Envoys
+//!   are using, though the counter could pay every share in force.
 //!
 //! So at every instant the tokens an Envoy could have been given — fresh
 //! buckets and refills — were taken from the counter before: the Envoys
@@ -49,7 +57,8 @@ use super::super::budget::PAY_TICK;
 use super::super::payment;
 use super::counter::{Inner, Shared};
 use super::envoy_bucket::fresh_tokens;
-use super::quota_book::QuotaBook;
+use super::fleet::fleet_split;
+use super::quota_book::{QuotaBook, claims, leave, shared_capacity};
 use super::stream::StreamId;
 
 /// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
@@ -201,7 +210,14 @@ impl QuotaBook {
                 let shared = inner.shared.get(counter)?;
                 let mut balance = shared.balance;
                 balance.refund(refund);
-                let units = balance.units_for(cost, shared.rate.window);
+                let mut units = balance.units_for(cost, shared.rate.window);
+                if round && !shared.fleet.is_empty() {
+                    // Other instances pay their Envoys' refills from the
+                    // same counter, maybe later in this window: a growth
+                    // takes only what the fleet's shares leave.
+                    let window = shared.rate.window.as_nanos().max(1);
+                    units = units.min(u64::try_from(shared.spare / window).unwrap_or(u64::MAX));
+                }
                 Some(Payment::new(counter, shared, units))
             })
             .collect();
@@ -225,6 +241,7 @@ impl QuotaBook {
             self.stats.units_taken.fetch_add(units, Ordering::Relaxed);
             if let Some(shared) = inner.shared.get_mut(&payment.counter) {
                 shared.balance.credit(units, shared.rate.window);
+                spend_spare(shared, units);
             }
         }
         let mut changed = changes.changed;
@@ -243,7 +260,15 @@ impl QuotaBook {
                 changed.push((counter, stream));
             }
         }
+        let mut told: Vec<StreamId> = changed.iter().map(|(_, stream)| *stream).collect();
+        told.extend(changes.answer.as_ref().map(|(stream, _)| *stream));
         self.send_changed(inner, changes.answer, &changed);
+        // Each assignment sent renews its time to live at the Envoy.
+        for stream in told {
+            if let Some(s) = inner.streams.get_mut(&stream) {
+                s.sent = Some(s.sent.map_or(now, |sent| sent.max(now)));
+            }
+        }
     }
 
     /// Moves `stream`'s share of `counter` toward its target as far as the
@@ -340,7 +365,13 @@ impl QuotaBook {
             .iter()
             .filter_map(|(counter, shared)| {
                 let share = in_force(&inner, counter, shared);
-                let span = payment::span(shared.covered, now, tick, shared.rate.memory());
+                let span = payment::span(
+                    shared.covered,
+                    shared.last_round,
+                    now,
+                    tick,
+                    shared.rate.memory(),
+                );
                 let length = span.1.saturating_since(span.0).as_nanos();
                 (share > 0 && length > 0).then(|| {
                     let units = shared
@@ -368,6 +399,11 @@ impl QuotaBook {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let (now, tick) = (dues.now, dues.tick);
+        self.expire_departed(inner, now);
+        let counters: Vec<Vec<u8>> = inner.shared.keys().cloned().collect();
+        for counter in &counters {
+            accrue_spare(inner, counter, tick);
+        }
         // The next round, and half a tick for it to come late in.
         let next_round = now.saturating_add(tick + tick / 2);
         let mut changed = Vec::new();
@@ -385,13 +421,21 @@ impl QuotaBook {
                 continue;
             };
             shared.balance.credit(units, shared.rate.window);
-            let (from, until) = payment::span(shared.covered, now, tick, shared.rate.memory());
+            spend_spare(shared, units);
+            let (from, until) = payment::span(
+                shared.covered,
+                shared.last_round,
+                now,
+                tick,
+                shared.rate.memory(),
+            );
             let length = until.saturating_since(from).as_nanos();
             let covered = shared.balance.spend_refills(share, length);
             let reached = from.saturating_add(Duration::from_nanos(
                 u64::try_from(covered).unwrap_or(u64::MAX),
             ));
             shared.covered = Some(shared.covered.map_or(reached, |c| c.max(reached)));
+            shared.last_round = Some(now);
             if shared.covered.is_some_and(|c| c >= next_round) {
                 continue;
             }
@@ -414,6 +458,43 @@ impl QuotaBook {
         self.changes(inner, None, changed, pending, now, true)
     }
 
+    /// Takes out of the split, at `now`, every departed Envoy whose last
+    /// assignment has lapsed (its prepaid refills come back, its buckets
+    /// leave the bound); the others' shares grow at this round.
+    fn expire_departed(&self, inner: &mut Inner, now: Timestamp) {
+        let mut lapsed: Vec<(Vec<u8>, StreamId, u64)> = Vec::new();
+        for (counter, shared) in &inner.shared {
+            for (&stream, r) in &shared.reporters {
+                if let Some(d) = r.departed.filter(|d| d.until <= now) {
+                    lapsed.push((counter.clone(), stream, d.buckets));
+                }
+            }
+        }
+        if lapsed.is_empty() {
+            return;
+        }
+        let mut ignored = Vec::new();
+        for (counter, stream, buckets) in lapsed {
+            inner.buckets = inner.buckets.saturating_sub(buckets as usize);
+            let Some(shared) = inner.shared.get_mut(&counter) else {
+                continue;
+            };
+            leave(shared, stream, buckets, now);
+            if shared.reporters.is_empty() {
+                inner.shared.remove(&counter);
+            } else {
+                // (The growths go at this round's end, with the others waiting.)
+                self.rebalance(inner, &counter, &mut ignored);
+            }
+        }
+        self.stats
+            .buckets
+            .store(inner.buckets as u64, Ordering::Relaxed);
+        self.stats
+            .counters
+            .store(inner.shared.len() as u64, Ordering::Relaxed);
+    }
+
     /// Cuts `counter`'s shares to what its balance pays for through the
     /// next round (the module docs' rule); the reporters whose share changed.
     fn cut(
@@ -423,14 +504,25 @@ impl QuotaBook {
         now: Timestamp,
         tick: Duration,
     ) -> Vec<(Vec<u8>, StreamId)> {
-        let held: Vec<(StreamId, u64, u64)> = match inner.shared.get(counter) {
-            Some(shared) => shared
-                .reporters
-                .iter()
-                .filter_map(|(&stream, r)| {
-                    Some((stream, r.share?, buckets_on(inner, stream, counter)))
-                })
-                .collect(),
+        // A departed Envoy's share cannot be cut (it can no longer be
+        // told): its refills come first, the others are cut to the rest.
+        let (held, departed): (Vec<(StreamId, u64, u64)>, u128) = match inner.shared.get(counter) {
+            Some(shared) => {
+                let held = shared
+                    .reporters
+                    .iter()
+                    .filter(|(_, r)| r.departed.is_none())
+                    .filter_map(|(&stream, r)| {
+                        Some((stream, r.share?, buckets_on(inner, stream, counter)))
+                    })
+                    .collect();
+                let departed = shared
+                    .reporters
+                    .values()
+                    .filter_map(|r| Some(u128::from(r.share?) * u128::from(r.departed?.buckets)))
+                    .sum();
+                (held, departed)
+            }
             None => return Vec::new(),
         };
         let Some(shared) = inner.shared.get_mut(counter) else {
@@ -444,11 +536,14 @@ impl QuotaBook {
             .iter()
             .map(|&(_, s, k)| u128::from(s) * u128::from(k))
             .sum();
-        shared.balance.refund(in_force * ahead);
+        shared.balance.refund((in_force + departed) * ahead);
         let window = shared.rate.window.as_nanos().max(1);
         // Paid again through the next round and the margin.
-        let until = payment::span(None, now, tick, Duration::ZERO).1;
+        let until = payment::span(None, None, now, tick, Duration::ZERO).1;
         let tick_ns = until.saturating_since(now).as_nanos();
+        // (What the balance lacks for them is the part the cut cannot bound.)
+        let _ = shared.balance.spend(departed * tick_ns)
+            || shared.balance.spend(shared.balance.nanos());
         let demands: Vec<Option<u64>> = held.iter().map(|&(_, s, _)| Some(s)).collect();
         let split = |total: u64| fair_shares(total, &demands, Leftover::Unassigned);
         let cost = |shares: &[u64]| -> u128 {
@@ -489,6 +584,41 @@ impl QuotaBook {
     }
 }
 
+/// Adds a round of `tick` to what this instance may take of `counter`
+/// while other instances' Envoys share it: the room their fair shares leave
+/// of `R'`, per window, for a tick (at most a window's worth is carried);
+/// the refills of its shares in force and then its growths spend it
+/// ([`spend_spare`]). Another instance's round may come after this one in
+/// the same window of the counter, so a growth that took all that was left
+/// would leave that instance's Envoys' refills unpaid and cut shares in
+/// use; within this bound the fleet's refills and growths fit in the rate
+/// together, whatever order the rounds land in.
+fn accrue_spare(inner: &mut Inner, counter: &[u8], tick: Duration) {
+    let Some(shared) = inner.shared.get_mut(counter) else {
+        return;
+    };
+    if shared.fleet.is_empty() {
+        return;
+    }
+    let (_, room) = fleet_split(
+        shared_capacity(shared.rate.requests),
+        &claims(shared),
+        &shared.fleet,
+    );
+    let room = u128::from(room);
+    let window = shared.rate.window.as_nanos().max(1);
+    shared.spare = shared
+        .spare
+        .saturating_add(room * tick.as_nanos())
+        .min(room * window.max(tick.as_nanos()));
+}
+
+/// Spends `units` taken from the counter from what this instance may take ([`accrue_spare`]).
+fn spend_spare(shared: &mut Shared, units: u64) {
+    let window = shared.rate.window.as_nanos().max(1);
+    shared.spare = shared.spare.saturating_sub(u128::from(units) * window);
+}
+
 /// The instant `shared`'s shares are paid through, for a change at `now`:
 /// with no share in force (none yet, or all deny), the rounds paid nothing
 /// and a first share is paid a round's span ahead, the margin included
@@ -497,7 +627,7 @@ fn cover(shared: &Shared, now: Timestamp) -> Timestamp {
     let in_force = shared.reporters.values().any(|r| r.share.unwrap_or(0) > 0);
     match shared.covered {
         Some(covered) if in_force => covered,
-        _ => payment::span(None, now, PAY_TICK, Duration::ZERO).1,
+        _ => payment::span(None, None, now, PAY_TICK, Duration::ZERO).1,
     }
 }
 
@@ -557,9 +687,14 @@ pub(super) fn in_force(inner: &Inner, counter: &[u8], shared: &Shared) -> u64 {
 
 /// How many of `stream`'s buckets share `counter` (each gets the share's token bucket).
 pub(super) fn buckets_on(inner: &Inner, stream: StreamId, counter: &[u8]) -> u64 {
-    inner
-        .streams
-        .get(&stream)
-        .and_then(|s| s.on_counter(counter))
-        .map_or(0, |keys| keys.len() as u64)
+    match inner.streams.get(&stream) {
+        Some(s) => s.on_counter(counter).map_or(0, |keys| keys.len() as u64),
+        // A departed Envoy's buckets, until its last assignment lapses.
+        None => inner
+            .shared
+            .get(counter)
+            .and_then(|shared| shared.reporters.get(&stream))
+            .and_then(|r| r.departed)
+            .map_or(0, |d| d.buckets),
+    }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use tollgate_core::Timestamp;
@@ -18,6 +19,9 @@ pub(super) struct Reading {
     pub(super) policy: Policy,
     /// Requests the report counts (allowed and denied).
     pub(super) arrived: u64,
+    /// The time the report says it covers (Envoy's `time_elapsed`, whole
+    /// seconds cut short; zero when absent).
+    pub(super) elapsed: Duration,
 }
 
 /// A reporter of a shared bucket.
@@ -31,6 +35,22 @@ pub(super) struct Reporter {
     /// change waiting for its fresh bucket to be paid for (at a report, a
     /// close or a tick).
     pub(super) wanted: u64,
+    /// Set once its stream ended while its Envoy may still enforce the
+    /// share last sent (see [`Departed`]).
+    pub(super) departed: Option<Departed>,
+}
+
+/// A reporter whose stream ended: its Envoy keeps enforcing the last
+/// assignment it got until that assignment's time to live runs out (or it
+/// reconnects; Envoy 1.40 then falls back to its `no_assignment_behavior`,
+/// `reuse_last_assignment` or not), so its share stays in force — paid
+/// every round, held out of the split — until then.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Departed {
+    /// When the last assignment sent to it lapses.
+    pub(super) until: Timestamp,
+    /// Its buckets on the counter (each enforces the share).
+    pub(super) buckets: u64,
 }
 
 /// A rule counter's budget and the Envoys sharing it.
@@ -43,6 +63,8 @@ pub(super) struct Shared {
     /// The instant the refills of the shares in force are paid through
     /// (none before the first payment).
     pub(super) covered: Option<Timestamp>,
+    /// The instant of the last round that paid them (none before one).
+    pub(super) last_round: Option<Timestamp>,
     /// Held while the counter is in the book: a payment for it is owed only then.
     pub(super) owed: Arc<()>,
     /// The domain and a bucket (as a descriptor) of the latest report on
@@ -54,6 +76,13 @@ pub(super) struct Shared {
     /// earlier release: one of their total), sorted, as last heard from the
     /// claims board (empty: none, or no shared store); see [`super::fleet`].
     pub(super) fleet: Vec<u64>,
+    /// What this instance may take of the counter while other instances'
+    /// Envoys share it, in unit·ns: the rate their fair shares leave,
+    /// accrued each round (at most a window's worth) and spent by the
+    /// refills of its shares in force, then by its growths, which take no
+    /// more than is left; see [`super::changes`]. Unused without other
+    /// instances.
+    pub(super) spare: u128,
 }
 
 #[derive(Debug, Default)]

@@ -4,8 +4,10 @@
 //! the rules ([`super::bucket`]) and, for a shared bucket (same rule
 //! counter, any number of Envoys), records the reporter's demand per window
 //! `d = (allowed + denied) × W / max(elapsed, 1 s)`, `elapsed` on the
-//! service's clock since that Envoy's last report of the bucket (Envoy
-//! 1.40 truncates its `time_elapsed` to whole seconds), and splits the rate
+//! service's clock since that Envoy's last report of the bucket, or the
+//! report's own `time_elapsed` if that is longer (Envoy 1.40 truncates it
+//! to whole seconds; a report read late leaves the next a short gap here),
+//! and splits the rate
 //! max-min fairly ([`tollgate_core::fair_share`]; the claims and the part
 //! of the rate left in the counter: `QuotaBook::rebalance`). Each Envoy
 //! gets a token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋`

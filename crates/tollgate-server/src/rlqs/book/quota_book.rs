@@ -22,9 +22,10 @@ use tollgate_rules::RuleSet;
 use tonic::Status;
 
 use super::super::bucket::{Policy, Rate, descriptor, policy};
+use super::super::budget::PAY_TICK;
 use super::super::payment::Balance;
 use super::changes::{BucketKey, Changes};
-use super::counter::{Inner, Reading, Reporter, Shared};
+use super::counter::{Departed, Inner, Reading, Reporter, Shared};
 use super::envoy_bucket::{protobuf_duration, token_bucket};
 use super::fleet::fleet_split;
 use super::options::{RlqsOptions, RlqsStats};
@@ -142,17 +143,25 @@ impl QuotaBook {
                 Policy::Share(rate) => {
                     let counter = rate.counter.clone();
                     // The bucket's first report says nothing of its rate yet.
-                    let demand =
-                        previous.map(|at| demand(reading.arrived, now.saturating_since(at), &rate));
+                    // The time since the last report as read here, but never
+                    // less than the report says it covers: a report read late
+                    // (the service busy) leaves the next one a short gap here,
+                    // and its demand would read high and take the others' share.
+                    let demand = previous.map(|at| {
+                        let elapsed = now.saturating_since(at).max(reading.elapsed);
+                        demand(reading.arrived, elapsed, &rate)
+                    });
                     let shared = shared.entry(counter.clone()).or_insert_with(|| Shared {
                         rate: rate.clone(),
                         reporters: BTreeMap::new(),
                         balance: Balance::default(),
                         covered: None,
+                        last_round: None,
                         owed: Arc::new(()),
                         domain: String::new(),
                         entries: Vec::new(),
                         fleet: Vec::new(),
+                        spare: 0,
                     });
                     shared.rate = rate;
                     shared.domain.clone_from(&report.domain);
@@ -165,6 +174,7 @@ impl QuotaBook {
                             demand,
                             share: None,
                             wanted: 0,
+                            departed: None,
                         });
                     touched.insert(counter.clone());
                     (Assignment::Share(0), Some(counter))
@@ -241,30 +251,53 @@ impl QuotaBook {
                     arrived: usage
                         .num_requests_allowed
                         .saturating_add(usage.num_requests_denied),
+                    elapsed: usage.time_elapsed.map_or(Duration::ZERO, |d| {
+                        Duration::new(
+                            u64::try_from(d.seconds).unwrap_or(0),
+                            u32::try_from(d.nanos).unwrap_or(0).min(999_999_999),
+                        )
+                    }),
                 })
             })
             .collect()
     }
 
-    /// Forgets stream `id` at `now`: the refills its shares prepaid come
-    /// back to their counters' balances, and its shares go to the others
-    /// sharing its buckets as soon as they are paid (the [`Changes`]).
+    /// Forgets stream `id` at `now`. Its Envoy may live on with the
+    /// assignments last sent to it until their time to live runs out (a
+    /// stream ends alike when its Envoy dies and when the connection
+    /// breaks): each share in force stays reserved — paid every round, held
+    /// out of the split, its buckets counted against `--rlqs-max-buckets` —
+    /// until then ([`Departed`]); a share of nothing, or one already lapsed,
+    /// goes at once. Then the refills it prepaid come back to the counter's
+    /// balance and its share goes to the others sharing its buckets as soon
+    /// as they are paid (the [`Changes`]).
     pub fn close(&self, id: StreamId, now: Timestamp) -> Changes {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         let Some(stream) = inner.streams.remove(&id) else {
             return Changes::default();
         };
-        inner.buckets = inner.buckets.saturating_sub(stream.buckets.len());
+        // The last assignment sent lapses a time to live after it was sent
+        // (and a round later, for the time the payment took before it went).
+        let lapses = stream.sent.map(|sent| {
+            sent.saturating_add(self.options.assignment_ttl)
+                .saturating_add(PAY_TICK)
+        });
+        let mut kept = 0;
         let mut pending = Vec::new();
         for (counter, keys) in stream.by_counter {
             if let Some(shared) = inner.shared.get_mut(&counter) {
-                if let Some(gone) = shared.reporters.remove(&id) {
-                    let ahead = shared
-                        .covered
-                        .map_or(0, |covered| covered.saturating_since(now).as_nanos());
-                    let share = u128::from(gone.share.unwrap_or(0));
-                    shared.balance.refund(share * keys.len() as u128 * ahead);
+                let buckets = keys.len() as u64;
+                match (shared.reporters.get_mut(&id), lapses) {
+                    (Some(reporter), Some(until))
+                        if until > now && reporter.share.unwrap_or(0) > 0 =>
+                    {
+                        reporter.departed = Some(Departed { until, buckets });
+                        reporter.wanted = reporter.share.unwrap_or(0);
+                        kept += keys.len();
+                        continue;
+                    }
+                    _ => leave(shared, id, buckets, now),
                 }
                 if shared.reporters.is_empty() {
                     inner.shared.remove(&counter);
@@ -273,6 +306,9 @@ impl QuotaBook {
             }
             self.rebalance(inner, &counter, &mut pending);
         }
+        inner.buckets = inner
+            .buckets
+            .saturating_sub(stream.buckets.len().saturating_sub(kept));
         let largest = inner.streams.values().map(|s| s.buckets.len()).max();
         self.stats
             .streams
@@ -333,21 +369,43 @@ impl QuotaBook {
         let Some(shared) = inner.shared.get_mut(counter) else {
             return;
         };
+        // A departed Envoy's share is out of the split: it can no longer be told.
+        let reserved = shared
+            .reporters
+            .values()
+            .filter(|r| r.departed.is_some())
+            .filter_map(|r| r.share)
+            .fold(0u64, u64::saturating_add);
+        let live: Vec<u64> = claims(shared)
+            .into_iter()
+            .zip(shared.reporters.values())
+            .filter(|(_, r)| r.departed.is_none())
+            .map(|(claim, _)| claim)
+            .collect();
         // Each reporter's max-min fair share over every Envoy of the fleet
         // sharing the counter, and the rate the other instances' Envoys leave.
         let (fair, room) = fleet_split(
-            shared_capacity(shared.rate.requests),
-            &claims(shared),
+            shared_capacity(shared.rate.requests).saturating_sub(reserved),
+            &live,
             &shared.fleet,
         );
         let fair: Vec<Option<u64>> = fair.into_iter().map(Some).collect();
-        let held: Vec<Option<u64>> = shared.reporters.values().map(|r| r.share).collect();
+        let held: Vec<Option<u64>> = shared
+            .reporters
+            .values()
+            .filter(|r| r.departed.is_none())
+            .map(|r| r.share)
+            .collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
         // (The fair shares fit in `room`, so its max-min split of them is
         // each its own.)
         let shares = steady_shares(room, &fair, &held, Leftover::Unassigned);
-        for ((&stream, reporter), kept) in shared.reporters.iter_mut().zip(shares) {
+        let live = shared
+            .reporters
+            .iter_mut()
+            .filter(|(_, r)| r.departed.is_none());
+        for ((&stream, reporter), kept) in live.zip(shares) {
             reporter.wanted = kept;
             if reporter.share != Some(kept) {
                 pending.push((counter.to_vec(), stream));
@@ -424,11 +482,27 @@ pub(super) fn claims(shared: &Shared) -> Vec<u64> {
     shared
         .reporters
         .values()
-        .map(|r| {
-            r.demand
-                .map_or(equal, |d| d.saturating_add(d.div_ceil(10)).max(floor))
+        .map(|r| match (r.departed, r.share) {
+            // A departed Envoy holds what it was last sent.
+            (Some(_), share) => share.unwrap_or(0),
+            (None, _) => r
+                .demand
+                .map_or(equal, |d| d.saturating_add(d.div_ceil(10)).max(floor)),
         })
         .collect()
+}
+
+/// Takes reporter `id`, whose `buckets` on `shared` enforced its share, out
+/// of `shared` at `now`: the refills its share prepaid beyond now come back
+/// to the balance.
+pub(super) fn leave(shared: &mut Shared, id: StreamId, buckets: u64, now: Timestamp) {
+    if let Some(gone) = shared.reporters.remove(&id) {
+        let ahead = shared
+            .covered
+            .map_or(0, |covered| covered.saturating_since(now).as_nanos());
+        let share = u128::from(gone.share.unwrap_or(0));
+        shared.balance.refund(share * u128::from(buckets) * ahead);
+    }
 }
 
 /// What the split shares of a rule's rate `requests`: all but a fortieth (see [`QuotaBook::rebalance`]).

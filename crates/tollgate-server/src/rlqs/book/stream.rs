@@ -45,6 +45,9 @@ pub(super) struct Stream {
     pub(super) buckets: HashMap<BucketKey, StreamBucket>,
     /// The keys of the buckets on each shared counter, kept with `buckets`.
     pub(super) by_counter: HashMap<Vec<u8>, HashSet<BucketKey>>,
+    /// When assignments were last sent to it (an answer or a push): each
+    /// renews the time to live of what it carries.
+    pub(super) sent: Option<Timestamp>,
 }
 
 impl Stream {
@@ -54,6 +57,7 @@ impl Stream {
             outbox,
             buckets: HashMap::new(),
             by_counter: HashMap::new(),
+            sent: None,
         }
     }
 

@@ -109,7 +109,8 @@ fn rate(rx: &mut Outbox, last: &mut u64) -> u64 {
 }
 
 #[test]
-fn shares_are_max_min_fair_and_a_closed_streams_share_goes_to_the_others_at_once() {
+fn shares_are_max_min_fair_and_a_closed_streams_share_goes_to_the_others_once_its_last_assignment_lapses()
+ {
     let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
     let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
     let (mut r1, mut r2) = (0, 0);
@@ -134,11 +135,15 @@ fn shares_are_max_min_fair_and_a_closed_streams_share_goes_to_the_others_at_once
         round_in_full(&book, now);
     }
     assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (76, 22));
-    // The second stream ends: its prepaid refills come back, and the next
-    // round pushes the first its larger share.
+    // The second stream ends: its Envoy may live on with its 22 until its
+    // last assignment (sent at 15 s) lapses, 30 s and a round later; then
+    // its prepaid refills come back, and that round pushes the first its
+    // larger share.
     pay_in_full(&book, book.close(two, at(16)));
-    assert_eq!(rate(&mut rx1, &mut r1), 76);
     round_in_full(&book, at(16));
+    round_in_full(&book, at(45));
+    assert_eq!(rate(&mut rx1, &mut r1), 76);
+    round_in_full(&book, at(46));
     assert_eq!(rate(&mut rx1, &mut r1), 98);
     assert_eq!(book.stats().streams.load(Ordering::Relaxed), 1);
     assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 0);
@@ -305,7 +310,8 @@ fn buckets_sharing_one_counter_at_one_envoy_are_each_paid_for() {
 }
 
 #[test]
-fn one_stream_is_held_to_its_own_bound_and_closing_it_frees_its_buckets_and_dues() {
+fn one_stream_is_held_to_its_own_bound_and_its_buckets_and_dues_go_once_its_last_assignment_lapses()
+{
     let book = QuotaBook::new(RlqsOptions {
         max_buckets: 10,
         max_stream_buckets: 2,
@@ -333,10 +339,17 @@ fn one_stream_is_held_to_its_own_bound_and_closing_it_frees_its_buckets_and_dues
     assert_eq!(book.dues(at(1), Duration::from_secs(1)).payments.len(), 3);
     let dues = book.dues(at(1), Duration::from_secs(1)).payments;
     pay_in_full(&book, book.close(one, at(1)));
-    assert_eq!(stats.buckets.load(Ordering::Relaxed), 1);
+    // Its Envoy may live on with its shares until its last assignment
+    // (sent at 0 s) lapses: they stay in force, paid, in the bound.
+    assert_eq!(stats.buckets.load(Ordering::Relaxed), 3);
     assert_eq!(stats.stream_buckets.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.counters.load(Ordering::Relaxed), 3);
+    assert_eq!(book.dues(at(2), TICK).payments.len(), 3);
+    // 30 s and a round later they lapse, and go at that round.
+    round_in_full(&book, at(31));
+    assert_eq!(stats.buckets.load(Ordering::Relaxed), 1);
     assert_eq!(stats.counters.load(Ordering::Relaxed), 1);
-    assert_eq!(book.dues(at(1), Duration::from_secs(1)).payments.len(), 1);
+    assert_eq!(book.dues(at(32), TICK).payments.len(), 1);
     // A tick read before the close owes nothing for its counters.
     let owed: Vec<bool> = dues.iter().map(Payment::is_owed).collect();
     assert_eq!(owed.iter().filter(|o| **o).count(), 1, "{owed:?}");
@@ -400,13 +413,19 @@ struct EnvoyModel {
     current: Option<(u64, Timestamp)>,
     /// Tokens of the assignments before it.
     given_before: u64,
+    /// When an assignment was last received (each renews its time to live).
+    renewed: Option<Timestamp>,
+    /// Once its stream ended: when the assignment in force lapses (the
+    /// Envoy lives on with it until then, as Envoy 1.40 does).
+    lapses: Option<Timestamp>,
 }
 
 impl EnvoyModel {
     fn given(&self, now: Timestamp) -> u64 {
+        let until = self.lapses.map_or(now, |lapses| lapses.min(now));
         self.given_before
             + self.current.map_or(0, |(share, start)| {
-                share + share * now.saturating_since(start).as_secs()
+                share + share * until.saturating_since(start).as_secs()
             })
     }
 
@@ -414,6 +433,16 @@ impl EnvoyModel {
     fn assign(&mut self, share: u64, now: Timestamp) {
         self.given_before = self.given(now);
         self.current = (share > 0).then_some((share, now));
+        self.lapses = None;
+    }
+
+    /// Its stream ended at `now`: it keeps the assignment in force for the rest of its time to live.
+    fn cut_off(&mut self, now: Timestamp) {
+        let ttl = RlqsOptions::default().assignment_ttl;
+        self.lapses = Some(
+            self.renewed
+                .map_or(now, |renewed| renewed.saturating_add(ttl)),
+        );
     }
 }
 
@@ -460,7 +489,15 @@ fn run(steps: &[Step], full: bool) -> Result<u64, proptest::test_runner::TestCas
             }
             Step::Close { envoy } => {
                 if let Some((id, _)) = envoys[envoy].0.take() {
-                    envoys[envoy].1.assign(0, now);
+                    // With a counter that pays, the Envoy lives on with its
+                    // last assignment; with one that may not, it dies (a
+                    // departed Envoy's refills are paid only while the
+                    // counter has them: it can no longer be told to shrink).
+                    if full {
+                        envoys[envoy].1.cut_off(now);
+                    } else {
+                        envoys[envoy].1.assign(0, now);
+                    }
                     let changes = book.close(id, now);
                     pay(&book, changes, room, &mut taken_total);
                 }
@@ -468,6 +505,9 @@ fn run(steps: &[Step], full: bool) -> Result<u64, proptest::test_runner::TestCas
         }
         for (open, model, last) in &mut envoys {
             if let Some((_, rx)) = open {
+                if !rx.is_empty() {
+                    model.renewed = Some(now);
+                }
                 let before = *last;
                 let share = rate(rx, last);
                 if share != before || model.current.is_none() && share > 0 {
@@ -502,7 +542,10 @@ proptest::proptest! {
         run(&steps, false)?;
     }
 
-    /// With a counter that pays whatever is asked, no share is ever cut.
+    /// With a counter that pays whatever is asked, no share is ever cut,
+    /// and an Envoy whose stream ended, living on with its last assignment
+    /// until that lapses, never makes the Envoys spend more than the
+    /// counter gave.
     #[test]
     fn no_share_is_cut_while_the_counter_can_pay_it(
         steps in proptest::collection::vec(step(), 1..80),
@@ -536,7 +579,8 @@ fn exchange(books: &[&QuotaBook], now: Timestamp) {
 }
 
 #[test]
-fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_leaves_its_part() {
+fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_leaves_its_part_once_it_lapses()
+ {
     let rules = rules();
     let (x, y) = (
         QuotaBook::new(RlqsOptions::default()),
@@ -568,10 +612,16 @@ fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_le
         rate(&mut rx_small, &mut r_small),
     );
     assert!(s >= 22 && b * 10 >= 76 * 9 && b + s <= 98, "X {b}, Y {s}");
-    // Y's Envoy goes: Y claims nothing more, and X grows back at the next round.
+    // Y's Envoy's stream ends: Y holds its share for it until its last
+    // assignment (sent at 15 s) lapses, 30 s and a round later; then Y
+    // claims nothing more, and X grows back at its next round.
     pay_in_full(&y, y.close(small, at(16)));
     exchange(&[&x, &y], at(17));
     round_in_full(&x, at(17));
+    assert_eq!(rate(&mut rx_big, &mut r_big), b);
+    round_in_full(&y, at(46));
+    exchange(&[&x, &y], at(46));
+    round_in_full(&x, at(46));
     assert_eq!(rate(&mut rx_big, &mut r_big), 98);
 }
 
@@ -581,9 +631,10 @@ fn envoy_claims(book: &QuotaBook) -> Vec<u64> {
     inner.shared.values().next().map(claims).unwrap_or_default()
 }
 
-/// Instances whose Envoys report `demands` (per second, per instance) for
-/// four rounds with the claims exchanged each round: the rate in force at
-/// each Envoy, per instance.
+/// Instances whose Envoys report `demands` (per second, per instance)
+/// every 5 s for 40 s, with a round each second and the claims exchanged
+/// at each (a growth takes what the fleet's shares leave of the rate, a
+/// few rounds): the rate in force at each Envoy, per instance.
 fn fleet_rates(demands: &[Vec<u64>]) -> (Vec<QuotaBook>, Vec<Vec<u64>>) {
     let rules = rules();
     let books: Vec<QuotaBook> = demands
@@ -604,16 +655,19 @@ fn fleet_rates(demands: &[Vec<u64>]) -> (Vec<QuotaBook>, Vec<Vec<u64>>) {
         })
         .collect();
     let refs: Vec<&QuotaBook> = books.iter().collect();
-    for round in 0..=3 {
+    for round in 0..8 {
         let now = at(5 * round);
         for ((book, envoys), ids) in books.iter().zip(demands).zip(&streams) {
             for (&demand, (id, _, _)) in envoys.iter().zip(ids) {
                 paid(book, *id, report("a", demand * 5, 0), &rules, now);
             }
         }
-        exchange(&refs, now);
-        for book in &books {
-            round_in_full(book, now);
+        for second in 0..5 {
+            let now = now.saturating_add(Duration::from_secs(second));
+            exchange(&refs, now);
+            for book in &books {
+                round_in_full(book, now);
+            }
         }
     }
     let rates = streams
@@ -706,3 +760,6 @@ proptest::proptest! {
         proptest::prop_assert!(total <= capacity, "{total} of {capacity}: {fleet:?}");
     }
 }
+
+mod departed;
+mod two_instances;
