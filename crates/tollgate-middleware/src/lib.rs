@@ -47,7 +47,7 @@
 //! # Features
 //!
 //! None is on by default: the default build is what a hyper or tower app
-//! needs, 35 crates where it was 111 (`cargo tree -p tollgate-middleware -e
+//! needs, 36 crates where it was 111 (`cargo tree -p tollgate-middleware -e
 //! normal --prefix none --features ..`, distinct name and version).
 //!
 //! | feature | adds | crates |
