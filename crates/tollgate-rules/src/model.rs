@@ -196,7 +196,19 @@ impl Rule {
         entries: &[(K, V)],
         limit_index: usize,
     ) -> Vec<u8> {
-        let mut key = Vec::with_capacity(64);
+        let limit = self.limits.get(limit_index);
+        let algorithm = limit.map_or("none", |l| l.algorithm_kind.name());
+        // Sized once: the prefix, each part with its 8-byte length, the
+        // entry count, the window and the limit index.
+        let parts: usize = entries
+            .iter()
+            .enumerate()
+            .map(|(level, (k, v))| {
+                16 + k.as_ref().len() + self.counter_value(level, v.as_ref()).len()
+            })
+            .sum();
+        let mut key =
+            Vec::with_capacity(3 + 8 + domain.len() + 8 + parts + 8 + algorithm.len() + 16);
         key.extend_from_slice(b"tg1");
         push_part(&mut key, domain.as_bytes());
         key.extend_from_slice(&(entries.len() as u64).to_be_bytes());
@@ -204,8 +216,6 @@ impl Rule {
             push_part(&mut key, k.as_ref().as_bytes());
             push_part(&mut key, self.counter_value(level, v.as_ref()).as_bytes());
         }
-        let limit = self.limits.get(limit_index);
-        let algorithm = limit.map_or("none", |l| l.algorithm_kind.name());
         push_part(&mut key, algorithm.as_bytes());
         let window = limit.and_then(|l| l.window).map_or(0, |w| {
             w.duration().as_nanos().min(u128::from(u64::MAX)) as u64
