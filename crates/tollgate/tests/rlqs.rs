@@ -1,4 +1,4 @@
-//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, RLS callers on the same budget, and two services on one Redis (one budget, split max-min between them).
+//! Two real Envoys (1.40) with the rate limit quota filter of `examples/envoy/rlqs.yaml` sharing one global limit through `tollgate serve`: no call per request, the aggregate within the stated bound, shares following demand, deny-all and allow-all buckets, a service restart, Tollgate unreachable past the assignments' time to live (the fallback denies), RLS callers on the same budget, and two services on one Redis (one budget, split max-min between them).
 //!
 //! Envoy reports and is answered in real time (Envoy 1.40 reports every
 //! 5 s whatever its `reporting_interval`), so the phases are bounded by
@@ -106,8 +106,8 @@ fn admitted(tallies: &[Tally; 2]) -> [u64; 2] {
 
 /// The stated bound on what a fleet admits above `rate × t`: one second of
 /// the rate (the token buckets' capacities sum to at most the rate) and
-/// one more for what goes through before a bucket's first assignment and
-/// while a share moves between Envoys.
+/// one more for while a share moves between Envoys (nothing goes through
+/// before a bucket's first assignment: the example's fallback is `DENY_ALL`).
 fn bound(t: Duration) -> u64 {
     bound_at(RATE, t)
 }
@@ -229,7 +229,8 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
     };
     let tally = Tally::default();
 
-    // A bucket whose rule allows 0: denied from its first assignment on.
+    // A bucket whose rule allows 0: denied from its first request on (the
+    // example's `DENY_ALL` fallback until the first assignment, then the rule).
     let deadline = CLOCK.now().saturating_add(Duration::from_secs(5));
     while tally.limited.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
         request(port, "blocked", &tally);
@@ -250,8 +251,14 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
         logs(&tollgate)
     );
 
-    // An unlimited bucket: everything passes, while a limited one asked at
-    // the same pace in the same time is limited.
+    // An unlimited bucket: once its first assignment is in (denied before
+    // it, the example's fallback), everything passes, while a limited one
+    // asked at the same pace in the same time is limited.
+    let first = Tally::default();
+    let deadline = CLOCK.now().saturating_add(Duration::from_secs(5));
+    while first.admitted.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
+        request(port, "open", &first);
+    }
     let (open, compare) = (Tally::default(), Tally::default());
     for _ in 0..200 {
         request(port, "open", &open);
@@ -270,7 +277,7 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
     );
 
     // A limited bucket, then the service stopped: Envoy keeps the last
-    // assignment (reuse_last_assignment), so the limit holds.
+    // assignment until its time to live (30 s), so the limit holds.
     let _ = drive([port, port], "slow-steady", [1, 0], Duration::from_secs(2));
     tollgate.child.stop();
     let (tallies, took) = drive([port, port], "slow-steady", [1, 0], Duration::from_secs(2));
@@ -287,15 +294,16 @@ fn deny_all_and_allow_all_buckets_and_a_service_restart_keep_the_limit() {
 
     // Restarted on the same port: Envoy reopens its stream at a report
     // tick once its connection retries reach the new process (seconds),
-    // then a new bucket gets its assignment from it.
+    // then a new bucket gets its assignment from it: denied until then
+    // (the example's `DENY_ALL` fallback), admitted only by an assignment.
     tollgate = serve_on(&limits, grpc_port, dir.0.join("tollgate-2.log"));
     let reopened = Tally::default();
     let deadline = CLOCK.now().saturating_add(Duration::from_secs(20));
-    while reopened.limited.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
+    while reopened.admitted.load(Ordering::Relaxed) == 0 && CLOCK.now() < deadline {
         request(port, "slow-restart", &reopened);
     }
     assert!(
-        reopened.limited.load(Ordering::Relaxed) > 0,
+        reopened.admitted.load(Ordering::Relaxed) > 0,
         "no assignment from the restarted service; {}",
         logs(&tollgate)
     );
@@ -363,9 +371,8 @@ fn rls_callers_and_envoys_on_rlqs_spend_one_budget() {
     );
     let http_port = tollgate.listener("http").port();
     let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
-    // A first phase gives the bucket its first assignment: the requests
-    // before it pass (`no_assignment_behavior`), a term of the bound this
-    // test need not spend.
+    // A first phase gives the bucket its first assignment (the requests
+    // before it are denied: the example's `no_assignment_behavior`).
     let _ = drive_mixed(port, http_port, Duration::from_secs(2));
     let ([through_envoy, through_rls], took) = drive_mixed(port, http_port, Duration::from_secs(4));
     let (a, b) = (
@@ -656,10 +663,9 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
     let fair = (0..n).find(|&s| two.get(s, 0) <= 11 && two.get(s, 1) as f64 >= 27.0);
     eprintln!("{tenant}, phase 2: split within 10 % of max-min fair from second {fair:?}");
     // The whole run: within R × t and the bound docs/quota.md states
-    // (R × t + 3 R: a window's burst and the two ticks paid ahead, plus
-    // what passes before the first assignment, at most a second of A's
-    // 100 a second here).
-    let bound = (r * took.as_secs_f64()).ceil() as u64 + 3 * PHASE_RATE + 100;
+    // (R × t + 3 R: a window's burst and the two ticks paid ahead; nothing
+    // passes before the first assignment, the example's fallback denies).
+    let bound = (r * took.as_secs_f64()).ceil() as u64 + 3 * PHASE_RATE;
     assert!(
         total <= bound,
         "{tenant}: {total} admitted in {took:?}, over {bound}; {}",
@@ -776,12 +782,80 @@ fn two_services_on_one_redis_with_asymmetric_envoys_split_max_min_fairly() {
         "{mean:.1} a second after settling; {}",
         logs()
     );
-    // The whole run: R × t + 4 R (docs/quota.md's bound, fleet-wide) and
-    // what passes before each Envoy's first assignment (a second of each's demand).
-    let bound = (r * took.as_secs_f64()).ceil() as u64 + 4 * PHASE_RATE + 110;
+    // The whole run: R × t + 4 R (docs/quota.md's bound, fleet-wide;
+    // nothing passes before an Envoy's first assignment, the example's
+    // fallback denies).
+    let bound = (r * took.as_secs_f64()).ceil() as u64 + 4 * PHASE_RATE;
     assert!(
         total <= bound,
         "{total} admitted in {took:?}, over {bound}; {}",
+        logs()
+    );
+}
+
+/// How long the kill test's assignments live, and the seconds after the
+/// kill left out (the time to live and a margin for the last renewal in flight).
+const KILL_TTL: &str = "2s";
+const KILL_SETTLE: usize = 3;
+
+/// `tollgate serve` killed with `--rlqs-assignment-ttl 2s`: once the
+/// assignment has lapsed, Envoy 1.40 holds the bucket to
+/// `no_assignment_behavior`'s fallback (not `reuse_last_assignment`). The
+/// example's `DENY_ALL` admits nothing then, while 60 a second are asked,
+/// and Envoy keeps answering (429). With `ALLOW_ALL` all 60 a second went
+/// through: the limit switched off; with a `token_bucket` fallback Envoy
+/// 1.40 crashed at the time to live.
+#[test]
+fn tollgate_unreachable_past_the_ttl_leaves_envoy_to_the_fallback() {
+    let dir = TempDir::new("rlqs-unreachable");
+    let upstream = Upstream::spawn();
+    let mut tollgate = serve_with(
+        &repository_file("examples/envoy/limits"),
+        0,
+        0,
+        &["--rlqs-assignment-ttl", KILL_TTL],
+        dir.0.join("tollgate.log"),
+    );
+    let (envoy, port) = start_envoy(&dir.0, "envoy", upstream.addr, tollgate.addr);
+    let logs = || format!("envoy:\n{}", log_tail(&envoy.log));
+    const DEMAND: u64 = 60;
+
+    // Reachable: the bucket gets its assignments and the rate is admitted.
+    let reachable = Seconds::new(4);
+    paced(
+        [port, port],
+        "unreachable",
+        [DEMAND, 0],
+        Duration::from_secs(4),
+        &reachable,
+    );
+    print_table("reachable (60/s)", &reachable);
+    assert!(
+        reachable.mean(0..4, Some(0)) > 0.0,
+        "nothing admitted with Tollgate reachable; {}",
+        logs()
+    );
+
+    // Killed: past the time to live, the fallback alone (every request is
+    // answered: `request` panics on anything but 200 or 429).
+    tollgate.child.stop();
+    let n = 10;
+    let killed = Seconds::new(n);
+    paced(
+        [port, port],
+        "unreachable",
+        [DEMAND, 0],
+        Duration::from_secs(n as u64),
+        &killed,
+    );
+    print_table("tollgate killed (60/s)", &killed);
+    let past = KILL_SETTLE..n;
+    let total: u64 = past.clone().map(|s| killed.get(s, 0)).sum();
+    eprintln!("tollgate killed: {total} admitted in seconds {past:?} (the example's fallback)");
+    assert_eq!(
+        total,
+        0,
+        "{total} admitted in seconds {past:?} after the kill: the limit switched off; {}",
         logs()
     );
 }

@@ -225,8 +225,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAM_BUCKETS", value_name = "N", default_value_t = tollgate_server::rlqs::book::DEFAULT_MAX_STREAM_BUCKETS, value_parser = parse_cap)]
     pub rlqs_max_stream_buckets: usize,
     /// How long an RLQS assignment holds in Envoy without a renewal (every
-    /// usage report renews the reporter's); after it Envoy applies the
-    /// filter's `expired_assignment_behavior`.
+    /// usage report renews the reporter's); after it Envoy 1.40 applies the
+    /// bucket's `no_assignment_behavior` fallback (not
+    /// `expired_assignment_behavior`): keep it above Envoy's 5 s report interval.
     #[arg(long, env = "TOLLGATE_RLQS_ASSIGNMENT_TTL", value_name = "DURATION", default_value = "30s", value_parser = tollgate_core::duration::parse_duration)]
     pub rlqs_assignment_ttl: Duration,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
