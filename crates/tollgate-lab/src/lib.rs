@@ -40,6 +40,8 @@ mod admitted_window;
 mod algorithm;
 mod record;
 #[cfg(feature = "redis")]
+mod redis_shares;
+#[cfg(feature = "redis")]
 mod redis_store;
 mod scenario;
 mod simulation;
@@ -57,8 +59,8 @@ pub use scenario::{
     ClientBehavior, Counts, Expectation, KeyDistribution, Lane, LaneDecision, LaneReport, LaneTick,
     MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, MAX_RETRIES,
     MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, PlatformLaneReport, PlatformMode,
-    PlatformReport, PlatformScenario, RunError, RunReport, Runner, SampledDecision, Scenario, Tick,
-    storm_lanes,
+    PlatformReport, PlatformScenario, RunError, RunReport, Runner, SampledDecision, Scenario,
+    SharesAuthority, Tick, storm_lanes,
 };
 pub use simulation::{Simulation, Summary};
 pub use spec_error::SpecError;

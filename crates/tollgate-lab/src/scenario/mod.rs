@@ -31,7 +31,7 @@ pub use model::{
 };
 pub use platform::{
     KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformLaneReport, PlatformMode,
-    PlatformReport, PlatformScenario,
+    PlatformReport, PlatformScenario, SharesAuthority,
 };
 pub use report::{
     Counts, LaneDecision, LaneReport, LaneTick, RunError, RunReport, SampledDecision, Tick,

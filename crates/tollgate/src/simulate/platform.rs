@@ -9,7 +9,8 @@ use tollgate_core::duration::parse_duration;
 use tollgate_core::share::{AuthorityPolicy, HolderPolicy, MILLI_PER_TOKEN, Share, StarterPolicy};
 use tollgate_core::{Clock, MonotonicClock, Timestamp};
 use tollgate_lab::{
-    AlgorithmName, KeyDistribution, PlatformMode, PlatformReport, PlatformScenario, TrafficName,
+    AlgorithmName, KeyDistribution, MemoryStores, PlatformMode, PlatformReport, PlatformScenario,
+    RedisStores, RunError, StoreFactory, TrafficName,
 };
 
 use super::args::SimulateArgs;
@@ -184,14 +185,6 @@ fn key_limit(args: &SimulateArgs) -> Result<Share, CommandError> {
 /// The scenario the flags describe.
 fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     let p = &args.platform;
-    if args.redis.is_some() {
-        return Err(CommandError::Usage(
-            "--modes runs on the in-memory store only: the shares authority on Redis decides \
-             at Redis TIME, which a run in virtual time cannot supply (the shares mode runs on \
-             Redis in `tollgate serve`); drop --redis"
-                .into(),
-        ));
-    }
     if !args.compare.is_empty() || args.rlqs.is_some() || args.decisions.is_some() {
         return Err(CommandError::Usage(
             "--modes does not combine with --compare, --rlqs or --decisions".into(),
@@ -266,11 +259,21 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     Ok(scenario)
 }
 
+/// Where the lanes ran: in memory, or the leased and shares lanes on Redis.
+const IN_MEMORY: &str = "memory";
+
+/// What `store` says with `--redis`.
+const ON_REDIS: &str = "the leased and shares lanes on Redis (the production lease and shares \
+                        scripts at virtual time); the exact lane is the in-memory reference, its \
+                        calls counted, not sent";
+
 /// The summary as printed.
 #[derive(Serialize)]
 struct Summary {
     #[serde(flatten)]
     report: PlatformReport,
+    /// `memory`, or what ran on Redis.
+    store: String,
     wall_seconds: f64,
     decisions_per_second_simulated: f64,
 }
@@ -278,11 +281,21 @@ struct Summary {
 /// Runs the platform scenario and prints its summary.
 pub(super) fn run(args: &SimulateArgs) -> Result<(), CommandError> {
     let scenario = scenario(args)?;
+    let redis = match &args.redis {
+        Some(url) => Some(RedisStores::connect_blocking(url).map_err(CommandError::Failed)?),
+        None => None,
+    };
+    let (stores, store): (&dyn StoreFactory, String) = match &redis {
+        Some(redis) => (redis, format!("redis {}: {ON_REDIS}", redis.describe())),
+        None => (&MemoryStores, IN_MEMORY.to_owned()),
+    };
     let clock = MonotonicClock::new();
     let began = clock.now();
-    let report = scenario
-        .run()
-        .map_err(|e| CommandError::Usage(format!("--modes: {e}")))?;
+    let report = scenario.run_on(stores).map_err(|e| match e {
+        RunError::Config(e) => CommandError::Usage(format!("--modes: {e}")),
+        RunError::Store(message) => CommandError::Failed(message),
+    })?;
+    drop(redis);
     let wall = clock.now().saturating_since(began).as_secs_f64();
     let decided: u64 = report.lanes.iter().map(|l| l.decisions).sum();
     let summary = Summary {
@@ -293,6 +306,7 @@ pub(super) fn run(args: &SimulateArgs) -> Result<(), CommandError> {
         },
         wall_seconds: wall,
         report,
+        store,
     };
     let text = summary_text(args, &summary, human)?;
     print!("{text}");
@@ -325,6 +339,9 @@ fn human(s: &Summary) -> String {
         "waited",
         "p99 wait"
     );
+    if s.store != IN_MEMORY {
+        let _ = writeln!(text, "store: {}", s.store);
+    }
     for l in &r.lanes {
         let _ = writeln!(
             text,
@@ -339,6 +356,15 @@ fn human(s: &Summary) -> String {
             l.keys_per_call,
             l.waited,
             l.p99_wait_us
+        );
+    }
+    for l in r.lanes.iter().filter(|l| l.script_calls.is_some()) {
+        let _ = writeln!(
+            text,
+            "{}: {} script calls to Redis ({:.4} per decision)",
+            l.mode.name(),
+            l.script_calls.unwrap_or(0),
+            l.script_calls.unwrap_or(0) as f64 / l.decisions.max(1) as f64
         );
     }
     let _ = writeln!(

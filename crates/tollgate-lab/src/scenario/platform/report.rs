@@ -38,6 +38,12 @@ pub struct PlatformLaneReport {
     pub p99_wait_us: f64,
     /// The longest wait, in microseconds.
     pub max_wait_us: f64,
+    /// Script calls the lane sent to Redis (absent in memory, and for the
+    /// exact lane, which stays the in-memory reference): the shares
+    /// authority makes two per store call (a read, then a compare-and-set
+    /// write), a lease one per grant or return.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script_calls: Option<u64>,
 }
 
 /// A lane's running counts, and the exact buckets its admissions are checked against.
@@ -166,6 +172,7 @@ impl LaneStats {
             waited: self.waited,
             p99_wait_us: p99 as f64 / 1_000.0,
             max_wait_us: self.waits.last().map_or(0, |&(wait, _)| wait) as f64 / 1_000.0,
+            script_calls: None,
         }
     }
 }
