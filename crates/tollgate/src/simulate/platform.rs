@@ -325,6 +325,9 @@ fn human(s: &Summary) -> String {
         r.arrivals as f64 / r.seconds.max(f64::MIN_POSITIVE),
         r.exact_admitted
     );
+    if s.store != IN_MEMORY {
+        let _ = writeln!(text, "store: {}", s.store);
+    }
     let _ = writeln!(
         text,
         "{:<7} {:>11} {:>11} {:>9} {:>8} {:>8} {:>11} {:>12} {:>9} {:>9}",
@@ -339,9 +342,6 @@ fn human(s: &Summary) -> String {
         "waited",
         "p99 wait"
     );
-    if s.store != IN_MEMORY {
-        let _ = writeln!(text, "store: {}", s.store);
-    }
     for l in &r.lanes {
         let _ = writeln!(
             text,
