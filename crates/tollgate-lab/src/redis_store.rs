@@ -43,7 +43,11 @@ use crate::store::{SimulatedStore, StoreFactory};
 pub const LAB_KEY_TTL: Duration = Duration::from_secs(3600);
 
 /// The time one script call may take before the run fails.
-pub const LAB_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+///
+/// Long, because a platform run's shares calls can be large: an instance
+/// leaving a 100 000-key run hands back tens of thousands of keys in one
+/// call, whose scripts took 1–4.4 s on a busy Redis here.
+pub const LAB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Makes simulated stores on one Redis deployment, each under its own key prefix.
 pub struct RedisStores {
