@@ -40,6 +40,8 @@ mod admitted_window;
 mod algorithm;
 mod record;
 #[cfg(feature = "redis")]
+mod redis_shares;
+#[cfg(feature = "redis")]
 mod redis_store;
 mod scenario;
 mod simulation;
@@ -54,11 +56,12 @@ pub use record::{DecisionRecord, state_level_meaning};
 #[cfg(feature = "redis")]
 pub use redis_store::{LAB_CALL_TIMEOUT, LAB_KEY_TTL, RedisStores};
 pub use scenario::{
-    ClientBehavior, Counts, Expectation, KeyDistribution, Lane, LaneDecision, LaneReport, LaneTick,
-    MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, MAX_RETRIES,
-    MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement, PlatformLaneReport, PlatformMode,
-    PlatformReport, PlatformScenario, PlatformSummary, RunError, RunReport, Runner,
-    SampledDecision, Scenario, Tick, parse_scale_step, storm_lanes,
+    ClientBehavior, Counts, Expectation, IN_MEMORY, KeyDistribution, Lane, LaneDecision,
+    LaneReport, LaneTick, MAX_ARRIVALS, MAX_CLIENTS, MAX_LANES, MAX_PLATFORM_INSTANCES,
+    MAX_PLATFORM_KEYS, MAX_RETRIES, MAX_SAMPLES_PER_TICK, MAX_SIDECARS, MAX_TICKS, Placement,
+    PlatformLaneReport, PlatformMode, PlatformReport, PlatformScenario, PlatformSummary, RunError,
+    RunReport, Runner, SampledDecision, Scenario, SharesAuthority, Tick, parse_scale_step,
+    storm_lanes,
 };
 pub use simulation::{Simulation, Summary};
 pub use spec_error::SpecError;

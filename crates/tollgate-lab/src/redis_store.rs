@@ -26,10 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
+use tollgate_core::share::AuthorityPolicy;
 use tollgate_core::{AnyAlgorithm, Decision, Outcome, Timestamp};
-use tollgate_redis::{RedisStore, SuppliedTime};
+use tollgate_redis::{RedisAuthority, RedisStore, SuppliedTime};
 use tollgate_store::Counter;
 
+use crate::SharesAuthority;
+use crate::redis_shares::RedisSharesAuthority;
 use crate::store::{SimulatedStore, StoreFactory};
 
 /// How long a simulation's key lives in Redis after its last write, in real time.
@@ -40,7 +43,11 @@ use crate::store::{SimulatedStore, StoreFactory};
 pub const LAB_KEY_TTL: Duration = Duration::from_secs(3600);
 
 /// The time one script call may take before the run fails.
-pub const LAB_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+///
+/// Long, because a platform run's shares calls can be large: an instance
+/// leaving a 100 000-key run hands back tens of thousands of keys in one
+/// call, whose scripts took 1–4.4 s on a busy Redis here.
+pub const LAB_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Makes simulated stores on one Redis deployment, each under its own key prefix.
 pub struct RedisStores {
@@ -148,6 +155,20 @@ impl StoreFactory for RedisStores {
 
     fn is_remote(&self) -> bool {
         true
+    }
+
+    /// The production shares authority on this Redis, at virtual time, under a prefix of its own.
+    fn shares_authority(&self, policy: AuthorityPolicy) -> Box<dyn SharesAuthority> {
+        let number = self.next_store.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("{}{number}:", self.run_prefix());
+        let store = self.store.with_key_prefix(prefix.as_bytes());
+        Box::new(RedisSharesAuthority {
+            authority: RedisAuthority::new(store.clone(), policy),
+            store,
+            handle: self.handle.clone(),
+            runtime: self.runtime.clone(),
+            failure: None,
+        })
     }
 }
 
@@ -281,16 +302,21 @@ impl SimulatedStore for SimulatedRedisStore {
 
 impl Drop for SimulatedRedisStore {
     fn drop(&mut self) {
-        // Delete this store's keys now; the TTL covers a process that dies first.
-        let store = self.store.clone();
-        let cleanup = async move {
-            let _ = store.delete_prefixed().await;
-        };
-        match (&self.runtime, Handle::try_current().is_ok()) {
-            // Inside async code: clean up in the background.
-            (_, true) => drop(self.handle.spawn(cleanup)),
-            (Some(runtime), false) => runtime.block_on(cleanup),
-            (None, false) => self.handle.block_on(cleanup),
-        }
+        delete_keys(&self.store, &self.handle, self.runtime.as_deref());
+    }
+}
+
+/// Deletes the keys under `store`'s prefix now (in the background inside
+/// async code); their TTL covers a process that dies first.
+pub(crate) fn delete_keys(store: &RedisStore, handle: &Handle, runtime: Option<&Runtime>) {
+    let store = store.clone();
+    let cleanup = async move {
+        let _ = store.delete_prefixed().await;
+    };
+    match (runtime, Handle::try_current().is_ok()) {
+        // Inside async code: clean up in the background.
+        (_, true) => drop(handle.spawn(cleanup)),
+        (Some(runtime), false) => runtime.block_on(cleanup),
+        (None, false) => handle.block_on(cleanup),
     }
 }

@@ -2,8 +2,11 @@
 
 use std::fmt;
 
+use tollgate_core::share::{Authority, AuthorityPolicy};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Timestamp};
 use tollgate_store::{MemoryStore, StoreConfig};
+
+use crate::SharesAuthority;
 
 /// One store of keyed state as the simulator sees it: decide a request, read a key's gauge.
 ///
@@ -50,6 +53,12 @@ pub trait StoreFactory: Send + Sync + fmt::Debug {
     /// blocking thread, and the lab caps how many calls a run may make.
     fn is_remote(&self) -> bool {
         false
+    }
+
+    /// The shares authority of a platform run ([`crate::PlatformScenario::run_on`]),
+    /// deciding by `policy`: the core's, in memory, unless the store is remote.
+    fn shares_authority(&self, policy: AuthorityPolicy) -> Box<dyn SharesAuthority> {
+        Box::new(Authority::<u32>::new(policy))
     }
 }
 

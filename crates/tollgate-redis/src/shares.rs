@@ -8,6 +8,9 @@
 //! changed only if none of those read changed since (each is a small blob
 //! with a version), else the call is read and decided again, at most
 //! [`ATTEMPTS`] times. One clock for every instance: Redis `TIME`.
+//! The simulator alone decides at a supplied time instead
+//! ([`RedisAuthority::sync_at`]: its virtual clock, and a fixed real-time TTL
+//! for every book it writes); `tollgate serve` never supplies one.
 //!
 //! Layout: every key is under the hash tag `{shares}` (one cluster slot,
 //! so both scripts are atomic on a cluster too): `tg{shares}:m` (a hash:
@@ -37,7 +40,7 @@ use tollgate_core::share::{
 };
 use tollgate_store::StoreError;
 
-use crate::RedisStore;
+use crate::{RedisStore, SuppliedTime};
 
 /// A call whose state changed under it is read and decided again at most this many times.
 pub const ATTEMPTS: usize = 8;
@@ -122,9 +125,36 @@ impl RedisAuthority {
     /// of its `ATTEMPTS` attempts) leaves nothing half written: the holder
     /// treats it as a lost call.
     pub async fn sync(&self, call: &SyncCall<Vec<u8>>) -> Result<SyncReply<Vec<u8>>, StoreError> {
+        self.sync_with(call, None).await
+    }
+
+    /// Answers a holder call like [`RedisAuthority::sync`], at a supplied time instead of Redis `TIME`.
+    ///
+    /// For simulations in virtual time (see [`SuppliedTime`]): every book
+    /// the call writes lives `time.key_ttl` in real time instead of until its
+    /// pool would be full (a virtual duration). Production never calls it.
+    pub async fn sync_at(
+        &self,
+        call: &SyncCall<Vec<u8>>,
+        time: SuppliedTime,
+    ) -> Result<SyncReply<Vec<u8>>, StoreError> {
+        self.sync_with(call, Some(time)).await
+    }
+
+    async fn sync_with(
+        &self,
+        call: &SyncCall<Vec<u8>>,
+        time: Option<SuppliedTime>,
+    ) -> Result<SyncReply<Vec<u8>>, StoreError> {
+        let at = time.map(|t| t.at);
+        let book_ttl = time.map(|t| {
+            u64::try_from(t.key_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1)
+        });
         for _ in 0..ATTEMPTS {
-            let snapshot = self.read(call).await?;
-            let (reply, ops) = self.decide(&snapshot, call);
+            let snapshot = self.read(call, at).await?;
+            let (reply, ops) = self.decide(&snapshot, call, book_ttl);
             if self.write(&ops).await? {
                 self.stats.calls.fetch_add(1, Ordering::Relaxed);
                 return Ok(reply);
@@ -142,13 +172,27 @@ impl RedisAuthority {
         key
     }
 
-    async fn read(&self, call: &SyncCall<Vec<u8>>) -> Result<Snapshot, StoreError> {
+    /// Reads what `call` needs, at Redis `TIME` or at `at`.
+    async fn read(
+        &self,
+        call: &SyncCall<Vec<u8>>,
+        at: Option<Timestamp>,
+    ) -> Result<Snapshot, StoreError> {
         let mut invocation = READ_SCRIPT.prepare_invoke();
         invocation
             .key(self.members_key())
             .arg(&self.prefix)
             .arg(call.holder)
             .arg(GRAVE_SAMPLE);
+        match at {
+            Some(at) => {
+                let ns = at.as_nanos();
+                invocation.arg(ns / 1_000_000_000).arg(ns % 1_000_000_000);
+            }
+            None => {
+                invocation.arg("").arg("");
+            }
+        }
         for report in &call.reports {
             invocation.arg(&report.key);
         }
@@ -160,10 +204,15 @@ impl RedisAuthority {
     }
 
     /// Decides `call` on `snapshot`: the reply, and the operations of the write script.
+    ///
+    /// `book_ttl_ms`: a simulation's TTL for every book written (else a
+    /// book nobody holds lives until its pool would be full, and a held one
+    /// has none).
     fn decide(
         &self,
         snapshot: &Snapshot,
         call: &SyncCall<Vec<u8>>,
+        book_ttl_ms: Option<u64>,
     ) -> (SyncReply<Vec<u8>>, Vec<[Vec<u8>; 5]>) {
         let now = snapshot.now;
         if let Some(fleet) = snapshot.starter
@@ -269,16 +318,17 @@ impl RedisAuthority {
                 None if before.is_none() => continue,
                 None => (Vec::new(), 0),
                 Some(b) if before.as_ref() == Some(b) => (b"=".to_vec(), 0),
-                Some(b) => match b.idle_for(now) {
-                    Some(d) if d.is_zero() => (Vec::new(), 0),
-                    Some(d) => (
+                Some(b) => match (b.idle_for(now), book_ttl_ms) {
+                    (Some(d), _) if d.is_zero() => (Vec::new(), 0),
+                    (_, Some(ttl)) => (encode_book(version + 1, b), ttl),
+                    (Some(d), None) => (
                         encode_book(version + 1, b),
                         // Never before the pool is full: rounded up, a millisecond more.
                         u64::try_from(d.as_millis())
                             .unwrap_or(u64::MAX)
                             .saturating_add(2),
                     ),
-                    None => (encode_book(version + 1, b), 0),
+                    (None, None) => (encode_book(version + 1, b), 0),
                 },
             };
             ops.push(op(
@@ -352,11 +402,8 @@ fn parse_snapshot(call: &SyncCall<Vec<u8>>, reply: Vec<Vec<u8>>) -> Option<Snaps
     let number =
         |v: Option<Vec<u8>>| -> Option<u64> { std::str::from_utf8(&v?).ok()?.parse().ok() };
     let secs = number(it.next())?;
-    let micros = number(it.next())?;
-    let now = Timestamp::from_nanos(
-        secs.checked_mul(1_000_000_000)?
-            .checked_add(micros * 1_000)?,
-    );
+    let nanos = number(it.next())?;
+    let now = Timestamp::from_nanos(secs.checked_mul(1_000_000_000)?.checked_add(nanos)?);
     let starter = it.next()?;
     let starter = if starter.is_empty() {
         None

@@ -1,4 +1,5 @@
--- Reads, atomically, what one shares call needs: Redis TIME, the fleet's
+-- Reads, atomically, what one shares call needs: Redis TIME (or the
+-- supplied time of a simulation), the fleet's
 -- starter policy ("" if none yet), every
 -- registration, the caller's dirty keys, a sample of the graveyard (keys
 -- of reclaimed holders still to tidy), and the books of the reported,
@@ -9,10 +10,18 @@
 -- ARGV[1]  the key prefix <p> (ending in "tg{shares}:")
 -- ARGV[2]  the caller's holder id
 -- ARGV[3]  how many graveyard keys to sample
--- ARGV[4…] the reported keys
+-- ARGV[4]  "" (decide at Redis TIME: production), or the seconds of a
+--          supplied time (the lab's virtual clock; production never passes one)
+-- ARGV[5]  the supplied time's nanoseconds ("" with ARGV[4] "")
+-- ARGV[6…] the reported keys
+-- Answers the time (seconds, nanoseconds) first.
 local p = ARGV[1]
-local t = redis.call('TIME')
-local out = { t[1], t[2], redis.call('GET', p .. 's') or '' }
+local secs, nanos = ARGV[4], ARGV[5]
+if secs == '' then
+  local t = redis.call('TIME')
+  secs, nanos = t[1], tostring(tonumber(t[2]) * 1000)
+end
+local out = { secs, nanos, redis.call('GET', p .. 's') or '' }
 local members = redis.call('HGETALL', KEYS[1])
 out[#out + 1] = tostring(#members / 2)
 for i = 1, #members do
@@ -35,7 +44,7 @@ end
 local function book(key)
   out[#out + 1] = redis.call('GET', p .. 'k:' .. key) or ''
 end
-for i = 4, #ARGV do
+for i = 6, #ARGV do
   book(ARGV[i])
 end
 for i = 1, #dirty do

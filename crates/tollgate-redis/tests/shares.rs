@@ -1,4 +1,4 @@
-//! The shares authority on a real Redis (and a 3-master cluster): holders calling it concurrently admit a stream an exact bucket admits too (with starter slots as well, each slot owned once), a silent holder's share returns after its TTL, and a Redis restart admits nothing past the limit.
+//! The shares authority on a real Redis (and a 3-master cluster): holders calling it concurrently admit a stream an exact bucket admits too (with starter slots as well, each slot owned once), a silent holder's share returns after its TTL, a Redis restart admits nothing past the limit, and a call held up past half a second is still answered within the store's timeout.
 //!
 //! The holders run in one task, in turn, on one monotonic clock, so the
 //! conformance checker sees every admission at the time it was decided;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tollgate_core::clock::{Clock, MonotonicClock};
 use tollgate_core::share::{
-    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, Share, StarterPolicy, Verdict,
+    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, KeyReport, Share, StarterPolicy,
+    SyncCall, Verdict,
 };
 use tollgate_redis::{RedisAuthority, RedisStore};
 use tollgate_testkit::redis::RedisServer;
@@ -350,5 +351,43 @@ async fn the_first_starter_policy_written_is_the_fleets() {
             .stats()
             .starter_differs
             .load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// A call the store's timeout allows is not cut at the connection's own default (500 ms): a
+/// leaving instance's call with tens of thousands of keys takes longer than that on a busy Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_up_past_half_a_second_is_answered_within_the_stores_timeout() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), Duration::from_secs(10))
+        .await
+        .expect("connects");
+    let authority = RedisAuthority::new(store, AuthorityPolicy::default());
+    let call = SyncCall {
+        holder: 1,
+        incarnation: 1,
+        seq: 1,
+        registering: true,
+        leaving: false,
+        reports: vec![KeyReport {
+            key: b"k".to_vec(),
+            limit: Share::per_second(100, 100),
+            in_force: Share::ZERO,
+            returned: 0,
+            demand: None,
+            release: false,
+        }],
+    };
+    // The server answers no client for the next 3 s.
+    assert_eq!(server.cli(&["CLIENT", "PAUSE", "3000", "ALL"]).trim(), "OK");
+    let clock = MonotonicClock::new();
+    let began = clock.now();
+    let reply = authority.sync(&call).await;
+    let waited = clock.now().saturating_since(began);
+    let reply = reply.expect("answered within the store's 10 s");
+    assert!(reply.accepted && reply.answers.len() == 1, "{reply:?}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "the pause held the call up: {waited:?}"
     );
 }

@@ -318,12 +318,11 @@ impl<K: Clone + Eq + Hash> Authority<K> {
     /// store with only the keys a call touches ([`from_parts`](Self::from_parts))
     /// reclaims this way, key by key, as it reads them.
     pub fn tidy(&mut self, key: &K, now: Timestamp) {
-        let members = self.members.len();
         let Some(book) = self.books.get_mut(key) else {
             return;
         };
         if prune(book, &self.members, self.ended, now, self.policy.starter) {
-            let changed = retarget(book, members, &self.policy);
+            let changed = retarget(book, &self.members, &self.policy);
             mark_dirty(&mut self.members, key, changed);
         }
     }
@@ -444,7 +443,6 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             return;
         };
         self.ended += 1;
-        let members = self.members.len();
         for key in member.keys {
             let Some(book) = self.books.get_mut(&key) else {
                 continue;
@@ -452,7 +450,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             if let Some(i) = book.holdings.iter().position(|h| h.holder == holder) {
                 let gone = book.holdings.swap_remove(i);
                 give_back(book, gone.booked, 0, now, self.policy.starter);
-                let changed = retarget(book, members, &self.policy);
+                let changed = retarget(book, &self.members, &self.policy);
                 mark_dirty(&mut self.members, &key, changed);
             }
         }
@@ -465,7 +463,6 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         report: &KeyReport<K>,
         now: Timestamp,
     ) -> Option<KeyAnswer<K>> {
-        let members = self.members.len();
         let book = self
             .books
             .entry(report.key.clone())
@@ -528,12 +525,12 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             book.holdings.swap_remove(index);
             member.keys.remove(&report.key);
             member.dirty.remove(&report.key);
-            let changed = retarget(book, members, &self.policy);
+            let changed = retarget(book, &self.members, &self.policy);
             mark_dirty(&mut self.members, &report.key, changed);
             return None;
         }
         member.keys.insert(report.key.clone());
-        let changed = retarget(book, members, &self.policy);
+        let changed = retarget(book, &self.members, &self.policy);
         let changed: Vec<HolderId> = changed.into_iter().filter(|&h| h != holder).collect();
         mark_dirty(&mut self.members, &report.key, changed);
         self.answer(holder, &report.key, now)
@@ -661,10 +658,22 @@ fn give_back(
 /// above the fair level get equal parts, however their demands differ.
 /// Bursts follow the rates in proportion (at least one token for a holder
 /// with any rate; a kept rate keeps its burst).
-fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec<HolderId> {
+///
+/// A holder that owns a starter slot has its slot's part of the key beside
+/// its booking, so the fair split is of what the holdings have in all (the
+/// bookings and the owners' parts), and an owner is booked its fair share
+/// less its part: an instance without a slot then gets as much of a busy
+/// key as one with a slot (not the part less). If that would book past
+/// the rate (an owner wanting less than its part), the split is of the
+/// bookings alone, as without slots.
+fn retarget<K>(
+    book: &mut KeyBook,
+    members: &HashMap<HolderId, Member<K>>,
+    policy: &AuthorityPolicy,
+) -> Vec<HolderId> {
     // What the holdings split: the limit less the starter reserve.
     let limit = minus(book.limit, policy.starter.reserve(book.limit));
-    let n = book.holdings.len().max(members).max(1) as u64;
+    let n = book.holdings.len().max(members.len()).max(1) as u64;
     let floor = limit.rate / n.saturating_mul(policy.floor_divisor.max(1));
     let wants: Vec<u64> = book
         .holdings
@@ -680,10 +689,41 @@ fn retarget(book: &mut KeyBook, members: usize, policy: &AuthorityPolicy) -> Vec
         .iter()
         .map(|h| (h.booked.rate > 0).then_some(h.booked.rate))
         .collect();
-    // Max-min fair; a booking within a tenth of its fair share is kept,
-    // unless the kept ones would then sum past the rate: then every share
-    // falls to its fair one, so a holder below its fair share can grow.
-    let fair = fair_shares(limit.rate, &claims, Leftover::Unassigned);
+    // Max-min fair over the bookings and the owners' parts, each owner booked its share less its part.
+    let part = policy.starter.part(book.limit).rate;
+    let owns: Vec<bool> = book
+        .holdings
+        .iter()
+        .map(|h| part > 0 && members.get(&h.holder).is_some_and(|m| m.slot.is_some()))
+        .collect();
+    let parts = part.saturating_mul(owns.iter().filter(|&&o| o).count() as u64);
+    let whole = fair_shares(
+        limit.rate.saturating_add(parts),
+        &claims,
+        Leftover::Unassigned,
+    );
+    let less_parts: Vec<u64> = whole
+        .iter()
+        .zip(&owns)
+        .map(|(&share, &owns)| {
+            if owns {
+                share.saturating_sub(part)
+            } else {
+                share
+            }
+        })
+        .collect();
+    let booked_in_all = less_parts
+        .iter()
+        .fold(0u64, |sum, &f| sum.saturating_add(f));
+    let fair = if booked_in_all <= limit.rate {
+        less_parts
+    } else {
+        fair_shares(limit.rate, &claims, Leftover::Unassigned)
+    };
+    // A booking within a tenth of its fair share is kept, unless the kept
+    // ones would then sum past the rate: then every share falls to its
+    // fair one, so a holder below its fair share can grow.
     let within = |old: u64, new: u64| old.abs_diff(new).saturating_mul(10) <= old;
     let kept: Vec<u64> = fair
         .iter()

@@ -126,8 +126,62 @@ fn every_pool_keeps_the_reserve_out_and_bookings_split_the_rest() {
         },
         LIMIT
     );
-    // One member, floor divisor 2: half of the 75/s the holdings split.
-    assert_eq!(booked.rate, 37_500);
+    // One member, floor divisor 2: half of the 75/s the holdings split, less its slot's 12.5/s.
+    assert_eq!(booked.rate, 25_000);
+}
+
+/// `holder`'s call at `now` reporting key 0 with `in_force` and a demand of 1000/s.
+fn busy_call(holder: HolderId, seq: u64, in_force: Share) -> SyncCall<u32> {
+    SyncCall {
+        holder,
+        incarnation: 1,
+        seq,
+        registering: seq == 1,
+        leaving: false,
+        reports: vec![KeyReport {
+            key: 0,
+            limit: LIMIT,
+            in_force,
+            returned: 0,
+            demand: Some(1_000_000),
+            release: false,
+        }],
+    }
+}
+
+#[test]
+fn an_instance_without_a_slot_gets_as_much_of_a_busy_key_as_one_with_a_slot() {
+    let mut a = authority(STARTER);
+    // Holders 1 and 2 own the 2 slots, holder 3 none; all three want far more than the limit.
+    let mut in_force = [Share::ZERO; 3];
+    let mut owns = [false; 3];
+    for seq in 1..=4 {
+        for (i, id) in [1u64, 2, 3].into_iter().enumerate() {
+            let reply = a.sync(ms(seq * 100), &busy_call(id, seq, in_force[i]));
+            assert!(reply.accepted);
+            owns[i] = reply.starter.is_some();
+            if let Some(answer) = reply.answers.iter().find(|a| a.key == 0) {
+                // As a holder does: shrink to the target, else put the booking in force.
+                in_force[i] = answer.booked.min(answer.target);
+            }
+        }
+    }
+    assert_eq!(owns, [true, true, false]);
+    // What each has of the key's 100/s in all: its booking, and its slot's part if it owns one.
+    let whole: Vec<u64> = (0..3)
+        .map(|i| in_force[i].rate + if owns[i] { PART.rate } else { 0 })
+        .collect();
+    // A third each (the slotless one had 25/s, a third of the 75/s the bookings split).
+    for (i, &w) in whole.iter().enumerate() {
+        assert!(
+            (33_000..=33_400).contains(&w),
+            "holder {}: {whole:?}",
+            i + 1
+        );
+    }
+    let (pool, booked) = a.split(&0).expect("a book");
+    assert!(booked.rate <= LIMIT.rate - STARTER.reserve(LIMIT).rate);
+    assert_eq!(pool.rate + booked.rate, 75_000);
 }
 
 #[test]

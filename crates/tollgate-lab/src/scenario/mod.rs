@@ -30,8 +30,9 @@ pub use model::{
     MAX_SIDECARS, MAX_TICKS, Placement, Scenario, storm_lanes,
 };
 pub use platform::{
-    KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformLaneReport, PlatformMode,
-    PlatformReport, PlatformScenario, PlatformSummary, parse_scale_step,
+    IN_MEMORY, KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformLaneReport,
+    PlatformMode, PlatformReport, PlatformScenario, PlatformSummary, SharesAuthority,
+    parse_scale_step,
 };
 pub use report::{
     Counts, LaneDecision, LaneReport, LaneTick, RunError, RunReport, SampledDecision, Tick,

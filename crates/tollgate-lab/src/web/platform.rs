@@ -23,6 +23,7 @@ use super::lab::Lab;
 use super::params::{Choices, Field, ParamError, Params, int, real};
 use super::query::Pairs;
 use super::reply::{bad_request, json_response};
+use crate::scenario::RunError;
 use crate::{
     KeyDistribution, PlatformMode, PlatformScenario, PlatformSummary, Simulation, parse_scale_step,
 };
@@ -256,7 +257,7 @@ pub(super) async fn platform(State(lab): State<Lab>, query: Pairs) -> Response {
             })
             .collect();
         scale.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-        Ok::<_, ConfigError>(PlatformView {
+        Ok::<_, RunError>(PlatformView {
             summary,
             instances: scenario.instances,
             scale,
@@ -268,7 +269,12 @@ pub(super) async fn platform(State(lab): State<Lab>, query: Pairs) -> Response {
     .await;
     match outcome {
         Ok(Ok(view)) => json_response(StatusCode::OK, &view),
-        Ok(Err(error)) => bad_request(&config_error(error)),
+        Ok(Err(RunError::Config(error))) => bad_request(&config_error(error)),
+        // In memory no store fails; should one, the run is not the caller's fault.
+        Ok(Err(RunError::Store(message))) => json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &serde_json::json!({ "error": message }),
+        ),
         Err(_) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,
             &serde_json::json!({ "error": "the run was cancelled" }),

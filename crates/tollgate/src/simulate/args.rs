@@ -164,7 +164,9 @@ pub struct SimulateArgs {
 
     /// Decide on this Redis (any URL `tollgate serve --store` takes) with the production Lua
     /// script at the virtual time, instead of the in-memory store. Each decision is one round
-    /// trip; the run's keys live under their own prefix and are deleted at the end.
+    /// trip; the run's keys live under their own prefix and are deleted at the end. With
+    /// --modes: the leased lane's grants and the shares lane's authority run on it (the exact
+    /// lane stays the in-memory reference).
     #[arg(long, value_name = "URL", help_heading = "Run")]
     pub(super) redis: Option<String>,
 

@@ -8,8 +8,8 @@ use tollgate_core::duration::parse_duration;
 use tollgate_core::share::{AuthorityPolicy, HolderPolicy, MILLI_PER_TOKEN, Share, StarterPolicy};
 use tollgate_core::{MonotonicClock, Timestamp};
 use tollgate_lab::{
-    AlgorithmName, KeyDistribution, PlatformMode, PlatformScenario, PlatformSummary, TrafficName,
-    parse_scale_step,
+    AlgorithmName, IN_MEMORY, KeyDistribution, PlatformMode, PlatformScenario, PlatformSummary,
+    RedisStores, RunError, TrafficName, parse_scale_step,
 };
 
 use super::args::SimulateArgs;
@@ -168,14 +168,6 @@ fn key_limit(args: &SimulateArgs) -> Result<Share, CommandError> {
 /// The scenario the flags describe.
 fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     let p = &args.platform;
-    if args.redis.is_some() {
-        return Err(CommandError::Usage(
-            "--modes runs on the in-memory store only: the shares authority on Redis decides \
-             at Redis TIME, which a run in virtual time cannot supply (the shares mode runs on \
-             Redis in `tollgate serve`); drop --redis"
-                .into(),
-        ));
-    }
     if !args.compare.is_empty() || args.rlqs.is_some() || args.decisions.is_some() {
         return Err(CommandError::Usage(
             "--modes does not combine with --compare, --rlqs or --decisions".into(),
@@ -250,11 +242,27 @@ fn scenario(args: &SimulateArgs) -> Result<PlatformScenario, CommandError> {
     Ok(scenario)
 }
 
+/// What `store` says with `--redis`.
+const ON_REDIS: &str = "the leased and shares lanes on Redis (the production lease and shares \
+                        scripts at virtual time); the exact lane is the in-memory reference, its \
+                        calls counted, not sent";
+
 /// Runs the platform scenario and prints its summary.
 pub(super) fn run(args: &SimulateArgs) -> Result<(), CommandError> {
-    let summary = scenario(args)?
-        .run_timed(&MonotonicClock::new())
-        .map_err(|e| CommandError::Usage(format!("--modes: {e}")))?;
+    let scenario = scenario(args)?;
+    let clock = MonotonicClock::new();
+    let summary = match &args.redis {
+        Some(url) => {
+            let redis = RedisStores::connect_blocking(url).map_err(CommandError::Failed)?;
+            let store = format!("redis {}: {ON_REDIS}", redis.describe());
+            scenario.run_timed_on(&redis, store, &clock)
+        }
+        None => scenario.run_timed(&clock),
+    }
+    .map_err(|e| match e {
+        RunError::Config(e) => CommandError::Usage(format!("--modes: {e}")),
+        RunError::Store(message) => CommandError::Failed(message),
+    })?;
     let text = summary_text(args, &summary, human)?;
     print!("{text}");
     Ok(())
@@ -272,6 +280,9 @@ fn human(s: &PlatformSummary) -> String {
         r.arrivals as f64 / r.seconds.max(f64::MIN_POSITIVE),
         r.exact_admitted
     );
+    if s.store != IN_MEMORY {
+        let _ = writeln!(text, "store: {}", s.store);
+    }
     let _ = writeln!(
         text,
         "{:<7} {:>11} {:>11} {:>9} {:>8} {:>8} {:>11} {:>12} {:>9} {:>9}",
@@ -300,6 +311,15 @@ fn human(s: &PlatformSummary) -> String {
             l.keys_per_call,
             l.waited,
             l.p99_wait_us
+        );
+    }
+    for l in r.lanes.iter().filter(|l| l.script_calls.is_some()) {
+        let _ = writeln!(
+            text,
+            "{}: {} script calls to Redis ({:.4} per decision)",
+            l.mode.name(),
+            l.script_calls.unwrap_or(0),
+            l.script_calls.unwrap_or(0) as f64 / l.decisions.max(1) as f64
         );
     }
     let _ = writeln!(

@@ -1,4 +1,7 @@
-//! The platform run (`--modes`): every mode as a lane on one trace, and its mistakes named.
+//! The platform run (`--modes`): every mode as a lane on one trace, in memory and on a real Redis, and its mistakes named.
+
+use serde_json::Value;
+use tollgate_testkit::redis::RedisServer;
 
 use crate::*;
 
@@ -72,11 +75,16 @@ fn platform_mistakes_are_named() {
         assert_eq!(output.status.code(), Some(2), "{rest:?}");
         stderr(&output)
     };
-    let err = run(&["--modes", "shares", "--redis", "redis://127.0.0.1:1"]);
-    assert!(
-        err.contains("in-memory store only") && err.contains("drop --redis"),
-        "{err}"
-    );
+    // A Redis that does not answer is named (the lanes run on it with --redis).
+    let output = simulate(&platform_and(&[
+        "--modes",
+        "shares",
+        "--redis",
+        "redis://127.0.0.1:1",
+    ]));
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("--redis: cannot connect"), "{err}");
     let err = run(&["--modes", "shares", "--scale", "20s"]);
     assert!(err.contains("TIME=INSTANCES"), "{err}");
     let err = run(&["--modes", "shares", "--scale", "20s=0"]);
@@ -114,4 +122,82 @@ fn starter_slots_let_first_uses_go_without_waiting_on_the_store() {
     assert!(waited(&on) < 20_000 * 160 / 1_000 + 500, "{on}");
     let calls = |lane: &serde_json::Value| lane["calls_per_decision"].as_f64().expect("calls");
     assert!(calls(&on) < calls(&off), "{on} vs {off}");
+}
+
+#[test]
+fn the_platform_shares_lane_decides_on_redis_as_in_memory() {
+    let server = RedisServer::start();
+    // The leased lane (one script call per grant) once: the lab's own tests compare it further.
+    for (slots, modes) in [("0", "exact,leased,shares"), ("2", "exact,shares")] {
+        let flags = [
+            "--modes",
+            modes,
+            "--key-distribution",
+            "zipf",
+            "--scale",
+            "2s=6,4s=3",
+            "--shares-starter-slots",
+            slots,
+            "--shares-starter-divisor",
+            "4",
+        ];
+        let memory = summary(&platform_and(&flags));
+        let url = server.url();
+        let mut on_redis_flags = flags.to_vec();
+        on_redis_flags.extend(["--redis", url.as_str()]);
+        let on_redis = summary(&platform_and(&on_redis_flags));
+        assert_eq!(memory["store"], "memory");
+        let store = on_redis["store"].as_str().expect("store");
+        assert!(
+            store.starts_with("redis ") && store.contains("exact lane is the in-memory reference"),
+            "{store}"
+        );
+        let lane = |summary: &Value, mode: &str| -> Value {
+            summary["lanes"]
+                .as_array()
+                .expect("lanes")
+                .iter()
+                .find(|l| l["mode"] == mode)
+                .expect(mode)
+                .clone()
+        };
+        for mode in modes.split(',') {
+            let (m, r) = (lane(&memory, mode), lane(&on_redis, mode));
+            for field in [
+                "decisions",
+                "admitted",
+                "over_admitted",
+                "store_calls",
+                "keys_in_calls",
+                "waited",
+                "p99_wait_us",
+            ] {
+                assert_eq!(m[field], r[field], "slots {slots}, {mode}: {field}");
+            }
+        }
+        let shares = lane(&on_redis, "shares");
+        assert_eq!(shares["over_admitted"], 0, "{shares}");
+        // Worth comparing: the limits refused some, and the lane called the store.
+        let admitted = shares["admitted"].as_u64().expect("admitted");
+        assert!(admitted > 0 && admitted < shares["decisions"].as_u64().expect("decisions"));
+        // Two script calls (read, compare-and-set write) per store call, none in conflict;
+        // a call still on its way when the run ends (one per instance at most) never reaches Redis.
+        let calls = shares["store_calls"].as_u64().expect("calls");
+        let script_calls = shares["script_calls"].as_u64().expect("script calls");
+        assert!(calls > 0);
+        assert!(
+            script_calls <= 2 * calls && script_calls >= 2 * (calls - 6),
+            "{shares}"
+        );
+        if modes.contains("leased") {
+            assert_eq!(
+                lane(&on_redis, "leased")["script_calls"],
+                lane(&on_redis, "leased")["store_calls"]
+            );
+        }
+        assert!(lane(&memory, "shares").get("script_calls").is_none());
+        assert!(lane(&on_redis, "exact").get("script_calls").is_none());
+    }
+    // The runs' keys were deleted at their end.
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0");
 }

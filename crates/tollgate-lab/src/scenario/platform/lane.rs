@@ -19,4 +19,14 @@ pub(super) trait PlatformLane {
     fn finish(&mut self, now: Timestamp, stats: &mut LaneStats) {
         let _ = (now, stats);
     }
+
+    /// Script calls this lane sent to a remote store (0 when it runs in memory).
+    fn store_calls(&self) -> u64 {
+        0
+    }
+
+    /// Why this lane's store stopped answering, once it has (the run then fails).
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }

@@ -1,4 +1,4 @@
-//! The leased lane: the existing quota leases (`tollgate serve --lease-period`), one leased fleet per descriptor on one in-memory store each.
+//! The leased lane: the existing quota leases (`tollgate serve --lease-period`), one leased fleet per descriptor on one store each (in memory, or Redis's lease script at virtual time).
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use super::super::leased::LeasedFleet;
 use super::lane::PlatformLane;
 use super::report::LaneStats;
 use super::trace::Arrival;
-use crate::store::{MemoryStores, SimulatedStore, StoreFactory};
+use crate::store::{SimulatedStore, StoreFactory};
 
 /// One descriptor's leased fleet and its store.
 struct Leased {
@@ -22,6 +22,8 @@ pub(super) struct LeasedLane {
     key: Leased,
     platform: Option<Leased>,
     rtt_ns: u64,
+    /// The stores are remote (their calls are counted as script calls).
+    remote: bool,
 }
 
 /// A token bucket of `share` (whole tokens per second) as the core's algorithm.
@@ -43,18 +45,20 @@ impl LeasedLane {
         platform: Option<Share>,
         period: Duration,
         rtt_ns: u64,
+        stores: &dyn StoreFactory,
     ) -> Result<Self, ConfigError> {
         let leased = |share: Share, keys: u32| -> Result<Leased, ConfigError> {
             let algorithm = bucket(share)?;
             Ok(Leased {
                 fleet: LeasedFleet::new(algorithm, instances, period),
-                store: MemoryStores.store(algorithm, keys as usize),
+                store: stores.store(algorithm, keys as usize),
             })
         };
         Ok(LeasedLane {
             key: leased(limit, keys)?,
             platform: platform.map(|p| leased(p, 1)).transpose()?,
             rtt_ns,
+            remote: stores.is_remote(),
         })
     }
 }
@@ -87,5 +91,17 @@ impl PlatformLane for LeasedLane {
             admitted,
             if calls > 0 { self.rtt_ns } else { 0 },
         );
+    }
+
+    fn store_calls(&self) -> u64 {
+        if !self.remote {
+            return 0;
+        }
+        self.key.fleet.calls + self.platform.as_ref().map_or(0, |p| p.fleet.calls)
+    }
+
+    fn failure(&self) -> Option<String> {
+        let platform = self.platform.as_ref().and_then(|p| p.store.failure());
+        self.key.store.failure().or(platform).map(str::to_owned)
     }
 }

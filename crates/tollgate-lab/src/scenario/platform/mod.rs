@@ -10,7 +10,9 @@
 //!   is also the reference the others are judged against;
 //! * **leased** — the quota leases of `tollgate serve --lease-period`;
 //! * **shares** — the share protocol ([`tollgate_core::share`]) against an
-//!   in-memory authority, calls and replies each taking half a round trip;
+//!   in-memory authority, or the production one on Redis
+//!   ([`PlatformScenario::run_on`]), calls and replies each taking half a
+//!   round trip;
 //! * **local** — each instance applies both limits on its own.
 //!
 //! Per lane the report counts store calls (a batched call is one) and the
@@ -19,6 +21,7 @@
 //! over-admission), compares what it admitted with the exact lane
 //! (under-admission) and records how long decisions waited on the store.
 
+mod authority;
 mod exact;
 mod lane;
 mod leased;
@@ -30,9 +33,10 @@ mod summary;
 mod tests;
 mod trace;
 
+pub use authority::SharesAuthority;
 pub use model::{
     KeyDistribution, MAX_PLATFORM_INSTANCES, MAX_PLATFORM_KEYS, PlatformMode, PlatformReport,
     PlatformScenario,
 };
 pub use report::PlatformLaneReport;
-pub use summary::{PlatformSummary, parse_scale_step};
+pub use summary::{IN_MEMORY, PlatformSummary, parse_scale_step};

@@ -6,12 +6,14 @@ use serde::Serialize;
 use tollgate_core::share::{AuthorityPolicy, HolderPolicy, Share};
 use tollgate_core::{ConfigError, Timestamp};
 
+use super::super::report::RunError;
 use super::exact::{ExactLane, LocalLane};
 use super::lane::PlatformLane;
 use super::leased::LeasedLane;
 use super::report::{LaneStats, PlatformLaneReport};
 use super::shares::SharesLane;
 use super::trace::{Arrival, Trace};
+use crate::store::{MemoryStores, StoreFactory};
 
 /// The most keys a platform run spreads its arrivals over.
 pub const MAX_PLATFORM_KEYS: u32 = 10_000_000;
@@ -43,6 +45,9 @@ fn fill(trace: &mut Trace, steps: &mut Vec<Step>, arrivals: &mut u64) -> bool {
     }
     false
 }
+
+/// One lane's mode, counts and script calls to a remote store (`None`: none made).
+type LaneRun = (PlatformMode, LaneStats, Option<u64>);
 
 /// How a lane keeps the fleet inside the limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -174,9 +179,21 @@ impl PlatformScenario {
         Ok(())
     }
 
-    /// Runs every lane over the trace.
-    pub fn run(&self) -> Result<PlatformReport, ConfigError> {
-        let (arrivals, lanes) = self.run_lanes()?;
+    /// Runs every lane over the trace, in memory.
+    pub fn run(&self) -> Result<PlatformReport, RunError> {
+        self.run_on(&MemoryStores)
+    }
+
+    /// Runs every lane over the trace, the leased and shares lanes on `stores`' store.
+    ///
+    /// On Redis ([`crate::RedisStores`]) the shares lane's authority is the
+    /// production one (`tollgate-redis`'s shares scripts) and the leased
+    /// lane's grants the production lease script, both at the virtual time
+    /// supplied; the exact lane stays in memory: it is the reference every
+    /// lane is judged against and would be one script call per decision
+    /// (its calls are counted, not sent). The local lane makes no calls.
+    pub fn run_on(&self, stores: &dyn StoreFactory) -> Result<PlatformReport, RunError> {
+        let (arrivals, lanes) = self.run_lanes(stores)?;
         let exact_admitted = lanes[0].1.admitted;
         let seconds = self.duration.as_secs_f64();
         Ok(PlatformReport {
@@ -185,14 +202,18 @@ impl PlatformScenario {
             seconds,
             lanes: lanes
                 .into_iter()
-                .map(|(mode, stats)| stats.report(mode, exact_admitted, seconds))
+                .map(|(mode, stats, script_calls)| {
+                    let mut report = stats.report(mode, exact_admitted, seconds);
+                    report.script_calls = script_calls;
+                    report
+                })
                 .collect(),
         })
     }
 
-    /// Runs every lane over the trace: the arrivals, and each lane's counts (exact first).
-    fn run_lanes(&self) -> Result<(u64, Vec<(PlatformMode, LaneStats)>), ConfigError> {
-        self.validate()?;
+    /// Runs every lane over the trace: the arrivals, and each lane's counts and script calls to a remote store (exact first).
+    fn run_lanes(&self, stores: &dyn StoreFactory) -> Result<(u64, Vec<LaneRun>), RunError> {
+        self.validate().map_err(RunError::Config)?;
         let rtt_ns = u64::try_from(self.store_rtt.as_nanos()).unwrap_or(u64::MAX);
         let most = self
             .scale
@@ -212,14 +233,18 @@ impl PlatformScenario {
         for &mode in &self.modes {
             let lane: Box<dyn PlatformLane + Send> = match mode {
                 PlatformMode::Exact => continue,
-                PlatformMode::Leased => Box::new(LeasedLane::new(
-                    most,
-                    self.keys,
-                    limit,
-                    platform,
-                    self.lease_period,
-                    rtt_ns,
-                )?),
+                PlatformMode::Leased => Box::new(
+                    LeasedLane::new(
+                        most,
+                        self.keys,
+                        limit,
+                        platform,
+                        self.lease_period,
+                        rtt_ns,
+                        stores,
+                    )
+                    .map_err(RunError::Config)?,
+                ),
                 PlatformMode::Shares => Box::new(SharesLane::new(
                     self.instances,
                     limit,
@@ -227,7 +252,7 @@ impl PlatformScenario {
                     start,
                     rtt_ns,
                     self.holder,
-                    self.authority,
+                    stores.shares_authority(self.authority),
                 )),
                 PlatformMode::Local => Box::new(LocalLane::new(limit, platform, start)),
             };
@@ -274,11 +299,20 @@ impl PlatformScenario {
         for (_, lane, stats) in &mut lanes {
             lane.finish(end, stats);
         }
+        if let Some(failure) = lanes.iter().find_map(|(_, lane, _)| lane.failure()) {
+            return Err(RunError::Store(failure));
+        }
+        let remote = stores.is_remote();
         Ok((
             arrivals,
             lanes
                 .into_iter()
-                .map(|(mode, _, stats)| (mode, stats))
+                .map(|(mode, lane, stats)| {
+                    let script_calls =
+                        (remote && mode != PlatformMode::Exact && mode != PlatformMode::Local)
+                            .then(|| lane.store_calls());
+                    (mode, stats, script_calls)
+                })
                 .collect(),
         ))
     }

@@ -41,6 +41,12 @@ pub struct PlatformLaneReport {
     /// Requests admitted in each second of the run, from its start (a decision
     /// still waiting at the end counts in the second it was decided).
     pub admitted_per_second: Vec<u64>,
+    /// Script calls the lane sent to Redis (absent in memory, and for the
+    /// exact lane, which stays the in-memory reference): the shares
+    /// authority makes two per store call (a read, then a compare-and-set
+    /// write), a lease one per grant or return.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script_calls: Option<u64>,
 }
 
 /// Adds one to `per_second[second]`, growing it as the run goes.
@@ -178,6 +184,7 @@ impl LaneStats {
             p99_wait_us: p99 as f64 / 1_000.0,
             max_wait_us: self.waits.last().map_or(0, |&(wait, _)| wait) as f64 / 1_000.0,
             admitted_per_second: self.admitted_per_second,
+            script_calls: None,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The shares lane: every instance a [`Holder`], one in-memory [`Authority`], calls and replies each half a round trip.
+//! The shares lane: every instance a [`Holder`], one authority (in memory, or the production one on Redis), calls and replies each half a round trip.
 //!
 //! Time is driven by the arrivals: before each one, everything due by then
 //! happens in order — every `tick` (the holders' batch interval) each live
@@ -6,15 +6,17 @@
 //! trip later, and its reply the holder another half later. A request on a
 //! key the holder has no answer for yet waits for that reply (its wait is
 //! the added latency); one still unanswered after the call timeout is denied.
+//! The authority answers at the call's virtual arrival time whatever it is
+//! (on Redis, through the production scripts with that time supplied), so
+//! the figures do not depend on how fast the store really is.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tollgate_core::Timestamp;
-use tollgate_core::share::{
-    Authority, AuthorityPolicy, Holder, HolderPolicy, Share, SyncCall, SyncReply, Verdict,
-};
+use tollgate_core::share::{Holder, HolderPolicy, Share, SyncCall, SyncReply, Verdict};
 
+use super::authority::SharesAuthority;
 use super::lane::PlatformLane;
 use super::report::LaneStats;
 use super::trace::Arrival;
@@ -45,7 +47,7 @@ struct Instance {
 
 /// The shares lane.
 pub(super) struct SharesLane {
-    authority: Authority<u32>,
+    authority: Box<dyn SharesAuthority>,
     policy: HolderPolicy,
     instances: Vec<Instance>,
     limit: Share,
@@ -68,11 +70,11 @@ impl SharesLane {
         start: Timestamp,
         rtt_ns: u64,
         policy: HolderPolicy,
-        authority: AuthorityPolicy,
+        authority: Box<dyn SharesAuthority>,
     ) -> Self {
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let mut lane = SharesLane {
-            authority: Authority::new(authority),
+            authority,
             policy,
             instances: Vec::new(),
             limit,
@@ -105,7 +107,8 @@ impl SharesLane {
                 if let Some(stats) = stats.as_deref_mut() {
                     stats.called(call.reports.len() as u64);
                 }
-                self.authority.sync(now, &call);
+                // A lost leave (a failed store) only keeps its shares until its registration lapses.
+                let _ = self.authority.sync(now, &call);
                 for (arrived, key) in instance.waiting.drain(..) {
                     if let Some(stats) = stats.as_deref_mut() {
                         stats.decided(
@@ -190,8 +193,10 @@ impl SharesLane {
                     self.schedule(due + self.tick_ns, Event::Tick);
                 }
                 Event::Call(i) => {
-                    if let Some(call) = self.instances[i].call.take() {
-                        let reply = self.authority.sync(now, &call);
+                    // A failed store answers nothing: the holder's call times out (the run then fails).
+                    if let Some(call) = self.instances[i].call.take()
+                        && let Some(reply) = self.authority.sync(now, &call)
+                    {
                         self.instances[i].reply = Some(reply);
                         self.schedule(due + self.half_rtt_ns, Event::Reply(i));
                     }
@@ -248,5 +253,13 @@ impl PlatformLane for SharesLane {
                 );
             }
         }
+    }
+
+    fn store_calls(&self) -> u64 {
+        self.authority.store_calls()
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.authority.failure().map(str::to_owned)
     }
 }

@@ -3,10 +3,15 @@
 use std::time::Duration;
 
 use serde::Serialize;
+use tollgate_core::Clock;
 use tollgate_core::duration::parse_duration;
-use tollgate_core::{Clock, ConfigError};
 
 use super::model::{PlatformReport, PlatformScenario};
+use crate::scenario::RunError;
+use crate::store::{MemoryStores, StoreFactory};
+
+/// What [`PlatformSummary::store`] says of a run in memory.
+pub const IN_MEMORY: &str = "memory";
 
 /// A platform run's report with how long it took.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -14,6 +19,8 @@ pub struct PlatformSummary {
     /// What the run found.
     #[serde(flatten)]
     pub report: PlatformReport,
+    /// Where the lanes ran: [`IN_MEMORY`], or what ran on Redis.
+    pub store: String,
     /// Seconds of wall time the run took.
     pub wall_seconds: f64,
     /// Decisions of every lane per second of wall time.
@@ -21,10 +28,21 @@ pub struct PlatformSummary {
 }
 
 impl PlatformScenario {
-    /// Runs every lane over the trace, timed on `clock`.
-    pub fn run_timed(&self, clock: &impl Clock) -> Result<PlatformSummary, ConfigError> {
+    /// Runs every lane over the trace in memory, timed on `clock`.
+    pub fn run_timed(&self, clock: &impl Clock) -> Result<PlatformSummary, RunError> {
+        self.run_timed_on(&MemoryStores, IN_MEMORY.to_owned(), clock)
+    }
+
+    /// Runs every lane over the trace on `stores` (see
+    /// [`PlatformScenario::run_on`]), timed on `clock`; `store` says where.
+    pub fn run_timed_on(
+        &self,
+        stores: &dyn StoreFactory,
+        store: String,
+        clock: &impl Clock,
+    ) -> Result<PlatformSummary, RunError> {
         let began = clock.now();
-        let report = self.run()?;
+        let report = self.run_on(stores)?;
         let wall = clock.now().saturating_since(began).as_secs_f64();
         let decided: u64 = report.lanes.iter().map(|l| l.decisions).sum();
         Ok(PlatformSummary {
@@ -35,6 +53,7 @@ impl PlatformScenario {
             },
             wall_seconds: wall,
             report,
+            store,
         })
     }
 }
