@@ -267,7 +267,7 @@ impl QuotaBook {
     /// stream ends alike when its Envoy dies and when the connection
     /// breaks): each share in force stays reserved — paid every round, held
     /// out of the split, its buckets counted against `--rlqs-max-buckets` —
-    /// until then ([`Departed`]); a share of nothing, or one already lapsed,
+    /// until then; a share of nothing, or one already lapsed,
     /// goes at once. Then the refills it prepaid come back to the counter's
     /// balance and its share goes to the others sharing its buckets as soon
     /// as they are paid (the [`Changes`]).
