@@ -225,10 +225,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_RLQS_MAX_STREAM_BUCKETS", value_name = "N", default_value_t = tollgate_server::rlqs::book::DEFAULT_MAX_STREAM_BUCKETS, value_parser = parse_cap)]
     pub rlqs_max_stream_buckets: usize,
     /// How long an RLQS assignment holds in Envoy without a renewal (every
-    /// usage report renews the reporter's); after it Envoy 1.40 applies the
-    /// bucket's `no_assignment_behavior` fallback (not
-    /// `expired_assignment_behavior`): keep it above Envoy's 5 s report interval.
-    #[arg(long, env = "TOLLGATE_RLQS_ASSIGNMENT_TTL", value_name = "DURATION", default_value = "30s", value_parser = tollgate_core::duration::parse_duration)]
+    /// answer to a report and every payment round that finds it due renews
+    /// it, so it never lapses on a live stream); after it Envoy 1.40 applies
+    /// the bucket's `no_assignment_behavior` fallback (not
+    /// `expired_assignment_behavior`). Also how long an ended stream's
+    /// shares stay reserved after its last renewal (and a round): shorter
+    /// hands a dead Envoy's share over sooner, longer rides out a longer
+    /// stall or outage. Envoy reads whole seconds.
+    #[arg(long, env = "TOLLGATE_RLQS_ASSIGNMENT_TTL", value_name = "DURATION", default_value = "3s", value_parser = parse_assignment_ttl)]
     pub rlqs_assignment_ttl: Duration,
     /// Debugging: run this instance's clock ahead (`30s`) or behind (`-30s`)
     /// of the system's wall clock (added to every reading of it). Decisions on
@@ -390,6 +394,19 @@ pub(super) fn parse_cap(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("{text:?} is not a whole number of at least 1")),
+    }
+}
+
+/// An RLQS assignment's time to live: at least a second (Envoy 1.40 reads
+/// whole seconds: a shorter one would lapse at once, and every bucket
+/// would stay on its `no_assignment_behavior`).
+fn parse_assignment_ttl(text: &str) -> Result<Duration, String> {
+    match tollgate_core::duration::parse_duration(text) {
+        Ok(ttl) if ttl >= Duration::from_secs(1) => Ok(ttl),
+        Ok(_) => Err(format!(
+            "{text:?} is shorter than a second: Envoy reads an assignment's time to live in whole seconds"
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -415,3 +415,19 @@ fn redis_encoding_defaults_to_hash_and_refuses_other_names() {
         "{refused}"
     );
 }
+
+#[test]
+fn the_rlqs_assignment_ttl_defaults_to_3s_and_refuses_less_than_a_second() {
+    let cli = Cli::try_parse_from(["serve", "--config", "limits"]).expect("the flags parse");
+    assert_eq!(cli.serve.rlqs_assignment_ttl, Duration::from_secs(3));
+    let error = Cli::try_parse_from([
+        "serve",
+        "--config",
+        "limits",
+        "--rlqs-assignment-ttl",
+        "500ms",
+    ])
+    .err()
+    .expect("a sub-second time to live is refused");
+    assert!(error.to_string().contains("whole seconds"), "{error}");
+}

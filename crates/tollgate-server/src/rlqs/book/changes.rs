@@ -133,6 +133,9 @@ pub struct Changes {
     pub payments: Vec<Payment>,
     /// The instant they were priced at.
     now: Timestamp,
+    /// Streams whose assignments are sent again as they are, before they
+    /// lapse (at a round; [`super::renewal`]).
+    pub(super) renew: Vec<StreamId>,
 }
 
 /// What moving one reporter's share from `old` to `new` costs and gives
@@ -227,6 +230,7 @@ impl QuotaBook {
             pending,
             payments,
             now,
+            renew: Vec::new(),
         }
     }
 
@@ -262,7 +266,8 @@ impl QuotaBook {
         }
         let mut told: Vec<StreamId> = changed.iter().map(|(_, stream)| *stream).collect();
         told.extend(changes.answer.as_ref().map(|(stream, _)| *stream));
-        self.send_changed(inner, changes.answer, &changed);
+        told.extend(&changes.renew);
+        self.send_changed(inner, changes.answer, &changed, &changes.renew);
         // Each assignment sent renews its time to live at the Envoy.
         for stream in told {
             if let Some(s) = inner.streams.get_mut(&stream) {
@@ -321,11 +326,26 @@ impl QuotaBook {
         true
     }
 
-    /// Sends the answer to a report and every changed assignment, one response per stream.
-    fn send_changed(&self, inner: &Inner, answer: Option<Answer>, changed: &[(Vec<u8>, StreamId)]) {
+    /// Sends the answer to a report, every changed assignment and every
+    /// assignment of the streams to `renew`, one response per stream.
+    fn send_changed(
+        &self,
+        inner: &Inner,
+        answer: Option<Answer>,
+        changed: &[(Vec<u8>, StreamId)],
+        renew: &[StreamId],
+    ) {
         let mut buckets: HashMap<StreamId, HashSet<BucketKey>> = HashMap::new();
         if let Some((stream, keys)) = answer {
             buckets.entry(stream).or_default().extend(keys);
+        }
+        for stream in renew {
+            if let Some(s) = inner.streams.get(stream) {
+                buckets
+                    .entry(*stream)
+                    .or_default()
+                    .extend(s.buckets.keys().cloned());
+            }
         }
         for (counter, stream) in changed {
             if let Some(keys) = inner
@@ -455,7 +475,9 @@ impl QuotaBook {
                     .map(|(stream, _)| (counter.clone(), *stream))
             })
             .collect();
-        self.changes(inner, None, changed, pending, now, true)
+        let mut changes = self.changes(inner, None, changed, pending, now, true);
+        changes.renew = self.renewals(inner, now, tick);
+        changes
     }
 
     /// Takes out of the split, at `now`, every departed Envoy whose last

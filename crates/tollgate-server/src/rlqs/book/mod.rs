@@ -24,7 +24,10 @@
 //! full on a change). So the rates in force never sum past the rule's, and
 //! an Envoy whose outbox is full (a client not reading) catches up at its
 //! next report. Every report is answered with the reporter's assignments,
-//! which renews their time to live. A stream that ends gives its shares
+//! which renews their time to live, and every payment round sends a
+//! stream's assignments again, unchanged, before they would lapse
+//! (`renewal`): a time to live shorter than Envoy's 5 s report interval
+//! holds on a live stream. A stream that ends gives its shares
 //! back: its prepaid refills return to the balance, and the others grow at
 //! the next round.
 //!
@@ -40,11 +43,14 @@ mod envoy_bucket;
 mod fleet;
 mod options;
 mod quota_book;
+mod renewal;
 mod stream;
 
 pub use changes::{Changes, Dues, Payment};
 pub use fleet::{CLAIM_TTL, fleet_split};
-pub use options::{DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STREAM_BUCKETS, RlqsOptions, RlqsStats};
+pub use options::{
+    DEFAULT_ASSIGNMENT_TTL, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STREAM_BUCKETS, RlqsOptions, RlqsStats,
+};
 pub use quota_book::QuotaBook;
 pub use stream::{Outbox, StreamId};
 

@@ -12,6 +12,12 @@ pub const DEFAULT_MAX_BUCKETS: usize = 8192;
 /// Envoy cannot take every bucket from the others.
 pub const DEFAULT_MAX_STREAM_BUCKETS: usize = 4096;
 
+/// The default `--rlqs-assignment-ttl`: three payment rounds, renewed at
+/// every round, so one round may be missed before an assignment lapses,
+/// and a departed Envoy's share is held at most 5 s after its death (its
+/// last renewal, this, and a round).
+pub const DEFAULT_ASSIGNMENT_TTL: Duration = Duration::from_secs(3);
+
 /// The bounds and settings of the quota service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RlqsOptions {
@@ -23,7 +29,9 @@ pub struct RlqsOptions {
     pub max_stream_buckets: usize,
     /// Entries in one bucket id (the RLS `--max-descriptor-entries`).
     pub max_entries: usize,
-    /// How long an assignment holds without a renewal (`--rlqs-assignment-ttl`).
+    /// How long an assignment holds without a renewal (`--rlqs-assignment-ttl`):
+    /// every payment round renews it before it lapses; an ended stream's
+    /// shares stay reserved that long after its last renewal, and a round.
     pub assignment_ttl: Duration,
 }
 
@@ -34,7 +42,7 @@ impl Default for RlqsOptions {
             max_buckets: DEFAULT_MAX_BUCKETS,
             max_stream_buckets: DEFAULT_MAX_STREAM_BUCKETS,
             max_entries: tollgate_protocol::rls::RequestCaps::default().max_descriptor_entries,
-            assignment_ttl: Duration::from_secs(30),
+            assignment_ttl: DEFAULT_ASSIGNMENT_TTL,
         }
     }
 }

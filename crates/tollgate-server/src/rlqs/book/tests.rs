@@ -68,6 +68,15 @@ fn round_in_full(book: &QuotaBook, now: Timestamp) {
 
 const TICK: Duration = Duration::from_secs(1);
 
+/// The default options with a time to live of 30 s (a stream's last
+/// assignment lapses long after the rounds these tests run).
+fn ttl_30s() -> RlqsOptions {
+    RlqsOptions {
+        assignment_ttl: Duration::from_secs(30),
+        ..RlqsOptions::default()
+    }
+}
+
 fn report(tenant: &str, allowed: u64, denied: u64) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: "q".to_owned(),
@@ -111,7 +120,7 @@ fn rate(rx: &mut Outbox, last: &mut u64) -> u64 {
 #[test]
 fn shares_are_max_min_fair_and_a_closed_streams_share_goes_to_the_others_once_its_last_assignment_lapses()
  {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+    let (book, rules) = (QuotaBook::new(ttl_30s()), rules());
     let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
     let (mut r1, mut r2) = (0, 0);
     // First reports say nothing of the rate: an equal part of 98 (100
@@ -315,7 +324,7 @@ fn one_stream_is_held_to_its_own_bound_and_its_buckets_and_dues_go_once_its_last
     let book = QuotaBook::new(RlqsOptions {
         max_buckets: 10,
         max_stream_buckets: 2,
-        ..RlqsOptions::default()
+        ..ttl_30s()
     });
     let rules = rules();
     let ((one, _rx1), (two, _rx2)) = (stream(&book), stream(&book));
@@ -505,12 +514,20 @@ fn run(steps: &[Step], full: bool) -> Result<u64, proptest::test_runner::TestCas
         }
         for (open, model, last) in &mut envoys {
             if let Some((_, rx)) = open {
-                if !rx.is_empty() {
+                let received = !rx.is_empty();
+                // Past its time to live Envoy dropped the assignment: the
+                // next one starts a fresh bucket, whatever its settings.
+                let lapsed = model.lapses.is_some_and(|lapses| lapses <= now);
+                if received {
                     model.renewed = Some(now);
+                    if !lapsed {
+                        // (A reopened stream's answer restarts the time to live.)
+                        model.lapses = None;
+                    }
                 }
                 let before = *last;
                 let share = rate(rx, last);
-                if share != before || model.current.is_none() && share > 0 {
+                if share != before || (model.current.is_none() || lapsed && received) && share > 0 {
                     model.assign(share, now);
                 }
             }
@@ -582,10 +599,7 @@ fn exchange(books: &[&QuotaBook], now: Timestamp) {
 fn instances_on_one_store_split_max_min_by_their_envoys_claims_and_a_gone_one_leaves_its_part_once_it_lapses()
  {
     let rules = rules();
-    let (x, y) = (
-        QuotaBook::new(RlqsOptions::default()),
-        QuotaBook::new(RlqsOptions::default()),
-    );
+    let (x, y) = (QuotaBook::new(ttl_30s()), QuotaBook::new(ttl_30s()));
     let ((big, mut rx_big), (small, mut rx_small)) = (stream(&x), stream(&y));
     let (mut r_big, mut r_small) = (0, 0);
     let five = |per_second: u64| report("a", per_second * 5, 0);
