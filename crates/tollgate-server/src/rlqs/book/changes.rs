@@ -321,7 +321,7 @@ impl QuotaBook {
             self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(r) = shared.reporters.get_mut(&stream) {
-            r.share = Some(chosen);
+            r.set_share(chosen, now);
         }
         true
     }
@@ -597,7 +597,7 @@ impl QuotaBook {
                 continue;
             }
             if let Some(r) = shared.reporters.get_mut(&stream) {
-                r.share = Some(new);
+                r.set_share(new, now);
             }
             self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
             changed.push((counter.to_vec(), stream));

@@ -19,6 +19,8 @@ pub(super) struct Reading {
     pub(super) policy: Policy,
     /// Requests the report counts (allowed and denied).
     pub(super) arrived: u64,
+    /// Of them, denied.
+    pub(super) denied: u64,
     /// The time the report says it covers (Envoy's `time_elapsed`, whole
     /// seconds cut short; zero when absent).
     pub(super) elapsed: Duration,
@@ -27,8 +29,19 @@ pub(super) struct Reading {
 /// A reporter of a shared bucket.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Reporter {
-    /// Its demand per window; `None` before a report that shows its rate.
+    /// Its demand per window; `None` before a report that shows its rate
+    /// ([`super::demand`]: the rate after a fall the report shows).
     pub(super) demand: Option<u64>,
+    /// Its refusals per window over its last report's interval.
+    pub(super) refused: u64,
+    /// Whether its last report showed its share holding it back: it then
+    /// claims the whole rate ([`super::demand`]).
+    pub(super) hungry: bool,
+    /// Since when its share has been above nothing (none while it has no
+    /// share, or deny-all): only a report of an interval it spent with a
+    /// share says what the share held back (before, it was refused by
+    /// Envoy's `no_assignment_behavior` or a cut).
+    pub(super) assigned: Option<Timestamp>,
     /// The share in force at that Envoy (last sent).
     pub(super) share: Option<u64>,
     /// The share the split gives it; where it differs from `share`, a
@@ -38,6 +51,18 @@ pub(super) struct Reporter {
     /// Set once its stream ended while its Envoy may still enforce the
     /// share last sent (see [`Departed`]).
     pub(super) departed: Option<Departed>,
+}
+
+impl Reporter {
+    /// Puts `share` in force at `now`.
+    pub(super) fn set_share(&mut self, share: u64, now: Timestamp) {
+        if share == 0 {
+            self.assigned = None;
+        } else if self.share.unwrap_or(0) == 0 {
+            self.assigned = Some(now);
+        }
+        self.share = Some(share);
+    }
 }
 
 /// A reporter whose stream ended: its Envoy keeps enforcing the last

@@ -39,6 +39,7 @@
 
 mod changes;
 mod counter;
+mod demand;
 mod envoy_bucket;
 mod fleet;
 mod options;

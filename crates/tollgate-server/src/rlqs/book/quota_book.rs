@@ -21,11 +21,12 @@ use tollgate_core::fair_share::{Leftover, steady_shares};
 use tollgate_rules::RuleSet;
 use tonic::Status;
 
-use super::super::bucket::{Policy, Rate, descriptor, policy};
+use super::super::bucket::{Policy, descriptor, policy};
 use super::super::budget::PAY_TICK;
 use super::super::payment::Balance;
 use super::changes::{BucketKey, Changes};
 use super::counter::{Departed, Inner, Reading, Reporter, Shared};
+use super::demand::estimate;
 use super::envoy_bucket::{protobuf_duration, token_bucket};
 use super::fleet::fleet_split;
 use super::options::{RlqsOptions, RlqsStats};
@@ -142,15 +143,6 @@ impl QuotaBook {
                 Policy::DenyAll => (Assignment::Deny, None),
                 Policy::Share(rate) => {
                     let counter = rate.counter.clone();
-                    // The bucket's first report says nothing of its rate yet.
-                    // The time since the last report as read here, but never
-                    // less than the report says it covers: a report read late
-                    // (the service busy) leaves the next one a short gap here,
-                    // and its demand would read high and take the others' share.
-                    let demand = previous.map(|at| {
-                        let elapsed = now.saturating_since(at).max(reading.elapsed);
-                        demand(reading.arrived, elapsed, &rate)
-                    });
                     let shared = shared.entry(counter.clone()).or_insert_with(|| Shared {
                         rate: rate.clone(),
                         reporters: BTreeMap::new(),
@@ -163,19 +155,39 @@ impl QuotaBook {
                         fleet: Vec::new(),
                         spare: 0,
                     });
+                    // The bucket's first report says nothing of its rate yet.
+                    // The time since the last report as read here, but never
+                    // less than the report says it covers: a report read late
+                    // (the service busy) leaves the next one a short gap here,
+                    // and its demand would read high and take the others' share.
+                    let known = shared.reporters.get(&id);
+                    let before = known.and_then(|r| Some((r.demand?, r.refused)));
+                    let estimate = previous.map(|at| {
+                        let elapsed = now.saturating_since(at).max(reading.elapsed);
+                        // Refusals while it had no share say nothing of what a share held back.
+                        let held = known
+                            .and_then(|r| r.assigned)
+                            .is_some_and(|since| since <= at);
+                        let denied = if held { reading.denied } else { 0 };
+                        estimate(reading.arrived, denied, elapsed, before, &rate)
+                    });
                     shared.rate = rate;
                     shared.domain.clone_from(&report.domain);
                     shared.entries.clone_from(&reading.key);
-                    shared
-                        .reporters
-                        .entry(id)
-                        .and_modify(|r| r.demand = demand.or(r.demand))
-                        .or_insert(Reporter {
-                            demand,
-                            share: None,
-                            wanted: 0,
-                            departed: None,
-                        });
+                    let reporter = shared.reporters.entry(id).or_insert(Reporter {
+                        demand: None,
+                        refused: 0,
+                        hungry: false,
+                        assigned: None,
+                        share: None,
+                        wanted: 0,
+                        departed: None,
+                    });
+                    if let Some(e) = estimate {
+                        reporter.demand = Some(e.demand);
+                        reporter.refused = e.refused;
+                        reporter.hungry = e.hungry;
+                    }
                     touched.insert(counter.clone());
                     (Assignment::Share(0), Some(counter))
                 }
@@ -251,6 +263,7 @@ impl QuotaBook {
                     arrived: usage
                         .num_requests_allowed
                         .saturating_add(usage.num_requests_denied),
+                    denied: usage.num_requests_denied,
                     elapsed: usage.time_elapsed.map_or(Duration::ZERO, |d| {
                         Duration::new(
                             u64::try_from(d.seconds).unwrap_or(0),
@@ -485,6 +498,8 @@ pub(super) fn claims(shared: &Shared) -> Vec<u64> {
         .map(|r| match (r.departed, r.share) {
             // A departed Envoy holds what it was last sent.
             (Some(_), share) => share.unwrap_or(0),
+            // Held back by its share: what it wants beyond it is unknown.
+            (None, _) if r.hungry => capacity,
             (None, _) => r
                 .demand
                 .map_or(equal, |d| d.saturating_add(d.div_ceil(10)).max(floor)),
@@ -508,11 +523,4 @@ pub(super) fn leave(shared: &mut Shared, id: StreamId, buckets: u64, now: Timest
 /// What the split shares of a rule's rate `requests`: all but a fortieth (see [`QuotaBook::rebalance`]).
 pub(super) fn shared_capacity(requests: u64) -> u64 {
     requests - requests / 40
-}
-
-/// A reporter's demand per window of `rate`: the requests `arrived` in
-/// `elapsed` (at least a second), scaled to the window.
-pub(super) fn demand(arrived: u64, elapsed: Duration, rate: &Rate) -> u64 {
-    let elapsed = elapsed.max(Duration::from_secs(1)).as_nanos();
-    u64::try_from(u128::from(arrived) * rate.window.as_nanos() / elapsed).unwrap_or(u64::MAX)
 }

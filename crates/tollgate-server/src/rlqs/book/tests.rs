@@ -776,4 +776,5 @@ proptest::proptest! {
 }
 
 mod departed;
+mod flip;
 mod two_instances;
