@@ -2,7 +2,8 @@
 //!
 //! [`pay_and_apply`] pays for the fresh buckets of changed assignments
 //! before they are sent; [`pay_every`] pays for the shares in force every
-//! [`PAY_TICK`], for the time that passed since the last round paid
+//! [`PAY_TICK`] (and tops the balances up half a tick before each round,
+//! [`top_up`]), for the time that passed since the last round paid
 //! through (see `book::changes` for what each covers, [`super::payment`]
 //! for the arithmetic).
 //!
@@ -93,8 +94,33 @@ pub async fn pay_every<C: Clock, R: Clock>(
     loop {
         pay_round(&engine, &book, clock.now(), tick).await;
         let now = clock.now();
-        tokio::time::sleep(next_at_phase(now, tick, phase).saturating_since(now)).await;
+        let next = next_at_phase(now, tick, phase);
+        // Half a tick before the next round, a top-up ([`top_up`]).
+        let half = u64::try_from((tick / 2).as_nanos()).unwrap_or(u64::MAX);
+        let top_up_at = Timestamp::from_nanos(next.as_nanos().saturating_sub(half));
+        if top_up_at > now {
+            tokio::time::sleep(top_up_at.saturating_since(now)).await;
+            top_up(&engine, &book, clock.now(), tick).await;
+        }
+        let now = clock.now();
+        tokio::time::sleep(next.saturating_since(now)).await;
     }
+}
+
+/// Takes half a `tick` of the refills of the shares in force into each
+/// counter's balance, at `now` between two rounds
+/// ([`QuotaBook::top_up`]): a counter that holds about one tick of its
+/// rate (a token bucket whose burst is a window of it) then never reaches
+/// its cap between rounds, and a late round finds what it owes.
+pub async fn top_up<C: Clock>(
+    engine: &LiveEngine<C>,
+    book: &Arc<QuotaBook>,
+    now: Timestamp,
+    tick: Duration,
+) {
+    let dues = with_book(book, move |book| book.top_up(now, tick)).await;
+    let taken = take_all(engine, &dues.payments).await;
+    with_book(book, move |book| book.credit(dues, &taken)).await;
 }
 
 /// The phase of an instance's rounds within each `tick`: in its middle quarter, by the instance's id.

@@ -32,7 +32,9 @@ pub mod payment;
 mod service;
 
 pub use book::{QuotaBook, RlqsOptions};
-pub use budget::{PAY_TICK, next_at_phase, pay_and_apply, pay_every, pay_round, round_phase};
+pub use budget::{
+    PAY_TICK, next_at_phase, pay_and_apply, pay_every, pay_round, round_phase, top_up,
+};
 pub use metrics::RlqsCollector;
 pub use off_runtime::with_book;
 pub use service::RlqsService;

@@ -79,7 +79,7 @@ pub struct Payment {
 }
 
 impl Payment {
-    fn new(counter: &[u8], shared: &Shared, units: u64) -> Self {
+    pub(super) fn new(counter: &[u8], shared: &Shared, units: u64) -> Self {
         Payment {
             counter: counter.to_vec(),
             owed: Arc::downgrade(&shared.owed),
@@ -93,6 +93,11 @@ impl Payment {
     /// For a tick, the time it pays the refills of the shares in force for.
     pub fn interval(&self) -> Duration {
         self.span.1.saturating_since(self.span.0)
+    }
+
+    /// The rule counter it pays.
+    pub(super) fn counter(&self) -> &[u8] {
+        &self.counter
     }
 
     /// Whether its counter is still in the book: once the last stream
@@ -111,6 +116,16 @@ pub struct Dues {
     now: Timestamp,
     /// The time to the next round.
     tick: Duration,
+}
+
+impl Dues {
+    pub(super) fn new(payments: Vec<Payment>, now: Timestamp, tick: Duration) -> Self {
+        Dues {
+            payments,
+            now,
+            tick,
+        }
+    }
 }
 
 /// A bucket of a stream, by its entries sorted by key.
@@ -636,7 +651,7 @@ fn accrue_spare(inner: &mut Inner, counter: &[u8], tick: Duration) {
 }
 
 /// Spends `units` taken from the counter from what this instance may take ([`accrue_spare`]).
-fn spend_spare(shared: &mut Shared, units: u64) {
+pub(super) fn spend_spare(shared: &mut Shared, units: u64) {
     let window = shared.rate.window.as_nanos().max(1);
     shared.spare = shared.spare.saturating_sub(u128::from(units) * window);
 }

@@ -46,6 +46,7 @@ mod options;
 mod quota_book;
 mod renewal;
 mod stream;
+mod top_up;
 
 pub use changes::{Changes, Dues, Payment};
 pub use fleet::{CLAIM_TTL, fleet_split};

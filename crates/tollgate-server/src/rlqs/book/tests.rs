@@ -402,6 +402,8 @@ enum Step {
     Report { envoy: usize, per_second: u64 },
     /// Envoy `envoy`'s stream ends (it reopens at its next report).
     Close { envoy: usize },
+    /// A top-up between rounds, given at most the last round's room.
+    TopUp,
 }
 
 fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -410,6 +412,7 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
         3 => (0u64..500, 0u64..400).prop_map(|(late_ms, room)| Step::Round { late_ms, room }),
         2 => (0usize..3, 0u64..300).prop_map(|(envoy, per_second)| Step::Report { envoy, per_second }),
         1 => (0usize..3).prop_map(|envoy| Step::Close { envoy }),
+        1 => Just(Step::TopUp),
     ]
 }
 
@@ -484,6 +487,12 @@ fn run(steps: &[Step], full: bool) -> Result<u64, proptest::test_runner::TestCas
                 taken_total += taken.iter().sum::<u64>();
                 let growths = book.settle(dues, &taken);
                 pay(&book, growths, room, &mut taken_total);
+            }
+            Step::TopUp => {
+                let dues = book.top_up(now, TICK);
+                let taken: Vec<u64> = dues.payments.iter().map(|p| p.units.min(room)).collect();
+                taken_total += taken.iter().sum::<u64>();
+                book.credit(dues, &taken);
             }
             Step::Report { envoy, per_second } => {
                 let (open, _, _) = &mut envoys[envoy];
