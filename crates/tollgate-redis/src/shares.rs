@@ -257,6 +257,28 @@ impl RedisAuthority {
         let op = |kind: &str, a: &[u8], b: Vec<u8>, c: Vec<u8>, d: Vec<u8>| {
             [kind.as_bytes().to_vec(), a.to_vec(), b, c, d]
         };
+        // Held keys of the caller: a release leaves its set even when the
+        // call ends the registration (first, so a registration removed
+        // below moves only the keys still held to the graveyard); a key
+        // held is added while it is registered.
+        let caller = call.holder.to_string();
+        if reply.accepted {
+            let registered = authority.member_record(call.holder).is_some();
+            for report in &call.reports {
+                let kind = match (report.release, registered) {
+                    (true, _) => "h-",
+                    (false, true) => "h+",
+                    (false, false) => continue,
+                };
+                ops.push(op(
+                    kind,
+                    caller.as_bytes(),
+                    report.key.clone(),
+                    Vec::new(),
+                    Vec::new(),
+                ));
+            }
+        }
         // Registrations: those that changed, with the version read.
         let read: HashMap<HolderId, (u64, MemberRecord)> = snapshot
             .members
@@ -340,7 +362,6 @@ impl RedisAuthority {
             ));
         }
         // Dirty keys: the caller's as the authority left them, the others' added.
-        let caller = call.holder.to_string();
         let read_dirty: HashSet<&Vec<u8>> = snapshot.dirty.iter().collect();
         for id in authority.member_ids() {
             let name = id.to_string();
@@ -357,19 +378,6 @@ impl RedisAuthority {
                     "d-",
                     caller.as_bytes(),
                     key.clone(),
-                    Vec::new(),
-                    Vec::new(),
-                ));
-            }
-        }
-        // Held keys of the caller, while it is registered.
-        if reply.accepted && authority.member_record(call.holder).is_some() {
-            for report in &call.reports {
-                let kind = if report.release { "h-" } else { "h+" };
-                ops.push(op(
-                    kind,
-                    caller.as_bytes(),
-                    report.key.clone(),
                     Vec::new(),
                     Vec::new(),
                 ));

@@ -63,11 +63,14 @@ for i = 2, #ARGV, 5 do
     if c == '' then
       redis.call('HDEL', members, a)
       redis.call('DEL', p .. 'd:' .. a)
+      -- Its keys join the graveyard: added in chunks (unpack's bound),
+      -- at the cost of the keys it held, never of the graveyard's size.
       local held = p .. 'h:' .. a
-      if redis.call('EXISTS', held) == 1 then
-        redis.call('SUNIONSTORE', p .. 'g', p .. 'g', held)
-        redis.call('DEL', held)
+      local keys = redis.call('SMEMBERS', held)
+      for j = 1, #keys, 1000 do
+        redis.call('SADD', p .. 'g', unpack(keys, j, math.min(j + 999, #keys)))
       end
+      redis.call('DEL', held)
     else
       redis.call('HSET', members, a, c)
     end

@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tollgate_core::clock::{Clock, MonotonicClock};
 use tollgate_core::share::{
-    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, KeyReport, Share, StarterPolicy,
-    SyncCall, Verdict,
+    AuthorityPolicy, ConformanceChecker, Holder, HolderPolicy, KeyReport, Leaving, Share,
+    StarterPolicy, SyncCall, Verdict,
 };
 use tollgate_redis::{RedisAuthority, RedisStore};
 use tollgate_testkit::redis::RedisServer;
@@ -368,7 +368,7 @@ async fn a_call_held_up_past_half_a_second_is_answered_within_the_stores_timeout
         incarnation: 1,
         seq: 1,
         registering: true,
-        leaving: false,
+        leaving: Leaving::No,
         reports: vec![KeyReport {
             key: b"k".to_vec(),
             limit: Share::per_second(100, 100),

@@ -12,9 +12,9 @@
 //! after its last successful call), then every request goes to
 //! `on_store_error`.
 //!
-//! At a graceful shutdown [`SharesBook::leave`] sends one last batched
-//! call that gives back every share and the starter slot and ends the
-//! registration, so the other instances' shares grow at their next call
+//! At a graceful shutdown [`SharesBook::leave`] gives back every share
+//! and the starter slot and ends the registration, in calls of at most
+//! [`LEAVE_KEYS_PER_CALL`] keys one after the other, so the other instances' shares grow at their next call
 //! instead of after the TTL; if Redis cannot be reached in time the
 //! registration simply lapses after its TTL, as after a SIGKILL.
 //!
@@ -34,8 +34,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tollgate_core::clock::{Clock, MonotonicClock};
 use tollgate_core::share::{
-    AuthorityPolicy, Holder, HolderId, HolderPolicy, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share,
-    StarterPolicy, Verdict,
+    AuthorityPolicy, Holder, HolderId, HolderPolicy, LEAVE_KEYS_PER_CALL, MILLI_PER_TOKEN,
+    PICO_PER_TOKEN, Share, StarterPolicy, Verdict,
 };
 use tollgate_core::{Decision, Outcome};
 use tollgate_redis::{RedisAuthority, RedisStore, SharesStats};
@@ -254,14 +254,18 @@ impl SharesBook {
     }
 
     /// At a graceful shutdown: gives back every share and the starter slot
-    /// and ends this instance's registration in one call, within `within`;
-    /// the keys given back. After it no call goes out, so a request for a
-    /// key gets its rule's `on_store_error`.
+    /// and ends this instance's registration, within `within` in all; the
+    /// keys given back. The keys go [`LEAVE_KEYS_PER_CALL`] a call, one call
+    /// after the other (a Redis script is atomic: one call of every key
+    /// would hold every other client of that Redis up while it runs). After
+    /// it no call goes out, so a request for a key gets its rule's
+    /// `on_store_error`.
     ///
     /// Waits for the call in flight first (its reply must not be taken, nor
     /// a registering call land, after the leave). A failure or a timeout
     /// changes nothing at the authority: the registration lapses after its
-    /// TTL, as a SIGKILLed instance's does.
+    /// TTL, as a SIGKILLed instance's does; keys given back before it stay
+    /// given back, the rest return when the registration lapses.
     pub async fn leave(&self, within: Duration) -> Result<usize, StoreError> {
         self.left.store(true, Ordering::Release);
         if !self.started.load(Ordering::Acquire) {
@@ -270,9 +274,19 @@ impl SharesBook {
         }
         let leave = async {
             let _calling = self.calling.lock().await;
-            let call = self.holder.lock().leave(self.clock.now());
-            let keys = call.reports.len();
-            self.authority.sync(&call).await.map(|_| keys)
+            let calls = self
+                .holder
+                .lock()
+                .leave(self.clock.now(), LEAVE_KEYS_PER_CALL);
+            let mut given_back = 0;
+            for call in &calls {
+                if !self.authority.sync(call).await?.accepted {
+                    // Its registration had lapsed: its shares are back already.
+                    break;
+                }
+                given_back += call.reports.len();
+            }
+            Ok(given_back)
         };
         tokio::time::timeout(within, leave)
             .await

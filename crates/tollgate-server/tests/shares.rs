@@ -492,3 +492,111 @@ async fn with_starter_slots_new_keys_are_decided_without_waiting_for_a_call() {
     let calls = redis.script_calls() - calls_before;
     assert!(calls < 100, "{calls} script calls for 800 first uses");
 }
+
+/// The number of arguments of a `SLOWLOG GET` entry's command (Redis shows
+/// the first 31 and then `... (N more arguments)`).
+fn slowlog_arguments(entry: &redis::Value) -> Option<(String, usize, u64)> {
+    let redis::Value::Array(fields) = entry else {
+        return None;
+    };
+    let micros: u64 = redis::from_redis_value_ref(fields.get(2)?).ok()?;
+    let args: Vec<Vec<u8>> = redis::from_redis_value_ref(fields.get(3)?).ok()?;
+    let command = String::from_utf8_lossy(args.first()?).to_ascii_uppercase();
+    let more = std::str::from_utf8(args.last()?)
+        .ok()
+        .and_then(|last| last.strip_prefix("... ("))
+        .and_then(|rest| rest.strip_suffix(" more arguments)"))
+        .and_then(|n| n.parse::<usize>().ok());
+    let count = match more {
+        Some(more) => args.len() - 1 + more,
+        None => args.len(),
+    };
+    Some((command, count, micros))
+}
+
+/// An instance holding thousands of keys leaves in calls of a bounded
+/// size, one after the other, so no script of the leave holds the other
+/// clients of that Redis up for long (a Redis script is atomic): every
+/// script call of the leave carries at most a few hundred keys, and the
+/// leave puts nothing in the graveyard (every key was given back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_of_thousands_of_keys_goes_in_calls_of_a_few_hundred() {
+    use tollgate_core::share::LEAVE_KEYS_PER_CALL;
+    const KEYS: usize = 3_000;
+    let redis = RedisServer::start();
+    let rules = rules_per(1_000, "second");
+    let fleet = engines_with(&redis.url(), 1, &rules, RemoteOptions::default()).await;
+    let book = fleet[0]
+        .remote()
+        .expect("Redis")
+        .shares()
+        .expect("connected");
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(300) {
+        let checks = chunk.iter().map(|k| {
+            let engine = Arc::clone(&fleet[0]);
+            async move { admitted(&engine, &request("token_bucket", &format!("k{k}"))).await }
+        });
+        let passed = futures_util::future::join_all(checks).await;
+        assert!(
+            passed.iter().all(|&p| p),
+            "every key's first use is admitted"
+        );
+    }
+    assert_eq!(book.keys(), KEYS);
+    // Every command from here on is logged (those a script runs too), with
+    // its arguments and duration.
+    for set in [
+        ["slowlog-log-slower-than", "0"],
+        ["slowlog-max-len", "200000"],
+    ] {
+        assert_eq!(redis.cli(&["CONFIG", "SET", set[0], set[1]]).trim(), "OK");
+    }
+    assert_eq!(redis.cli(&["SLOWLOG", "RESET"]).trim(), "OK");
+    let given_back = fleet[0]
+        .remote()
+        .expect("Redis")
+        .leave_shares()
+        .await
+        .expect("Redis answers the leave");
+    assert_eq!(given_back, KEYS, "every key is given back");
+    let mut connection = redis::Client::open(redis.url())
+        .expect("a URL")
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connects");
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut connection)
+        .expect("SLOWLOG");
+    let scripts: Vec<(usize, u64)> = entries
+        .iter()
+        .filter_map(slowlog_arguments)
+        .filter(|(command, _, _)| command.starts_with("EVAL") || command.starts_with("FCALL"))
+        .map(|(_, args, micros)| (args, micros))
+        .collect();
+    let parts = KEYS.div_ceil(LEAVE_KEYS_PER_CALL);
+    assert!(
+        scripts.len() >= 2 * parts,
+        "{} script calls for a leave of {KEYS} keys in {parts} parts",
+        scripts.len()
+    );
+    // A read names each key once; a write has 5 arguments per operation:
+    // per key its book and its held-set entry, plus a sample of the graveyard.
+    let bound = 8 + 5 * (4 * LEAVE_KEYS_PER_CALL);
+    let widest = scripts.iter().map(|&(args, _)| args).max().unwrap_or(0);
+    assert!(
+        widest <= bound,
+        "a script call of the leave carried {widest} arguments (bound {bound})"
+    );
+    let longest = scripts.iter().map(|&(_, micros)| micros).max().unwrap_or(0);
+    eprintln!(
+        "leave of {KEYS} keys: {} script calls, at most {widest} arguments, the longest {longest} µs",
+        scripts.len()
+    );
+    assert_eq!(
+        redis.cli(&["SCARD", "tg{shares}:g"]).trim(),
+        "0",
+        "a graceful leave leaves nothing to tidy"
+    );
+    assert_eq!(redis.cli(&["KEYS", "tg{shares}:h:*"]).trim(), "");
+}

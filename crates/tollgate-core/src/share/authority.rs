@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
+use super::message::{HolderId, KeyAnswer, KeyReport, Leaving, SyncCall, SyncReply};
 use super::{PICO_PER_TOKEN, Share, ShareBucket, StarterPolicy};
 use crate::Timestamp;
 use crate::fair_share::{Leftover, fair_shares};
@@ -218,9 +218,11 @@ impl<K: Clone + Eq + Hash> Authority<K> {
             Some(m) if call.incarnation == m.incarnation && call.seq <= m.last_seq => return reply,
             Some(m) if call.incarnation > m.incarnation => self.reclaim(call.holder, now),
             Some(_) => {}
-            None if !call.registering => {
+            None if !call.registering || call.leaving == Leaving::Part => {
                 // Its registration lapsed (and its shares came back): it
-                // must not go on using them as if it had been renewed.
+                // must not go on using them as if it had been renewed. A
+                // part of a leave never registers: nothing is booked to a
+                // holder the authority does not know.
                 reply.lapsed = true;
                 return reply;
             }
@@ -238,7 +240,7 @@ impl<K: Clone + Eq + Hash> Authority<K> {
         member.expires = now.saturating_add(ttl);
         member.last_seq = call.seq;
         reply.accepted = true;
-        if !call.leaving {
+        if call.leaving == Leaving::No {
             self.assign_slot(call.holder);
             reply.starter = self
                 .members
@@ -253,8 +255,10 @@ impl<K: Clone + Eq + Hash> Authority<K> {
                 reply.answers.push(answer);
             }
         }
-        if call.leaving {
-            self.reclaim(call.holder, now);
+        if call.leaving != Leaving::No {
+            if call.leaving == Leaving::Last {
+                self.reclaim(call.holder, now);
+            }
             reply.answers.clear();
             return reply;
         }

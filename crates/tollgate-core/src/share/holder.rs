@@ -28,9 +28,13 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::message::{HolderId, KeyReport, SyncCall, SyncReply};
+use super::message::{HolderId, KeyReport, Leaving, SyncCall, SyncReply};
 use super::{MILLI_PER_TOKEN, Share, ShareBucket, StarterPolicy};
 use crate::Timestamp;
+
+/// Keys one call of a leave gives back at most ([`Holder::leave`]): a
+/// leave of more keys is split into calls of this many, one after the other.
+pub const LEAVE_KEYS_PER_CALL: usize = 256;
 
 /// When a holder calls, how long it trusts its registration, what it forgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -465,15 +469,21 @@ impl<K: Clone + Eq + Hash> Holder<K> {
             incarnation: self.incarnation,
             seq: self.seq,
             registering: self.valid_until.is_none(),
-            leaving: false,
+            leaving: Leaving::No,
             reports,
         })
     }
 
-    /// The last call of a holder shutting down: releases every share (shrunk to nothing first).
-    pub fn leave(&mut self, now: Timestamp) -> SyncCall<K> {
-        self.seq += 1;
-        let reports = self
+    /// The calls of a holder shutting down, to send in order, each after
+    /// the last one's reply: every share is released (shrunk to nothing
+    /// first), at most `keys_per_call` keys a call (at least one), the last
+    /// call ending the registration.
+    ///
+    /// Splitting keeps each call small: on Redis a call is atomic, so one
+    /// call carrying every key of a busy instance would hold every other
+    /// client of that Redis up while it runs.
+    pub fn leave(&mut self, now: Timestamp, keys_per_call: usize) -> Vec<SyncCall<K>> {
+        let mut reports: Vec<KeyReport<K>> = self
             .keys
             .drain()
             .map(|(key, mut held)| {
@@ -493,13 +503,23 @@ impl<K: Clone + Eq + Hash> Holder<K> {
         self.in_flight = None;
         self.starter = None;
         let registering = self.valid_until.take().is_none();
-        SyncCall {
-            holder: self.id,
-            incarnation: self.incarnation,
-            seq: self.seq,
-            registering,
-            leaving: true,
-            reports,
+        let per_call = keys_per_call.max(1);
+        let mut calls = Vec::with_capacity(reports.len().div_ceil(per_call).max(1));
+        loop {
+            let rest = reports.split_off(reports.len().min(per_call));
+            let last = rest.is_empty();
+            self.seq += 1;
+            calls.push(SyncCall {
+                holder: self.id,
+                incarnation: self.incarnation,
+                seq: self.seq,
+                registering: registering && last,
+                leaving: if last { Leaving::Last } else { Leaving::Part },
+                reports: std::mem::replace(&mut reports, rest),
+            });
+            if last {
+                return calls;
+            }
         }
     }
 

@@ -26,8 +26,14 @@ enum Step {
     },
     /// Holder `holder` stops without a word (SIGKILL).
     Crash(u8),
-    /// Holder `holder` leaves: its last call releases everything (it may be lost).
-    Leave { holder: u8, there: Option<u16> },
+    /// Holder `holder` leaves: its calls release everything, `per_call`
+    /// keys each (1: split into parts), sent one a millisecond apart (all
+    /// may be lost).
+    Leave {
+        holder: u8,
+        there: Option<u16>,
+        per_call: u8,
+    },
     /// A new holder joins.
     Join,
     /// The authority reclaims lapsed registrations.
@@ -44,7 +50,7 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (any::<u8>(), 0..KEYS, 1u8..80).prop_map(|(holder, key, count)| Step::Requests { holder, key, count }),
         5 => (any::<u8>(), delay(), delay()).prop_map(|(holder, there, back)| Step::Call { holder, there, back }),
         1 => any::<u8>().prop_map(Step::Crash),
-        1 => (any::<u8>(), delay()).prop_map(|(holder, there)| Step::Leave { holder, there }),
+        1 => (any::<u8>(), delay(), 1..=KEYS).prop_map(|(holder, there, per_call)| Step::Leave { holder, there, per_call }),
         1 => Just(Step::Join),
         1 => Just(Step::Expire),
     ]
@@ -161,13 +167,20 @@ impl World {
                     self.holders.swap_remove(i);
                 }
             }
-            Step::Leave { holder, there } => {
+            Step::Leave {
+                holder,
+                there,
+                per_call,
+            } => {
                 if !self.holders.is_empty() {
                     let i = usize::from(holder) % self.holders.len();
                     let mut h = self.holders.swap_remove(i);
-                    let call = h.leave(self.now);
+                    let calls = h.leave(self.now, usize::from(per_call));
                     if let Some(there) = there {
-                        self.send(there, Message::Call { call, back: None });
+                        for (part, call) in (0u16..).zip(calls) {
+                            let after = there.saturating_add(part);
+                            self.send(after, Message::Call { call, back: None });
+                        }
                     }
                 }
             }

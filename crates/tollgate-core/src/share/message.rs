@@ -28,10 +28,28 @@ pub struct SyncCall<K> {
     /// a lapse): only such a call may register it. Any other call from a
     /// holder the authority does not know is answered `lapsed`.
     pub registering: bool,
-    /// The holder is leaving: every share it held is released with this call.
-    pub leaving: bool,
+    /// Whether the call is part of the holder's leave.
+    pub leaving: Leaving,
     /// The keys this call is about.
     pub reports: Vec<KeyReport<K>>,
+}
+
+/// Whether a call is part of a holder's leave (a graceful shutdown).
+///
+/// A leave gives back every key the holder holds. A leave of more keys
+/// than one call should carry is split over several calls, sent one after
+/// the other: each [`Leaving::Part`] gives back the keys it reports and
+/// leaves the registration in place, and the [`Leaving::Last`] one ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// An ordinary call.
+    No,
+    /// A part of a leave: it only gives back the keys it reports (no
+    /// grant, no answer, no starter slot, and it never registers).
+    Part,
+    /// The leave's last call: gives back the keys it reports, then ends the
+    /// registration (its starter slot with it).
+    Last,
 }
 
 /// What a holder says about one key.

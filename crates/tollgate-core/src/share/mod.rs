@@ -140,6 +140,6 @@ mod tests;
 
 pub use authority::{Authority, AuthorityPolicy, BookRecord, HoldingRecord, MemberRecord};
 pub use bucket::{ConformanceChecker, MILLI_PER_TOKEN, PICO_PER_TOKEN, Share, ShareBucket};
-pub use holder::{Holder, HolderPolicy, Verdict};
-pub use message::{HolderId, KeyAnswer, KeyReport, SyncCall, SyncReply};
+pub use holder::{Holder, HolderPolicy, LEAVE_KEYS_PER_CALL, Verdict};
+pub use message::{HolderId, KeyAnswer, KeyReport, Leaving, SyncCall, SyncReply};
 pub use starter::StarterPolicy;

@@ -137,7 +137,7 @@ fn busy_call(holder: HolderId, seq: u64, in_force: Share) -> SyncCall<u32> {
         incarnation: 1,
         seq,
         registering: seq == 1,
-        leaving: false,
+        leaving: Leaving::No,
         reports: vec![KeyReport {
             key: 0,
             limit: LIMIT,
@@ -293,8 +293,9 @@ fn a_slot_passed_on_after_a_leave_admits_nothing_an_exact_bucket_refuses() {
     round_trip(&mut first, &mut a, ms(1_001)).expect("key 7 waits");
     feed(admit(&mut first, 7, ms(1_001), 100), ms(1_001));
     // It leaves: its booking returns with the tokens it had, its slot is free.
-    let leave = first.leave(ms(1_002));
-    a.sync(ms(1_002), &leave);
+    for leave in first.leave(ms(1_002), LEAVE_KEYS_PER_CALL) {
+        a.sync(ms(1_002), &leave);
+    }
     let mut second = holder(2);
     assert_eq!(second.check(&8, LIMIT, ms(1_002), 1), Verdict::Wait);
     round_trip(&mut second, &mut a, ms(1_002)).expect("registers");

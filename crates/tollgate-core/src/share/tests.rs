@@ -186,6 +186,47 @@ fn a_crashed_holder_lapses_and_its_capacity_returns_with_no_tokens() {
 }
 
 #[test]
+fn a_leave_split_into_parts_gives_back_every_key_and_ends_the_registration_last() {
+    let mut authority = Authority::new(AuthorityPolicy::default());
+    let mut a = Holder::new(1, policy(), T0);
+    for key in 0..5 {
+        a.check(&key, LIMIT, T0, 1);
+    }
+    assert!(round_trip(&mut a, &mut authority, T0));
+    let calls = a.leave(ms(1), 2);
+    let parts: Vec<(usize, Leaving)> = calls.iter().map(|c| (c.reports.len(), c.leaving)).collect();
+    assert_eq!(
+        parts,
+        [(2, Leaving::Part), (2, Leaving::Part), (1, Leaving::Last)],
+        "at most 2 keys a call, the last one ends the registration"
+    );
+    for call in &calls[..2] {
+        let reply = authority.sync(ms(1), call);
+        assert!(reply.accepted && reply.answers.is_empty(), "{reply:?}");
+        assert_eq!(authority.members(), 1, "a part leaves the registration");
+    }
+    assert!(authority.sync(ms(1), &calls[2]).accepted);
+    assert_eq!(authority.members(), 0);
+    for key in 0..5 {
+        let pool = authority.pool(&key).expect("a book");
+        assert_eq!(pool.share(), LIMIT, "key {key}: its capacity is back");
+        assert_eq!(
+            pool.level(),
+            LIMIT.capacity(),
+            "key {key}: with the tokens the holder had"
+        );
+    }
+    // A part that arrives from a holder the authority does not know registers nothing.
+    let mut b = Holder::new(2, policy(), T0);
+    b.check(&8, LIMIT, T0, 1);
+    b.check(&9, LIMIT, T0, 1);
+    let calls = b.leave(ms(2), 1);
+    assert_eq!(calls.len(), 2);
+    assert!(authority.sync(ms(2), &calls[0]).lapsed);
+    assert_eq!(authority.members(), 0);
+}
+
+#[test]
 fn a_holder_past_its_deadline_stops_using_its_shares() {
     let mut authority = Authority::new(AuthorityPolicy::default());
     let mut a = Holder::new(

@@ -14,7 +14,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tollgate_core::Timestamp;
-use tollgate_core::share::{Holder, HolderPolicy, Share, SyncCall, SyncReply, Verdict};
+use tollgate_core::share::{
+    Holder, HolderPolicy, LEAVE_KEYS_PER_CALL, Share, SyncCall, SyncReply, Verdict,
+};
 
 use super::authority::SharesAuthority;
 use super::lane::PlatformLane;
@@ -103,12 +105,15 @@ impl SharesLane {
         for (i, instance) in self.instances.iter_mut().enumerate() {
             if i >= n && instance.live {
                 instance.live = false;
-                let call = instance.holder.leave(now);
-                if let Some(stats) = stats.as_deref_mut() {
-                    stats.called(call.reports.len() as u64);
-                }
                 // A lost leave (a failed store) only keeps its shares until its registration lapses.
-                let _ = self.authority.sync(now, &call);
+                for call in instance.holder.leave(now, LEAVE_KEYS_PER_CALL) {
+                    if let Some(stats) = stats.as_deref_mut() {
+                        stats.called(call.reports.len() as u64);
+                    }
+                    if self.authority.sync(now, &call).is_none_or(|r| !r.accepted) {
+                        break;
+                    }
+                }
                 for (arrived, key) in instance.waiting.drain(..) {
                     if let Some(stats) = stats.as_deref_mut() {
                         stats.decided(
