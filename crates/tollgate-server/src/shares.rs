@@ -158,7 +158,15 @@ impl SharesBook {
         // At most two waits: the reply to a call already in flight (which
         // did not carry the key), then the reply to the call that does; one
         // more decision after each.
+        // The common case, every key already held, takes no receiver: a
+        // receiver's drop wakes the sender's waiters under a lock.
+        if self.try_decide(counters, decisions) {
+            self.counts.decided.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         for attempt in 0..3 {
+            // Subscribed before deciding again, so a reply landing between
+            // the two is not missed.
             let mut replies = self.synced.subscribe();
             if self.try_decide(counters, decisions) {
                 self.counts.decided.fetch_add(1, Ordering::Relaxed);
