@@ -117,7 +117,10 @@ fn overhead(c: &mut Criterion) {
         ("tower_governor", with_governor()),
         ("tollgate_one_gcra", with_tollgate_gcra()),
         ("tower_governor_headers", with_governor_headers()),
-        ("tollgate_one_gcra_no_headers", with_tollgate_gcra_no_headers()),
+        (
+            "tollgate_one_gcra_no_headers",
+            with_tollgate_gcra_no_headers(),
+        ),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| serve(app.clone(), request()));

@@ -5,8 +5,8 @@ use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use http::HeaderName;
 use http::request::Parts;
-use http::{Extensions, HeaderMap, HeaderName, Request, Uri};
 use smallvec::SmallVec;
 use tollgate_protocol::forwarded::trusted_client_address;
 
@@ -137,113 +137,44 @@ impl KeyExtractor {
         Ok(String::from_utf8_lossy(&key).into_owned())
     }
 
-    /// Appends the key of the request whose head is `head` (its [`Parts`],
-    /// or the whole request) to `out`, as UTF-8: [`extract`](Self::extract)
-    /// without allocating, unless a custom source's key or a key longer than
-    /// `out`'s inline room. A whole request's head is read in place; a
-    /// custom source reads `Parts`, so for it a whole request answers
-    /// [`KeyError::NeedsParts`] (take the request apart and ask again).
-    pub(crate) fn write_key<H: Head>(&self, head: &H, out: &mut KeyBytes) -> Result<(), H::Error> {
-        let headers = head.headers();
+    /// Appends the key of the request whose head is `parts` to `out`, as
+    /// UTF-8: [`extract`](Self::extract) without allocating, unless a custom
+    /// source's key or a key longer than `out`'s inline room.
+    pub(crate) fn write_key(
+        &self,
+        parts: &Parts,
+        out: &mut KeyBytes,
+    ) -> Result<(), NoClientAddress> {
+        let headers = &parts.headers;
         let found = match self {
             KeyExtractor::ClientAddress { trusted_hops } => {
-                let peer = peer_address(head.extensions()).ok_or(NoClientAddress)?;
+                let peer = peer_address(parts).ok_or(NoClientAddress)?;
                 write_address(
                     out,
                     trusted_client_address(peer.ip(), headers, *trusted_hops),
                 );
                 return Ok(());
             }
-            KeyExtractor::Header(name) => header_text(headers, name),
+            KeyExtractor::Header(name) => header_text(parts, name),
             KeyExtractor::ApiKey { header } => headers
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim)
-                .or_else(|| header_text(headers, header)),
+                .or_else(|| header_text(parts, header)),
             KeyExtractor::RouteAnd(inner) => {
-                out.extend_from_slice(route(head.uri(), head.extensions()).as_bytes());
+                out.extend_from_slice(route(parts).as_bytes());
                 out.push(b' ');
-                return inner.write_key(head, out);
+                return inner.write_key(parts, out);
             }
             KeyExtractor::Custom(source) => {
-                let key = head.custom_key(source.as_ref())?;
+                let key = source.key(parts);
                 out.extend_from_slice(key.as_deref().unwrap_or(ANONYMOUS).as_bytes());
                 return Ok(());
             }
         };
         out.extend_from_slice(found.unwrap_or(ANONYMOUS).as_bytes());
         Ok(())
-    }
-}
-
-/// A request's head as the extractors read it: its [`Parts`], or the whole
-/// request (read in place, so the layer need not take it apart).
-pub(crate) trait Head {
-    /// Why no key was written.
-    type Error: From<NoClientAddress>;
-    /// The request's URI.
-    fn uri(&self) -> &Uri;
-    /// The request's headers.
-    fn headers(&self) -> &HeaderMap;
-    /// The request's extensions.
-    fn extensions(&self) -> &Extensions;
-    /// What the app's `source` makes of the head.
-    fn custom_key(&self, source: &dyn KeySource) -> Result<Option<String>, Self::Error>;
-}
-
-impl Head for Parts {
-    type Error = NoClientAddress;
-
-    fn uri(&self) -> &Uri {
-        &self.uri
-    }
-
-    fn headers(&self) -> &HeaderMap {
-        &self.headers
-    }
-
-    fn extensions(&self) -> &Extensions {
-        &self.extensions
-    }
-
-    fn custom_key(&self, source: &dyn KeySource) -> Result<Option<String>, NoClientAddress> {
-        Ok(source.key(self))
-    }
-}
-
-/// Why the key of a whole request was not written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KeyError {
-    /// Keyed by client address, and the request has none.
-    NoClientAddress(NoClientAddress),
-    /// A custom source reads the request's [`Parts`]: take it apart and ask again.
-    NeedsParts,
-}
-
-impl From<NoClientAddress> for KeyError {
-    fn from(error: NoClientAddress) -> Self {
-        KeyError::NoClientAddress(error)
-    }
-}
-
-impl<B> Head for Request<B> {
-    type Error = KeyError;
-
-    fn uri(&self) -> &Uri {
-        self.uri()
-    }
-
-    fn headers(&self) -> &HeaderMap {
-        self.headers()
-    }
-
-    fn extensions(&self) -> &Extensions {
-        self.extensions()
-    }
-
-    fn custom_key(&self, _source: &dyn KeySource) -> Result<Option<String>, KeyError> {
-        Err(KeyError::NeedsParts)
     }
 }
 
@@ -273,14 +204,15 @@ fn write_address(out: &mut KeyBytes, address: IpAddr) {
     }
 }
 
-fn header_text<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
-    let value = headers.get(name)?.to_str().ok()?.trim();
+fn header_text<'a>(parts: &'a Parts, name: &HeaderName) -> Option<&'a str> {
+    let value = parts.headers.get(name)?.to_str().ok()?.trim();
     (!value.is_empty()).then_some(value)
 }
 
 /// The peer: a `SocketAddr` extension (hyper apps insert it), else axum's
 /// `ConnectInfo<SocketAddr>`, else tonic's `TcpConnectInfo`.
-fn peer_address(extensions: &Extensions) -> Option<SocketAddr> {
+fn peer_address(parts: &Parts) -> Option<SocketAddr> {
+    let extensions = &parts.extensions;
     let plain = extensions.get::<SocketAddr>().copied();
     #[cfg(feature = "axum")]
     let plain = plain.or_else(|| {
@@ -298,12 +230,12 @@ fn peer_address(extensions: &Extensions) -> Option<SocketAddr> {
 }
 
 /// The route: axum's `MatchedPath` when the router matched one, else the path.
-fn route<'a>(uri: &'a Uri, extensions: &'a Extensions) -> &'a str {
+fn route(parts: &Parts) -> &str {
     #[cfg(feature = "axum")]
-    if let Some(matched) = extensions.get::<axum::extract::MatchedPath>() {
+    if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
         return matched.as_str();
     }
-    uri.path()
+    parts.uri.path()
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::error::Rejection;
 use super::future::ResponseFuture;
 use super::policy::{Policy, Verdict};
 use crate::cost::Cost;
-use crate::key::{KeyBytes, KeyError};
+use crate::key::KeyBytes;
 
 /// The rate limit middleware: the service a [`RateLimitLayer`](crate::RateLimitLayer) wraps an app's service in.
 pub struct RateLimit<S, St> {
@@ -74,19 +74,11 @@ where
     B: Send + 'static,
     R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
 {
+    let (parts, body) = request.into_parts();
     let mut key = KeyBytes::new();
-    // Read in place; a custom source reads `Parts`, so then take the request apart.
-    let (request, written) = match policy.key.write_key(&request, &mut key) {
-        Ok(()) => (request, Ok(())),
-        Err(KeyError::NoClientAddress(error)) => (request, Err(error)),
-        Err(KeyError::NeedsParts) => {
-            key.clear();
-            let (parts, body) = request.into_parts();
-            let written = policy.key.write_key(&parts, &mut key);
-            (Request::from_parts(parts, body), written)
-        }
-    };
-    let key = match written.map(|()| key) {
+    let key = policy.key.write_key(&parts, &mut key).map(|()| key);
+    let request = Request::from_parts(parts, body);
+    let key = match key {
         Ok(key) => key,
         Err(error) => {
             policy.report_no_address(error);
