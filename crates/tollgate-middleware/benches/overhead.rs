@@ -6,7 +6,9 @@
 //! `RateLimit*` headers (its default), `tower_governor` with one GCRA quota
 //! and no headers (its default). Like for like: the layer with one GCRA
 //! limit per client address and its headers, `tower_governor` with its
-//! `x-ratelimit-*` headers on (`use_headers`).
+//! `x-ratelimit-*` headers on (`use_headers`); and the layer with one GCRA
+//! limit and its headers off (`admitted_headers(false)`) against
+//! `tower_governor` as it ships, without headers.
 //!
 //! Every request is admitted (the limits are far above what a run sends), so
 //! this measures the admit path: key extraction, the check, the headers.
@@ -52,6 +54,16 @@ fn with_tollgate() -> Router {
 fn with_tollgate_gcra() -> Router {
     let layer = RateLimitLayer::builder(KeyExtractor::client_address())
         .limit(Limit::gcra("per-second", PLENTY, Duration::from_secs(1), PLENTY).expect("valid"))
+        .in_memory(StoreConfig::with_max_keys(100_000));
+    plain().layer(layer)
+}
+
+/// One GCRA limit per client address without the headers on admitted
+/// answers (`admitted_headers(false)`), as `tower_governor` ships.
+fn with_tollgate_gcra_no_headers() -> Router {
+    let layer = RateLimitLayer::builder(KeyExtractor::client_address())
+        .limit(Limit::gcra("per-second", PLENTY, Duration::from_secs(1), PLENTY).expect("valid"))
+        .admitted_headers(false)
         .in_memory(StoreConfig::with_max_keys(100_000));
     plain().layer(layer)
 }
@@ -105,6 +117,10 @@ fn overhead(c: &mut Criterion) {
         ("tower_governor", with_governor()),
         ("tollgate_one_gcra", with_tollgate_gcra()),
         ("tower_governor_headers", with_governor_headers()),
+        (
+            "tollgate_one_gcra_no_headers",
+            with_tollgate_gcra_no_headers(),
+        ),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| serve(app.clone(), request()));

@@ -292,3 +292,53 @@ async fn the_default_429_is_an_rfc_9457_problem_naming_the_limit() {
     assert_eq!(problem["status"], 429);
     assert_eq!(problem["detail"], "over the rate limit \"tiny\"");
 }
+
+#[tokio::test]
+async fn admitted_answers_carry_the_headers_unless_turned_off_and_refusals_always_do() {
+    const HEADERS: [&str; 5] = [
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "ratelimit-policy",
+        "ratelimit",
+    ];
+    for admitted_headers in [None, Some(true), Some(false)] {
+        let builder = RateLimitLayer::builder(KeyExtractor::client_address())
+            .limit(Limit::gcra("per-hour", 2, HOUR, 2).unwrap());
+        let builder = match admitted_headers {
+            Some(on) => builder.admitted_headers(on),
+            None => builder,
+        };
+        let service = builder
+            .in_memory(StoreConfig::with_max_keys(1_000))
+            .layer(app());
+        let on = admitted_headers.unwrap_or(true);
+        for remaining in ["1", "0"] {
+            let admitted = service
+                .clone()
+                .oneshot(request("10.0.0.1:1", &[]))
+                .await
+                .unwrap();
+            assert_eq!(admitted.status(), StatusCode::OK);
+            for name in HEADERS {
+                assert_eq!(admitted.headers().contains_key(name), on, "{name}");
+            }
+            if on {
+                assert_eq!(admitted.headers()["ratelimit-remaining"], remaining);
+                assert_eq!(admitted.headers()["ratelimit-limit"], "2");
+            }
+        }
+        // Off or on, the two admitted requests were counted, and the refusal
+        // carries the whole 429 contract.
+        let refused = service
+            .clone()
+            .oneshot(request("10.0.0.1:1", &[]))
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        for name in HEADERS.iter().chain(&["retry-after"]) {
+            assert!(refused.headers().contains_key(*name), "{name}");
+        }
+        assert_eq!(refused.headers()["ratelimit-remaining"], "0");
+    }
+}

@@ -71,6 +71,8 @@ pub(super) struct Policy<St> {
     /// The admitted request's headers, pre-rendered where they do not change ([`PassHeaders::new`]).
     pub(super) pass_headers: Option<PassHeaders>,
     pub(super) shadow: bool,
+    /// Whether an admitted request's answer gets the headers ([`RateLimitBuilder::admitted_headers`](super::RateLimitBuilder::admitted_headers)).
+    pub(super) admitted_headers: bool,
     pub(super) on_store_error: OnStoreError,
     pub(super) on_rejection: SharedHandler,
     /// Whether a request without a client address was logged at error level yet.
@@ -87,7 +89,7 @@ pub(super) enum Verdict {
 
 /// The headers an admitted request's answer gets.
 pub(super) enum Passed {
-    /// None (shadow mode, or a store error let through).
+    /// None (shadow mode, a store error let through, or the headers of admitted answers off).
     Nothing,
     /// The layer's [`PassHeaders`] values for the request's decisions.
     Values(PassValues),
@@ -218,7 +220,7 @@ impl<St: CounterStore> Policy<St> {
                 (false, true) => entry.shadow_denied.inc(),
             };
         }
-        if self.shadow {
+        if self.shadow || (!over && !self.admitted_headers) {
             return Verdict::Pass(Passed::Nothing);
         }
         if !over && let Some(pass) = &self.pass_headers {
