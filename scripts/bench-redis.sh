@@ -34,6 +34,10 @@
 #        MODES="memory redis lease=1s shares starter". Each shares or starter run
 #        starts from an empty Redis (FLUSHALL: the fleet's starter policy is the
 #        first one written, and a previous run's registrations would keep slots).
+#        BEFORE_BIN=<a tollgate binary> lets a mode end in @before: that mode
+#        served by BEFORE_BIN (the load generator stays $bin), interleaved with
+#        the others in each round, for a before/after ratio on a busy machine,
+#        e.g. BEFORE_BIN=… MODES="memory redis redis@before" scripts/bench-redis.sh 3 5s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -66,18 +70,23 @@ ceiling() { # KEYS
 }
 
 serve_run() { # KEYS MODE
-    local store=(--store "redis://127.0.0.1:$port") limits="$work/limits.yaml"
-    case "$2" in
+    local store=(--store "redis://127.0.0.1:$port") limits="$work/limits.yaml" server=$bin mode=$2
+    case "$mode" in
+        *@before)
+            [ -n "${BEFORE_BIN:-}" ] || { echo "error: MODES: $mode needs BEFORE_BIN" >&2; exit 2; }
+            server=$BEFORE_BIN mode=${mode%@before} ;;
+    esac
+    case "$mode" in
         memory) store=(--store memory) ;;
         redis) ;;
-        lease=*) store+=(--lease-period "${2#lease=}") ;;
+        lease=*) store+=(--lease-period "${mode#lease=}") ;;
         shares) limits="$work/limits-shares.yaml" ;;
         starter) limits="$work/limits-shares.yaml"; store+=(--shares-starter-slots 16) ;;
         *) echo "error: MODES: unknown mode $2 (memory, redis, lease=DUR, shares, starter)" >&2; exit 2 ;;
     esac
-    case "$2" in shares | starter) cli FLUSHALL > /dev/null ;; esac
+    case "$mode" in shares | starter) cli FLUSHALL > /dev/null ;; esac
     : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
-    taskset -c 0 "$bin" serve --config "$limits" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
+    taskset -c 0 "$server" serve --config "$limits" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
         "${store[@]}" --store-timeout "$store_timeout" --log-level warn \
         ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
@@ -132,11 +141,11 @@ for round in $(seq 1 "$rounds"); do
 done
 echo
 echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
-printf '%-5s %-7s %-9s %9s %7s %7s %8s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
+printf '%-5s %-7s %-12s %9s %7s %7s %8s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
         for mode in $modes; do
-            printf '%-5s %-7s %-9s ' "$round" "$keys" "$mode"
+            printf '%-5s %-7s %-12s ' "$round" "$keys" "$mode"
             serve_run "$keys" "$mode"
         done
     done

@@ -54,16 +54,16 @@ local function schedule(v, op, hits, interval, capacity)
     -- Never below the last lease's TAT (lease.lua's floor).
     if fs then
       local floor = (fs - now_s) * 1000000000 + (fn - now_sub_ns)
-      if after < floor then after = math.min(floor, backlog) end
+      if after < floor then after = min(floor, backlog) end
     end
-    local left = units(span - math.min(after, span), interval)
+    local left = units(span - min(after, span), interval)
     if after ~= backlog then
       return 0, left, after, 0, tat_state(after, fs, fn)
     end
     return 0, left, after, 0
   end
   if hits > capacity then
-    return 2, units(span - math.min(backlog, span), interval), backlog, 0
+    return 2, units(span - min(backlog, span), interval), backlog, 0
   end
   local after = backlog + hits * interval
   if after <= span then
@@ -72,7 +72,7 @@ local function schedule(v, op, hits, interval, capacity)
     end
     return 0, units(span - after, interval), after, 0
   end
-  return 1, units(span - math.min(backlog, span), interval), backlog, after - span
+  return 1, units(span - min(backlog, span), interval), backlog, after - span
 end
 
 -- Fixed window: the state is the window number and its count.
@@ -98,9 +98,9 @@ local function fixed(v, op, hits, window, limit, phase)
     after = count
     -- Never below the units leased in this window (lease.lua's).
     local leased = 0
-    if li == index then leased = math.min(lc, count) end
-    if count <= limit then after = math.max(count - hits, leased) end
-    left = math.max(limit - after, 0)
+    if li == index then leased = min(lc, count) end
+    if count <= limit then after = max(count - hits, leased) end
+    left = max(limit - after, 0)
   else
     after = count + hits
     if after <= limit then
@@ -111,7 +111,7 @@ local function fixed(v, op, hits, window, limit, phase)
       -- it) is the units already admitted or leased, and lowering it would
       -- hand them out again to an instance still on the higher limit, or
       -- after a lease's return.
-      after = math.max(count, math.min(after, limit + 1))
+      after = max(count, min(after, limit + 1))
       if hits > limit then
         outcome = 2
       else
@@ -124,9 +124,9 @@ local function fixed(v, op, hits, window, limit, phase)
   end
   local value
   if li then
-    value = struct.pack('<dddd', index, after, li, lc)
+    value = spack('<dddd', index, after, li, lc)
   else
-    value = struct.pack('<dd', index, after)
+    value = spack('<dd', index, after)
   end
   return outcome, left, reset_ns, retry, value, ttl_ms(reset_ns)
 end
@@ -157,7 +157,7 @@ end
 -- Sliding window counter: the state to write (false deletes the key) and its TTL.
 local function sliding_state(prev, cur, window, index)
   if prev + cur == 0 then return false, 0 end
-  return struct.pack('<ddd', index, prev, cur),
+  return spack('<ddd', index, prev, cur),
     ttl_ms(((index + 2) * window - now_total_us) * 1000)
 end
 
@@ -169,7 +169,7 @@ local function sliding(v, op, hits, window, limit)
   local elapsed = now_total_us - index * window
   local prev, cur = 0, 0
   if v then
-    local si, sp, sc = struct.unpack('<ddd', v)
+    local si, sp, sc = sunpack('<ddd', v)
     if si == index then
       prev, cur = sp, sc
     elseif si > index and sp + sc > 0 then
@@ -181,7 +181,7 @@ local function sliding(v, op, hits, window, limit)
   end
   if op == 'r' then
     local before = cur
-    cur = math.max(cur - hits, 0)
+    cur = max(cur - hits, 0)
     local left = sliding_left(prev, cur, window, elapsed, limit)
     local reset = sliding_reset(prev, cur, window, index)
     if cur ~= before then
@@ -206,8 +206,8 @@ local function sliding(v, op, hits, window, limit)
   local pass = nil
   local room = limit - (cur + hits)
   if room >= 0 and prev > 0 then
-    local slack = math.min(units(room * window, prev), window)
-    local at = math.max(window - slack, elapsed)
+    local slack = min(units(room * window, prev), window)
+    local at = max(window - slack, elapsed)
     if at < window then pass = start + at end
   end
   if not pass then
@@ -215,7 +215,7 @@ local function sliding(v, op, hits, window, limit)
     if cur == 0 then
       pass = next_start
     else
-      local slack = math.min(units((limit - hits) * window, cur), window)
+      local slack = min(units((limit - hits) * window, cur), window)
       if slack > 0 then
         pass = next_start + (window - slack)
       else
@@ -232,7 +232,7 @@ local function log_state(ts, cs, window)
   if #ts == 0 then return false, 0 end
   local records = {}
   for j = 1, #ts do
-    records[j] = struct.pack('<dd', ts[j], cs[j])
+    records[j] = spack('<dd', ts[j], cs[j])
   end
   return table.concat(records), ttl_ms((ts[#ts] + window - now_total_us) * 1000)
 end
@@ -243,7 +243,7 @@ local function log(v, op, hits, window, limit)
   local expired = false
   if v then
     for pos = 1, #v, 16 do
-      local tj, cj = struct.unpack('<dd', v, pos)
+      local tj, cj = sunpack('<dd', v, pos)
       if tj + window > now_total_us then
         ts[#ts + 1] = tj
         cs[#cs + 1] = cj
@@ -254,12 +254,12 @@ local function log(v, op, hits, window, limit)
     end
   end
   local reset = 0
-  if #ts > 0 then reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000 end
+  if #ts > 0 then reset = max(ts[#ts] + window - now_total_us, 0) * 1000 end
   if op == 'r' then
     local left = hits
     local changed = expired
     while left > 0 and #ts > 0 do
-      local take = math.min(left, cs[#cs])
+      local take = min(left, cs[#cs])
       cs[#cs] = cs[#cs] - take
       total = total - take
       left = left - take
@@ -270,7 +270,7 @@ local function log(v, op, hits, window, limit)
       end
     end
     if #ts > 0 then
-      reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000
+      reset = max(ts[#ts] + window - now_total_us, 0) * 1000
     else
       reset = 0
     end
@@ -296,7 +296,7 @@ local function log(v, op, hits, window, limit)
       cs[#cs + 1] = hits
     end
     total = total + hits
-    reset = math.max(ts[#ts] + window - now_total_us, 0) * 1000
+    reset = max(ts[#ts] + window - now_total_us, 0) * 1000
     return 0, limit - total, reset, 0, log_state(ts, cs, window)
   end
   local to_free = total + hits - limit
@@ -320,17 +320,17 @@ local function upstream(key, op, hits, unit_s, limit, expire_s)
   local unit_us = unit_s * 1000000
   local reset_ns = (unit_us - now_total_us % unit_us) * 1000
   if op == 'r' then
-    local count = tonumber(redis.call('GET', key) or '0') or 0
-    local after = math.max(count - hits, 0)
-    if after ~= count then redis.call('SET', key, after, 'KEEPTTL') end
-    return 0, math.max(limit - after, 0), reset_ns, 0
+    local count = tonumber(rcall('GET', key) or '0') or 0
+    local after = max(count - hits, 0)
+    if after ~= count then rcall('SET', key, after, 'KEEPTTL') end
+    return 0, max(limit - after, 0), reset_ns, 0
   end
   -- A cost above the limit is denied whatever the count; it adds limit + 1,
   -- which closes the window as the whole cost would (a number Lua writes
   -- exactly, where a huge one would be refused by INCRBY).
-  local add = math.min(hits, limit + 1)
-  local after = redis.call('INCRBY', key, add)
-  redis.call('EXPIRE', key, expire_s)
+  local add = min(hits, limit + 1)
+  local after = rcall('INCRBY', key, add)
+  rcall('EXPIRE', key, expire_s)
   if hits > limit then return 2, 0, reset_ns, 0 end
   if after <= limit then return 0, limit - after, reset_ns, 0 end
   return 1, 0, reset_ns, reset_ns
@@ -338,22 +338,32 @@ end
 
 local kinds = {s = true, f = true, w = true, l = true, u = true}
 
--- One counter's decision: its key when its state is in the hash format
--- (nil: packed, false: an unknown kind), then its 4 integers and its write
--- (see above).
+-- The key of the counter `decide` decided last when its state is in the
+-- hash format (nil: packed), kept here so that `decide` ends in a tail call.
+local decided_hkey = nil
+
+-- One counter's decision: its 4 integers and its write (see above); false
+-- for an unknown kind. decided_hkey tells where the state was found.
 local function decide(keys, args, k)
   local a = (k - 1) * 7
   local kind = args[a + 3]
   if not kinds[kind] then return false end
   local op = args[a + 2]
-  local hits, p1, p2 = tonumber(args[a + 4]), tonumber(args[a + 5]), tonumber(args[a + 6])
-  -- Written here, as upstream writes it; nothing for the caller to put.
-  if kind == 'u' then return nil, upstream(keys[k], op, hits, p1, p2, tonumber(args[a + 7])) end
-  local v, hkey = read_state(keys[k], kind)
-  if kind == 's' then return hkey, schedule(v, op, hits, p1, p2) end
-  if kind == 'f' then return hkey, fixed(v, op, hits, p1, p2, tonumber(args[a + 7])) end
-  if kind == 'w' then return hkey, sliding(v, op, hits, p1, p2) end
-  return hkey, log(v, op, hits, p1, p2)
+  local hits = numbers[args[a + 4]] or number(args[a + 4])
+  local p1 = numbers[args[a + 5]] or number(args[a + 5])
+  local p2 = numbers[args[a + 6]] or number(args[a + 6])
+  if kind == 'u' then
+    -- Written here, as upstream writes it; nothing for the caller to put.
+    -- Its TTL carries a random jitter: parsed, not remembered.
+    decided_hkey = nil
+    return upstream(keys[k], op, hits, p1, p2, args[a + 7] + 0)
+  end
+  local v
+  v, decided_hkey = read_state(keys[k], kind)
+  if kind == 's' then return schedule(v, op, hits, p1, p2) end
+  if kind == 'f' then return fixed(v, op, hits, p1, p2, numbers[args[a + 7]] or number(args[a + 7])) end
+  if kind == 'w' then return sliding(v, op, hits, p1, p2) end
+  return log(v, op, hits, p1, p2)
 end
 
 local unknown = 'tollgate: unknown counter kind '
@@ -364,20 +374,20 @@ local function check(keys, args, encoding)
   set_clock(keys, args, encoding)
   if #keys == 1 then
     -- One counter (most calls): its group is itself.
-    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
-    if hkey == false then return redis.error_reply(unknown .. tostring(args[3])) end
+    local outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
+    if outcome == false then return redis.error_reply(unknown .. tostring(args[3])) end
     if value ~= nil and (outcome == 0 or args[3] == 'f') then
-      put(keys[1], hkey, args[3], value, ttl)
+      put(keys[1], decided_hkey, args[3], value, ttl)
     end
     return {outcome, left, reset, retry}
   end
   local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
   for k = 1, #keys do
-    local hkey, outcome, left, reset, retry, value, ttl = decide(keys, args, k)
+    local outcome, left, reset, retry, value, ttl = decide(keys, args, k)
     local a = (k - 1) * 7
-    if hkey == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
+    if outcome == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
     if outcome ~= 0 then denied[args[a + 1]] = true end
-    if value ~= nil then values[k], ttls[k], hkeys[k] = value, ttl, hkey end
+    if value ~= nil then values[k], ttls[k], hkeys[k] = value, ttl, decided_hkey end
     local r = #results
     results[r + 1], results[r + 2], results[r + 3], results[r + 4] = outcome, left, reset, retry
   end

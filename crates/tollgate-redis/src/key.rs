@@ -1,7 +1,5 @@
 //! The Redis key of a counter: a hash tag of its descriptor, then the engine's key; or envoyproxy/ratelimit's own key of a fixed window.
 
-use std::fmt::Write as _;
-
 /// The Redis key for a counter with engine key `key` and descriptor hash `tag`.
 ///
 /// `tg{` + 16 lowercase hex digits of `tag` + `}` + `key`. The engine's key
@@ -16,14 +14,19 @@ use std::fmt::Write as _;
 /// ([`crate::Encoding`]).
 pub fn redis_key(tag: u64, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + key.len());
-    let mut hex = String::with_capacity(16);
-    // Writing to a String cannot fail.
-    let _ = write!(hex, "{tag:016x}");
-    out.extend_from_slice(b"tg{");
-    out.extend_from_slice(hex.as_bytes());
-    out.push(b'}');
+    out.extend_from_slice(&key_head(tag));
     out.extend_from_slice(key);
     out
+}
+
+/// `tg{` + 16 lowercase hex digits of `tag` + `}`: what starts [`redis_key`].
+pub(crate) fn key_head(tag: u64) -> [u8; 20] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut head = *b"tg{0000000000000000}";
+    for (i, digit) in head[3..19].iter_mut().enumerate() {
+        *digit = DIGITS[((tag >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    head
 }
 
 /// What starts a counter key that is envoyproxy/ratelimit's own key
@@ -82,6 +85,8 @@ mod tests {
         assert_eq!(&a[..20], b"tg{00000000000000ab}");
         assert_eq!(&a[20..], b"k{1}");
         assert_ne!(redis_key(1, b"x"), redis_key(0x10, b"x"));
+        assert_eq!(&key_head(u64::MAX), b"tg{ffffffffffffffff}");
+        assert_eq!(&key_head(0x0123_4567_89ab_cdef), b"tg{0123456789abcdef}");
         assert_ne!(redis_key(1, b"x"), redis_key(1, b"y"));
         let slot = |k: &[u8]| redis::cluster_routing::Slot::for_key(k);
         assert_eq!(slot(&redis_key(7, b"one")), slot(&redis_key(7, b"two")));

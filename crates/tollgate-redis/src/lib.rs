@@ -73,7 +73,7 @@ use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 pub use redis::{ClientTlsConfig, TlsCertificates};
-use redis::{Cmd, RedisError};
+use redis::{Cmd, RedisError, RedisWrite};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
@@ -279,16 +279,23 @@ impl RedisStore {
     ///
     /// An upstream key ([`upstream_key`]) is upstream's own, with no hash tag.
     fn key_of(&self, c: &Counter<'_>) -> Vec<u8> {
-        let own = match key::as_upstream(c.key) {
-            Some(upstream) => upstream.to_vec(),
-            None => redis_key(c.tag, c.key),
-        };
-        if self.key_prefix.is_empty() {
-            return own;
-        }
-        let mut key = self.key_prefix.to_vec();
-        key.extend_from_slice(&own);
+        let mut key = Vec::new();
+        // Writing to a Vec cannot fail.
+        let _ = self.write_key(c, &mut key);
         key
+    }
+
+    /// Writes counter `c`'s Redis key ([`key_of`](Self::key_of)) to `out`:
+    /// straight into a command's next argument, with no key of its own.
+    fn write_key(&self, c: &Counter<'_>, mut out: impl std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self.key_prefix)?;
+        match key::as_upstream(c.key) {
+            Some(upstream) => out.write_all(upstream),
+            None => {
+                out.write_all(&key::key_head(c.tag))?;
+                out.write_all(c.key)
+            }
+        }
     }
 
     /// The script's kind and parameters for counter `c`.
@@ -521,7 +528,8 @@ impl RedisStore {
             .calls
             .command(Entry::Check, self.encoding, counters.len());
         for c in counters {
-            cmd.arg(self.key_of(c));
+            self.write_key(c, cmd.writer_for_next_arg())
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         }
         for c in counters {
             let params = self.params_of(c)?;

@@ -138,9 +138,12 @@ impl Calls {
     /// The command that calls `entry` in `encoding` on `keys` keys; its keys and values follow.
     pub(crate) fn command(self, entry: Entry, encoding: Encoding, keys: usize) -> Cmd {
         let callable = &CODE.callables[Code::index(entry, encoding)];
-        let mut cmd = match self {
-            Calls::Functions => redis::cmd("FCALL").arg(&callable.function).take(),
-            Calls::Scripts => redis::cmd("EVALSHA").arg(callable.script.get_hash()).take(),
+        // Room for the arguments of a one-counter check (2 + 1 + 8) and
+        // their bytes, so building the command grows nothing.
+        let mut cmd = Cmd::with_capacity(16, 160);
+        match self {
+            Calls::Functions => cmd.arg("FCALL").arg(&callable.function),
+            Calls::Scripts => cmd.arg("EVALSHA").arg(callable.script.get_hash()),
         };
         cmd.arg(keys);
         cmd

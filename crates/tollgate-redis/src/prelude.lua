@@ -53,18 +53,44 @@ local fixed_ttl = nil
 -- the hash format ('h'); the entry sets it on every call.
 local create_packed = false
 
+-- The library functions of the hot paths, as upvalues: reaching one costs
+-- less than a global's field. Bound on a call, not at load (a library's
+-- code runs at FUNCTION LOAD without `redis.call` and `struct`).
+local rcall, rpcall, spack, sunpack, min, max, format
+
+-- The numbers of the calls' parameters by their text, so a parameter seen
+-- before (a rule's interval, capacity, window, limit, cost) is not parsed
+-- again (Lua's conversion goes through the C library's strtod): read as
+-- `numbers[text] or number(text)`. Bounded: emptied at 256 entries. A
+-- library keeps it from call to call; a script (EVALSHA) starts empty.
+local numbers, numbers_held = {}, 0
+
+local function number(text)
+  local n = text + 0
+  if numbers_held >= 256 then numbers, numbers_held = {}, 0 end
+  numbers[text] = n
+  numbers_held = numbers_held + 1
+  return n
+end
+
 local function set_clock(keys, args, encoding)
+  if not rcall then
+    rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
+    min, max, format = math.min, math.max, string.format
+  end
   create_packed = encoding == 'p'
   local supplied = #keys * 7
   if #args == supplied + 3 then
-    now_s = tonumber(args[supplied + 1])
-    now_sub_ns = tonumber(args[supplied + 2])
-    now_us = math.floor(now_sub_ns / 1000)
+    now_s = args[supplied + 1] + 0
+    now_sub_ns = args[supplied + 2] + 0
+    now_us = now_sub_ns / 1000
+    now_us = now_us - now_us % 1
     fixed_ttl = args[supplied + 3]
   else
-    local t = redis.call('TIME')
-    now_s = tonumber(t[1])
-    now_us = tonumber(t[2])
+    -- `+ 0` converts as tonumber does, parsing once where tonumber parses twice.
+    local t = rcall('TIME')
+    now_s = t[1] + 0
+    now_us = t[2] + 0
     now_sub_ns = now_us * 1000
     fixed_ttl = nil
   end
@@ -86,14 +112,15 @@ local function units(free, step)
   return q
 end
 
--- The TTL of a key whose state is fresh again in `ns`: just past it. Every
--- span is at most 2^61 ns (tollgate-core refuses longer ones), so the TTL
--- stays below 10^13 ms, which redis.call passes as plain digits (from 10^17
--- on it would pass an exponent form, which SET refuses).
+-- The TTL of a key whose state is fresh again in `ns`: just past it, as
+-- the text of a whole number of ms (redis.call would write a Lua number
+-- with printf's %.17g, which costs several times more). Every span is at
+-- most 2^61 ns (tollgate-core refuses longer ones), so the TTL stays below
+-- 10^13 ms, well inside the integer `%d` writes.
 local function ttl_ms(ns)
   if fixed_ttl then return fixed_ttl end
   local ms = ns / 1000000
-  return ms - ms % 1 + 1
+  return format('%d', ms - ms % 1 + 1)
 end
 
 -- A schedule's or fixed window's state `v` (packed) as its two values,
@@ -101,10 +128,10 @@ end
 local function get_pair(v)
   if not v then return nil end
   if #v > 16 then
-    local a, b, c, d = struct.unpack('<dddd', v)
+    local a, b, c, d = sunpack('<dddd', v)
     return a, b, c, d
   end
-  local a, b = struct.unpack('<dd', v)
+  local a, b = sunpack('<dd', v)
   return a, b
 end
 
@@ -120,9 +147,9 @@ local function tat_state(backlog, fs, fn)
   local ts, tn = now_s + secs, total - secs * 1000000000
   if fs == true then fs, fn = ts, tn end
   if fs then
-    return struct.pack('<dddd', ts, tn, fs, fn), ttl_ms(backlog), ts, tn
+    return spack('<dddd', ts, tn, fs, fn), ttl_ms(backlog), ts, tn
   end
-  return struct.pack('<dd', ts, tn), ttl_ms(backlog), ts, tn
+  return spack('<dd', ts, tn), ttl_ms(backlog), ts, tn
 end
 
 -- The hash format's field names of a schedule ('s') and a fixed window ('f').
@@ -130,33 +157,33 @@ local pair_fields = {s = {'s', 'n', 'fs', 'fn'}, f = {'i', 'c', 'li', 'lc'}}
 
 -- A number as decimal digits (redis.call would pass large ones with an exponent).
 local function int(x)
-  return string.format('%.0f', x)
+  return format('%.0f', x)
 end
 
 -- The state of kind `kind` held in the hash format at `hkey`, as the
 -- packed value it stands for; nil when the key is missing.
 local function read_hash(hkey, kind)
   if kind == 'l' then
-    local raw = redis.call('LRANGE', hkey, 0, -1)
+    local raw = rcall('LRANGE', hkey, 0, -1)
     if #raw == 0 then return nil end
     local records = {}
     for j = 1, #raw - 1, 2 do
-      records[#records + 1] = struct.pack('<dd', tonumber(raw[j]), tonumber(raw[j + 1]))
+      records[#records + 1] = spack('<dd', raw[j] + 0, raw[j + 1] + 0)
     end
     return table.concat(records)
   end
   if kind == 'w' then
-    local st = redis.call('HMGET', hkey, 'i', 'p', 'c')
+    local st = rcall('HMGET', hkey, 'i', 'p', 'c')
     if not st[1] then return nil end
-    return struct.pack('<ddd', tonumber(st[1]), tonumber(st[2]), tonumber(st[3]))
+    return spack('<ddd', st[1] + 0, st[2] + 0, st[3] + 0)
   end
   local f = pair_fields[kind]
-  local st = redis.call('HMGET', hkey, f[1], f[2], f[3], f[4])
+  local st = rcall('HMGET', hkey, f[1], f[2], f[3], f[4])
   if not st[1] then return nil end
   if st[3] then
-    return struct.pack('<dddd', tonumber(st[1]), tonumber(st[2]), tonumber(st[3]), tonumber(st[4]))
+    return spack('<dddd', st[1] + 0, st[2] + 0, st[3] + 0, st[4] + 0)
   end
-  return struct.pack('<dd', tonumber(st[1]), tonumber(st[2]))
+  return spack('<dd', st[1] + 0, st[2] + 0)
 end
 
 -- Writes the packed value `value` of kind `kind` in the hash format at
@@ -165,26 +192,26 @@ local function write_hash(hkey, kind, value, ttl)
   if kind == 'l' then
     local flat = {}
     for pos = 1, #value, 16 do
-      local t, c = struct.unpack('<dd', value, pos)
+      local t, c = sunpack('<dd', value, pos)
       flat[#flat + 1] = int(t)
       flat[#flat + 1] = int(c)
     end
-    redis.call('DEL', hkey)
-    redis.call('RPUSH', hkey, unpack(flat))
+    rcall('DEL', hkey)
+    rcall('RPUSH', hkey, unpack(flat))
   elseif kind == 'w' then
-    local i, p, c = struct.unpack('<ddd', value)
-    redis.call('HSET', hkey, 'i', int(i), 'p', int(p), 'c', int(c))
+    local i, p, c = sunpack('<ddd', value)
+    rcall('HSET', hkey, 'i', int(i), 'p', int(p), 'c', int(c))
   else
     local f = pair_fields[kind]
     if #value > 16 then
-      local a, b, c, d = struct.unpack('<dddd', value)
-      redis.call('HSET', hkey, f[1], int(a), f[2], int(b), f[3], int(c), f[4], int(d))
+      local a, b, c, d = sunpack('<dddd', value)
+      rcall('HSET', hkey, f[1], int(a), f[2], int(b), f[3], int(c), f[4], int(d))
     else
-      local a, b = struct.unpack('<dd', value)
-      redis.call('HSET', hkey, f[1], int(a), f[2], int(b))
+      local a, b = sunpack('<dd', value)
+      rcall('HSET', hkey, f[1], int(a), f[2], int(b))
     end
   end
-  redis.call('PEXPIRE', hkey, ttl)
+  rcall('PEXPIRE', hkey, ttl)
 end
 
 -- Whether the error `e` (raised or answered by a Redis command) is
@@ -207,20 +234,20 @@ local function read_state(key, kind)
     local ok, v = pcall(read_hash, key, kind)
     if ok then return v, key end
     if not wrong_type(v) then error(v) end
-    return redis.call('GET', key), nil
+    return rcall('GET', key), nil
   end
-  local v = redis.pcall('GET', key)
+  local v = rpcall('GET', key)
   if type(v) ~= 'table' then return v, nil end
   if not wrong_type(v) then error(v) end
   v = read_hash(key, kind)
   if v then
     -- Convert in place, keeping the state's TTL (SET replaces a key of
     -- any type).
-    local ttl = redis.call('PTTL', key)
+    local ttl = rcall('PTTL', key)
     if ttl > 0 then
-      redis.call('SET', key, v, 'PX', ttl)
+      rcall('SET', key, v, 'PX', ttl)
     else
-      redis.call('SET', key, v)
+      rcall('SET', key, v)
     end
   end
   return v, nil
@@ -231,10 +258,10 @@ end
 -- is nil, else the hash format (`hkey` is then `key`).
 local function put(key, hkey, kind, value, ttl)
   if not value then
-    redis.call('DEL', hkey or key)
+    rcall('DEL', hkey or key)
   elseif hkey then
     write_hash(hkey, kind, value, ttl)
   else
-    redis.call('SET', key, value, 'PX', ttl)
+    rcall('SET', key, value, 'PX', ttl)
   end
 end

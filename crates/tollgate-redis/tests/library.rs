@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tollgate_core::{AnyAlgorithm, Decision, FixedWindow, TokenBucket};
-use tollgate_redis::{Encoding, RedisStore};
+use tollgate_redis::{Encoding, RedisStore, SuppliedTime};
 use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
@@ -99,5 +99,42 @@ async fn a_user_not_allowed_functions_gets_the_same_answers_from_scripts() {
         three_then_denied(&store, &server, &["SCRIPT", "FLUSH"]).await;
         assert_eq!(calls_of(&server, "fcall"), 0, "no function call");
         assert_eq!(calls_of(&server, "evalsha"), 18, "{encoding:?}");
+    }
+}
+
+/// The library remembers the numbers of the parameters it has seen (a
+/// bounded table, emptied at 256 entries): 300 limits, each taken whole in
+/// one call and then once more, twice over, are each decided by their own
+/// figures, whether their text was remembered, forgotten or read anew. (At
+/// a supplied time, so the wait is exact.)
+#[tokio::test]
+async fn parameters_past_the_remembered_ones_are_read_anew() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let time = SuppliedTime {
+        at: tollgate_core::Timestamp::from_secs(1_000_000_000),
+        key_ttl: Duration::from_secs(60),
+    };
+    let mut out = Vec::new();
+    for encoding in [Encoding::Hash, Encoding::Packed] {
+        let store = store.with_encoding(encoding);
+        for round in 0..2 {
+            for limit in 1..=300_u64 {
+                let key = format!("{encoding:?}-{round}-{limit}");
+                let bucket = TokenBucket::new(limit, limit, HOUR).unwrap();
+                let mut c = counter(key.as_bytes(), bucket.into());
+                c.hits = limit;
+                store.check_batch_at(&[c], time, &mut out).await.unwrap();
+                assert!(out[0].is_allowed(), "{key}: {:?}", out[0]);
+                assert_eq!(out[0].remaining(), 0, "{key}");
+                c.hits = 1;
+                store.check_batch_at(&[c], time, &mut out).await.unwrap();
+                assert!(!out[0].is_allowed(), "{key}: {:?}", out[0]);
+                // The wait is one token's interval.
+                assert_eq!(out[0].retry_after(), Some(bucket.token_interval()), "{key}");
+            }
+        }
     }
 }
