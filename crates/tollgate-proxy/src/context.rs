@@ -5,13 +5,17 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use http::HeaderValue;
 use parking_lot::Mutex;
 
-/// Per-downstream-connection state: what a layer keeps for one connection's
-/// life (the limiters of `local_rate_limit_per_downstream_connection`
-/// policies), one value per shared value it was made from.
-#[derive(Default)]
+/// Per-downstream-connection state: the client's address (and its
+/// `x-forwarded-for` value, written once per connection), and what a layer
+/// keeps for one connection's life (the limiters of
+/// `local_rate_limit_per_downstream_connection` policies), one value per
+/// shared value it was made from.
 pub struct ConnectionScope {
+    peer: IpAddr,
+    forwarded_for: Option<HeaderValue>,
     values: Mutex<Vec<(usize, Arc<dyn Any + Send + Sync>)>>,
 }
 
@@ -22,6 +26,25 @@ impl fmt::Debug for ConnectionScope {
 }
 
 impl ConnectionScope {
+    /// The scope of a connection from `peer`.
+    pub fn new(peer: IpAddr) -> Self {
+        ConnectionScope {
+            peer,
+            forwarded_for: HeaderValue::from_str(&peer.to_string()).ok(),
+            values: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The downstream peer's address (the TCP peer, whatever `x-forwarded-for` says).
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+
+    /// The peer's address as an `x-forwarded-for` value (rendered once per connection).
+    pub fn forwarded_for(&self) -> Option<&HeaderValue> {
+        self.forwarded_for.as_ref()
+    }
+
     /// This connection's own value for `shared`, made by `make` on first use.
     pub fn get_or_insert_with<K, T>(&self, shared: &Arc<K>, make: impl FnOnce() -> T) -> Arc<T>
     where

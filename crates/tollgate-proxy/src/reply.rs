@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use tollgate_protocol::rls::Jitter;
@@ -127,7 +128,7 @@ fn grpc_reply(grpc_status: u8, message: &str, mut headers: HeaderMap) -> Respons
     response
 }
 
-fn reply(status: StatusCode, headers: HeaderMap, body: Vec<u8>) -> Response<ProxyBody> {
+fn reply(status: StatusCode, headers: HeaderMap, body: impl Into<Bytes>) -> Response<ProxyBody> {
     let mut response = Response::new(full_body(body));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -167,11 +168,16 @@ pub fn render(
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/problem+json"),
                 );
-                let violated: Vec<String> = denial.report.iter().map(|r| r.name.clone()).collect();
-                problem(denial.status, "local rate limit exceeded", &violated)
+                let violated: Vec<String> =
+                    denial.report.iter().map(|r| r.name.to_string()).collect();
+                Bytes::from(problem(
+                    denial.status,
+                    "local rate limit exceeded",
+                    &violated,
+                ))
             } else {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-                LOCAL_RATE_LIMITED_BODY.as_bytes().to_vec()
+                Bytes::from_static(LOCAL_RATE_LIMITED_BODY.as_bytes())
             };
             reply(denial.status, headers, body)
         }

@@ -38,7 +38,6 @@ use crate::config::{self, ConfigError, ListenerLimits, ProxyConfig};
 use crate::context::{ConnectionScope, RequestContext};
 use crate::descriptors::trusted_client_address;
 use crate::error::ProxyError;
-use crate::forward::PeerAddress;
 use crate::idle::{Activity, IdleTimeout, InFlight};
 use crate::local_ratelimit::SharedClock;
 use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
@@ -211,10 +210,9 @@ impl Proxy {
             .headers()
             .get(http::header::HOST)
             .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| request.uri().authority().map(|a| a.as_str().to_owned()))
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
             .unwrap_or_default();
-        let Some(route) = runtime.route_for(&host, request.uri().path()) else {
+        let Some(route) = runtime.route_for(host, request.uri().path()) else {
             self.metrics.no_route.inc();
             return reply::render(ProxyError::NoRoute, dialect, &runtime.default_contract);
         };
@@ -231,7 +229,6 @@ impl Proxy {
             source_cluster: Arc::clone(&runtime.source_cluster),
             connection,
         });
-        request.extensions_mut().insert(PeerAddress(peer.ip()));
         let result = route.service.clone().oneshot(request).await;
         let response = match result {
             Ok(response) => {
@@ -287,7 +284,7 @@ pub async fn serve<F>(
             let _tls_reloading = tls_reloading;
             let builder = connection_builder(&limits);
             serve_connections(listener, stopped, options, move |stream, peer| {
-                let scope = Arc::new(ConnectionScope::default());
+                let scope = Arc::new(ConnectionScope::new(peer.ip()));
                 let activity = Activity::new();
                 let io = IdleTimeout::new(
                     stream,

@@ -54,7 +54,7 @@ pub struct ProxyArgs {
     /// Sidecar mode: the admin address (/metrics, /healthz, /readyz); with --config, the file's `admin`.
     #[arg(long, env = "TOLLGATE_PROXY_ADMIN_ADDR", value_name = "ADDR")]
     pub admin_addr: Option<SocketAddr>,
-    /// Worker threads [default: one per CPU].
+    /// Worker threads [default: one per CPU]; 1 runs everything on one thread (tokio's current-thread scheduler).
     #[arg(long, env = "TOLLGATE_PROXY_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<usize>,
     /// How long a shutdown waits for requests in flight.
@@ -111,13 +111,7 @@ pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
             "--worker-threads must be at least 1".to_owned(),
         ));
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name("tollgate-proxy");
-    if let Some(n) = args.worker_threads {
-        builder.worker_threads(n);
-    }
-    let runtime = builder
-        .build()
+    let runtime = runtime(args.worker_threads)
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     // The exporter's client runs on the runtime; it flushes when `_traces` drops.
     let (trace_layer, _traces) = {
@@ -144,6 +138,24 @@ pub fn run(args: &ProxyArgs) -> Result<(), CommandError> {
         }
     };
     runtime.block_on(serve(source, args))
+}
+
+/// The runtime for `worker_threads` (`None`: one per CPU).
+///
+/// One thread gets tokio's current-thread scheduler: every task (the
+/// client connections, the upstream pool's connections) runs on the thread
+/// that waits for IO, so no wake-up crosses threads and nothing is stolen.
+fn runtime(worker_threads: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if worker_threads == Some(1) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if let Some(n) = worker_threads {
+            builder.worker_threads(n);
+        }
+        builder
+    };
+    builder.enable_all().thread_name("tollgate-proxy").build()
 }
 
 async fn serve(source: ConfigSource, args: &ProxyArgs) -> Result<(), CommandError> {
@@ -243,5 +255,14 @@ mod tests {
         .expect("valid");
         assert_eq!(sidecar.proxy.worker_threads, Some(1));
         assert_eq!(sidecar.proxy.drain_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn one_worker_thread_runs_the_current_thread_scheduler() {
+        use tokio::runtime::RuntimeFlavor;
+        let flavor = |threads| runtime(threads).expect("runtime").handle().runtime_flavor();
+        assert_eq!(flavor(Some(1)), RuntimeFlavor::CurrentThread);
+        assert_eq!(flavor(Some(2)), RuntimeFlavor::MultiThread);
+        assert_eq!(flavor(None), RuntimeFlavor::MultiThread);
     }
 }

@@ -7,6 +7,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tollgate_shed::concurrency::ConcurrencyLimitLayer;
 use tollgate_shed::priority::PriorityLayer;
+use tollgate_upstream::LbPolicy;
 use tollgate_upstream::balance::BalanceLayer;
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
@@ -44,7 +45,11 @@ pub(super) fn stack(
     cluster: &Arc<Cluster>,
     timeout: Option<Duration>,
 ) -> RouteService {
-    let balance = BalanceLayer::new(cluster.balancer.clone()).hash_key(hash_key(cluster));
+    let mut balance = BalanceLayer::new(cluster.balancer.clone());
+    // Only the ring hash reads a key: the other policies are spared making one per request.
+    if cluster.balancer.config().lb_policy == LbPolicy::RingHash {
+        balance = balance.hash_key(hash_key(cluster));
+    }
     // Each layer's error, and the forwarder's, converts into ProxyError.
     let stack = ServiceBuilder::new()
         .option_layer(layers.local)

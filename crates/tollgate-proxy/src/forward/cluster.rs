@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::Request;
+use http::uri::{Authority, Scheme};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -36,6 +37,8 @@ pub struct Cluster {
     pub hash_key_header: Option<http::HeaderName>,
     pub(super) client: Pool,
     pub(super) protocol: UpstreamProtocol,
+    /// Each endpoint's `host:port` as a URI authority, parsed once (in `endpoints`' order; a socket address always parses).
+    pub(super) authorities: Vec<Option<Authority>>,
 }
 
 /// The HTTP version spoken to a cluster's endpoints.
@@ -70,10 +73,10 @@ pub(super) enum Pool {
 }
 
 impl Pool {
-    pub(super) fn scheme(&self) -> &'static str {
+    pub(super) fn scheme(&self) -> Scheme {
         match self {
-            Pool::Plain(_) => "http",
-            Pool::Tls(_) => "https",
+            Pool::Plain(_) => Scheme::HTTP,
+            Pool::Tls(_) => Scheme::HTTPS,
         }
     }
 
@@ -141,9 +144,14 @@ impl Cluster {
                 Pool::Tls(builder.build(https))
             }
         };
+        let authorities = endpoints
+            .iter()
+            .map(|e| Authority::try_from(e.address.to_string()).ok())
+            .collect();
         Ok(Cluster {
             name: Arc::from(name),
             endpoints,
+            authorities,
             balancer,
             hash_key_header,
             client,

@@ -6,15 +6,18 @@ use http::HeaderMap;
 use http::header::{self, HeaderName, HeaderValue};
 
 /// Headers that describe one hop, never forwarded.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "upgrade",
-    "proxy-authenticate",
+static HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
 ];
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -28,18 +31,28 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
 
-pub(super) fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
-    let value = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(existing) if !existing.is_empty() => format!("{existing}, {peer}"),
-        _ => peer.to_string(),
+/// Appends `peer` to `x-forwarded-for` (`rendered`: `peer` as a value already, when the header is absent) and sets `x-forwarded-proto`.
+pub(super) fn append_forwarded_for(
+    headers: &mut HeaderMap,
+    peer: IpAddr,
+    rendered: Option<&HeaderValue>,
+) {
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(existing) if !existing.is_empty() => {
+            HeaderValue::from_str(&format!("{existing}, {peer}")).ok()
+        }
+        _ => match rendered {
+            Some(value) => Some(value.clone()),
+            None => HeaderValue::from_str(&peer.to_string()).ok(),
+        },
     };
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        headers.insert("x-forwarded-for", value);
+    if let Some(value) = value {
+        headers.insert(X_FORWARDED_FOR.clone(), value);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
 }

@@ -18,4 +18,4 @@ mod service;
 
 pub use cluster::{Cluster, ClusterOptions, Endpoint, UpstreamProtocol};
 pub use hop_headers::strip_hop_by_hop;
-pub use service::{Forward, PeerAddress};
+pub use service::Forward;

@@ -1,13 +1,13 @@
 //! [`Forward`], the service that sends a request to the endpoint the balancer picked and streams the response back.
 
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
+use http::uri::{self, PathAndQuery};
 use http::{Request, Response, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -52,18 +52,19 @@ impl Service<Request<Incoming>> for Forward {
         Box::pin(async move {
             let (mut parts, body) = request.into_parts();
             // The balancer (BalanceLayer, outside) put its pick in the extensions.
-            let authority = match parts.extensions.get::<SelectedEndpoint>() {
-                Some(selected) => selected.address.clone(),
-                None => match cluster.endpoints.first() {
-                    Some(endpoint) => endpoint.address.to_string(),
-                    None => return Err(UpstreamError::NoEndpoint.into()),
-                },
+            let index = match parts.extensions.get::<SelectedEndpoint>() {
+                Some(selected) => selected.index,
+                None if cluster.endpoints.is_empty() => {
+                    return Err(UpstreamError::NoEndpoint.into());
+                }
+                None => 0,
             };
-            let peer = parts
-                .extensions
-                .get::<PeerAddress>()
-                .map(|p| p.0)
-                .or_else(|| parts.extensions.get::<RequestContext>().map(|c| c.client));
+            let Some(authority) = cluster.authorities.get(index).cloned().flatten() else {
+                return Err(ForwardError::Uri(format!(
+                    "endpoint {index} has no URI authority"
+                )));
+            };
+            let context = parts.extensions.get::<RequestContext>();
             if !parts.headers.contains_key(header::HOST)
                 && let Some(authority) = parts.uri.authority()
                 && let Ok(host) = HeaderValue::from_str(authority.as_str())
@@ -71,20 +72,25 @@ impl Service<Request<Incoming>> for Forward {
                 parts.headers.insert(header::HOST, host);
             }
             strip_hop_by_hop(&mut parts.headers);
-            if let Some(peer) = peer {
-                append_forwarded_for(&mut parts.headers, peer);
+            if let Some(context) = context {
+                let connection = &context.connection;
+                append_forwarded_for(
+                    &mut parts.headers,
+                    connection.peer(),
+                    connection.forwarded_for(),
+                );
             }
-            let path = parts
-                .uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_owned();
-            parts.uri = Uri::builder()
-                .scheme(cluster.client.scheme())
-                .authority(authority)
-                .path_and_query(path)
-                .build()
-                .map_err(|e| ForwardError::Uri(e.to_string()))?;
+            let mut target = uri::Parts::default();
+            target.scheme = Some(cluster.client.scheme());
+            target.authority = Some(authority);
+            target.path_and_query = Some(
+                parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
+            );
+            parts.uri = Uri::from_parts(target).map_err(|e| ForwardError::Uri(e.to_string()))?;
             parts.version = match cluster.protocol {
                 UpstreamProtocol::Http2 => Version::HTTP_2,
                 UpstreamProtocol::Http1 => Version::HTTP_11,
@@ -143,7 +149,3 @@ impl Service<Request<Incoming>> for Forward {
         })
     }
 }
-
-/// The downstream peer's address, in the request's extensions.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerAddress(pub IpAddr);

@@ -1,5 +1,6 @@
 //! Headers of the local rate limit: the configured ones to add ([`HeaderToAdd`]), and what a bucket reports ([`BucketReport`]) as `x-ratelimit-*`.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -89,7 +90,7 @@ impl HeaderToAdd {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BucketReport {
     /// The policy name: `default` or the descriptor's `key=value;…`.
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// `max_tokens`.
     pub limit: u64,
     /// Whole tokens left after this request.
@@ -102,7 +103,7 @@ pub struct BucketReport {
 
 impl BucketReport {
     /// The report of the bucket `spec` named `name` after it decided `decision`.
-    pub fn new(name: String, spec: &BucketSpec, decision: &Decision) -> Self {
+    pub fn new(name: Cow<'static, str>, spec: &BucketSpec, decision: &Decision) -> Self {
         let next_token = if decision.remaining() > 0 {
             Duration::ZERO
         } else if decision.is_allowed() {

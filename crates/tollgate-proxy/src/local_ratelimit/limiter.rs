@@ -6,6 +6,7 @@
 //! buckets, one per value seen, in an LRU: the least recently used value
 //! goes first, and comes back with a full bucket.
 
+use std::borrow::Cow;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -152,20 +153,32 @@ impl LocalLimiter {
             let decision = bucket.limiter.check(*cost);
             if decision.is_allowed() {
                 if report.is_none() {
-                    report = Some(BucketReport::new(name.clone(), &bucket.spec, &decision));
+                    report = Some(BucketReport::new(
+                        Cow::Owned(name.clone()),
+                        &bucket.spec,
+                        &decision,
+                    ));
                 }
                 continue;
             }
             if spec.shadow_mode {
                 shadow_denials += 1;
                 if report.is_none() {
-                    report = Some(BucketReport::new(name.clone(), &bucket.spec, &decision));
+                    report = Some(BucketReport::new(
+                        Cow::Owned(name.clone()),
+                        &bucket.spec,
+                        &decision,
+                    ));
                 }
                 continue;
             }
             return LocalVerdict {
                 allowed: false,
-                report: Some(BucketReport::new(name.clone(), &bucket.spec, &decision)),
+                report: Some(BucketReport::new(
+                    Cow::Owned(name.clone()),
+                    &bucket.spec,
+                    &decision,
+                )),
                 shadow_denials,
             };
         }
@@ -173,7 +186,8 @@ impl LocalLimiter {
             && (matched.is_empty() || self.policy.always_consume_default)
         {
             let decision = default.limiter.check(1);
-            let default_report = BucketReport::new("default".to_owned(), &default.spec, &decision);
+            let default_report =
+                BucketReport::new(Cow::Borrowed("default"), &default.spec, &decision);
             if !decision.is_allowed() {
                 return LocalVerdict {
                     allowed: false,

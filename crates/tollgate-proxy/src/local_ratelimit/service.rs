@@ -72,11 +72,11 @@ where
         if !policy.enabled.sample() {
             return ResponseFuture::inner(self.inner.call(request), Vec::new());
         }
-        let context = match RequestContext::of(request.extensions()) {
-            Ok(context) => context.clone(),
+        let (mut parts, body) = request.into_parts();
+        let context = match RequestContext::of(&parts.extensions) {
+            Ok(context) => context,
             Err(missing) => return ResponseFuture::denied(missing.into()),
         };
-        let (mut parts, body) = request.into_parts();
         let request_descriptors = if policy.descriptors.is_empty() {
             Vec::new()
         } else {
@@ -91,12 +91,14 @@ where
                 Err(e) => return ResponseFuture::denied(LocalRateLimitError::InvalidCost(e)),
             }
         };
+        let per_connection;
         let limiter = if policy.per_connection {
-            context.connection.get_or_insert_with(&shared.limiter, || {
+            per_connection = context.connection.get_or_insert_with(&shared.limiter, || {
                 LocalLimiter::new(Arc::clone(policy), Arc::clone(&shared.clock))
-            })
+            });
+            &per_connection
         } else {
-            Arc::clone(&shared.limiter)
+            &shared.limiter
         };
         let verdict = limiter.check(&request_descriptors);
         let rate_headers = match (&verdict.report, policy.x_ratelimit_headers) {
