@@ -9,6 +9,9 @@
 # Prints one line per limits configuration (1 rule, 1000 rules): the checks
 # answered while counting, the instructions counted, and their ratio.
 #
+# SERVE_FLAGS adds flags to `tollgate serve` (for instance
+# SERVE_FLAGS='--worker-threads 2'); TOLLGATE_BIN picks the binary.
+#
 # Usage: scripts/bench-rls-instructions.sh [SECONDS]   (default 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +24,11 @@ source scripts/rls-bench-limits.sh
 write_rls_bench_limits "$work"
 
 count() { # CONFIG_DIR
+: > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
+    # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
-        : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
         "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-        --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
+        --log-level warn ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
     for _ in $(seq 1 600); do
         addr=$(awk '/^listening on/ {print $3}' "$work/serve.out")

@@ -8,6 +8,11 @@
 # /proc/PID/stat (utime + stime) around each run and divided by the checks
 # answered. Each configuration runs ROUNDS times (default 3), 10 s each.
 #
+# SERVE_FLAGS adds flags to `tollgate serve`, for instance
+# SERVE_FLAGS='--worker-threads 2' (two workers, still on CPU 0 alone: the
+# same core and load as one worker, so the two CPU figures compare);
+# TOLLGATE_BIN picks the binary (scripts/tollgate-bin.sh).
+#
 # Usage: scripts/bench-rls.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +26,9 @@ write_rls_bench_limits "$work"
 
 run() { # CONFIG_DIR KEYS
     : > "$work/serve.out" # emptied here, not by the background job: the wait below must not read the last run's address
+    # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
     taskset -c 0 "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-        --log-level warn > "$work/serve.out" 2> "$work/serve.err" &
+        --log-level warn ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
     for _ in $(seq 1 200); do
         addr=$(awk '/^listening on/ {print $3}' "$work/serve.out")

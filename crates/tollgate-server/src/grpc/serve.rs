@@ -4,12 +4,10 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
@@ -142,7 +140,7 @@ where
             Arc::clone(&quota_book),
             quota_clock,
         )),
-        rate_limit: service,
+        rate_limit: Arc::new(service),
         health: HealthServer::new(HealthService::from_health_reporter(reporter)),
     };
     // Quota streams never end by themselves: at shutdown they are ended, so the drain can finish.
@@ -153,6 +151,8 @@ where
     let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     http2
         .timer(TokioTimer::new())
+        // gRPC reads no `date`: rendering and encoding it cost ~2 % of a call's instructions.
+        .auto_date_header(false)
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
@@ -174,7 +174,7 @@ where
     serve_connections(listener, shutdown, options, |stream, _peer| {
         http2.serve_connection(
             TokioIo::new(AuthorityFront::new(stream, limits)),
-            TowerToHyperService::new(services.clone()),
+            services.for_connection(),
         )
     })
     .await;
@@ -209,40 +209,41 @@ const HEALTH_PATH_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// The two services of a gRPC connection, chosen by the request's path.
 struct GrpcServices<C: Clock> {
-    rate_limit: RateLimitGrpc<C>,
+    /// Each connection's own copy, so a call counts on its connection's
+    /// `Arc` only: connections served by different threads share no count.
+    rate_limit: Arc<RateLimitGrpc<C>>,
     quota: RateLimitQuotaServiceServer<RlqsService<C>>,
     health: HealthServer<HealthService>,
 }
 
-impl<C: Clock> Clone for GrpcServices<C> {
-    fn clone(&self) -> Self {
+impl<C: Clock> GrpcServices<C> {
+    /// The services for a new connection.
+    fn for_connection(&self) -> Self {
         GrpcServices {
-            rate_limit: self.rate_limit.clone(),
+            rate_limit: Arc::new(RateLimitGrpc::clone(&self.rate_limit)),
             quota: self.quota.clone(),
             health: self.health.clone(),
         }
     }
 }
 
-impl<C: Clock + 'static> tonic::codegen::Service<http::Request<Incoming>> for GrpcServices<C> {
+/// Served by hyper directly (not through tower's `Service`, whose adapter
+/// clones every service of the connection for each call).
+impl<C: Clock + 'static> hyper::service::Service<http::Request<Incoming>> for GrpcServices<C> {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<Result<Self::Response, Infallible>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Incoming>) -> Self::Future {
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         let request = request.map(tonic::body::Body::new);
         if request.uri().path().starts_with(HEALTH_PATH_PREFIX) {
             let mut health = self.health.clone();
-            Box::pin(async move { health.call(request).await })
+            Box::pin(async move { tonic::codegen::Service::call(&mut health, request).await })
         } else if request.uri().path().starts_with(QUOTA_PATH_PREFIX) {
             let mut quota = self.quota.clone();
-            Box::pin(async move { quota.call(request).await })
+            Box::pin(async move { tonic::codegen::Service::call(&mut quota, request).await })
         } else {
-            tonic::codegen::Service::call(&mut self.rate_limit, request)
+            RateLimitGrpc::answer_http(Arc::clone(&self.rate_limit), request)
         }
     }
 }

@@ -345,13 +345,24 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        RateLimitGrpc::answer_http(Arc::new(self.clone()), request)
+    }
+}
+
+impl<C: Clock + 'static> RateLimitGrpc<C> {
+    /// Answers one HTTP/2 request as tonic's unary handler does, from a
+    /// shared `service` (the connection's: a call costs one count on its
+    /// `Arc`, not one on each of the service's parts).
+    pub(crate) fn answer_http(
+        service: Arc<Self>,
+        request: http::Request<tonic::body::Body>,
+    ) -> BoxFuture<Result<http::Response<tonic::body::Body>, Infallible>> {
         if request.uri().path() != SHOULD_RATE_LIMIT_PATH {
             let path = request.uri().path().to_owned();
             return Box::pin(async move {
                 Ok(Status::unimplemented(format!("no method {path}")).into_http())
             });
         }
-        let service = self.clone();
         Box::pin(async move {
             let caps = service.caps;
             let mut grpc = tonic::server::Grpc::new(RlsCodec::<

@@ -35,12 +35,9 @@ use super::listen::{Listen, Listeners, OverridesSetup, serve};
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all().thread_name("tollgate-worker");
-    if let Some(threads) = args.worker_threads {
-        runtime.worker_threads(threads.get());
-    }
-    let runtime = runtime
+    let runtime = runtime_builder(args.worker_threads, settings.tracing.enabled)
+        .enable_all()
+        .thread_name("tollgate-worker")
         .build()
         .map_err(|error| CommandError::Failed(format!("cannot start the runtime: {error}")))?;
     // The exporter's client runs on the runtime; it flushes when `_traces` drops.
@@ -218,6 +215,35 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     runtime.block_on(serve(
         listen, live, headers, metrics, caps, limits, quota_book, overrides,
     ))
+}
+
+/// The runtime for `threads` workers (`None`: one per CPU this process may run on).
+///
+/// One worker is a current-thread runtime: every task runs on the thread
+/// that serves, with no work stealing and no wake-ups across threads, and a
+/// task woken (a connection whose calls have answered) runs after the tasks
+/// already queued, so a connection writes the answers of the calls that came
+/// together in one write rather than one write per answer
+/// (docs/benchmarks.md: about 0.7x the server CPU per check of a
+/// multi-thread runtime with one worker). With tracing on it stays
+/// multi-thread: the OTLP exporter's client runs on the runtime from its own
+/// thread, and its last flush, after serving, needs a runtime that runs
+/// without being driven.
+fn runtime_builder(
+    threads: Option<std::num::NonZeroUsize>,
+    tracing: bool,
+) -> tokio::runtime::Builder {
+    let threads = threads
+        .or_else(|| std::thread::available_parallelism().ok())
+        .map_or(0, std::num::NonZeroUsize::get);
+    if threads == 1 && !tracing {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        runtime.worker_threads(threads);
+    }
+    runtime
 }
 
 /// Waits until the xDS client has put a first config in service (true) or
