@@ -52,7 +52,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<SocketAddr>,
     /// Worker threads of the runtime that serves every listener
-    /// [default: one per CPU]; at least 1.
+    /// [default: one per CPU]; at least 1. One worker runs on a
+    /// current-thread scheduler unless tracing is on.
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Allowed hits above this fraction of a limit also count in

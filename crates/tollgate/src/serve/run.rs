@@ -224,7 +224,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 /// task woken (a connection whose calls have answered) runs after the tasks
 /// already queued, so a connection writes the answers of the calls that came
 /// together in one write rather than one write per answer
-/// (docs/benchmarks.md: about 0.7x the server CPU per check of a
+/// (docs/benchmarks.md: 0.79-0.87x the server CPU per check of a
 /// multi-thread runtime with one worker). With tracing on it stays
 /// multi-thread: the OTLP exporter's client runs on the runtime from its own
 /// thread, and its last flush, after serving, needs a runtime that runs
