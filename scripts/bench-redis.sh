@@ -8,6 +8,7 @@
 #    this Redis can make.
 # 2. `tollgate serve --store redis://…` under `tollgate bench rls` (64 in
 #    flight) for one hot key and 100 000 keys: checks/s, p50/p99, server CPU
+#    (and its system part: the kernel's share, socket work included)
 #    and Redis CPU per check (from /proc/PID/stat; Redis's includes its
 #    network work) and Redis calls per check (the
 #    cmdstat_fcall/evalsha/eval delta of INFO commandstats ÷ checks).
@@ -126,9 +127,10 @@ ru0, rs0, ru1, rs1 = map(int, sys.argv[9:13])
 redis_us = (ru1 + rs1 - ru0 - rs0) * 1e6 / os.sysconf("SC_CLK_TCK")
 b = json.load(open(sys.argv[7]))
 cpu_us = (u1 + s1 - u0 - s0) * 1e6 / os.sysconf("SC_CLK_TCK")
+sys_us = (s1 - s0) * 1e6 / os.sysconf("SC_CLK_TCK")
 answered = max(b["ok"] + b["over_limit"], 1)
 lat = b["latency_us"]
-print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {redis_us / answered:12.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
+print(f"{b['req_per_s']:9.0f} {lat['p50']:7d} {lat['p99']:7d} {lat['p99_9']:8d} {cpu_us / answered:11.2f} {sys_us / answered:11.2f} {redis_us / answered:12.2f} {(c1 - c0) / answered:10.3f} {fallbacks:9d} {b['errors']:6d}")
 PY
 }
 
@@ -141,7 +143,7 @@ for round in $(seq 1 "$rounds"); do
 done
 echo
 echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
-printf '%-5s %-7s %-12s %9s %7s %7s %8s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
+printf '%-5s %-7s %-12s %9s %7s %7s %8s %11s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'sys µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
         for mode in $modes; do

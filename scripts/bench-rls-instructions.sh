@@ -11,6 +11,9 @@
 #
 # SERVE_FLAGS adds flags to `tollgate serve` (for instance
 # SERVE_FLAGS='--worker-threads 2'); TOLLGATE_BIN picks the binary.
+# REDIS=1 counts the exact Redis path instead of the in-memory store: a
+# throwaway redis-server (scripts/redis-bench-common.sh) and
+# `--store redis://…` (its own instructions are not counted).
 #
 # Usage: scripts/bench-rls-instructions.sh [SECONDS]   (default 8)
 set -euo pipefail
@@ -18,8 +21,15 @@ cd "$(dirname "$0")/.."
 seconds=${1:-8}
 command -v callgrind_control > /dev/null || { echo "error: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 source scripts/tollgate-bin.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+store=()
+if [ -n "${REDIS:-}" ]; then
+    redis_pin=()
+    source scripts/redis-bench-common.sh # sets work, port and its cleanup
+    store=(--store "redis://127.0.0.1:$port")
+else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+fi
 source scripts/rls-bench-limits.sh
 write_rls_bench_limits "$work"
 
@@ -28,7 +38,7 @@ count() { # CONFIG_DIR
     # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
         "$bin" serve --config "$1" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 \
-        --log-level warn ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
+        --log-level warn "${store[@]}" ${SERVE_FLAGS:-} > "$work/serve.out" 2> "$work/serve.err" &
     local pid=$! addr=""
     for _ in $(seq 1 600); do
         addr=$(awk '/^listening on/ {print $3}' "$work/serve.out")

@@ -12,8 +12,10 @@
 --   p1, p2 the algorithm's parameters as above
 --   phase  a fixed window's stagger in microseconds (0: epoch-aligned): the
 --          key's windows start at k*window - phase
--- Returns 4 integers per counter: outcome (0 allowed, 1 denied, 2 can never
--- pass), remaining, reset-after ns, retry-after ns.
+-- Returns 4 numbers per counter: outcome (0 allowed, 1 denied, 2 can never
+-- pass), remaining, reset-after ns, retry-after ns; for one counter as one
+-- string of 4 little-endian doubles (one value for the client to read), for
+-- more as an array of 4 integers per counter.
 --
 -- Optional supplied time (the lab's virtual clock; production never passes
 -- it): when ARGV holds 3 values after the counters' (#KEYS * 7 + 3), they are
@@ -379,7 +381,7 @@ local function check(keys, args, encoding)
     if value ~= nil and (outcome == 0 or args[3] == 'f') then
       put(keys[1], decided_hkey, args[3], value, ttl)
     end
-    return {outcome, left, reset, retry}
+    return spack('<dddd', outcome, left, reset, retry)
   end
   local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
   for k = 1, #keys do

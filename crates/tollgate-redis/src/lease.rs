@@ -82,7 +82,7 @@ impl RedisStore {
             .arg(args[0])
             .arg(args[1])
             .arg(args[2]);
-        let reply = self.invoke(Entry::Lease, &cmd).await?;
+        let reply: Vec<i64> = self.invoke(Entry::Lease, &cmd).await?;
         let mut out = [0u64; 5];
         if reply.len() != out.len() {
             return Err(StoreError::Unavailable(format!(

@@ -53,6 +53,7 @@
 
 #![forbid(unsafe_code)]
 
+mod check_reply;
 mod documents;
 mod key;
 mod lease;
@@ -66,6 +67,7 @@ mod target;
 use std::sync::Arc;
 use std::time::Duration;
 
+use check_reply::{CheckReply, to_decision};
 use futures_util::future::try_join_all;
 pub use library::Encoding;
 use library::{Calls, Entry};
@@ -74,7 +76,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 pub use redis::{ClientTlsConfig, TlsCertificates};
 use redis::{Cmd, RedisError, RedisWrite};
-use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome, Timestamp};
+use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, Outcome, Timestamp};
 use tollgate_store::{Counter, CounterStore, StoreError};
 
 pub use documents::DocumentWrite;
@@ -358,25 +360,23 @@ impl RedisStore {
             pattern.push(b);
         }
         pattern.push(b'*');
-        let unavailable = |e: RedisError| StoreError::Unavailable(e.to_string());
         let (mut cursor, mut deleted) = (0u64, 0u64);
-        // Bounded: a scan ends when the cursor comes back to 0.
+        // Bounded: a scan ends when the cursor comes back to 0; each call within the timeout.
         loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            let scan = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(1000)
-                .query_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
+                .take();
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                self.within(scan.query_async(&mut connection)).await?;
             if !keys.is_empty() {
-                deleted += redis::cmd("UNLINK")
-                    .arg(&keys)
-                    .query_async::<u64>(&mut connection)
-                    .await
-                    .map_err(unavailable)?;
+                let unlink = redis::cmd("UNLINK").arg(&keys).take();
+                deleted += self
+                    .within(unlink.query_async::<u64>(&mut connection))
+                    .await?;
             }
             if next == 0 {
                 return Ok(deleted);
@@ -429,11 +429,11 @@ impl RedisStore {
             pipe.add_command(cmd);
         }
         let mut connection = connection.clone();
-        let mut replies: Option<Vec<Vec<i64>>> = None;
+        let mut replies: Option<Vec<CheckReply>> = None;
         // Twice at most: a node without the code (a fresh, restarted or
         // flushed Redis) loads it and the calls are made again.
         for _ in 0..2 {
-            let call = pipe.query_async::<Vec<Vec<i64>>>(&mut connection);
+            let call = pipe.query_async::<Vec<CheckReply>>(&mut connection);
             match tokio::time::timeout(self.timeout, call).await {
                 Ok(Ok(r)) => {
                     replies = Some(r);
@@ -457,7 +457,7 @@ impl RedisStore {
                 "the check code could not be loaded".to_owned(),
             ));
         };
-        if replies.len() != calls.len() || replies.iter().any(|r| r.len() != 4) {
+        if replies.len() != calls.len() || replies.iter().any(|r| r.values().len() != 4) {
             return Err(StoreError::Unavailable(format!(
                 "the check function answered {} replies for {} calls",
                 replies.len(),
@@ -465,7 +465,7 @@ impl RedisStore {
             )));
         }
         for ((c, _), r) in calls.iter().zip(&replies) {
-            decisions.push(to_decision(&c.algorithm, r));
+            decisions.push(to_decision(&c.algorithm, r.values()));
         }
         Ok(())
     }
@@ -520,7 +520,7 @@ impl RedisStore {
     /// Runs the script on `counters` (all on one node) and appends their decisions.
     async fn run_script(
         &self,
-        counters: &[&Counter<'_>],
+        counters: &[Counter<'_>],
         time: Option<SuppliedTime>,
         decisions: &mut Vec<Decision>,
     ) -> Result<(), StoreError> {
@@ -549,7 +549,8 @@ impl RedisStore {
                     .max(1),
             );
         }
-        let reply = self.invoke(Entry::Check, &cmd).await?;
+        let reply: CheckReply = self.invoke(Entry::Check, &cmd).await?;
+        let reply = reply.values();
         if reply.len() != counters.len() * 4 {
             return Err(StoreError::Unavailable(format!(
                 "the check function answered {} values for {} counters",
@@ -567,10 +568,14 @@ impl RedisStore {
 impl RedisStore {
     /// Makes a call of `entry` (`cmd`, from [`Calls::command`]), each try
     /// within the timeout; a node without the code loads it and is called again.
-    async fn invoke(&self, entry: Entry, cmd: &Cmd) -> Result<Vec<i64>, StoreError> {
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        entry: Entry,
+        cmd: &Cmd,
+    ) -> Result<T, StoreError> {
         // Twice at most: the second call follows a load.
         for _ in 0..2 {
-            match tokio::time::timeout(self.timeout, self.query::<Vec<i64>>(cmd)).await {
+            match tokio::time::timeout(self.timeout, self.query::<T>(cmd)).await {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(e)) if library::is_missing(&e) => {
                     let load = self.calls.load(entry, self.encoding);
@@ -644,9 +649,8 @@ impl RedisStore {
         if counters.is_empty() {
             return Ok(());
         }
-        let all: Vec<&Counter<'_>> = counters.iter().collect();
         if matches!(self.connection, Connection::Single(_)) {
-            return self.run_script(&all, time, decisions).await;
+            return self.run_script(counters, time, decisions).await;
         }
         // A cluster: one call per slot, in parallel, each atomic on its own.
         let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
@@ -658,10 +662,10 @@ impl RedisStore {
             }
         }
         if by_slot.len() == 1 {
-            return self.run_script(&all, time, decisions).await;
+            return self.run_script(counters, time, decisions).await;
         }
         let calls = by_slot.iter().map(|(_, members)| async move {
-            let part: Vec<&Counter<'_>> = members.iter().map(|&i| &counters[i]).collect();
+            let part: Vec<Counter<'_>> = members.iter().map(|&i| counters[i]).collect();
             let mut out = Vec::with_capacity(part.len());
             self.run_script(&part, time, &mut out).await.map(|()| out)
         });
@@ -733,30 +737,6 @@ impl ScriptParams {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The decision for one counter from the script's four integers.
-fn to_decision(algorithm: &AnyAlgorithm, reply: &[i64]) -> Decision {
-    let at = |i: usize| reply.get(i).copied().unwrap_or(0).max(0) as u64;
-    let outcome = match at(0) {
-        0 => Outcome::Allowed,
-        1 => Outcome::Denied,
-        _ => Outcome::Exceeds,
-    };
-    let limit = algorithm.capacity();
-    let (remaining, reset, mut wait) = (at(1), at(2), at(3));
-    if let (Outcome::Allowed, AnyAlgorithm::Word(AnyWordAlgorithm::LeakyBucket(lb))) =
-        (outcome, algorithm)
-    {
-        // The shaper's delay: the backlog beyond what passes undelayed.
-        let free_units = match lb.mode() {
-            DelayMode::NoDelay => lb.burst() + 1,
-            DelayMode::Delay => 1,
-            DelayMode::DelayAfter(n) => n + 1,
-        };
-        wait = reset.saturating_sub(free_units.saturating_mul(nanos(lb.drain_interval())));
-    }
-    Decision::from_parts(outcome, limit, remaining, reset, wait)
 }
 
 /// Installs rustls's ring provider once, for `rediss://` connections.

@@ -293,14 +293,19 @@ pub(crate) fn connect_timeout(timeout: Duration) -> Duration {
 
 /// A connection manager that reconnects by itself, with short backoff.
 ///
-/// Its response timeout is the connect timeout (as a cluster's is), so the
-/// store's own timeout bounds each call: the manager's default (500 ms)
-/// cut a simulation's large shares calls (a leaving instance's tens of
-/// thousands of keys) short whatever the store's timeout said.
+/// It has no response timeout of its own: the store bounds every call on
+/// it with its own timeout (`--store-timeout`, a [`StoreError::Timeout`]
+/// when it passes), so a second timer per call would only cost (one more
+/// timer entry set and cleared per check). The manager's default (500 ms)
+/// also cut a simulation's large shares calls (a leaving instance's tens of
+/// thousands of keys) short whatever the store's timeout said. A timeout
+/// never made the manager reconnect (it is not a dropped connection).
+///
+/// [`StoreError::Timeout`]: tollgate_store::StoreError::Timeout
 async fn managed(client: Client, connect_timeout: Duration) -> RedisResult<Connection> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout))
-        .set_response_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(500));

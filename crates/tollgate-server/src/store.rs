@@ -442,17 +442,20 @@ impl RemoteStore {
             return Err(StoreError::Unavailable(NOT_CONNECTED.to_owned()));
         };
         let mut refills = Vec::new();
-        let local = self
-            .leases
-            .try_local(counters, generation, sent, decisions, &mut refills)
-            || (self.leases.wait_for_grant(counters, self.timeout).await
-                && self.leases.try_local(
-                    counters,
-                    generation,
-                    clock.now(),
-                    decisions,
-                    &mut refills,
-                ));
+        // A book holding no lease (no `--lease-period`, or none granted yet)
+        // decides nothing here and has no grant in flight to wait for.
+        let local = !self.leases.is_empty()
+            && (self
+                .leases
+                .try_local(counters, generation, sent, decisions, &mut refills)
+                || (self.leases.wait_for_grant(counters, self.timeout).await
+                    && self.leases.try_local(
+                        counters,
+                        generation,
+                        clock.now(),
+                        decisions,
+                        &mut refills,
+                    )));
         if local {
             self.stats.leased.fetch_add(1, Ordering::Relaxed);
             if !refills.is_empty() {

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use tollgate_core::{Clock, Timestamp};
 use tollgate_protocol::rls::model::{DescriptorStatus, RateLimitResponse};
 use tollgate_rules::{Rule, StoreErrorPolicy};
@@ -86,13 +87,14 @@ impl<'e, C: Clock> StoreCall<'e, C> {
             remote,
             plan,
         } = self;
-        let counters: Vec<Counter<'_>> = plan
+        // On the stack for the usual few counters: no allocation per call.
+        let counters: SmallVec<[Counter<'_>; 4]> = plan
             .counters
             .iter()
             .map(PlannedCounter::as_counter)
             .collect();
-        let periods: Vec<Duration> = plan.counters.iter().map(|c| c.lease).collect();
-        let shared: Vec<bool> = plan.counters.iter().map(|c| c.shares).collect();
+        let periods: SmallVec<[Duration; 4]> = plan.counters.iter().map(|c| c.lease).collect();
+        let shared: SmallVec<[bool; 4]> = plan.counters.iter().map(|c| c.shares).collect();
         let mut decisions = Vec::with_capacity(counters.len());
         // With tracing on, the store call is a child span of the check; a
         // fallback shows as the `on_store_error` event inside it.
