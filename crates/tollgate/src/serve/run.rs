@@ -241,10 +241,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 /// the runtime returned here is a current-thread one that runs the rest on
 /// the main thread: the HTTP API, the debug and Prometheus listeners, the
 /// reload and TLS watchers, the signal handler, the overrides poll, statsd,
-/// the xDS client, the Redis connections' tasks, the quota service's
-/// payer and the store's health watch. The shares sync task starts on the
-/// runtime of the first call that needs it (a worker's); a quota stream's
-/// task runs on the worker that accepted its connection.
+/// the xDS client, the Redis connections' tasks and the shares sync (on
+/// the runtime that connected to Redis), the quota service's payer and the
+/// store's health watch. A quota stream's task runs on the worker that
+/// accepted its connection, and its rounds reach it through channels.
 ///
 /// With tracing on it stays one multi-thread runtime for everything: the
 /// OTLP exporter's client runs on the runtime from its own thread, and its
