@@ -35,8 +35,11 @@ use super::listen::{Listen, Listeners, OverridesSetup, serve};
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
-    let (mut runtime, grpc_workers) =
-        runtime_builder(args.worker_threads, settings.tracing.enabled);
+    let (mut runtime, grpc_workers) = runtime_builder(
+        args.worker_threads,
+        settings.tracing.enabled,
+        settings.store.is_some(),
+    );
     let runtime = runtime
         .enable_all()
         .thread_name("tollgate-worker")
@@ -234,32 +237,36 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 /// multi-thread runtime with one worker; 12.9-13.7 us a check on the quiet
 /// run of 2026-11-28).
 ///
-/// More workers, tracing off: the same, N times over. The gRPC listener is
+/// More workers, tracing off, counters in memory: the same, N times over. The gRPC listener is
 /// served by N threads, each with a current-thread runtime of its own
 /// accepting from the same socket and serving the connections it accepted
 /// ([`grpc::serve_on_workers`](tollgate_server::grpc::serve_on_workers));
 /// the runtime returned here is a current-thread one that runs the rest on
 /// the main thread: the HTTP API, the debug and Prometheus listeners, the
 /// reload and TLS watchers, the signal handler, the overrides poll, statsd,
-/// the xDS client, the Redis connections' tasks and the shares sync (on
-/// the runtime that connected to Redis), the quota service's payer and the
-/// store's health watch. A quota stream's task runs on the worker that
+/// the xDS client and the quota service's payer. A quota stream's task runs on the worker that
 /// accepted its connection, and its rounds reach it through channels.
 ///
 /// With tracing on it stays one multi-thread runtime for everything: the
 /// OTLP exporter's client runs on the runtime from its own thread, and its
 /// last flush, after serving, needs a runtime that runs without being
-/// driven.
+/// driven. With a Redis store (`redis`) too: the Redis connection's task
+/// would run on the main thread, and every check would cross from its
+/// worker to it and back (docs/benchmarks.md: 1.05-1.22x the server CPU
+/// per exact check of the multi-thread runtime, two workers).
 fn runtime_builder(
     threads: Option<std::num::NonZeroUsize>,
     tracing: bool,
+    redis: bool,
 ) -> (tokio::runtime::Builder, Option<std::num::NonZeroUsize>) {
     let threads = threads.or_else(|| std::thread::available_parallelism().ok());
     match threads {
         Some(one) if one.get() == 1 && !tracing => {
             (tokio::runtime::Builder::new_current_thread(), None)
         }
-        Some(workers) if !tracing => (tokio::runtime::Builder::new_current_thread(), Some(workers)),
+        Some(workers) if !tracing && !redis => {
+            (tokio::runtime::Builder::new_current_thread(), Some(workers))
+        }
         _ => {
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
             if let Some(threads) = threads {
