@@ -1,4 +1,4 @@
-//! `tollgate serve --worker-threads 2`: two threads with a runtime each serve the gRPC listener; clients on both are answered, `--max-connections` holds over both, a reload reaches every connection and SIGTERM drains a call in flight.
+//! `tollgate serve --worker-threads 2`: two threads with a runtime each serve the gRPC listener; clients on both are answered, `--max-connections` holds over both, a reload reaches every connection and SIGTERM drains a call in flight. With a Redis store one multi-thread runtime stays.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,6 +8,7 @@ use std::time::Duration;
 use tollgate_protocol::rls::{RlsClient, wire};
 use tollgate_testkit::budget::{BUDGET, poll_until};
 use tollgate_testkit::http::get;
+use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
 
@@ -246,4 +247,27 @@ async fn sigterm_drains_a_call_held_on_a_worker_then_exits_0() {
         .expect("the wait runs");
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_redis_store_the_workers_share_one_runtime() {
+    let redis = RedisServer::start();
+    let dir = TempDir::new("serve-workers-redis");
+    let (server, grpc, _) = start(&dir, &["--store", &redis.url()]);
+    let client = connect(grpc).await;
+    let status = hit(&client, "path", "/a").await;
+    assert_eq!(status.code, wire::CODE_OK, "{status:?}");
+    let names = thread_names(server.child.id());
+    assert!(
+        !names.iter().any(|name| name.starts_with("tollgate-grpc")),
+        "the Redis connection's task would be on another thread than every check: {names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .filter(|name| *name == "tollgate-worker")
+            .count()
+            >= 2,
+        "{names:?}"
+    );
 }
