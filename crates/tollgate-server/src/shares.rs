@@ -95,9 +95,8 @@ pub struct SharesBook {
     policy: HolderPolicy,
     synced: watch::Sender<Synced>,
     started: AtomicBool,
-    /// The runtime the book was made on (the one that connects to Redis),
-    /// where its sync task runs, whichever runtime first needs it (`serve`'s
-    /// gRPC workers each have their own).
+    /// The runtime the book was made on (the one that connects to Redis):
+    /// its sync task runs there, whichever runtime's call first needs it.
     runtime: Option<tokio::runtime::Handle>,
     /// Held across each call: the leave waits for the call in flight.
     calling: tokio::sync::Mutex<()>,
