@@ -10,7 +10,7 @@ use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
 use tollgate_tls::{ServerStream, TlsAcceptor};
 
-use crate::connection_limit::ConnectionLimit;
+use crate::connection_limit::{ConnectionLimit, FreeSlot};
 use crate::open_connections::{ConnectionAge, OpenConnections};
 use crate::shutdown::{Drained, drain};
 
@@ -103,6 +103,7 @@ where
             None => ServerStream::plain(stream),
         };
         let connection = connect(stream, peer);
+        let slot = slot.map(FreeSlot::opened);
         tokio::spawn(connections.serve(connection, options.max_connection_age, slot, server));
     }
     drop(listener);

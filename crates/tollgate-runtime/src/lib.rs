@@ -38,7 +38,7 @@ pub mod trace_context;
 mod watcher;
 
 pub use accept::{AcceptOptions, LIMIT_LOG_INTERVAL, serve_connections};
-pub use connection_limit::ConnectionLimit;
+pub use connection_limit::{ConnectionLimit, Slot};
 pub use entries::{ConfigEntries, EveryEntry};
 pub use error_chain::error_chain;
 pub use label_value::LabelValue;

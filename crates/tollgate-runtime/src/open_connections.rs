@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
 use rand::Rng;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
+
+use crate::connection_limit::Slot;
 
 /// How long a connection may live: asked to go away after `max_age` (plus up to a tenth), closed `grace` later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +79,7 @@ impl OpenConnections {
         &self,
         connection: C,
         age: Option<ConnectionAge>,
-        slot: Option<OwnedSemaphorePermit>,
+        slot: Option<Slot>,
         server: &'static str,
     ) -> impl Future<Output = ()> + Send + 'static
     where

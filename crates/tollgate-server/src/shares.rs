@@ -95,6 +95,9 @@ pub struct SharesBook {
     policy: HolderPolicy,
     synced: watch::Sender<Synced>,
     started: AtomicBool,
+    /// The runtime the book was made on (the one that connects to Redis):
+    /// its sync task runs there, whichever runtime's call first needs it.
+    runtime: Option<tokio::runtime::Handle>,
     /// Held across each call: the leave waits for the call in flight.
     calling: tokio::sync::Mutex<()>,
     /// The instance left (shutdown): no call goes out any more.
@@ -113,6 +116,7 @@ impl SharesBook {
             policy: options.holder,
             synced: watch::Sender::new(Synced::default()),
             started: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             calling: tokio::sync::Mutex::new(()),
             left: AtomicBool::new(false),
             counts: SharesCounts::default(),
@@ -254,10 +258,14 @@ impl SharesBook {
         true
     }
 
-    /// Starts the sync task once, on the current Tokio runtime.
+    /// Starts the sync task once, on the runtime the book was made on (else the current one).
     fn start(self: &Arc<Self>) {
         if !self.started.load(Ordering::Acquire) && !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(sync_loop(Arc::downgrade(self)));
+            let sync = sync_loop(Arc::downgrade(self));
+            match &self.runtime {
+                Some(runtime) => drop(runtime.spawn(sync)),
+                None => drop(tokio::spawn(sync)),
+            }
         }
     }
 

@@ -11,7 +11,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tollgate_core::Clock;
 use tollgate_protocol::rls::wire::{SERVICE_NAME, UPSTREAM_HEALTH_NAME};
-use tollgate_runtime::{AcceptOptions, ConnectionAge, ConnectionLimit, serve_connections};
+use tollgate_runtime::{
+    AbortOnDrop, AcceptOptions, ConnectionAge, ConnectionLimit, serve_connections,
+};
 use tollgate_tls::TlsAcceptor;
 use tonic::codegen::http;
 use tonic_health::ServingStatus;
@@ -95,94 +97,153 @@ where
     C: Clock + 'static,
     F: Future<Output = ()> + Send,
 {
-    let reporter = HealthReporter::new();
-    for name in ["", UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
-        reporter
-            .set_service_status(name, ServingStatus::Serving)
-            .await;
-    }
-    // With a shared store, the service's health follows the replica's readiness
-    // (RemoteStore::check_ready, checked every second).
-    let store_reporter = reporter.clone();
-    let store_watch = service.engine().remote().cloned().map(|remote| {
-        tokio::spawn(async move {
-            let mut serving = true;
-            loop {
-                tokio::time::sleep(STORE_HEALTH_PERIOD).await;
-                let up = remote.check_ready().await.is_ok();
-                if up != serving {
-                    serving = up;
-                    let status = if up {
-                        ServingStatus::Serving
-                    } else {
-                        ServingStatus::NotServing
-                    };
-                    for name in [UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
-                        store_reporter.set_service_status(name, status).await;
+    let server = GrpcServer::start(service, grpc_limits).await;
+    let acceptor = server.acceptor();
+    acceptor.accept(listener, shutdown).await;
+    Ok(())
+}
+
+/// A gRPC server's shared parts: the health reporter's store watch and the
+/// quota payer run on the runtime that started it, until it is dropped;
+/// its [`Acceptor`]s serve connections on whichever runtime runs them.
+pub(super) struct GrpcServer<C: Clock> {
+    acceptor: Acceptor<C>,
+    /// The store's health watch and the quota payer, aborted on drop.
+    _background: AbortOnDrop,
+}
+
+impl<C: Clock + 'static> GrpcServer<C> {
+    /// Sets the health statuses, spawns the store watch and the quota payer
+    /// on the current runtime, and builds the services.
+    pub(super) async fn start(service: RateLimitGrpc<C>, grpc_limits: GrpcLimits) -> Self {
+        let reporter = HealthReporter::new();
+        for name in ["", UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+            reporter
+                .set_service_status(name, ServingStatus::Serving)
+                .await;
+        }
+        // With a shared store, the service's health follows the replica's readiness
+        // (RemoteStore::check_ready, checked every second).
+        let store_reporter = reporter.clone();
+        let store_watch = service.engine().remote().cloned().map(|remote| {
+            tokio::spawn(async move {
+                let mut serving = true;
+                loop {
+                    tokio::time::sleep(STORE_HEALTH_PERIOD).await;
+                    let up = remote.check_ready().await.is_ok();
+                    if up != serving {
+                        serving = up;
+                        let status = if up {
+                            ServingStatus::Serving
+                        } else {
+                            ServingStatus::NotServing
+                        };
+                        for name in [UPSTREAM_HEALTH_NAME, SERVICE_NAME] {
+                            store_reporter.set_service_status(name, status).await;
+                        }
                     }
                 }
-            }
-        })
-    });
-    let quota_book = Arc::clone(service.quota_book());
-    // The quota service's shares are paid for from the budget RLS callers spend.
-    // One clock for the rounds and the reports: the time Envoys' buckets refill in.
-    let quota_clock = tollgate_core::MonotonicClock::new();
-    let quota_payer = tokio::spawn(crate::rlqs::pay_every(
-        Arc::clone(service.live_engine()),
-        Arc::clone(&quota_book),
-        crate::rlqs::PAY_TICK,
-        quota_clock.clone(),
-    ));
-    let services = GrpcServices {
-        quota: RateLimitQuotaServiceServer::new(RlqsService::new(
+            })
+        });
+        let quota_book = Arc::clone(service.quota_book());
+        // The quota service's shares are paid for from the budget RLS callers spend.
+        // One clock for the rounds and the reports: the time Envoys' buckets refill in.
+        let quota_clock = tollgate_core::MonotonicClock::new();
+        let quota_payer = tokio::spawn(crate::rlqs::pay_every(
             Arc::clone(service.live_engine()),
             Arc::clone(&quota_book),
-            quota_clock,
-        )),
-        rate_limit: Arc::new(service),
-        health: HealthServer::new(HealthService::from_health_reporter(reporter)),
-    };
-    // Quota streams never end by themselves: at shutdown they are ended, so the drain can finish.
-    let shutdown = async move {
-        shutdown.await;
-        crate::rlqs::with_book(&quota_book, QuotaBook::close_all).await;
-    };
-    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        // gRPC reads no `date`: rendering and encoding it cost ~2 % of a call's instructions.
-        .auto_date_header(false)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .max_header_list_size(MAX_HEADER_LIST_BYTES);
-    let limits = InboundLimits {
-        max_frame_size: MAX_FRAME_BYTES as usize,
-        max_header_list_size: MAX_HEADER_LIST_BYTES as usize,
-    };
-    let options = AcceptOptions {
-        name: "gRPC",
-        drain_timeout: None,
-        connection_limit: grpc_limits.connection_limit,
-        tls: grpc_limits.tls,
-        max_connection_age: grpc_limits.max_connection_age,
-    };
-    serve_connections(listener, shutdown, options, |stream, _peer| {
-        http2.serve_connection(
-            TokioIo::new(AuthorityFront::new(stream, limits)),
-            services.for_connection(),
-        )
-    })
-    .await;
-    if let Some(task) = store_watch {
-        task.abort();
+            crate::rlqs::PAY_TICK,
+            quota_clock.clone(),
+        ));
+        let services = GrpcServices {
+            quota: RateLimitQuotaServiceServer::new(RlqsService::new(
+                Arc::clone(service.live_engine()),
+                Arc::clone(&quota_book),
+                quota_clock,
+            )),
+            rate_limit: Arc::new(service),
+            health: HealthServer::new(HealthService::from_health_reporter(reporter)),
+        };
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            // gRPC reads no `date`: rendering and encoding it cost ~2 % of a call's instructions.
+            .auto_date_header(false)
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .keep_alive_interval(Some(KEEP_ALIVE_INTERVAL))
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .max_frame_size(MAX_FRAME_BYTES)
+            .max_header_list_size(MAX_HEADER_LIST_BYTES);
+        let options = AcceptOptions {
+            name: "gRPC",
+            drain_timeout: None,
+            connection_limit: grpc_limits.connection_limit,
+            tls: grpc_limits.tls,
+            max_connection_age: grpc_limits.max_connection_age,
+        };
+        GrpcServer {
+            acceptor: Acceptor {
+                services,
+                quota_book,
+                http2,
+                options,
+            },
+            _background: AbortOnDrop::new(store_watch.into_iter().chain([quota_payer])),
+        }
     }
-    quota_payer.abort();
-    Ok(())
+
+    /// An accept loop's own copy of the services and settings.
+    pub(super) fn acceptor(&self) -> Acceptor<C> {
+        Acceptor {
+            services: self.acceptor.services.for_connection(),
+            quota_book: Arc::clone(&self.acceptor.quota_book),
+            http2: self.acceptor.http2.clone(),
+            options: self.acceptor.options.clone(),
+        }
+    }
+}
+
+/// What one accept loop serves its connections with; the tasks of its
+/// connections run on the runtime that runs [`Acceptor::accept`].
+pub(super) struct Acceptor<C: Clock> {
+    services: GrpcServices<C>,
+    quota_book: Arc<QuotaBook>,
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    options: AcceptOptions,
+}
+
+impl<C: Clock + 'static> Acceptor<C> {
+    /// Accepts on `listener` until `shutdown` completes (every quota stream
+    /// is then ended, so the drain can finish), then drains its connections.
+    pub(super) async fn accept<F>(self, listener: TcpListener, shutdown: F)
+    where
+        F: Future<Output = ()> + Send,
+    {
+        let Acceptor {
+            services,
+            quota_book,
+            http2,
+            options,
+        } = self;
+        // Quota streams never end by themselves: at shutdown they are ended, so the drain can finish.
+        let shutdown = async move {
+            shutdown.await;
+            crate::rlqs::with_book(&quota_book, QuotaBook::close_all).await;
+        };
+        let limits = InboundLimits {
+            max_frame_size: MAX_FRAME_BYTES as usize,
+            max_header_list_size: MAX_HEADER_LIST_BYTES as usize,
+        };
+        serve_connections(listener, shutdown, options, |stream, _peer| {
+            http2.serve_connection(
+                TokioIo::new(AuthorityFront::new(stream, limits)),
+                services.for_connection(),
+            )
+        })
+        .await;
+    }
 }
 
 /// Streams a client may open at once on one connection (Envoy opens up to 100 per connection by default, then more connections).

@@ -51,9 +51,12 @@ pub struct ServeArgs {
     /// `http listening on ADDR`.
     #[arg(long, env = "TOLLGATE_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<SocketAddr>,
-    /// Worker threads of the runtime that serves every listener
-    /// [default: one per CPU]; at least 1. One worker runs on a
-    /// current-thread scheduler unless tracing is on.
+    /// Worker threads that serve gRPC calls [default: one per CPU]; at
+    /// least 1. With counters in memory and tracing off, each runs a
+    /// current-thread runtime of its own and serves the connections it
+    /// accepts (the HTTP API and the background work run on the main
+    /// thread); with a Redis store or tracing on, one multi-thread runtime
+    /// of N workers serves everything.
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<std::num::NonZeroUsize>,
     /// Allowed hits above this fraction of a limit also count in

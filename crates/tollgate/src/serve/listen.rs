@@ -59,6 +59,9 @@ pub(super) struct Listeners {
     pub(super) grpc_tls: Option<TlsAcceptor>,
     /// The gRPC connections' maximum age and grace (`None`: not aged).
     pub(super) grpc_max_connection_age: Option<ConnectionAge>,
+    /// Threads of their own serving the gRPC listener, each with a
+    /// current-thread runtime (`None`: served on the runtime that runs `serve`).
+    pub(super) grpc_workers: Option<std::num::NonZeroUsize>,
     /// Whether the HTTP API gives units back (`--http-refunds`).
     pub(super) http_refunds: http::Refunds,
     /// How long `/readyz` fails while both listeners still serve, after a signal.
@@ -279,9 +282,23 @@ pub(super) async fn serve(
             tls: limits.grpc_tls,
             max_connection_age: limits.grpc_max_connection_age,
         };
-        grpc::serve_capped(listener, service, grpc_limits, shutdown.stopped())
-            .await
-            .map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
+        let served = match limits.grpc_workers {
+            Some(workers) => match listener.into_std() {
+                Ok(listener) => {
+                    grpc::serve_on_workers(
+                        listener,
+                        service,
+                        grpc_limits,
+                        workers,
+                        shutdown.clone(),
+                    )
+                    .await
+                }
+                Err(error) => Err(error),
+            },
+            None => grpc::serve_capped(listener, service, grpc_limits, shutdown.stopped()).await,
+        };
+        served.map_err(|error| CommandError::Failed(format!("the gRPC server failed: {error}")))
     };
     let debug_router = router.clone();
     let router = router.merge(overrides_api::routes(overrides, access));

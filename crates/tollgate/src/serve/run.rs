@@ -35,7 +35,12 @@ use super::listen::{Listen, Listeners, OverridesSetup, serve};
 /// nothing (see [`tollgate_server::reload`]).
 pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let settings = settings(args, &UpstreamEnv::from_process())?;
-    let runtime = runtime_builder(args.worker_threads, settings.tracing.enabled)
+    let (mut runtime, grpc_workers) = runtime_builder(
+        args.worker_threads,
+        settings.tracing.enabled,
+        settings.store.is_some(),
+    );
+    let runtime = runtime
         .enable_all()
         .thread_name("tollgate-worker")
         .build()
@@ -145,6 +150,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
         },
         grpc_tls,
         grpc_max_connection_age: settings.max_connection_age,
+        grpc_workers,
         http_refunds: args.http_refunds,
         drain_delay: args.drain_delay,
     };
@@ -217,33 +223,58 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     ))
 }
 
-/// The runtime for `threads` workers (`None`: one per CPU this process may run on).
+/// How `serve` runs: the runtime `run` drives, and how many gRPC workers of
+/// their own serve the gRPC listener beside it (`None`: the gRPC listener
+/// is served on that runtime too).
 ///
-/// One worker is a current-thread runtime: every task runs on the thread
-/// that serves, with no work stealing and no wake-ups across threads, and a
-/// task woken (a connection whose calls have answered) runs after the tasks
-/// already queued, so a connection writes the answers of the calls that came
-/// together in one write rather than one write per answer
-/// (docs/benchmarks.md: 0.79-0.87x the server CPU per check of a
-/// multi-thread runtime with one worker). With tracing on it stays
-/// multi-thread: the OTLP exporter's client runs on the runtime from its own
-/// thread, and its last flush, after serving, needs a runtime that runs
-/// without being driven.
+/// `threads` is `--worker-threads` (`None`: one per CPU this process may
+/// run on). One worker is a current-thread runtime: every task runs on the
+/// thread that serves, with no work stealing and no wake-ups across
+/// threads, and a task woken (a connection whose calls have answered) runs
+/// after the tasks already queued, so a connection writes the answers of
+/// the calls that came together in one write rather than one write per
+/// answer (docs/benchmarks.md: 0.79-0.87x the server CPU per check of a
+/// multi-thread runtime with one worker; 12.9-13.7 us a check on the quiet
+/// run of 2026-11-28).
+///
+/// More workers, tracing off, counters in memory: the same, N times over. The gRPC listener is
+/// served by N threads, each with a current-thread runtime of its own
+/// accepting from the same socket and serving the connections it accepted
+/// ([`grpc::serve_on_workers`](tollgate_server::grpc::serve_on_workers));
+/// the runtime returned here is a current-thread one that runs the rest on
+/// the main thread: the HTTP API, the debug and Prometheus listeners, the
+/// reload and TLS watchers, the signal handler, the overrides poll, statsd,
+/// the xDS client and the quota service's payer. A quota stream's task runs on the worker that
+/// accepted its connection, and its rounds reach it through channels.
+///
+/// With tracing on it stays one multi-thread runtime for everything: the
+/// OTLP exporter's client runs on the runtime from its own thread, and its
+/// last flush, after serving, needs a runtime that runs without being
+/// driven. With a Redis store (`redis`) too: the Redis connection's task
+/// would run on the main thread, and every check would cross from its
+/// worker to it and back (docs/benchmarks.md: 1.05-1.22x the server CPU
+/// per exact check of the multi-thread runtime, two workers).
 fn runtime_builder(
     threads: Option<std::num::NonZeroUsize>,
     tracing: bool,
-) -> tokio::runtime::Builder {
-    let threads = threads
-        .or_else(|| std::thread::available_parallelism().ok())
-        .map_or(0, std::num::NonZeroUsize::get);
-    if threads == 1 && !tracing {
-        return tokio::runtime::Builder::new_current_thread();
+    redis: bool,
+) -> (tokio::runtime::Builder, Option<std::num::NonZeroUsize>) {
+    let threads = threads.or_else(|| std::thread::available_parallelism().ok());
+    match threads {
+        Some(one) if one.get() == 1 && !tracing => {
+            (tokio::runtime::Builder::new_current_thread(), None)
+        }
+        Some(workers) if !tracing && !redis => {
+            (tokio::runtime::Builder::new_current_thread(), Some(workers))
+        }
+        _ => {
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            if let Some(threads) = threads {
+                runtime.worker_threads(threads.get());
+            }
+            (runtime, None)
+        }
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if threads > 0 {
-        runtime.worker_threads(threads);
-    }
-    runtime
 }
 
 /// Waits until the xDS client has put a first config in service (true) or

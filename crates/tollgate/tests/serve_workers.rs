@@ -1,0 +1,273 @@
+//! `tollgate serve --worker-threads 2`: two threads with a runtime each serve the gRPC listener; clients on both are answered, `--max-connections` holds over both, a reload reaches every connection and SIGTERM drains a call in flight. With a Redis store one multi-thread runtime stays.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use tollgate_protocol::rls::{RlsClient, wire};
+use tollgate_testkit::budget::{BUDGET, poll_until};
+use tollgate_testkit::http::get;
+use tollgate_testkit::redis::RedisServer;
+use tollgate_testkit::scratch::TempDir;
+use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
+
+/// `/a` with `per_hour` calls an hour, and a shaper: one call each 5 s
+/// (12 a minute), the next one held until its turn.
+fn limits(per_hour: u32) -> String {
+    format!(
+        "domain: edge
+descriptors:
+  - key: path
+    rate_limit: {{unit: hour, requests_per_unit: {per_hour}}}
+  - key: tenant
+    rate_limit: {{unit: minute, requests_per_unit: 12, algorithm: leaky_bucket, burst: 1, delay: 0}}
+"
+    )
+}
+
+/// Starts `serve --worker-threads 2` on `limits(100)` plus `flags`: the server, its gRPC and HTTP addresses.
+fn start(dir: &TempDir, flags: &[&str]) -> (Server, SocketAddr, SocketAddr) {
+    let config = dir.limits(&limits(100));
+    let config = config.to_str().expect("a UTF-8 path");
+    let mut args = vec![
+        "serve",
+        "--config",
+        config,
+        "--log-level",
+        "warn",
+        "--worker-threads",
+        "2",
+        "--drain-delay",
+        "0s",
+    ];
+    args.extend_from_slice(&EPHEMERAL_ADDRS);
+    args.extend_from_slice(flags);
+    let server = Server::spawn(&args);
+    let grpc = server.address().parse().expect("an address");
+    let http = server
+        .line_after("http listening on ")
+        .parse()
+        .expect("an address");
+    (server, grpc, http)
+}
+
+/// The value of the series `series` (with its labels, as written) on `/metrics`.
+fn metric(http: SocketAddr, series: &str) -> u64 {
+    let text = get(http, "/metrics", &[]).body;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no `{series}` in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("`{series}` is not a whole number:\n{text}"))
+}
+
+/// The names of the threads of process `pid` (Linux's `/proc`).
+fn thread_names(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    let mut names: Vec<String> = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A gRPC connection of its own (tonic opens one per channel).
+async fn connect(grpc: SocketAddr) -> RlsClient {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .expect("a valid URL")
+        .connect_timeout(BUDGET)
+        .timeout(BUDGET)
+        .connect()
+        .await
+        .expect("connected");
+    RlsClient::new(channel)
+}
+
+/// One hit on `key=value`: the first status.
+async fn hit(client: &RlsClient, key: &str, value: &str) -> wire::DescriptorStatus {
+    let request = wire::RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![wire::RateLimitDescriptor {
+            entries: vec![wire::Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }],
+            limit: None,
+            hits_addend: None,
+            is_negative_hits: false,
+        }],
+        hits_addend: 1,
+    };
+    let response = client
+        .should_rate_limit(request)
+        .await
+        .expect("the call succeeds");
+    response.statuses.into_iter().next().expect("one status")
+}
+
+fn limit_of(status: &wire::DescriptorStatus) -> u32 {
+    status
+        .current_limit
+        .as_ref()
+        .map_or(0, |limit| limit.requests_per_unit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_answer_every_client_and_a_reload_reaches_every_connection() {
+    let dir = TempDir::new("serve-workers-reload");
+    let (server, grpc, _) = start(&dir, &[]);
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(connect(grpc).await);
+    }
+    let mut remaining = Vec::new();
+    for client in &clients {
+        let status = hit(client, "path", "/a").await;
+        assert_eq!(status.code, wire::CODE_OK, "{status:?}");
+        assert_eq!(limit_of(&status), 100, "{status:?}");
+        remaining.push(status.limit_remaining);
+    }
+    // One counter for every connection, whichever worker serves it.
+    remaining.sort_unstable();
+    assert_eq!(remaining, (92..100).collect::<Vec<u32>>());
+    // They were served by the gRPC workers' threads.
+    let names = thread_names(server.child.id());
+    for worker in ["tollgate-grpc-0", "tollgate-grpc-1"] {
+        assert!(names.iter().any(|name| name == worker), "{names:?}");
+    }
+
+    dir.limits(&limits(200));
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let fresh = connect(grpc).await;
+    let mut reloaded = false;
+    for _ in 0..300 {
+        if limit_of(&hit(&fresh, "path", "/b").await) == 200 {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "the reload never reached a new connection");
+    for client in &clients {
+        let status = hit(client, "path", "/a").await;
+        assert_eq!(limit_of(&status), 200, "{status:?}");
+    }
+}
+
+/// Opens a connection to `grpc` and sends HTTP/2's client preface and an empty SETTINGS frame.
+fn open_http2(grpc: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(grpc).expect("the kernel's backlog takes it");
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .expect("sent");
+    stream
+}
+
+/// Whether the server answered `stream`'s preface with a frame within `wait`.
+fn served(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).expect("a read timeout");
+    let mut frame = [0u8; 9];
+    match stream.read_exact(&mut frame) {
+        Ok(()) => true,
+        Err(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            false
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+#[test]
+fn max_connections_holds_over_both_workers_and_the_gauge_counts_open_connections() {
+    let dir = TempDir::new("serve-workers-bounds");
+    let (server, grpc, http) = start(&dir, &["--max-connections", "3"]);
+    let open = r#"ratelimit_connections{listener="grpc"}"#;
+    assert_eq!(metric(http, open), 0, "no connection is open yet");
+
+    let mut first = open_http2(grpc);
+    assert!(served(&mut first, BUDGET));
+    let mut others: Vec<TcpStream> = (0..2).map(|_| open_http2(grpc)).collect();
+    for stream in &mut others {
+        assert!(served(stream, BUDGET));
+    }
+    assert_eq!(metric(http, open), 3);
+    let mut fourth = open_http2(grpc);
+    assert!(
+        !served(&mut fourth, Duration::from_millis(500)),
+        "a fourth connection was served over the cap of 3"
+    );
+    assert_eq!(metric(http, open), 3);
+
+    drop(first);
+    assert!(served(&mut fourth, BUDGET), "served once a slot is free");
+    drop(fourth);
+    drop(others);
+    let closed = poll_until(BUDGET, || (metric(http, open) == 0).then_some(()));
+    assert!(closed.is_some(), "the gauge falls back to 0");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_call_held_on_a_worker_then_exits_0() {
+    let dir = TempDir::new("serve-workers-drain");
+    let (mut server, grpc, http) = start(&dir, &[]);
+    let client = connect(grpc).await;
+    let first = hit(&client, "tenant", "t").await;
+    assert_eq!(first.code, wire::CODE_OK, "{first:?}");
+    // The next call in the same 5 s is held until its turn.
+    let held = tokio::spawn(async move { hit(&client, "tenant", "t").await });
+    let holding = tokio::task::spawn_blocking(move || {
+        poll_until(BUDGET, || {
+            (metric(http, "ratelimit_shaped_delay_seconds_count") >= 1).then_some(())
+        })
+    })
+    .await
+    .expect("the poll runs");
+    assert!(holding.is_some(), "the second call is never held");
+
+    server.terminate();
+    let answer = tokio::time::timeout(BUDGET, held)
+        .await
+        .expect("answered within the budget")
+        .expect("the call's task runs");
+    assert_eq!(answer.code, wire::CODE_OK, "{answer:?}");
+    let (code, _, stderr) = tokio::task::spawn_blocking(move || server.finish())
+        .await
+        .expect("the wait runs");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_redis_store_the_workers_share_one_runtime() {
+    let redis = RedisServer::start();
+    let dir = TempDir::new("serve-workers-redis");
+    let (server, grpc, _) = start(&dir, &["--store", &redis.url()]);
+    let client = connect(grpc).await;
+    let status = hit(&client, "path", "/a").await;
+    assert_eq!(status.code, wire::CODE_OK, "{status:?}");
+    let names = thread_names(server.child.id());
+    assert!(
+        !names.iter().any(|name| name.starts_with("tollgate-grpc")),
+        "the Redis connection's task would be on another thread than every check: {names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .filter(|name| *name == "tollgate-worker")
+            .count()
+            >= 2,
+        "{names:?}"
+    );
+}
