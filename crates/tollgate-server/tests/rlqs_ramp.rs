@@ -1,0 +1,252 @@
+//! How many payment rounds a grown share takes to reach its Envoy after a demand flip and after an Envoy dies (the service's rounds, top-ups and reports on an injected clock, a real in-memory counter of 40 a second): today several, since the growth's fresh bucket and two ticks of its refills are paid from what the shares in force leave of the rate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tollgate_core::{Clock, ManualClock, Timestamp};
+use tollgate_rules::{LoadOptions, load_sources};
+use tollgate_server::rlqs::{QuotaBook, RlqsOptions, pay_and_apply, pay_round, top_up};
+use tollgate_server::{Engine, EngineOptions, LiveEngine};
+
+type Outbox = mpsc::Receiver<Result<RateLimitQuotaResponse, tonic::Status>>;
+
+const TICK: Duration = Duration::from_secs(1);
+const START: u64 = 1_700_000_000;
+
+/// The phases: one tenant of 40 a second, two Envoys reporting
+/// every 5 s (200 ms after a whole second, as Envoy's own timer falls),
+/// the service's rounds at the middle of each second and its top-ups on
+/// the whole second.
+struct Phases {
+    clock: ManualClock,
+    live: LiveEngine<ManualClock>,
+    book: Arc<QuotaBook>,
+    envoys: [(u64, Outbox); 2],
+    /// The token bucket rate last sent to each Envoy (0: deny-all).
+    shares: [u64; 2],
+    /// Each Envoy's demand a second (0: dead).
+    demand: [u64; 2],
+    /// Seconds since the start.
+    second: u64,
+}
+
+fn report(allowed: u64, denied: u64) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: "quota".to_owned(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("tenant".to_owned(), "acme".to_owned())].into(),
+            }),
+            // Envoy 1.40 cuts a 5 s interval to whole seconds: often 4.
+            time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 4,
+                nanos: 0,
+            }),
+            num_requests_allowed: allowed,
+            num_requests_denied: denied,
+        }],
+    }
+}
+
+impl Phases {
+    fn new(algorithm: &str) -> Self {
+        let clock = ManualClock::new(Timestamp::from_secs(START));
+        let yaml = format!(
+            "domain: quota\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: second, requests_per_unit: 40, algorithm: {algorithm}}}\n"
+        );
+        let loaded = load_sources(
+            [(Path::new("q.yaml"), yaml.as_str())],
+            LoadOptions::default(),
+        );
+        assert!(!loaded.diagnostics.has_errors(), "{}", loaded.diagnostics);
+        let engine = Engine::new(
+            Arc::new(loaded.rule_set),
+            EngineOptions::default(),
+            clock.clone(),
+        );
+        let book = Arc::new(QuotaBook::new(RlqsOptions::default()));
+        let open = || {
+            let (tx, rx) = mpsc::channel(256);
+            (book.open(tx).expect("a stream"), rx)
+        };
+        let envoys = [open(), open()];
+        Phases {
+            clock,
+            live: LiveEngine::fixed(Arc::new(engine)),
+            book,
+            envoys,
+            shares: [0, 0],
+            demand: [100, 10],
+            second: 0,
+        }
+    }
+
+    fn at(&self, millis: u64) -> Timestamp {
+        Timestamp::from_millis((START + self.second) * 1_000 + millis)
+    }
+
+    fn advance_to(&self, at: Timestamp) {
+        self.clock.advance(at.saturating_since(self.clock.now()));
+    }
+
+    /// Reads the assignments sent since the last call.
+    fn read(&mut self) {
+        for (i, (_, outbox)) in self.envoys.iter_mut().enumerate() {
+            while let Ok(Ok(response)) = outbox.try_recv() {
+                for action in response.bucket_action {
+                    let Some(BucketAction::QuotaAssignmentAction(a)) = action.bucket_action else {
+                        continue;
+                    };
+                    self.shares[i] = match a.rate_limit_strategy.and_then(|s| s.strategy) {
+                        Some(Strategy::TokenBucket(b)) => {
+                            u64::from(b.tokens_per_fill.map_or(0, |v| v.value))
+                        }
+                        Some(Strategy::BlanketRule(r)) if r == BlanketRule::DenyAll as i32 => 0,
+                        other => panic!("an unexpected assignment: {other:?}"),
+                    };
+                }
+            }
+        }
+    }
+
+    /// One second: a top-up on the whole second, the reports 200 ms in
+    /// (every 5 s), the round in the middle; the shares after it.
+    async fn second(&mut self) -> [u64; 2] {
+        self.advance_to(self.at(0));
+        top_up(&self.live, &self.book, self.clock.now(), TICK).await;
+        self.read();
+        if self.second.is_multiple_of(5) {
+            self.advance_to(self.at(200));
+            for i in 0..2 {
+                if self.demand[i] == 0 {
+                    continue;
+                }
+                // The first report says nothing of the rate.
+                let (allowed, denied) = if self.second == 0 {
+                    (1, 0)
+                } else {
+                    let allowed = self.demand[i].min(self.shares[i]);
+                    (allowed * 5, (self.demand[i] - allowed) * 5)
+                };
+                let changes = self
+                    .book
+                    .report(
+                        self.envoys[i].0,
+                        report(allowed, denied),
+                        self.live.engine().rules(),
+                        self.clock.now(),
+                    )
+                    .expect("a good report");
+                pay_and_apply(&self.live, &self.book, changes).await;
+                self.read();
+            }
+        }
+        self.advance_to(self.at(500));
+        pay_round(&self.live, &self.book, self.clock.now(), TICK).await;
+        self.read();
+        self.second += 1;
+        self.shares
+    }
+
+    /// Runs to the second `until`, the shares after each round.
+    async fn run_to(&mut self, until: u64) -> Vec<[u64; 2]> {
+        let mut seen = Vec::new();
+        while self.second < until {
+            seen.push(self.second().await);
+        }
+        seen
+    }
+
+    fn kill(&mut self, envoy: usize) {
+        self.demand[envoy] = 0;
+        let changes = self.book.close(self.envoys[envoy].0, self.clock.now());
+        // Nothing grows at a close; what falls pays for itself.
+        let nothing = vec![0; changes.payments.len()];
+        self.book.apply(changes, &nothing);
+        self.read();
+    }
+}
+
+/// The seconds from `from` until `reached` holds of the shares after a round, and the table.
+fn seconds_until(
+    seen: &[[u64; 2]],
+    from: u64,
+    start: u64,
+    reached: impl Fn([u64; 2]) -> bool,
+) -> Option<u64> {
+    seen.iter()
+        .enumerate()
+        .find(|(_, s)| reached(**s))
+        .map(|(i, _)| (start + i as u64 + 1).saturating_sub(from))
+}
+
+async fn ramp(algorithm: &str) -> (u64, u64) {
+    let mut phases = Phases::new(algorithm);
+    let settled = phases.run_to(21).await;
+    assert_eq!(
+        settled.last(),
+        Some(&[28, 11]),
+        "phase 1 settles: {settled:?}"
+    );
+    let cuts = phases.book.stats().shares_cut.load(Ordering::Relaxed);
+    // The flip, just after the reports at second 20: the service learns
+    // it at the reports of second 25.
+    phases.demand = [10, 100];
+    let flip = phases.run_to(40).await;
+    println!("{algorithm}: after the flip (reports at 25): {flip:?}");
+    let fair = |s: [u64; 2]| s[1] >= 26 && s[0] <= 12;
+    let flipped = seconds_until(&flip, 25, 21, fair).expect("the split follows the flip");
+    // A dies at second 40.2 (its last renewal at 39.5).
+    phases.advance_to(phases.at(200));
+    phases.kill(0);
+    let death = phases.run_to(52).await;
+    println!("{algorithm}: after A died at 40.2: {death:?}");
+    let alone = seconds_until(&death, 40, 40, |s| s[1] >= 36).expect("B grows to 0.9 R");
+    assert_eq!(
+        phases.book.stats().shares_cut.load(Ordering::Relaxed),
+        cuts,
+        "no share is cut after settling"
+    );
+    (flipped, alone)
+}
+
+/// Fixed window, as measured on 2026-11-28: the flip's growth (B 11 →
+/// 28) reaches B at the third round after the reports that show it
+/// (25.5, 26.5 short; 27.5 pays it: B's fresh bucket of 28 and two ticks
+/// of refills against A's refunded refills and the 18 a second the shares
+/// in force leave); after A's death, its reservation lapses at the round
+/// of 43.5 (its last renewal at 39.5, the 3 s time to live and a round)
+/// and B's growth 28 → 39 takes that round and four more (47.5). A
+/// change that makes either slower fails here.
+#[tokio::test]
+async fn a_grown_share_takes_three_rounds_after_a_flip_and_five_after_a_reservation_lapses_fixed_window()
+ {
+    let (flipped, alone) = ramp("fixed_window").await;
+    println!(
+        "fixed window: the flip settled by {flipped} s after the reports, the death by {alone} s after it"
+    );
+    assert!(flipped <= 3 && alone <= 8, "{flipped} {alone}");
+}
+
+/// Token bucket (the counter refills continuously and holds up to its
+/// burst): the flip's growth at the second round after the reports
+/// (26.5), B at 39 at the third round after the reservation lapsed
+/// (45.5).
+#[tokio::test]
+async fn a_grown_share_takes_two_rounds_after_a_flip_and_three_after_a_reservation_lapses_token_bucket()
+ {
+    let (flipped, alone) = ramp("token_bucket").await;
+    println!(
+        "token bucket: the flip settled by {flipped} s after the reports, the death by {alone} s after it"
+    );
+    assert!(flipped <= 2 && alone <= 6, "{flipped} {alone}");
+}
