@@ -22,6 +22,7 @@
 #   floor        a function that only calls TIME, GET and SET … PX (a 16-byte
 #                value) and answers 4 integers: what any exact check reading
 #                Redis TIME and writing its state back costs at the least
+#                (called with this tree's arguments: one ARGV element)
 #   before       (only with BEFORE=<commit>) that commit's Functions library,
 #                FCALL, packed: a change to the code against the code before it
 # Each round measures every algorithm in every way, interleaved, so load on
@@ -87,7 +88,7 @@ redis.register_function('tollgate_floor', function(keys, args)
   return {0, 1, 2, 3}
 end)" > /dev/null
 
-# name | kind hits p1 p2 phase (the check's ARGV after group and op)
+# name | kind hits p1 p2 phase (the check's parameters after group and op)
 all_algorithms=(
     "token_bucket|s 1 1 1000000000 0"
     "gcra|s 1 1 1000 0"
@@ -131,7 +132,11 @@ measure() { # WAY NAME ARGS
     local u0 s0 u1 s1
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     # shellcheck disable=SC2086 # ARGS is a list of words
-    redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null
+    # old and before take 7 ARGV values per counter, this tree's code (and the floor) one
+    case "$way" in
+        old | before) redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null ;;
+        *) redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" "0 c $args" > /dev/null ;;
+    esac
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     if [ -n "$instructions" ]; then
         callgrind_control --dump "$redis_pid" > /dev/null 2>&1

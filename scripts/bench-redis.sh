@@ -66,7 +66,7 @@ ceiling() { # KEYS
     [ "$1" -gt 1 ] && key='tg{__rand_int__}bench' && random=(-r "$1")
     local n=$((seconds * 150000))
     taskset -c 1 redis-benchmark -p "$port" -q -c 50 -P 16 -n "$n" "${random[@]}" \
-        FCALL tollgate_bench_check 1 "$key" 0 c s 1 1 1000000000 0 | tr '\r' '\n' |
+        FCALL tollgate_bench_check 1 "$key" "0 c s 1 1 1000000000 0" | tr '\r' '\n' |
         awk '/requests per second/ {for (i = 2; i <= NF; i++) if ($i == "requests") v = $(i - 1)} END {print v}'
 }
 

@@ -1,6 +1,9 @@
 -- Tollgate: decides and consumes every counter of one request in one atomic call.
 --
--- KEYS[k] is a counter; ARGV holds 7 values per counter, in KEYS order:
+-- KEYS[k] is a counter; ARGV holds one value per counter, in KEYS order: its
+-- 7 parameters as decimal text, each followed by one space but the last
+-- ("group op kind hits p1 p2 phase"; one ARGV element, not 7, because each
+-- element costs Redis a string object and Lua an interned string per call):
 --   group  all-or-nothing group (one descriptor of the request)
 --   op     'c' consume, 'r' give back
 --   kind   's' schedule (token bucket, GCRA, leaky bucket: interval ns, capacity)
@@ -18,7 +21,7 @@
 -- more as an array of 4 integers per counter.
 --
 -- Optional supplied time (the lab's virtual clock; production never passes
--- it): when ARGV holds 3 values after the counters' (#KEYS * 7 + 3), they are
+-- it): when ARGV holds 3 values after the counters' (#KEYS + 3), they are
 --   secs, nanos  the time to decide at, instead of Redis TIME
 --   ttl_ms       the TTL every key written gets, instead of its freshness
 --
@@ -344,59 +347,82 @@ local kinds = {s = true, f = true, w = true, l = true, u = true}
 -- hash format (nil: packed), kept here so that `decide` ends in a tail call.
 local decided_hkey = nil
 
--- One counter's decision: its 4 integers and its write (see above); false
--- for an unknown kind. decided_hkey tells where the state was found.
-local function decide(keys, args, k)
-  local a = (k - 1) * 7
-  local kind = args[a + 3]
+-- A counter's parameters by their text (an ARGV element, see the top), so
+-- the text of a rule seen before is not split and parsed again: read as
+-- `records[text] or record_of(text)`, a list {group, op, kind, hits, p1,
+-- p2, phase} with the last four as numbers; nil for a text not of that
+-- shape. Bounded: emptied at 256 entries (an upstream counter's, whose
+-- phase is a random TTL, is not kept). A library keeps it from call to
+-- call; a script (EVALSHA) starts empty.
+local records, records_held = {}, 0
+
+local function record_of(text)
+  local group, op, kind, hits, p1, p2, p3 =
+    string.match(text, '^(%d+) (%a) (%a) (%d+) (%d+) (%d+) (%d+)$')
+  if not group then return nil end
+  local r = {group, op, kind, hits + 0, p1 + 0, p2 + 0, p3 + 0}
+  if kind ~= 'u' then
+    if records_held >= 256 then records, records_held = {}, 0 end
+    records[text] = r
+    records_held = records_held + 1
+  end
+  return r
+end
+
+-- One counter's decision (its parameters `r`, a record_of): its 4 integers
+-- and its write (see above); false for an unknown kind. decided_hkey
+-- tells where the state was found.
+local function decide(key, r)
+  local kind = r[3]
   if not kinds[kind] then return false end
-  local op = args[a + 2]
-  local hits = numbers[args[a + 4]] or number(args[a + 4])
-  local p1 = numbers[args[a + 5]] or number(args[a + 5])
-  local p2 = numbers[args[a + 6]] or number(args[a + 6])
+  local op, hits, p1, p2 = r[2], r[4], r[5], r[6]
   if kind == 'u' then
     -- Written here, as upstream writes it; nothing for the caller to put.
-    -- Its TTL carries a random jitter: parsed, not remembered.
     decided_hkey = nil
-    return upstream(keys[k], op, hits, p1, p2, args[a + 7] + 0)
+    return upstream(key, op, hits, p1, p2, r[7])
   end
   local v
-  v, decided_hkey = read_state(keys[k], kind)
+  v, decided_hkey = read_state(key, kind)
   if kind == 's' then return schedule(v, op, hits, p1, p2) end
-  if kind == 'f' then return fixed(v, op, hits, p1, p2, numbers[args[a + 7]] or number(args[a + 7])) end
+  if kind == 'f' then return fixed(v, op, hits, p1, p2, r[7]) end
   if kind == 'w' then return sliding(v, op, hits, p1, p2) end
   return log(v, op, hits, p1, p2)
 end
 
 local unknown = 'tollgate: unknown counter kind '
+local malformed = 'tollgate: malformed counter parameters '
 
 -- The call: KEYS and ARGV as described at the top; `encoding` ('h' or
 -- 'p') is the one new counters are created in (prelude.lua).
 local function check(keys, args, encoding)
-  set_clock(keys, args, encoding)
+  set_clock(keys, args, encoding, 1)
   if #keys == 1 then
     -- One counter (most calls): its group is itself.
-    local outcome, left, reset, retry, value, ttl = decide(keys, args, 1)
-    if outcome == false then return redis.error_reply(unknown .. tostring(args[3])) end
-    if value ~= nil and (outcome == 0 or args[3] == 'f') then
-      put(keys[1], decided_hkey, args[3], value, ttl)
+    local r = records[args[1]] or record_of(args[1])
+    if not r then return redis.error_reply(malformed .. tostring(args[1])) end
+    local outcome, left, reset, retry, value, ttl = decide(keys[1], r)
+    if outcome == false then return redis.error_reply(unknown .. r[3]) end
+    if value ~= nil and (outcome == 0 or r[3] == 'f') then
+      put(keys[1], decided_hkey, r[3], value, ttl)
     end
     return spack('<dddd', outcome, left, reset, retry)
   end
-  local results, values, ttls, hkeys, denied = {}, {}, {}, {}, {}
+  local results, values, ttls, hkeys, denied, params = {}, {}, {}, {}, {}, {}
   for k = 1, #keys do
-    local outcome, left, reset, retry, value, ttl = decide(keys, args, k)
-    local a = (k - 1) * 7
-    if outcome == false then return redis.error_reply(unknown .. tostring(args[a + 3])) end
-    if outcome ~= 0 then denied[args[a + 1]] = true end
+    local r = records[args[k]] or record_of(args[k])
+    if not r then return redis.error_reply(malformed .. tostring(args[k])) end
+    params[k] = r
+    local outcome, left, reset, retry, value, ttl = decide(keys[k], r)
+    if outcome == false then return redis.error_reply(unknown .. r[3]) end
+    if outcome ~= 0 then denied[r[1]] = true end
     if value ~= nil then values[k], ttls[k], hkeys[k] = value, ttl, decided_hkey end
-    local r = #results
-    results[r + 1], results[r + 2], results[r + 3], results[r + 4] = outcome, left, reset, retry
+    local n = #results
+    results[n + 1], results[n + 2], results[n + 3], results[n + 4] = outcome, left, reset, retry
   end
   for k = 1, #keys do
-    local a = (k - 1) * 7
-    if values[k] ~= nil and (not denied[args[a + 1]] or args[a + 3] == 'f') then
-      put(keys[k], hkeys[k], args[a + 3], values[k], ttls[k])
+    local r = params[k]
+    if values[k] ~= nil and (not denied[r[1]] or r[3] == 'f') then
+      put(keys[k], hkeys[k], r[3], values[k], ttls[k])
     end
   end
   return results

@@ -84,7 +84,7 @@ end
 
 -- The call: KEYS and ARGV as described at the top; `encoding` as check's.
 local function lease(keys, args, encoding)
-  set_clock(keys, args, encoding)
+  set_clock(keys, args, encoding, 7)
   local key, op, kind = keys[1], args[1], args[2]
   local p1, p2 = tonumber(args[3]), tonumber(args[4])
   local a1, a2, a3 = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])

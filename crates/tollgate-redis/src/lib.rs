@@ -411,21 +411,14 @@ impl RedisStore {
             let params = self.params_of(c)?;
             let ns = time.at.as_nanos();
             let mut cmd = self.calls.command(Entry::Check, self.encoding, 1);
-            cmd.arg(self.key_of(c))
-                .arg(c.group)
-                .arg(if c.give_back { "r" } else { "c" })
-                .arg(params.kind)
-                .arg(c.hits)
-                .arg(params.p1)
-                .arg(params.p2)
-                .arg(params.p3)
-                .arg(ns / 1_000_000_000)
-                .arg(ns % 1_000_000_000)
-                .arg(
-                    u64::try_from(time.key_ttl.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .max(1),
-                );
+            cmd.arg(self.key_of(c));
+            write_params(c, &params, cmd.writer_for_next_arg())
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            cmd.arg(ns / 1_000_000_000).arg(ns % 1_000_000_000).arg(
+                u64::try_from(time.key_ttl.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
             pipe.add_command(cmd);
         }
         let mut connection = connection.clone();
@@ -533,13 +526,8 @@ impl RedisStore {
         }
         for c in counters {
             let params = self.params_of(c)?;
-            cmd.arg(c.group)
-                .arg(if c.give_back { "r" } else { "c" })
-                .arg(params.kind)
-                .arg(c.hits)
-                .arg(params.p1)
-                .arg(params.p2)
-                .arg(params.p3);
+            write_params(c, &params, cmd.writer_for_next_arg())
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         }
         if let Some(time) = time {
             let ns = time.at.as_nanos();
@@ -681,6 +669,21 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// Writes a counter's parameters as check.lua's one ARGV element:
+/// `group op kind hits p1 p2 p3`, decimal, one space apart.
+fn write_params(
+    c: &Counter<'_>,
+    params: &ScriptParams,
+    mut out: impl std::io::Write,
+) -> std::io::Result<()> {
+    let op = if c.give_back { "r" } else { "c" };
+    write!(
+        out,
+        "{} {op} {} {} {} {} {}",
+        c.group, params.kind, c.hits, params.p1, params.p2, params.p3
+    )
 }
 
 /// The script's name and parameters for one counter.

@@ -40,8 +40,8 @@
 
 -- The time every counter of the call is decided at: Redis TIME (one clock
 -- for every instance), unless the call supplies it (the lab's virtual clock;
--- production never does). Both take 7 values in ARGV per key; a call that
--- supplies the time adds 3 after them:
+-- production never does). check.lua takes one value in ARGV per key,
+-- lease.lua 7 (`per_key`); a call that supplies the time adds 3 after them:
 --   secs, nanos  the time to decide at, instead of Redis TIME
 --   ttl_ms       the TTL every key written gets, instead of its freshness
 -- set_clock sets these at the start of every call (Redis runs one call at
@@ -58,28 +58,13 @@ local create_packed = false
 -- code runs at FUNCTION LOAD without `redis.call` and `struct`).
 local rcall, rpcall, spack, sunpack, min, max, format
 
--- The numbers of the calls' parameters by their text, so a parameter seen
--- before (a rule's interval, capacity, window, limit, cost) is not parsed
--- again (Lua's conversion goes through the C library's strtod): read as
--- `numbers[text] or number(text)`. Bounded: emptied at 256 entries. A
--- library keeps it from call to call; a script (EVALSHA) starts empty.
-local numbers, numbers_held = {}, 0
-
-local function number(text)
-  local n = text + 0
-  if numbers_held >= 256 then numbers, numbers_held = {}, 0 end
-  numbers[text] = n
-  numbers_held = numbers_held + 1
-  return n
-end
-
-local function set_clock(keys, args, encoding)
+local function set_clock(keys, args, encoding, per_key)
   if not rcall then
     rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
     min, max, format = math.min, math.max, string.format
   end
   create_packed = encoding == 'p'
-  local supplied = #keys * 7
+  local supplied = #keys * per_key
   if #args == supplied + 3 then
     now_s = args[supplied + 1] + 0
     now_sub_ns = args[supplied + 2] + 0

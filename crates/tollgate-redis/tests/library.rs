@@ -102,7 +102,7 @@ async fn a_user_not_allowed_functions_gets_the_same_answers_from_scripts() {
     }
 }
 
-/// The library remembers the numbers of the parameters it has seen (a
+/// The library remembers each counter's parameters by their text (a
 /// bounded table, emptied at 256 entries): 300 limits, each taken whole in
 /// one call and then once more, twice over, are each decided by their own
 /// figures, whether their text was remembered, forgotten or read anew. (At
