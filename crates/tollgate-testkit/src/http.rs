@@ -149,6 +149,19 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
         .unwrap_or_else(|error| panic!("GET {path} via {addr} failed: {error}"))
 }
 
+/// The whole-number value of the series `series` (its name and labels, as
+/// written) on `/metrics` at `addr`; panics when it is missing or not one.
+#[must_use]
+pub fn metric_value(addr: SocketAddr, series: &str) -> u64 {
+    let text = get(addr, "/metrics", &[]).body;
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no `{series}` in:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("`{series}` is not a whole number:\n{text}"))
+}
+
 /// One request to `addr` (`host:port`) with `body` (none when empty); panics when no answer comes.
 #[must_use]
 pub fn exchange(

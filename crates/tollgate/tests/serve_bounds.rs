@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use tollgate_testkit::budget::poll_until;
-use tollgate_testkit::http::{Connection, Response, get};
+use tollgate_testkit::http::{Connection, Response, get, metric_value};
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
@@ -64,17 +64,6 @@ fn check(http: SocketAddr, key: &str, value: &str) -> Response {
     )
 }
 
-/// The value of the series `name` (with its labels, as written) on `/metrics`.
-fn metric(http: SocketAddr, series: &str) -> u64 {
-    let text = get(http, "/metrics", &[]).body;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no `{series}` in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("`{series}` is not a whole number:\n{text}"))
-}
-
 #[test]
 fn store_bounds_from_variables_are_honoured_and_reported_as_gauges() {
     let dir = TempDir::new("serve-bounds-memory");
@@ -95,21 +84,24 @@ fn store_bounds_from_variables_are_honoured_and_reported_as_gauges() {
     for user in 0..300 {
         assert_eq!(check(http, "user", &user.to_string()).status, 200);
     }
-    assert!(metric(http, r#"ratelimit_memory_keys{kind="rule"}"#) <= 3 * 64);
-    assert_eq!(metric(http, r#"ratelimit_memory_stores{kind="rule"}"#), 3);
+    assert!(metric_value(http, r#"ratelimit_memory_keys{kind="rule"}"#) <= 3 * 64);
     assert_eq!(
-        metric(http, r#"ratelimit_memory_keys_limit{kind="rule"}"#),
+        metric_value(http, r#"ratelimit_memory_stores{kind="rule"}"#),
+        3
+    );
+    assert_eq!(
+        metric_value(http, r#"ratelimit_memory_keys_limit{kind="rule"}"#),
         3 * 64
     );
-    assert!(metric(http, r#"ratelimit_memory_bytes{kind="rule"}"#) > 0);
+    assert!(metric_value(http, r#"ratelimit_memory_bytes{kind="rule"}"#) > 0);
     // Sliding-log entries: one login sending 200 requests, each at its own instant.
     for _ in 0..200 {
         assert_eq!(check(http, "login", "alice").status, 200);
     }
-    let entries = metric(http, r#"ratelimit_memory_log_entries{kind="rule"}"#);
+    let entries = metric_value(http, r#"ratelimit_memory_log_entries{kind="rule"}"#);
     assert!((1..=48).contains(&entries), "{entries} entries");
     assert_eq!(
-        metric(http, r#"ratelimit_memory_log_entries_limit{kind="rule"}"#),
+        metric_value(http, r#"ratelimit_memory_log_entries_limit{kind="rule"}"#),
         48
     );
     // Override stores: one allowed; a second distinct override is denied, the first keeps counting.
@@ -128,26 +120,29 @@ fn store_bounds_from_variables_are_honoured_and_reported_as_gauges() {
     assert_eq!(with_override(2).status, 200);
     assert_eq!(with_override(2).status, 429, "2 per hour, used up");
     assert_eq!(
-        metric(http, r#"ratelimit_memory_stores{kind="override"}"#),
+        metric_value(http, r#"ratelimit_memory_stores{kind="override"}"#),
         1
     );
     assert_eq!(
-        metric(http, r#"ratelimit_memory_stores_limit{kind="override"}"#),
+        metric_value(http, r#"ratelimit_memory_stores_limit{kind="override"}"#),
         1
     );
     assert_eq!(
-        metric(http, r#"ratelimit_memory_keys_limit{kind="override"}"#),
+        metric_value(http, r#"ratelimit_memory_keys_limit{kind="override"}"#),
         32
     );
-    assert_eq!(metric(http, "ratelimit_memory_override_refused_total"), 1);
-    // Connections: the scrape's own connection is open; the limit is the setting.
-    assert!(metric(http, r#"ratelimit_connections{listener="http"}"#) >= 1);
     assert_eq!(
-        metric(http, r#"ratelimit_connections_limit{listener="http"}"#),
+        metric_value(http, "ratelimit_memory_override_refused_total"),
+        1
+    );
+    // Connections: the scrape's own connection is open; the limit is the setting.
+    assert!(metric_value(http, r#"ratelimit_connections{listener="http"}"#) >= 1);
+    assert_eq!(
+        metric_value(http, r#"ratelimit_connections_limit{listener="http"}"#),
         50
     );
     assert_eq!(
-        metric(http, r#"ratelimit_connections_limit{listener="grpc"}"#),
+        metric_value(http, r#"ratelimit_connections_limit{listener="grpc"}"#),
         50
     );
 }
@@ -160,15 +155,15 @@ fn the_quick_deny_cache_size_is_a_flag_and_a_gauge() {
     let (_server, http) = start(&dir, &["--store", &url, "--quick-deny-keys", "5"], &[]);
     // 1 per hour on Redis's clock: each address's two checks in one window.
     std::thread::sleep(redis.wait_clear_of_window_end(HOUR, Duration::from_secs(60)));
-    assert_eq!(metric(http, "ratelimit_quick_deny_keys_limit"), 5);
-    assert_eq!(metric(http, "ratelimit_quick_deny_keys"), 0);
+    assert_eq!(metric_value(http, "ratelimit_quick_deny_keys_limit"), 5);
+    assert_eq!(metric_value(http, "ratelimit_quick_deny_keys"), 0);
     // Forty addresses over their 1 per hour: the cache keeps at most 5 of them.
     for ip in 0..40 {
         let ip = format!("10.0.0.{ip}");
         assert_eq!(check(http, "ip", &ip).status, 200);
         assert_eq!(check(http, "ip", &ip).status, 429);
     }
-    let cached = metric(http, "ratelimit_quick_deny_keys");
+    let cached = metric_value(http, "ratelimit_quick_deny_keys");
     assert!((1..=5).contains(&cached), "{cached} keys cached");
 }
 
@@ -203,20 +198,20 @@ descriptors:
         ],
         &[],
     );
-    assert_eq!(metric(first, "ratelimit_store_lease_keys_limit"), 7);
-    assert_eq!(metric(first, "ratelimit_store_shares_keys_limit"), 9);
+    assert_eq!(metric_value(first, "ratelimit_store_lease_keys_limit"), 7);
+    assert_eq!(metric_value(first, "ratelimit_store_shares_keys_limit"), 9);
     assert_eq!(
-        metric(first, "ratelimit_store_shares_starter_slots_limit"),
+        metric_value(first, "ratelimit_store_shares_starter_slots_limit"),
         1
     );
     // No call yet: no slot.
     assert_eq!(
-        metric(first, "ratelimit_store_shares_starter_slots_owned"),
+        metric_value(first, "ratelimit_store_shares_starter_slots_owned"),
         0
     );
     assert_eq!(check(first, "tenant", "a").status, 200);
     let owned = poll_until(BUDGET, || {
-        (metric(first, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
+        (metric_value(first, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
     });
     assert!(owned.is_some(), "the first instance owns the one slot");
     // A second instance asking for 4 slots follows the fleet's 1, taken.
@@ -227,27 +222,27 @@ descriptors:
         &[],
     );
     assert_eq!(
-        metric(second, "ratelimit_store_shares_starter_slots_limit"),
+        metric_value(second, "ratelimit_store_shares_starter_slots_limit"),
         4
     );
     assert_eq!(check(second, "tenant", "b").status, 200);
     let followed = poll_until(BUDGET, || {
-        (metric(second, "ratelimit_store_shares_starter_slots_limit") == 1).then_some(())
+        (metric_value(second, "ratelimit_store_shares_starter_slots_limit") == 1).then_some(())
     });
     assert!(
         followed.is_some(),
         "the second instance reports the fleet's slots"
     );
     assert_eq!(
-        metric(second, "ratelimit_store_shares_starter_slots_owned"),
+        metric_value(second, "ratelimit_store_shares_starter_slots_owned"),
         0
     );
     assert_eq!(
-        metric(first, "ratelimit_store_shares_starter_slots_owned"),
+        metric_value(first, "ratelimit_store_shares_starter_slots_owned"),
         1
     );
     assert_eq!(
-        metric(second, "ratelimit_store_shares_keys_limit"),
+        metric_value(second, "ratelimit_store_shares_keys_limit"),
         1_000_000,
         "the default --shares-max-keys"
     );
@@ -258,7 +253,7 @@ descriptors:
     assert_eq!(code, Some(0));
     let passed_on = poll_until(Duration::from_secs(3), || {
         assert_eq!(check(second, "tenant", "b").status, 200);
-        (metric(second, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
+        (metric_value(second, "ratelimit_store_shares_starter_slots_owned") == 1).then_some(())
     });
     assert!(
         passed_on.is_some(),

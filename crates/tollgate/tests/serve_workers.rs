@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tollgate_protocol::rls::{RlsClient, wire};
 use tollgate_testkit::budget::{BUDGET, poll_until};
-use tollgate_testkit::http::get;
+use tollgate_testkit::http::metric_value;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
 use tollgate_testkit::tollgate::{EPHEMERAL_ADDRS, Server};
@@ -50,17 +50,6 @@ fn start(dir: &TempDir, flags: &[&str]) -> (Server, SocketAddr, SocketAddr) {
         .parse()
         .expect("an address");
     (server, grpc, http)
-}
-
-/// The value of the series `series` (with its labels, as written) on `/metrics`.
-fn metric(http: SocketAddr, series: &str) -> u64 {
-    let text = get(http, "/metrics", &[]).body;
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no `{series}` in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("`{series}` is not a whole number:\n{text}"))
 }
 
 /// The names of the threads of process `pid` (Linux's `/proc`).
@@ -193,7 +182,7 @@ fn max_connections_holds_over_both_workers_and_the_gauge_counts_open_connections
     let dir = TempDir::new("serve-workers-bounds");
     let (server, grpc, http) = start(&dir, &["--max-connections", "3"]);
     let open = r#"ratelimit_connections{listener="grpc"}"#;
-    assert_eq!(metric(http, open), 0, "no connection is open yet");
+    assert_eq!(metric_value(http, open), 0, "no connection is open yet");
 
     let mut first = open_http2(grpc);
     assert!(served(&mut first, BUDGET));
@@ -201,19 +190,19 @@ fn max_connections_holds_over_both_workers_and_the_gauge_counts_open_connections
     for stream in &mut others {
         assert!(served(stream, BUDGET));
     }
-    assert_eq!(metric(http, open), 3);
+    assert_eq!(metric_value(http, open), 3);
     let mut fourth = open_http2(grpc);
     assert!(
         !served(&mut fourth, Duration::from_millis(500)),
         "a fourth connection was served over the cap of 3"
     );
-    assert_eq!(metric(http, open), 3);
+    assert_eq!(metric_value(http, open), 3);
 
     drop(first);
     assert!(served(&mut fourth, BUDGET), "served once a slot is free");
     drop(fourth);
     drop(others);
-    let closed = poll_until(BUDGET, || (metric(http, open) == 0).then_some(()));
+    let closed = poll_until(BUDGET, || (metric_value(http, open) == 0).then_some(()));
     assert!(closed.is_some(), "the gauge falls back to 0");
     drop(server);
 }
@@ -229,7 +218,7 @@ async fn sigterm_drains_a_call_held_on_a_worker_then_exits_0() {
     let held = tokio::spawn(async move { hit(&client, "tenant", "t").await });
     let holding = tokio::task::spawn_blocking(move || {
         poll_until(BUDGET, || {
-            (metric(http, "ratelimit_shaped_delay_seconds_count") >= 1).then_some(())
+            (metric_value(http, "ratelimit_shaped_delay_seconds_count") >= 1).then_some(())
         })
     })
     .await
