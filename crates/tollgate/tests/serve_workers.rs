@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use tollgate_protocol::rls::{RlsClient, wire};
-use tollgate_testkit::budget::{BUDGET, poll_until};
+use tollgate_testkit::budget::{BUDGET, poll_until, poll_until_async};
 use tollgate_testkit::http::metric_value;
 use tollgate_testkit::redis::RedisServer;
 use tollgate_testkit::scratch::TempDir;
@@ -135,15 +135,14 @@ async fn two_workers_answer_every_client_and_a_reload_reaches_every_connection()
         .expect("kill runs");
     assert!(status.success());
     let fresh = connect(grpc).await;
-    let mut reloaded = false;
-    for _ in 0..300 {
-        if limit_of(&hit(&fresh, "path", "/b").await) == 200 {
-            reloaded = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(reloaded, "the reload never reached a new connection");
+    let reloaded = poll_until_async(BUDGET, || async {
+        (limit_of(&hit(&fresh, "path", "/b").await) == 200).then_some(())
+    })
+    .await;
+    assert!(
+        reloaded.is_some(),
+        "the reload never reached a new connection"
+    );
     for client in &clients {
         let status = hit(client, "path", "/a").await;
         assert_eq!(limit_of(&status), 200, "{status:?}");
