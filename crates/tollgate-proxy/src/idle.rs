@@ -20,7 +20,6 @@
 //! connection and its request at once. On HTTP/2 the streams of one
 //! connection share it: any of them moving keeps them all.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,7 +32,8 @@ use hyper::body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+
+use crate::lazy_deadline::{LazyDeadline, deadline_after};
 
 /// What one connection has in flight, shared by its IO and its requests.
 #[derive(Debug, Default)]
@@ -129,8 +129,8 @@ pin_project! {
         timeout: Option<Duration>,
         first: Option<Duration>,
         stream_timeout: Option<Duration>,
-        idle: Option<Pin<Box<Sleep>>>,
-        stalled: Option<Pin<Box<Sleep>>>,
+        idle: LazyDeadline,
+        stalled: LazyDeadline,
         seen: usize,
         expired: bool,
         stream_expired: bool,
@@ -151,8 +151,8 @@ impl<T> IdleTimeout<T> {
             timeout,
             first,
             stream_timeout: None,
-            idle: None,
-            stalled: None,
+            idle: LazyDeadline::new(),
+            stalled: LazyDeadline::new(),
             seen: 0,
             expired: false,
             stream_expired: false,
@@ -176,23 +176,25 @@ fn stream_timed_out(timeout: Duration) -> io::Error {
 }
 
 /// Whether a request in flight has moved no byte for the stream idle timeout:
-/// polls (and starts) the timer in `stalled`, registering `cx` to be woken
+/// polls (and starts) the timeout in `stalled`, registering `cx` to be woken
 /// when it ends. False when there is no timeout or nothing is in flight.
 fn stream_stalled(
     timeout: Option<Duration>,
     activity: &Activity,
-    stalled: &mut Option<Pin<Box<Sleep>>>,
+    stalled: &mut LazyDeadline,
     cx: &mut Context<'_>,
 ) -> bool {
     let Some(timeout) = timeout else {
         return false;
     };
     if !activity.busy() {
-        *stalled = None;
+        stalled.stop();
         return false;
     }
-    let timer = stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-    if timer.as_mut().poll(cx).is_ready() {
+    if !stalled.is_running() {
+        stalled.start(deadline_after(timeout));
+    }
+    if stalled.poll_expired(cx).is_ready() {
         tracing::debug!(
             ?timeout,
             "closing a client connection whose request stalled"
@@ -222,7 +224,7 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
             let read = this.io.poll_read(cx, buf);
             match &read {
                 // A byte moved: the stream's idle time starts again.
-                Poll::Ready(Ok(())) if buf.filled().len() > before => *this.stalled = None,
+                Poll::Ready(Ok(())) if buf.filled().len() > before => this.stalled.stop(),
                 Poll::Ready(_) => {}
                 Poll::Pending => {
                     if stream_stalled(*this.stream_timeout, this.activity, this.stalled, cx) {
@@ -239,7 +241,7 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
             }
             return read;
         }
-        *this.stalled = None;
+        this.stalled.stop();
         let started = this.activity.started.load(Ordering::Acquire);
         let limit = if started == 0 {
             this.first.or(*this.timeout)
@@ -252,10 +254,10 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
         if started != *this.seen {
             // A request came (and maybe went) since the timer started: idle time starts again.
             *this.seen = started;
-            *this.idle = None;
+            this.idle.stop();
         }
         if this.activity.busy() {
-            *this.idle = None;
+            this.idle.stop();
             let read = this.io.poll_read(cx, buf);
             if read.is_pending() {
                 // The last request's end wakes this read, to start the idle time.
@@ -267,14 +269,14 @@ impl<T: AsyncRead> AsyncRead for IdleTimeout<T> {
             }
             return read;
         }
-        let idle = this
-            .idle
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if !this.idle.is_running() {
+            this.idle.start(deadline_after(timeout));
+        }
         match this.io.poll_read(cx, buf) {
             Poll::Ready(read) => Poll::Ready(read),
             Poll::Pending => {
                 // A request may have begun since the check above; it keeps the connection.
-                if idle.as_mut().poll(cx).is_ready() && !this.activity.busy() {
+                if this.idle.poll_expired(cx).is_ready() && !this.activity.busy() {
                     tracing::debug!(?timeout, "closing an idle client connection");
                     *this.expired = true;
                     return Poll::Ready(Ok(()));
@@ -301,7 +303,7 @@ impl<T: AsyncWrite> IdleTimeout<T> {
         }
         let written = write(this.io, cx);
         match &written {
-            Poll::Ready(Ok(n)) if *n > 0 => *this.stalled = None,
+            Poll::Ready(Ok(n)) if *n > 0 => this.stalled.stop(),
             Poll::Ready(_) => {}
             Poll::Pending => {
                 if stream_stalled(timeout, this.activity, this.stalled, cx) {

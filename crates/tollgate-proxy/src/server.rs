@@ -38,6 +38,7 @@ use crate::config::{self, ConfigError, ListenerLimits, ProxyConfig};
 use crate::context::{ConnectionScope, RequestContext};
 use crate::descriptors::trusted_client_address;
 use crate::error::ProxyError;
+use crate::header_timer::HeaderTimer;
 use crate::idle::{Activity, IdleTimeout, InFlight};
 use crate::local_ratelimit::SharedClock;
 use crate::metrics::{Metrics, ReloadLabels, RouteCounters};
@@ -324,6 +325,9 @@ pub async fn serve<F>(
                         Ok::<_, Infallible>(response.map(|body| InFlight::new(body, in_flight)))
                     }
                 });
+                // Each connection's HTTP/1 header timeout on a timer of its own, re-armed lazily.
+                let mut builder = builder.clone();
+                builder.http1().timer(HeaderTimer::new());
                 builder
                     .serve_connection(TokioIo::new(io), service)
                     .into_owned()
@@ -375,7 +379,9 @@ fn head_size<B>(request: &Request<B>) -> usize {
 /// On HTTP/1, hyper's header timer runs from the moment a connection waits
 /// for a request's head, so it also bounds how long a keep-alive connection
 /// may wait for its next request. HTTP/2 decodes a header block at once, so
-/// only its size is bounded there; the idle timeout bounds the rest.
+/// only its size is bounded there; the idle timeout bounds the rest. Each
+/// connection replaces the HTTP/1 timer with one of its own
+/// ([`HeaderTimer`]) on a clone of this builder.
 fn connection_builder(limits: &ListenerLimits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder

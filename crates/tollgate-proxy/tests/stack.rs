@@ -20,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -568,20 +569,8 @@ async fn upstream_saw(gates: &Gates, count: usize) {
     .expect("the upstream sees the request in time");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_header_timeout() {
-    step_paused_time();
-    let gates = Arc::new(Gates::default());
-    let upstream = start_upstream(Arc::clone(&gates)).await;
-    let (_, clock) = manual();
-    // The idle timeout is off: the header timeout alone must end it.
-    let settings = "request_headers_timeout: 0.3s, idle_timeout: 0s";
-    let running = start_proxy("dribble", &with_listener(upstream, settings), clock).await;
-    let mut silent = TcpStream::connect(running.addr).await.expect("connected");
-    let (mut reader, mut writer) = TcpStream::connect(running.addr)
-        .await
-        .expect("connected")
-        .into_split();
+/// Sends a request head that never ends (a byte every 50 ms) on `writer`; what came back on `reader` before the proxy closed it, or `None` if it stayed open for [`BOUND`].
+async fn dribble_a_head(reader: &mut OwnedReadHalf, mut writer: OwnedWriteHalf) -> Option<Vec<u8>> {
     let dribbler = tokio::spawn(async move {
         writer
             .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
@@ -593,9 +582,28 @@ async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_hea
         #[expect(unreachable_code, reason = "names the task's error type")]
         Ok::<(), std::io::Error>(())
     });
-    let seen = read_until_closed(&mut reader).await;
+    let seen = read_until_closed(reader).await;
     dribbler.abort();
-    let seen = seen.expect("a client still sending its head after the header timeout is cut off");
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_header_timeout() {
+    step_paused_time();
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    // The idle timeout is off: the header timeout alone must end it.
+    let settings = "request_headers_timeout: 0.3s, idle_timeout: 0s";
+    let running = start_proxy("dribble", &with_listener(upstream, settings), clock).await;
+    let mut silent = TcpStream::connect(running.addr).await.expect("connected");
+    let (mut reader, writer) = TcpStream::connect(running.addr)
+        .await
+        .expect("connected")
+        .into_split();
+    let seen = dribble_a_head(&mut reader, writer)
+        .await
+        .expect("a client still sending its head after the header timeout is cut off");
     assert_eq!(
         String::from_utf8_lossy(&seen),
         "",
@@ -607,6 +615,42 @@ async fn a_client_dribbling_its_head_or_sending_nothing_is_cut_off_after_the_hea
         "a connection that sends nothing is cut off after the header timeout too"
     );
     assert_eq!(gates.requests.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_kept_connection_each_next_head_gets_the_whole_header_timeout_and_no_more() {
+    step_paused_time();
+    let gates = Arc::new(Gates::default());
+    let upstream = start_upstream(Arc::clone(&gates)).await;
+    let (_, clock) = manual();
+    // The idle timeout is off: the header timeout alone bounds the wait for the next head.
+    let settings = "request_headers_timeout: 0.3s, idle_timeout: 0s";
+    let running = start_proxy("next-head", &with_listener(upstream, settings), clock).await;
+    let (mut reader, mut writer) = TcpStream::connect(running.addr)
+        .await
+        .expect("connected")
+        .into_split();
+    // Requests 0.2 s apart: each head comes within the timeout of its own wait, though
+    // later than the first wait's deadline, so each wait must start its own.
+    for _ in 0..4 {
+        writer
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("sent");
+        let answer = read_response(&mut reader).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then a head that never ends: cut off, with no answer.
+    let seen = dribble_a_head(&mut reader, writer)
+        .await
+        .expect("a next head still coming after the header timeout is cut off");
+    assert_eq!(
+        String::from_utf8_lossy(&seen),
+        "",
+        "no answer, just the end"
+    );
+    assert_eq!(gates.requests.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test(start_paused = true)]
