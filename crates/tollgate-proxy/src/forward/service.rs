@@ -112,7 +112,8 @@ impl Service<Request<Incoming>> for Forward {
                 tracing::Span::none()
             };
             let fault = BodyFault::default();
-            let client = cluster.client.clone();
+            // The pool is borrowed from the cluster this future owns, not cloned per request.
+            let client = &cluster.client;
             let sent = async {
                 // A body broken from its first frame sends nothing upstream.
                 let body = RequestBody::read_first(body, fault.clone())
