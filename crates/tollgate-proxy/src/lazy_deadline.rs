@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -35,6 +35,9 @@ pub struct LazyDeadline {
     timer: Option<Pin<Box<Sleep>>>,
     /// Whether `timer` is registered and has not been seen to fire.
     armed: bool,
+    /// The waker `timer` holds since its last poll, once armed: polling it
+    /// again for the same task before it fires would change nothing.
+    waker: Option<Waker>,
     /// The current deadline (`None`: no timeout running).
     deadline: Option<Instant>,
 }
@@ -59,10 +62,12 @@ impl LazyDeadline {
             Some(timer) => {
                 timer.as_mut().reset(deadline);
                 self.armed = true;
+                self.waker = None;
             }
             None => {
                 self.timer = Some(Box::pin(tokio::time::sleep_until(deadline)));
                 self.armed = true;
+                self.waker = None;
             }
         }
     }
@@ -85,11 +90,22 @@ impl LazyDeadline {
             if !self.armed {
                 timer.as_mut().reset(deadline);
                 self.armed = true;
+                self.waker = None;
             }
-            match timer.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
+            if !timer.is_elapsed() && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                // The timer has not fired and will wake this task when it does.
+                return Poll::Pending;
+            }
+            // Unconstrained: a pending answer then always means the timer holds `cx`'s waker
+            // (a task out of budget would get pending without it).
+            match Pin::new(&mut tokio::task::coop::unconstrained(timer.as_mut())).poll(cx) {
+                Poll::Pending => {
+                    self.waker = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
                 Poll::Ready(()) => {
                     self.armed = false;
+                    self.waker = None;
                     if timer.deadline() >= deadline {
                         return Poll::Ready(());
                     }
@@ -121,6 +137,24 @@ mod tests {
         // Started again 4 s in: due at 14 s, though the timer was registered for 10 s.
         deadline.start(deadline_after(Duration::from_secs(10)));
         assert_eq!(time_to_expiry(&mut deadline).await, Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_polled_from_another_task_wakes_that_task() {
+        let mut deadline = LazyDeadline::new();
+        deadline.start(deadline_after(Duration::from_secs(5)));
+        // Polled once here (this task's waker registered), then handed to another task.
+        assert!(
+            poll_fn(|cx| Poll::Ready(deadline.poll_expired(cx)))
+                .await
+                .is_pending()
+        );
+        let other = tokio::spawn(async move { time_to_expiry(&mut deadline).await });
+        let waited = tokio::time::timeout(Duration::from_secs(60), other)
+            .await
+            .expect("the other task is woken when the timeout ends")
+            .expect("the task ran");
+        assert_eq!(waited, Duration::from_secs(5));
     }
 
     #[tokio::test(start_paused = true)]
