@@ -272,8 +272,8 @@ async fn ramp(algorithm: &str) -> Ramps {
 /// and a round) and B's growth 28 → 39 goes out at that round, in a
 /// bucket of 18 (before: four rounds later, 47.5). The full bucket of 39
 /// follows once paid from what the shares leave of the rate (a fortieth
-/// of it, 1 a second: 43 s after the death). A change that makes any of
-/// them slower fails here.
+/// of it, 1 a second: at the round of 82.5, 42.3 s after the death). A
+/// change that makes any of them slower fails here.
 #[tokio::test]
 async fn a_grown_share_goes_out_at_the_first_round_after_a_flip_and_at_the_lapse_after_a_death_fixed_window()
  {

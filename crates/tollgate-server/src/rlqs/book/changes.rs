@@ -13,12 +13,18 @@
 //!   prepaid for that time come back. The book returns the [`Changes`] with
 //!   what the balance lacks, per counter; the service takes those units and
 //!   [`QuotaBook::apply`] makes the changes, falls before growths, each to
-//!   the largest share the balance pays for: a growth once all of it is
-//!   paid (until then the balance carries what was taken for it, round
-//!   after round), a first assignment as far as it is paid (deny-all if
-//!   nothing was), a fall to at most its target. A fall pays for
-//!   itself when the share at least halves (its refunded refills buy the
-//!   smaller bucket); otherwise the margin below pays.
+//!   the largest share the balance pays for: a growth (only at a round) to
+//!   its whole new rate at once, in the largest fresh bucket paid (at
+//!   least its old `max_tokens`, at most its full `⌊burst × s / R⌋`; none
+//!   while not even that and the extra refills are paid; Envoy refills a
+//!   bucket continuously up to `max_tokens`, so a smaller bucket holds
+//!   bursts, not the rate), then a later round raises the bucket to its
+//!   full one once that is paid in full (the balance carries what each
+//!   round took for it); a first assignment as far as it is paid
+//!   (deny-all if nothing was), in its full bucket; a fall to at most its
+//!   target, in its full bucket. A fall pays for itself when the share at
+//!   least halves (its refunded refills buy the smaller bucket); otherwise
+//!   the margin below pays.
 //! * **Every tick**, [`QuotaBook::dues`] says what the refills of the shares
 //!   in force cost from the instant they are paid through to a tick and a
 //!   margin of one more tick ahead ([`super::super::payment::span`]), and
@@ -204,7 +210,8 @@ impl QuotaBook {
                     .and_then(|s| s.reporters.get(stream))
                     .is_some_and(|r| r.share.is_none() || falls(r.share, r.wanted))
         });
-        let mut costs: HashMap<&[u8], (u128, u128)> = HashMap::new();
+        // Per counter: the cost, the refund, and whether a share moves (not only a bucket raised).
+        let mut costs: HashMap<&[u8], (u128, u128, bool)> = HashMap::new();
         for (counter, stream) in &pending {
             let Some(shared) = inner.shared.get(counter) else {
                 continue;
@@ -222,15 +229,25 @@ impl QuotaBook {
             let buckets = buckets_on(inner, *stream, counter);
             let (cost, refund) = price(shared, reporter.share, (target, full), buckets, now);
             let sum = costs.entry(counter.as_slice()).or_default();
-            *sum = (sum.0 + cost, sum.1 + refund);
+            let moves = reporter.share != Some(target);
+            *sum = (sum.0 + cost, sum.1 + refund, sum.2 || moves);
         }
         let payments = costs
             .into_iter()
-            .filter_map(|(counter, (cost, refund))| {
+            .filter_map(|(counter, (cost, refund, moves))| {
                 let shared = inner.shared.get(counter)?;
                 let mut balance = shared.balance;
                 balance.refund(refund);
                 let mut units = balance.units_for(cost, shared.rate.window);
+                if !moves && !shared.fleet.is_empty() {
+                    // Only buckets to raise, on a counter other instances
+                    // pay from: a raise takes nothing of its own there (it
+                    // would take what is left of each window for as long
+                    // as it waits, tens of seconds, where the other
+                    // instances' rounds and this one's top-ups pay); it
+                    // goes once the balance pays it.
+                    units = 0;
+                }
                 if round && !shared.fleet.is_empty() {
                     // Other instances pay their Envoys' refills from the
                     // same counter, maybe later in this window: a growth
