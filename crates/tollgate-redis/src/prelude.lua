@@ -58,11 +58,13 @@ local create_packed = false
 -- code runs at FUNCTION LOAD without `redis.call` and `struct`).
 local rcall, rpcall, spack, sunpack, min, max, format
 
+local function bind_library()
+  rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
+  min, max, format = math.min, math.max, string.format
+end
+
 local function set_clock(keys, args, encoding, per_key)
-  if not rcall then
-    rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
-    min, max, format = math.min, math.max, string.format
-  end
+  if not rcall then bind_library() end
   create_packed = encoding == 'p'
   local supplied = #keys * per_key
   if #args == supplied + 3 then
