@@ -161,11 +161,20 @@ local function fixed(op, hits, window, limit, phase, stored, c, li, lc)
   if after == count then
     return outcome, left, reset_ns, retry
   end
-  -- ttl_ms(reset_ns)
+  -- The key lives to the end of its window number at phase 0, the latest
+  -- end that number has under any phase (so a reload turning `stagger` off
+  -- within a window never finds its count expiring before the window's
+  -- end): set by the write that starts a window (ttl_ms), and kept (false:
+  -- SET ... KEEPTTL) by the writes after it in the same window, where
+  -- changing the key's expiry would be the costliest part of the write.
   local ttl = fixed_ttl
   if not ttl then
-    local ms = reset_ns / 1000000
-    ttl = format('%d', ms - ms % 1 + 1)
+    if stored == index then
+      ttl = false
+    else
+      local ms = (reset_ns + phase * 1000) / 1000000
+      ttl = format('%d', ms - ms % 1 + 1)
+    end
   end
   if li then
     return outcome, left, reset_ns, retry, spack('<dddd', index, after, li, lc), ttl
@@ -471,7 +480,11 @@ local function check_one_packed(key, text)
   -- put: a schedule wants a write only when it allows, a fixed window
   -- whenever its count moves.
   if value then
-    rcall('SET', key, value, 'PX', ttl)
+    if ttl then
+      rcall('SET', key, value, 'PX', ttl)
+    else
+      rcall('SET', key, value, 'KEEPTTL')
+    end
   elseif value == false then
     rcall('DEL', key)
   end

@@ -200,11 +200,19 @@ async fn at_redis_time_one_counter_keeps_the_layout_and_its_lease_floor() {
     let fw: AnyAlgorithm = FixedWindow::new(3, HOUR).unwrap().into();
     let (secs, _) = f.time();
     let ahead = (secs / 3600 + 5) as f64;
-    f.set(b"window", &doubles(&[ahead, 3.0, ahead, 1.0]));
+    // Written as a check writes it, with its TTL to its window's end.
+    let () = f
+        .conn
+        .pset_ex(
+            redis_key(TAG, b"window"),
+            doubles(&[ahead, 3.0, ahead, 1.0]),
+            6 * 3_600_000,
+        )
+        .unwrap();
     let d = f.check_now(counter(b"window", fw)).await;
     assert!(!d.is_allowed(), "a used-up window ahead stays used up: {d:?}");
     assert_eq!(f.get(b"window"), doubles(&[ahead, 4.0, ahead, 1.0]));
-    // Until the end of the window it holds, five hours and more away.
+    // The key's TTL (to the end of the window it holds) stays.
     let ttl = f.pttl(b"window");
     assert!(ttl > 5 * 3_600_000, "{ttl}");
 }
