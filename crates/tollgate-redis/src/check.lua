@@ -440,16 +440,11 @@ end
 -- same decision and write as the general path (decide, then put), with
 -- the steps around the kind's function (set_clock, read_state, get_pair,
 -- put) written in line: each Lua call costs about as much as a tenth of
--- the Lua of a whole check. Answers the reply (the 32-byte string), or nil
--- for a call it does not take, which the general path then makes from the
--- start: any other kind or op, a text not of the shape (its error is the
--- general path's), or a key in the hash format (GET answers WRONGTYPE:
--- read_state converts it).
-local function check_one_packed(key, text)
-  local r = records[text] or record_of(text)
-  if not r or r[2] ~= 'c' then return nil end
-  local kind = r[3]
-  if kind ~= 's' and kind ~= 'f' then return nil end
+-- the Lua of a whole check. `r` is the counter's record_of, `kind` its
+-- kind. Answers the reply (the 32-byte string), or nil for a key it does
+-- not take, which the general path then decides from the start: a key in
+-- the hash format (GET answers WRONGTYPE: read_state converts it).
+local function check_one_packed(key, r, kind)
   if not rcall then bind_library() end
   local t = rcall('TIME')
   local v = rpcall('GET', key)
@@ -497,14 +492,17 @@ local malformed = 'tollgate: malformed counter parameters '
 -- The call: KEYS and ARGV as described at the top; `encoding` ('h' or
 -- 'p') is the one new counters are created in (prelude.lua).
 local function check(keys, args, encoding)
-  if encoding == 'p' and #keys == 1 and #args == 1 then
-    local reply = check_one_packed(keys[1], args[1])
-    if reply then return reply end
-  end
-  set_clock(keys, args, encoding, 1)
   if #keys == 1 then
     -- One counter (most calls): its group is itself.
     local r = records[args[1]] or record_of(args[1])
+    if r and encoding == 'p' and #args == 1 and r[2] == 'c' then
+      local kind = r[3]
+      if kind == 's' or kind == 'f' then
+        local reply = check_one_packed(keys[1], r, kind)
+        if reply then return reply end
+      end
+    end
+    set_clock(keys, args, encoding, 1)
     if not r then return redis.error_reply(malformed .. tostring(args[1])) end
     local outcome, left, reset, retry, value, ttl = decide(keys[1], r)
     if outcome == false then return redis.error_reply(unknown .. r[3]) end
@@ -513,6 +511,7 @@ local function check(keys, args, encoding)
     end
     return spack('<dddd', outcome, left, reset, retry)
   end
+  set_clock(keys, args, encoding, 1)
   local results, values, ttls, hkeys, denied, params = {}, {}, {}, {}, {}, {}
   for k = 1, #keys do
     local r = records[args[k]] or record_of(args[k])
