@@ -210,7 +210,10 @@ async fn at_redis_time_one_counter_keeps_the_layout_and_its_lease_floor() {
         )
         .unwrap();
     let d = f.check_now(counter(b"window", fw)).await;
-    assert!(!d.is_allowed(), "a used-up window ahead stays used up: {d:?}");
+    assert!(
+        !d.is_allowed(),
+        "a used-up window ahead stays used up: {d:?}"
+    );
     assert_eq!(f.get(b"window"), doubles(&[ahead, 4.0, ahead, 1.0]));
     // The key's TTL (to the end of the window it holds) stays.
     let ttl = f.pttl(b"window");
