@@ -34,7 +34,9 @@
 # protocol included, no kernel time): unlike either time, the count repeats
 # from run to run whatever else the machine does, so one round is enough to
 # compare two versions of the code on a busy machine (use fewer calls, e.g.
-# 20000: valgrind runs redis-server about 50 times slower).
+# 20000: valgrind runs redis-server about 50 times slower). CALLGRIND_DIR=<dir>
+# keeps each measurement's profile there as <way>-<algorithm>.out, for
+# callgrind_annotate (e.g. --inclusive=yes) to say where the instructions go.
 #
 # Every call is allowed and writes (10^9 per second) except the sliding
 # log's, whose cost grows with its entries: its 1 ms window at 10^9 per
@@ -55,6 +57,7 @@ rounds=${1:-3}
 calls=${2:-200000}
 base=${BASE:-454df1f}
 before=${BEFORE:-}
+before_args=""
 ways=${WAYS:-old hash packed packed-eval floor${before:+ before}}
 src=crates/tollgate-redis/src
 redis_pin=()
@@ -79,6 +82,12 @@ load_bench_library
 if [ -n "$before" ]; then
     cli FUNCTION LOAD REPLACE "$(printf '#!lua name=tollgate_before\n'; git show "$before:$src/prelude.lua" "$before:$src/check.lua"
         echo "redis.register_function('tollgate_before_check', function(k, a) return check(k, a, 'p') end)")" > /dev/null
+    # A commit before "one argument per counter" takes 7 ARGV values per
+    # counter and refuses one (a check of 0 units, which writes nothing).
+    before_args=one
+    case "$(cli FCALL tollgate_before_check 1 tg{0}bench-before-probe "0 c s 0 1 1 0" 2>&1 | tr -d '\000')" in
+        *malformed*) before_args=seven ;;
+    esac
 fi
 cli FUNCTION LOAD REPLACE "#!lua name=tollgate_floor
 redis.register_function('tollgate_floor', function(keys, args)
@@ -132,9 +141,10 @@ measure() { # WAY NAME ARGS
     local u0 s0 u1 s1
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     # shellcheck disable=SC2086 # ARGS is a list of words
-    # old and before take 7 ARGV values per counter, this tree's code (and the floor) one
-    case "$way" in
-        old | before) redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null ;;
+    # old (and before, up to "one argument per counter") takes 7 ARGV values
+    # per counter, this tree's code (and the floor) one
+    case "$way${before_args:+-$before_args}" in
+        old* | before-seven) redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" 0 c $args > /dev/null ;;
         *) redis-benchmark -p "$port" -q -c 50 -P 16 -n "$calls" "${call[@]}" 1 "$key" "0 c $args" > /dev/null ;;
     esac
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
@@ -144,7 +154,11 @@ measure() { # WAY NAME ARGS
         local dump ir
         dump=$(ls -t "$cg_dir"/cg."$redis_pid".* | head -1)
         ir=$(awk '/^summary:/ {print $2}' "$dump")
-        rm -f "$dump"
+        if [ -n "${CALLGRIND_DIR:-}" ]; then
+            mv "$dump" "$CALLGRIND_DIR/$way-$name.out"
+        else
+            rm -f "$dump"
+        fi
         echo "$way $name $((ir / calls)) $((ir / calls))"
         return
     fi

@@ -58,11 +58,13 @@ local create_packed = false
 -- code runs at FUNCTION LOAD without `redis.call` and `struct`).
 local rcall, rpcall, spack, sunpack, min, max, format
 
+local function bind_library()
+  rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
+  min, max, format = math.min, math.max, string.format
+end
+
 local function set_clock(keys, args, encoding, per_key)
-  if not rcall then
-    rcall, rpcall, spack, sunpack = redis.call, redis.pcall, struct.pack, struct.unpack
-    min, max, format = math.min, math.max, string.format
-  end
+  if not rcall then bind_library() end
   create_packed = encoding == 'p'
   local supplied = #keys * per_key
   if #args == supplied + 3 then
@@ -172,7 +174,8 @@ local function read_hash(hkey, kind)
 end
 
 -- Writes the packed value `value` of kind `kind` in the hash format at
--- `hkey` with its TTL in ms, as the releases before the packed one did.
+-- `hkey` with its TTL in ms (false: the key's TTL stays), as the releases
+-- before the packed one did.
 local function write_hash(hkey, kind, value, ttl)
   if kind == 'l' then
     local flat = {}
@@ -196,7 +199,7 @@ local function write_hash(hkey, kind, value, ttl)
       rcall('HSET', hkey, f[1], int(a), f[2], int(b))
     end
   end
-  rcall('PEXPIRE', hkey, ttl)
+  if ttl then rcall('PEXPIRE', hkey, ttl) end
 end
 
 -- Whether the error `e` (raised or answered by a Redis command) is
@@ -238,15 +241,18 @@ local function read_state(key, kind)
   return v, nil
 end
 
--- Writes a counter's state (packed `value` with its TTL in ms; false
--- deletes it) at `key` in the format read_state found: packed when `hkey`
--- is nil, else the hash format (`hkey` is then `key`).
+-- Writes a counter's state (packed `value` with its TTL in ms, or false
+-- to keep the key's TTL, for a key that exists; a value of false deletes
+-- it) at `key` in the format read_state found: packed when `hkey` is nil,
+-- else the hash format (`hkey` is then `key`).
 local function put(key, hkey, kind, value, ttl)
   if not value then
     rcall('DEL', hkey or key)
   elseif hkey then
     write_hash(hkey, kind, value, ttl)
-  else
+  elseif ttl then
     rcall('SET', key, value, 'PX', ttl)
+  else
+    rcall('SET', key, value, 'KEEPTTL')
   end
 end

@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::Commands;
 use tollgate_core::{AnyAlgorithm, Decision, FixedWindow, Timestamp, TokenBucket};
 use tollgate_redis::{Encoding, RedisStore, SuppliedTime, redis_key};
-use tollgate_store::Counter;
+use tollgate_store::{Counter, CounterStore};
 use tollgate_testkit::redis::RedisServer;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -146,4 +146,76 @@ async fn a_fixed_window_writes_and_reads_its_window_and_count() {
     f.set(b"leased", &doubles(&[400_000.0, 1.0, 400_000.0, 1.0]));
     assert_eq!(f.check(counter(b"leased", fw), at).await.remaining(), 1);
     assert_eq!(f.get(b"leased"), doubles(&[400_000.0, 2.0, 400_000.0, 1.0]));
+}
+
+impl Fixture {
+    /// A check at Redis `TIME` (the path most calls take), as serving makes it.
+    async fn check_now(&self, c: Counter<'_>) -> Decision {
+        let mut out = Vec::new();
+        // The time handed to the store is not used on Redis: TIME decides.
+        self.store
+            .check_batch(&[c], Timestamp::from_secs(0), &mut out)
+            .await
+            .expect("Redis answers");
+        out[0]
+    }
+
+    /// Redis `TIME` in whole seconds and microseconds.
+    fn time(&mut self) -> (u64, u64) {
+        redis::cmd("TIME").query(&mut self.conn).unwrap()
+    }
+
+    fn pttl(&mut self, key: &[u8]) -> i64 {
+        redis::cmd("PTTL")
+            .arg(redis_key(TAG, key))
+            .query(&mut self.conn)
+            .unwrap()
+    }
+}
+
+/// The same layouts at Redis `TIME`, where one consuming counter takes its
+/// own path through the code: a TAT ahead of now moves by exactly one
+/// interval, a window ahead of now (the Redis host's clock stepped back
+/// since it was written) is held and counts the denial, and a lease floor
+/// is kept by every write.
+#[tokio::test]
+async fn at_redis_time_one_counter_keeps_the_layout_and_its_lease_floor() {
+    let mut f = Fixture::start().await;
+    let tb: AnyAlgorithm = TokenBucket::new(5, 5, HOUR).unwrap().into();
+    let (secs, _) = f.time();
+    // Two intervals (720 s each) of backlog, and a floor.
+    let tat = (secs + 1440) as f64;
+    f.set(b"bucket", &doubles(&[tat, 250.0, tat - 100.0, 7.0]));
+    let d = f.check_now(counter(b"bucket", tb)).await;
+    assert!(d.is_allowed(), "{d:?}");
+    assert_eq!(d.remaining(), 2);
+    assert_eq!(
+        f.get(b"bucket"),
+        doubles(&[tat + 720.0, 250.0, tat - 100.0, 7.0])
+    );
+    // The key lives as long as its backlog, three intervals now.
+    let ttl = f.pttl(b"bucket");
+    assert!(ttl > 2_100_000 && ttl <= 2_161_000, "{ttl}");
+
+    let fw: AnyAlgorithm = FixedWindow::new(3, HOUR).unwrap().into();
+    let (secs, _) = f.time();
+    let ahead = (secs / 3600 + 5) as f64;
+    // Written as a check writes it, with its TTL to its window's end.
+    let () = f
+        .conn
+        .pset_ex(
+            redis_key(TAG, b"window"),
+            doubles(&[ahead, 3.0, ahead, 1.0]),
+            6 * 3_600_000,
+        )
+        .unwrap();
+    let d = f.check_now(counter(b"window", fw)).await;
+    assert!(
+        !d.is_allowed(),
+        "a used-up window ahead stays used up: {d:?}"
+    );
+    assert_eq!(f.get(b"window"), doubles(&[ahead, 4.0, ahead, 1.0]));
+    // The key's TTL (to the end of the window it holds) stays.
+    let ttl = f.pttl(b"window");
+    assert!(ttl > 5 * 3_600_000, "{ttl}");
 }

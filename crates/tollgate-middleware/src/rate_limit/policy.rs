@@ -117,6 +117,9 @@ thread_local! {
 /// A request's counter keys, one after the other, on the stack when they fit.
 type CounterKeys = SmallVec<[u8; 128]>;
 
+/// A request's counters, one per limit, on the stack when they fit.
+type Counters<'k> = SmallVec<[Counter<'k>; 4]>;
+
 impl<St> Policy<St> {
     /// The app's answer to `rejection`, in the app's body type.
     pub(super) fn respond<B: From<Bytes>>(&self, rejection: &Rejection) -> Response<B> {
@@ -133,38 +136,35 @@ impl<St> Policy<St> {
         }
     }
 
-    /// Every limit's counter key for `key`: its prefix, then the key.
-    fn counter_keys(&self, key: &[u8]) -> CounterKeys {
-        let mut keys = CounterKeys::new();
+    /// Appends every limit's counter key for `key` to `keys`: its prefix, then the key.
+    fn counter_keys(&self, key: &[u8], keys: &mut CounterKeys) {
         for entry in &self.limits {
             keys.extend_from_slice(&entry.prefix);
             keys.extend_from_slice(key);
         }
-        keys
     }
 
-    /// The store's counters for `key` (whose counter keys are `keys`) at `cost`.
-    fn counters<'k>(&self, keys: &'k [u8], key: &[u8], cost: u64) -> SmallVec<[Counter<'k>; 4]> {
+    /// Appends the store's counters for `key` (whose counter keys are
+    /// `keys`) at `cost` to `counters`, filled where the caller keeps them
+    /// rather than returned (a move of the whole buffer).
+    fn counters<'k>(&self, keys: &'k [u8], key: &[u8], cost: u64, counters: &mut Counters<'k>) {
         let tag = xxhash_rust::xxh3::xxh3_64(key);
         let mut rest = keys;
-        self.limits
-            .iter()
-            .map(|entry| Counter {
-                group: 0,
-                key: {
-                    let (this, next) = rest
-                        .split_at_checked(entry.prefix.len() + key.len())
-                        .unwrap_or((rest, &[]));
-                    rest = next;
-                    this
-                },
-                tag,
-                algorithm: entry.limit.algorithm,
-                hits: cost,
-                give_back: false,
-                phase_ns: 0,
-            })
-            .collect()
+        counters.extend(self.limits.iter().map(|entry| Counter {
+            group: 0,
+            key: {
+                let (this, next) = rest
+                    .split_at_checked(entry.prefix.len() + key.len())
+                    .unwrap_or((rest, &[]));
+                rest = next;
+                this
+            },
+            tag,
+            algorithm: entry.limit.algorithm,
+            hits: cost,
+            give_back: false,
+            phase_ns: 0,
+        }));
     }
 }
 
@@ -173,8 +173,10 @@ impl<St: CounterStore> Policy<St> {
     /// when the store can (in memory); `None`, nothing counted, when it
     /// takes a call ([`decide`](Self::decide) then).
     pub(super) fn decide_now(&self, key: &[u8], cost: u64) -> Option<Verdict> {
-        let keys = self.counter_keys(key);
-        let counters = self.counters(&keys, key, cost);
+        let mut keys = CounterKeys::new();
+        self.counter_keys(key, &mut keys);
+        let mut counters = Counters::new();
+        self.counters(&keys, key, cost, &mut counters);
         let mut decisions = DECISIONS.take();
         let verdict = self
             .store
@@ -186,8 +188,10 @@ impl<St: CounterStore> Policy<St> {
 
     /// Decides a request with `key` and `cost` against every limit.
     pub(super) async fn decide(&self, key: &[u8], cost: u64) -> Verdict {
-        let keys = self.counter_keys(key);
-        let counters = self.counters(&keys, key, cost);
+        let mut keys = CounterKeys::new();
+        self.counter_keys(key, &mut keys);
+        let mut counters = Counters::new();
+        self.counters(&keys, key, cost, &mut counters);
         let mut decisions = Vec::with_capacity(counters.len());
         let checked = self
             .store

@@ -15,8 +15,17 @@ const SETTLE: usize = 10;
 /// The seconds left out of the phase after an Envoy's death, the issue's
 /// target: its share stays reserved until its last assignment lapses (the
 /// default time to live, 3 s, renewed at every round: at most 5 s after
-/// its death), then the survivor's growth is paid (1 to 2 rounds).
+/// its death), then the survivor grows at that round (in the bucket paid
+/// so far; docs/quota.md, the rule for a growth).
 const DEAD_SETTLE: usize = 7;
+
+/// The seconds after a demand flip by which the split is within 10 % of
+/// max-min fair, the target: one report interval of Envoy 1.40's
+/// (5 s) and 2 s. The flips come just after a report (or up to a second
+/// before one, read at the next): the service learns them 5 to 6 s in, and
+/// the grown share goes out at the next round (before, 2 to 3 rounds
+/// later, waiting for its full bucket: 7 to 9 s).
+const FLIP_SETTLE: usize = 7;
 
 /// Admitted requests per Envoy per second of a phase.
 pub(super) struct Seconds {
@@ -195,12 +204,16 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
         "{tenant}: A got {low_two:.1} of 10 a second; {}",
         logs()
     );
-    // After the flip has settled, the split is within 10 % of max-min
-    // fair: B at least 27 of its fair 30.
-    let high_two = two.mean(settled.clone(), Some(1));
+    // From 7 s after the flip on, the split is within 10 % of max-min
+    // fair: B at least 27 of its fair 30 (on average: a grown share sent
+    // in the middle of second 7 leaves B short in that second alone). The
+    // rounds are held exactly by `tollgate-server`'s `rlqs_ramp`; real time
+    // only bounds them: the code before the rule for a growth (fair from
+    // second 7 and 8 in a run, 09:28 UTC 2026-11-28) passed this too.
+    let high_two = two.mean(FLIP_SETTLE..n, Some(1));
     assert!(
         high_two >= 27.0,
-        "{tenant}: B got {high_two:.1} a second from {SETTLE} s after the flip; {}",
+        "{tenant}: B got {high_two:.1} a second from {FLIP_SETTLE} s after the flip; {}",
         logs()
     );
     // From 7 s after A's death on (its last assignment lapsed, at most 3 s

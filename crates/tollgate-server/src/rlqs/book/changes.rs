@@ -13,12 +13,18 @@
 //!   prepaid for that time come back. The book returns the [`Changes`] with
 //!   what the balance lacks, per counter; the service takes those units and
 //!   [`QuotaBook::apply`] makes the changes, falls before growths, each to
-//!   the largest share the balance pays for: a growth once all of it is
-//!   paid (until then the balance carries what was taken for it, round
-//!   after round), a first assignment as far as it is paid (deny-all if
-//!   nothing was), a fall to at most its target. A fall pays for
-//!   itself when the share at least halves (its refunded refills buy the
-//!   smaller bucket); otherwise the margin below pays.
+//!   the largest share the balance pays for: a growth (only at a round) to
+//!   its whole new rate at once, in the largest fresh bucket paid (at
+//!   least its old `max_tokens`, at most its full `⌊burst × s / R⌋`; none
+//!   while not even that and the extra refills are paid; Envoy refills a
+//!   bucket continuously up to `max_tokens`, so a smaller bucket holds
+//!   bursts, not the rate), then a later round raises the bucket to its
+//!   full one once that is paid in full (the balance carries what each
+//!   round took for it); a first assignment as far as it is paid
+//!   (deny-all if nothing was), in its full bucket; a fall to at most its
+//!   target, in its full bucket. A fall pays for itself when the share at
+//!   least halves (its refunded refills buy the smaller bucket); otherwise
+//!   the margin below pays.
 //! * **Every tick**, [`QuotaBook::dues`] says what the refills of the shares
 //!   in force cost from the instant they are paid through to a tick and a
 //!   margin of one more tick ahead ([`super::super::payment::span`]), and
@@ -153,23 +159,22 @@ pub struct Changes {
     pub(super) renew: Vec<StreamId>,
 }
 
-/// What moving one reporter's share from `old` to `new` costs and gives
-/// back, in unit·ns: the fresh buckets and the new share's refills to the
-/// instant the counter is paid through; the old share's refills for that
-/// time. On a counter with no share in force, the refills are paid
-/// through the next round ([`cover`]).
+/// What moving one reporter's share from `old` to `new`, in fresh token
+/// buckets of `tokens`, costs and gives back, in unit·ns: the fresh
+/// buckets and the new share's refills to the instant the counter is paid
+/// through; the old share's refills for that time. On a counter with no
+/// share in force, the refills are paid through the next round ([`cover`]).
 fn price(
     shared: &Shared,
     old: Option<u64>,
-    new: u64,
+    (new, tokens): (u64, u64),
     buckets: u64,
     now: Timestamp,
 ) -> (u128, u128) {
     let window = shared.rate.window.as_nanos().max(1);
     let ahead = cover(shared, now).saturating_since(now).as_nanos();
     let buckets = u128::from(buckets);
-    let cost =
-        (u128::from(fresh_tokens(&shared.rate, new)) * window + u128::from(new) * ahead) * buckets;
+    let cost = (u128::from(tokens) * window + u128::from(new) * ahead) * buckets;
     let refund = u128::from(old.unwrap_or(0)) * ahead * buckets;
     (cost, refund)
 }
@@ -205,7 +210,8 @@ impl QuotaBook {
                     .and_then(|s| s.reporters.get(stream))
                     .is_some_and(|r| r.share.is_none() || falls(r.share, r.wanted))
         });
-        let mut costs: HashMap<&[u8], (u128, u128)> = HashMap::new();
+        // Per counter: the cost, the refund, and whether a share moves (not only a bucket raised).
+        let mut costs: HashMap<&[u8], (u128, u128, bool)> = HashMap::new();
         for (counter, stream) in &pending {
             let Some(shared) = inner.shared.get(counter) else {
                 continue;
@@ -214,21 +220,34 @@ impl QuotaBook {
                 continue;
             };
             let target = target(shared, *stream, true);
-            if reporter.share == Some(target) {
+            let full = fresh_tokens(&shared.rate, target);
+            if reporter.share == Some(target) && reporter.tokens >= full {
                 continue;
             }
+            // Priced (and taken for) in full buckets: what a growth or a
+            // raise does not spend now the balance carries to the next round.
             let buckets = buckets_on(inner, *stream, counter);
-            let (cost, refund) = price(shared, reporter.share, target, buckets, now);
+            let (cost, refund) = price(shared, reporter.share, (target, full), buckets, now);
             let sum = costs.entry(counter.as_slice()).or_default();
-            *sum = (sum.0 + cost, sum.1 + refund);
+            let moves = reporter.share != Some(target);
+            *sum = (sum.0 + cost, sum.1 + refund, sum.2 || moves);
         }
         let payments = costs
             .into_iter()
-            .filter_map(|(counter, (cost, refund))| {
+            .filter_map(|(counter, (cost, refund, moves))| {
                 let shared = inner.shared.get(counter)?;
                 let mut balance = shared.balance;
                 balance.refund(refund);
                 let mut units = balance.units_for(cost, shared.rate.window);
+                if !moves && !shared.fleet.is_empty() {
+                    // Only buckets to raise, on a counter other instances
+                    // pay from: a raise takes nothing of its own there (it
+                    // would take what is left of each window for as long
+                    // as it waits, tens of seconds, where the other
+                    // instances' rounds and this one's top-ups pay); it
+                    // goes once the balance pays it.
+                    units = 0;
+                }
                 if round && !shared.fleet.is_empty() {
                     // Other instances pay their Envoys' refills from the
                     // same counter, maybe later in this window: a growth
@@ -308,26 +327,37 @@ impl QuotaBook {
             return false;
         };
         let target = target(shared, stream, false);
+        let full = |s: u64| fresh_tokens(&shared.rate, s);
         let old = reporter.share;
-        if old == Some(target) {
+        if old == Some(target) && (reporter.tokens >= full(target) || reporter.departed.is_some()) {
             return false;
         }
-        let affordable = |s: u64| {
-            let (cost, refund) = price(shared, old, s, buckets, now);
+        let affordable = |s: u64, tokens: u64| {
+            let (cost, refund) = price(shared, old, (s, tokens), buckets, now);
             cost <= shared.balance.nanos() + refund
         };
-        let chosen = if falls(old, target) || old.is_none() {
+        let (chosen, tokens) = if falls(old, target) || old.is_none() {
             // Down to the target, or below if the balance cannot pay for
-            // its bucket; a share of 0 (deny all) costs nothing.
-            largest(0, target, affordable)
-        } else if affordable(target) {
-            // A growth goes all the way once paid for: a step short of it
-            // would pay for a fresh bucket twice.
-            target
+            // its full bucket; a share of 0 (deny all) costs nothing.
+            let s = largest(0, target, |s| affordable(s, full(s)));
+            (s, full(s))
         } else {
-            return false;
+            // A growth goes all the way to its rate at once, in the largest
+            // bucket paid for up to its full one (Envoy refills a bucket
+            // continuously up to its `max_tokens`: under steady demand it
+            // admits the rate whatever the bucket holds, so the fresh bucket
+            // is the growth's only up-front cost); none while not even a
+            // one-token bucket and the refills are paid. A smaller bucket
+            // is raised to the full one at a later round, once that is
+            // paid in full (a share in force is never re-sent smaller).
+            let least = reporter.tokens.clamp(1, full(target).max(1));
+            let tokens = largest(least, full(target), |m| affordable(target, m));
+            if tokens == 0 || (old == Some(target) && tokens < full(target)) {
+                return false;
+            }
+            (target, tokens)
         };
-        let (cost, refund) = price(shared, old, chosen, buckets, now);
+        let (cost, refund) = price(shared, old, (chosen, tokens), buckets, now);
         shared.balance.refund(refund);
         let spent = shared.balance.spend(cost);
         debug_assert!(spent, "a move is made only when it is paid for");
@@ -336,7 +366,7 @@ impl QuotaBook {
             self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(r) = shared.reporters.get_mut(&stream) {
-            r.set_share(chosen, now);
+            r.set_share(chosen, tokens, now);
         }
         true
     }
@@ -486,7 +516,11 @@ impl QuotaBook {
                 shared
                     .reporters
                     .iter()
-                    .filter(|(_, r)| r.share != Some(r.wanted))
+                    .filter(|(_, r)| {
+                        r.share != Some(r.wanted)
+                            || (r.departed.is_none()
+                                && r.tokens < fresh_tokens(&shared.rate, r.wanted))
+                    })
                     .map(|(stream, _)| (counter.clone(), *stream))
             })
             .collect();
@@ -612,7 +646,7 @@ impl QuotaBook {
                 continue;
             }
             if let Some(r) = shared.reporters.get_mut(&stream) {
-                r.set_share(new, now);
+                r.set_share(new, fresh_tokens(&shared.rate, new), now);
             }
             self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
             changed.push((counter.to_vec(), stream));

@@ -44,6 +44,11 @@ pub(super) struct Reporter {
     pub(super) assigned: Option<Timestamp>,
     /// The share in force at that Envoy (last sent).
     pub(super) share: Option<u64>,
+    /// The `max_tokens` of the token bucket in force at that Envoy (0: none,
+    /// or deny-all): a grown share may go out with a smaller bucket than
+    /// its full `⌊burst × s / R⌋`, raised at a later round once paid
+    /// ([`super::changes`]).
+    pub(super) tokens: u64,
     /// The share the split gives it; where it differs from `share`, a
     /// change waiting for its fresh bucket to be paid for (at a report, a
     /// close or a tick).
@@ -54,8 +59,9 @@ pub(super) struct Reporter {
 }
 
 impl Reporter {
-    /// Puts `share` in force at `now`.
-    pub(super) fn set_share(&mut self, share: u64, now: Timestamp) {
+    /// Puts `share` in force at `now`, in token buckets of `tokens`.
+    pub(super) fn set_share(&mut self, share: u64, tokens: u64, now: Timestamp) {
+        self.tokens = if share == 0 { 0 } else { tokens.max(1) };
         if share == 0 {
             self.assigned = None;
         } else if self.share.unwrap_or(0) == 0 {

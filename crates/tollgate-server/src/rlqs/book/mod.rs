@@ -11,13 +11,16 @@
 //! max-min fairly ([`tollgate_core::fair_share`]; the claims and the part
 //! of the rate left in the counter: `QuotaBook::rebalance`). Each Envoy
 //! gets a token bucket of its share `s`: `max_tokens = ⌊burst × s / R⌋`
-//! (at least 1), `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole
+//! (at least 1; less for a grown share until its full bucket is paid),
+//! `tokens_per_fill = ⌊s × F / W⌋` every `F = ⌈W⌉` whole
 //! seconds (Envoy 1.40 reads the fill interval in whole seconds), so its
 //! rate is at most `s` per window.
 //!
 //! Every change of a share is sent once its fresh bucket is paid for from
 //! the shared budget ([`Changes`]): a fall at once, a growth at the next
-//! payment round that pays for all of it; a move of less than a tenth (of
+//! payment round that pays its extra refills and a fresh bucket at least
+//! as large as its old one (its full bucket, `max_tokens` above, follows
+//! at a later round once paid); a move of less than a tenth (of
 //! the share, or of an equal part), up or down, keeps the assignment in
 //! force ([`tollgate_core::fair_share::steady_shares`]; Envoy keeps a token
 //! bucket's state only while its settings stay the same, and restarts it

@@ -180,6 +180,7 @@ impl QuotaBook {
                         hungry: false,
                         assigned: None,
                         share: None,
+                        tokens: 0,
                         wanted: 0,
                         departed: None,
                     });
@@ -438,13 +439,12 @@ impl QuotaBook {
             (Assignment::Deny, _) => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
             (Assignment::Share(_), Some(counter)) => {
                 let shared = inner.shared.get(counter);
-                let share = shared
+                let (share, tokens) = shared
                     .and_then(|s| s.reporters.get(&stream))
-                    .and_then(|r| r.share)
-                    .unwrap_or(0);
+                    .map_or((0, 0), |r| (r.share.unwrap_or(0), r.tokens));
                 match shared {
                     Some(shared) if share > 0 => {
-                        Strategy::TokenBucket(token_bucket(&shared.rate, share))
+                        Strategy::TokenBucket(token_bucket(&shared.rate, share, tokens))
                     }
                     _ => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
                 }
