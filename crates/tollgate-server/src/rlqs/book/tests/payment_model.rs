@@ -245,6 +245,23 @@ fn a_growth_goes_out_at_once_in_the_bucket_paid_and_the_full_bucket_follows_once
     assert_eq!(raised.cut, 0);
 }
 
+/// An Envoy whose first report finds the counter giving nothing is
+/// answered deny-all; the next round that pays part of its share gives it
+/// that part, before the other Envoy's growth and in a bucket paid, rather
+/// than leaving it refused until its whole rate is paid two ticks ahead
+/// (before: still deny-all after a round of 60 units; with two real
+/// Envoys starting together, B was refused for 2–4 s).
+#[test]
+fn a_late_envoy_left_at_deny_all_gets_the_part_the_next_round_pays() {
+    let round = |room| Step::Round { late_ms: 0, room };
+    let report = |envoy, per_second| Step::Report { envoy, per_second };
+    let steps = vec![report(0, 0), round(400), round(0), report(1, 0), round(60)];
+    let late = run(&steps, false).expect("within what the counter paid");
+    let (rate, tokens) = late.last[1];
+    assert!(rate > 0 && tokens > 0, "B still refused: {:?}", late.last);
+    assert!(rate < 49, "B got its whole equal part: {:?}", late.last);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
 
