@@ -210,7 +210,7 @@ struct Run {
 }
 
 /// A growth the counter cannot pay in full this round goes out at once at
-/// its new rate in a smaller bucket (what is paid, at least its old one;
+/// its new rate in a smaller bucket (what is paid, two tokens or more;
 /// before, it waited for the full one), and the bucket is raised
 /// to the rate's full one at a later round, once the counter paid it; the
 /// Envoys never get more than the counter gave, measured against Envoy's
