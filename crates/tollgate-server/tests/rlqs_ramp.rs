@@ -1,4 +1,4 @@
-//! How many payment rounds a grown share takes to reach its Envoy after a demand flip and after an Envoy dies (the service's rounds, top-ups and reports on an injected clock, a real in-memory counter of 40 a second): one, the round after the reports or the lapse, at its new rate in the bucket paid so far; its full bucket follows once paid.
+//! How many payment rounds a grown share takes to reach its Envoy after both Envoys start together, after a demand flip and after an Envoy dies (the service's rounds, top-ups and reports on an injected clock, a real in-memory counter of 40 a second): one, the round after the reports or the lapse, at its new rate in the bucket paid so far; its full bucket follows once paid.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -214,6 +214,58 @@ fn seconds_until(
         .map(|(i, _)| (start + i as u64 + 1).saturating_sub(from))
 }
 
+/// Both Envoys starting together (phase 1's start): their buckets' first
+/// reports arrive together at 0.2 s without usage (an equal part each),
+/// their second reports 5 s later show A's 100 a second and B's 10. Prints
+/// each round's buckets and the units the counter gave.
+async fn cold_start(algorithm: &str) -> ColdStart {
+    let mut phases = Phases::new(algorithm);
+    let mut seen = Vec::new();
+    let mut taken = 0;
+    let mut cuts_before = 0;
+    while phases.second < 12 {
+        if phases.second == 5 {
+            cuts_before = phases.book.stats().shares_cut.load(Ordering::Relaxed);
+        }
+        let round = phases.second().await;
+        let total = phases.book.stats().units_taken.load(Ordering::Relaxed);
+        println!(
+            "{algorithm}: round {}.5 s: rate/max_tokens {round:?}, the counter gave {}",
+            phases.second - 1,
+            total - taken
+        );
+        taken = total;
+        seen.push(round);
+    }
+    // Within a tenth of max-min fair (A 28, B 11), as steady shares hold it.
+    let near = |s: Seen| s.rates[0] >= 26 && s.rates[1] == 11;
+    let cold = ColdStart {
+        near: seconds_until(&seen, 5, 0, near).expect("the split comes into force"),
+        exact: seconds_until(&seen, 5, 0, |s| s.rates == [28, 11])
+            .expect("the split comes into force"),
+        both: seen
+            .iter()
+            .position(|s| s.rates.iter().all(|&r| r > 0))
+            .expect("both Envoys get a share") as u64,
+        cut: phases.book.stats().shares_cut.load(Ordering::Relaxed) - cuts_before,
+    };
+    println!("{algorithm}: {cold:?}");
+    cold
+}
+
+/// The rounds of a cold start: seconds from the reports that show the
+/// demand (5.2 s) until the split is in force within a tenth, and
+/// exactly; the first round (its whole second) at which both Envoys hold a
+/// share above deny-all; the shares cut from the reports on (before,
+/// first assignments the counter pays only in part count as cut).
+#[derive(Debug)]
+struct ColdStart {
+    near: u64,
+    exact: u64,
+    both: u64,
+    cut: u64,
+}
+
 /// How many seconds each ramp took: from the reports that show the flip
 /// until B's rate is within 10 % of max-min fair; from A's death until B's
 /// rate is at 0.9 R, and until its bucket is full.
@@ -294,5 +346,36 @@ async fn a_grown_share_goes_out_at_the_first_round_after_a_flip_and_at_the_lapse
     assert!(
         ramps.flipped <= 1 && ramps.alone <= 4 && ramps.alone_full <= 43,
         "{ramps:?}"
+    );
+}
+
+/// Phase 1's start, fixed window: the split is in force within a tenth
+/// (A 26 of its 28, B 11) at the round right after the reports that show
+/// the demand (5.5 s), exactly at the round of 7.5 s (A's last units of
+/// rate paid from what the shares leave); B, whose first report is
+/// answered after A took the window's room, gets its first share at the
+/// round of 1.5 s. Before: B deny-all until 3.5 s, and A at its equal
+/// part (19) until 8.5 s, its growth waiting for a fresh bucket as large
+/// as its old one and two ticks of its whole extra rate.
+#[tokio::test]
+async fn both_envoys_starting_together_get_the_split_at_the_round_after_their_first_usage_fixed_window()
+ {
+    let cold = cold_start("fixed_window").await;
+    assert!(
+        cold.near <= 1 && cold.exact <= 3 && cold.both <= 1 && cold.cut == 0,
+        "{cold:?}"
+    );
+}
+
+/// The same with a token-bucket counter: within a tenth at 5.5 s (A 27),
+/// exactly at 7.5 s, both Envoys served from the first round (before:
+/// A at 19 until 8.5 s, B deny-all until 3.5 s).
+#[tokio::test]
+async fn both_envoys_starting_together_get_the_split_at_the_round_after_their_first_usage_token_bucket()
+ {
+    let cold = cold_start("token_bucket").await;
+    assert!(
+        cold.near <= 1 && cold.exact <= 3 && cold.both == 0 && cold.cut == 0,
+        "{cold:?}"
     );
 }

@@ -14,15 +14,19 @@
 //!   what the balance lacks, per counter; the service takes those units and
 //!   [`QuotaBook::apply`] makes the changes, falls before growths, each to
 //!   the largest share the balance pays for: a growth (only at a round) to
-//!   its whole new rate at once, in the largest fresh bucket paid (at
-//!   least its old `max_tokens`, at most its full `⌊burst × s / R⌋`; none
-//!   while not even that and the extra refills are paid; Envoy refills a
-//!   bucket continuously up to `max_tokens`, so a smaller bucket holds
-//!   bursts, not the rate), then a later round raises the bucket to its
-//!   full one once that is paid in full (the balance carries what each
-//!   round took for it); a first assignment as far as it is paid
-//!   (deny-all if nothing was), in its full bucket; a fall to at most its
-//!   target, in its full bucket. A fall pays for itself when the share at
+//!   its whole new rate at once, or where the balance pays less to the
+//!   largest rate paid within a tenth of it (the rest at a later round),
+//!   in the largest fresh bucket paid (at least one token, at most its
+//!   full `⌊burst × s / R⌋`; none while not even that and the extra
+//!   refills are paid; Envoy refills a bucket continuously up to
+//!   `max_tokens`, so a smaller bucket holds bursts, not the rate), then a
+//!   later round raises the bucket to its full one once that is paid in
+//!   full and no other share on the counter waits for its rate (the
+//!   balance carries what each round took for it); a first assignment,
+//!   or one left at deny-all (retried at every report and round, before
+//!   the growths), as far as it is paid (deny-all if nothing was), in its
+//!   full bucket; a fall to at most its target, in its full bucket or
+//!   the smaller one it held. A fall pays for itself when the share at
 //!   least halves (its refunded refills buy the smaller bucket); otherwise
 //!   the margin below pays.
 //! * **Every tick**, [`QuotaBook::dues`] says what the refills of the shares
@@ -184,6 +188,26 @@ fn falls(share: Option<u64>, wanted: u64) -> bool {
     share.is_some_and(|old| wanted < old)
 }
 
+/// The smallest bucket a growth or a fall is sent in (or its full one, if
+/// smaller). Envoy refills continuously up to `max_tokens`; with one
+/// token, a hungry Envoy's bucket reaches its cap between requests and the
+/// refill past it is lost (measured with Envoy 1.40: 23 to 25 of a share
+/// of 28 admitted a second at 100 requests a second); with two, a request
+/// finds a token before the cap.
+const LEAST_TOKENS: u64 = 2;
+
+/// [`LEAST_TOKENS`], or `full` if smaller.
+fn least_tokens(full: u64) -> u64 {
+    full.min(LEAST_TOKENS)
+}
+
+/// Whether a reporter holds no token bucket: no assignment yet, or a share
+/// of 0 (deny all). Its next share is a first one at Envoy, and it moves
+/// as one: between rounds too, as far as paid.
+fn unassigned(share: Option<u64>) -> bool {
+    share.unwrap_or(0) == 0
+}
+
 impl QuotaBook {
     /// The [`Changes`] for the `pending` reporters (and the answer to
     /// `answer`'s report, if any), priced at `now`: what each counter's
@@ -208,7 +232,7 @@ impl QuotaBook {
                     .shared
                     .get(counter)
                     .and_then(|s| s.reporters.get(stream))
-                    .is_some_and(|r| r.share.is_none() || falls(r.share, r.wanted))
+                    .is_some_and(|r| unassigned(r.share) || falls(r.share, r.wanted))
         });
         // Per counter: the cost, the refund, and whether a share moves (not only a bucket raised).
         let mut costs: HashMap<&[u8], (u128, u128, bool)> = HashMap::new();
@@ -284,14 +308,17 @@ impl QuotaBook {
         }
         let mut changed = changes.changed;
         let mut pending = changes.pending;
-        // Falls first: they give back the refills the growths then spend.
+        // Falls first: they give back the refills the growths then spend;
+        // then the Envoys holding no token bucket (a first assignment, or
+        // one left at deny-all), then the growths.
         pending.sort_by_key(|(counter, stream)| {
             let reporter = inner
                 .shared
                 .get(counter)
                 .and_then(|s| s.reporters.get(stream));
             let fall = reporter.is_some_and(|r| falls(r.share, r.wanted));
-            (!fall, counter.clone(), *stream)
+            let first = reporter.is_some_and(|r| unassigned(r.share));
+            (!fall, !first, counter.clone(), *stream)
         });
         for (counter, stream) in pending {
             if self.move_share(inner, &counter, stream, now) {
@@ -336,33 +363,68 @@ impl QuotaBook {
             let (cost, refund) = price(shared, old, (s, tokens), buckets, now);
             cost <= shared.balance.nanos() + refund
         };
-        let (chosen, tokens) = if falls(old, target) || old.is_none() {
-            // Down to the target, or below if the balance cannot pay for
-            // its full bucket; a share of 0 (deny all) costs nothing.
+        if old == Some(target) && growing(shared, stream) {
+            // Only its bucket to raise (bursts), while another share on
+            // the counter waits for its rate: the rates go first.
+            return false;
+        }
+        let (chosen, tokens) = if unassigned(old) {
+            // A first assignment (or one left at deny-all: Envoy holds no
+            // token bucket, and retries at each report and round) as far
+            // as paid, in its full bucket; a share of 0 (deny all) costs
+            // nothing.
             let s = largest(0, target, |s| affordable(s, full(s)));
             (s, full(s))
+        } else if falls(old, target) {
+            // Down to the target, or below if the balance cannot pay for
+            // its bucket: its full one, or the smaller one it held (a
+            // growth not raised yet), raised later once paid.
+            let bucket = |s: u64| full(s).min(reporter.tokens.max(LEAST_TOKENS));
+            let s = largest(0, target, |s| affordable(s, bucket(s)));
+            (s, bucket(s))
         } else {
-            // A growth goes all the way to its rate at once, in the largest
-            // bucket paid for up to its full one (Envoy refills a bucket
-            // continuously up to its `max_tokens`: under steady demand it
-            // admits the rate whatever the bucket holds, so the fresh bucket
-            // is the growth's only up-front cost); none while not even a
-            // one-token bucket and the refills are paid. A smaller bucket
-            // is raised to the full one at a later round, once that is
-            // paid in full (a share in force is never re-sent smaller).
-            let least = reporter.tokens.clamp(1, full(target).max(1));
-            let tokens = largest(least, full(target), |m| affordable(target, m));
-            if tokens == 0 || (old == Some(target) && tokens < full(target)) {
-                return false;
+            // A growth goes to its rate at once, in the largest bucket paid
+            // for up to its full one (Envoy refills a bucket continuously
+            // up to its `max_tokens`: under steady demand it admits the
+            // rate whatever the bucket holds, so the fresh bucket is the
+            // growth's only up-front cost; at least two tokens,
+            // [`LEAST_TOKENS`]). Where the balance pays less
+            // than its whole rate, it goes to the largest rate paid within
+            // a tenth of it (the hysteresis of steady shares), the rest at
+            // a later round; none while not even that and a two-token
+            // bucket are paid. A smaller bucket is raised to the full one
+            // at a later round, once that is paid in full (a share in
+            // force is never re-sent smaller).
+            if old == Some(target) {
+                let tokens = largest(least_tokens(full(target)), full(target), |m| {
+                    affordable(target, m)
+                });
+                if tokens < full(target) {
+                    return false;
+                }
+                (target, tokens)
+            } else {
+                let least = target - target / 10;
+                let s = largest(least.max(old.unwrap_or(0) + 1), target, |s| {
+                    affordable(s, least_tokens(full(s)))
+                });
+                if s == 0 {
+                    return false;
+                }
+                (
+                    s,
+                    largest(least_tokens(full(s)), full(s), |m| affordable(s, m)),
+                )
             }
-            (target, tokens)
         };
         let (cost, refund) = price(shared, old, (chosen, tokens), buckets, now);
         shared.balance.refund(refund);
         let spent = shared.balance.spend(cost);
         debug_assert!(spent, "a move is made only when it is paid for");
         shared.covered = Some(cover(shared, now));
-        if chosen < target {
+        // (A growth short of its rate is not a cut: it rises further later.)
+        let grew = old.is_some_and(|old| old > 0 && chosen > old);
+        if chosen < target && !grew {
             self.stats.shares_cut.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(r) = shared.reporters.get_mut(&stream) {
@@ -743,6 +805,16 @@ fn target(shared: &Shared, stream: StreamId, priced: bool) -> u64 {
     reporter
         .wanted
         .min(shared.rate.requests.saturating_sub(others))
+}
+
+/// Whether a live reporter of `shared` other than `stream` waits for a
+/// larger rate than it holds (a growth, or a first assignment).
+fn growing(shared: &Shared, stream: StreamId) -> bool {
+    shared.reporters.iter().any(|(&other, r)| {
+        other != stream
+            && r.departed.is_none()
+            && r.share.unwrap_or(0) < target(shared, other, false)
+    })
 }
 
 /// The shares in force on `counter`, each once per bucket its Envoy enforces it in.

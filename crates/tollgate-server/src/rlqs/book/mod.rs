@@ -18,9 +18,10 @@
 //!
 //! Every change of a share is sent once its fresh bucket is paid for from
 //! the shared budget ([`Changes`]): a fall at once, a growth at the next
-//! payment round that pays its extra refills and a fresh bucket at least
-//! as large as its old one (its full bucket, `max_tokens` above, follows
-//! at a later round once paid); a move of less than a tenth (of
+//! payment round that pays its extra refills and a fresh bucket of two
+//! tokens or more (or within a tenth of its rate when the round pays
+//! less; its full bucket, `max_tokens` above, follows at a later round
+//! once paid); a share at deny-all is retried as a first assignment; a move of less than a tenth (of
 //! the share, or of an equal part), up or down, keeps the assignment in
 //! force ([`tollgate_core::fair_share::steady_shares`]; Envoy keeps a token
 //! bucket's state only while its settings stay the same, and restarts it

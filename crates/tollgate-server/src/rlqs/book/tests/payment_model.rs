@@ -210,7 +210,7 @@ struct Run {
 }
 
 /// A growth the counter cannot pay in full this round goes out at once at
-/// its new rate in a smaller bucket (what is paid, at least its old one;
+/// its new rate in a smaller bucket (what is paid, two tokens or more;
 /// before, it waited for the full one), and the bucket is raised
 /// to the rate's full one at a later round, once the counter paid it; the
 /// Envoys never get more than the counter gave, measured against Envoy's
@@ -243,6 +243,23 @@ fn a_growth_goes_out_at_once_in_the_bucket_paid_and_the_full_bucket_follows_once
         "the full bucket, once paid"
     );
     assert_eq!(raised.cut, 0);
+}
+
+/// An Envoy whose first report finds the counter giving nothing is
+/// answered deny-all; the next round that pays part of its share gives it
+/// that part, before the other Envoy's growth and in a bucket paid, rather
+/// than leaving it refused until its whole rate is paid two ticks ahead
+/// (before: still deny-all after a round of 60 units; with two real
+/// Envoys starting together, B was refused for 2–4 s).
+#[test]
+fn a_late_envoy_left_at_deny_all_gets_the_part_the_next_round_pays() {
+    let round = |room| Step::Round { late_ms: 0, room };
+    let report = |envoy, per_second| Step::Report { envoy, per_second };
+    let steps = vec![report(0, 0), round(400), round(0), report(1, 0), round(60)];
+    let late = run(&steps, false).expect("within what the counter paid");
+    let (rate, tokens) = late.last[1];
+    assert!(rate > 0 && tokens > 0, "B still refused: {:?}", late.last);
+    assert!(rate < 49, "B got its whole equal part: {:?}", late.last);
 }
 
 proptest::proptest! {
