@@ -178,8 +178,9 @@ impl KeyExtractor {
     }
 }
 
-/// A request's key as bytes, on the stack when it fits (an IPv6 address does).
-pub(crate) type KeyBytes = SmallVec<[u8; 64]>;
+/// A request's key as bytes, on the stack when it fits (an IPv6 address
+/// does); the layer writes it into its counter keys, after a limit's prefix.
+pub(crate) type KeyBytes = SmallVec<[u8; 128]>;
 
 /// Appends `address` as its `Display` writes it; an IPv4 address without the formatter.
 fn write_address(out: &mut KeyBytes, address: IpAddr) {

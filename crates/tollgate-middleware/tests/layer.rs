@@ -113,6 +113,32 @@ async fn every_limit_of_a_key_is_checked_and_the_429_names_the_one_that_refused(
     assert_eq!(remaining[0], "\"small\";q=2;w=3600, \"large\";q=3;w=3600");
 }
 
+#[tokio::test]
+async fn each_limit_counts_each_client_apart() {
+    // The smaller limit second: its counters are the ones a key written
+    // once and copied after each limit's prefix must keep apart (two
+    // addresses of one length, so only the bytes tell them apart).
+    let layer = RateLimitLayer::builder(KeyExtractor::client_address())
+        .limit(Limit::gcra("large", 5, HOUR, 5).unwrap())
+        .limit(Limit::fixed_window("small", 2, HOUR).unwrap())
+        .in_memory(StoreConfig::with_max_keys(1_000));
+    let service = layer.layer(app());
+    let mut statuses = Vec::new();
+    for peer in ["10.0.0.1:1", "10.0.0.1:2", "10.0.0.1:3", "10.0.0.2:1"] {
+        let response = service.clone().oneshot(request(peer, &[])).await.unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    let response = service
+        .clone()
+        .oneshot(request("10.0.0.2:1", &[]))
+        .await
+        .unwrap();
+    statuses.push(response.status().as_u16());
+    let small = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert_eq!(statuses, [200, 200, 429, 200, 200]);
+    assert!(small.starts_with("\"small\";r=0;"), "{small}");
+}
+
 #[cfg(feature = "metrics")]
 #[tokio::test]
 async fn shadow_mode_counts_what_it_would_refuse_and_refuses_nothing() {

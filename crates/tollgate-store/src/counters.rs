@@ -125,7 +125,8 @@ pub trait CounterStore: Send + Sync {
     /// memory); `None`, and nothing counted, when deciding takes a call to
     /// another process (Redis): use `check_batch` then. A caller that can
     /// skip a future for an answer already known (the app middleware) asks
-    /// this first.
+    /// this first. Its counters may carry no tag (0): such a store keeps
+    /// every counter in this process and picks no node by it.
     fn check_batch_now(
         &self,
         counters: &[Counter<'_>],

@@ -75,8 +75,8 @@ where
     R: FnOnce(&Policy<St>, &Rejection) -> Response<B> + Send + 'static,
 {
     let (parts, body) = request.into_parts();
-    let mut key = KeyBytes::new();
-    let key = policy.key.write_key(&parts, &mut key).map(|()| key);
+    let mut keys = KeyBytes::new();
+    let key = policy.counter_keys(&parts, &mut keys);
     let request = Request::from_parts(parts, body);
     let key = match key {
         Ok(key) => key,
@@ -87,7 +87,7 @@ where
         }
     };
     let cost = Cost::of(&request);
-    match policy.decide_now(&key, cost) {
+    match policy.decide_now(&keys, key.clone(), cost) {
         Some(Verdict::Pass(headers)) => ResponseFuture::calling(inner.call(request), headers),
         Some(Verdict::Reject(rejection)) => {
             ResponseFuture::answered(Ok(respond(policy, &rejection)))
@@ -97,7 +97,7 @@ where
             let mut inner = std::mem::replace(inner, clone);
             let policy = Arc::clone(policy);
             ResponseFuture::deciding(Box::pin(async move {
-                let headers = match policy.decide(&key, cost).await {
+                let headers = match policy.decide(&keys, key, cost).await {
                     Verdict::Pass(headers) => headers,
                     Verdict::Reject(rejection) => return Ok(respond(&policy, &rejection)),
                 };
