@@ -104,10 +104,10 @@ fn limit_of(status: &wire::DescriptorStatus) -> u32 {
         .map_or(0, |limit| limit.requests_per_unit)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_answer_every_client_and_a_reload_reaches_every_connection() {
-    let dir = TempDir::new("serve-workers-reload");
-    let (server, grpc, _) = start(&dir, &[]);
+/// Eight clients, each on its own connection, hit `path=/a` once: every
+/// answer is OK under the limit of 100, and together they counted one
+/// counter eight times, whichever worker served each. Returns the clients.
+async fn eight_clients_hit_one_counter(grpc: SocketAddr) -> Vec<RlsClient> {
     let mut clients = Vec::new();
     for _ in 0..8 {
         clients.push(connect(grpc).await);
@@ -119,9 +119,16 @@ async fn two_workers_answer_every_client_and_a_reload_reaches_every_connection()
         assert_eq!(limit_of(&status), 100, "{status:?}");
         remaining.push(status.limit_remaining);
     }
-    // One counter for every connection, whichever worker serves it.
     remaining.sort_unstable();
     assert_eq!(remaining, (92..100).collect::<Vec<u32>>());
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_answer_every_client_and_a_reload_reaches_every_connection() {
+    let dir = TempDir::new("serve-workers-reload");
+    let (server, grpc, _) = start(&dir, &[]);
+    let clients = eight_clients_hit_one_counter(grpc).await;
     // They were served by the gRPC workers' threads.
     let names = thread_names(server.child.id());
     for worker in ["tollgate-grpc-0", "tollgate-grpc-1"] {
@@ -253,19 +260,8 @@ async fn with_a_redis_store_each_worker_calls_on_a_connection_of_its_own() {
     };
     let dir = TempDir::new("serve-workers-redis");
     let (server, grpc, _) = start(&dir, &["--store", &redis.url()]);
-    let mut clients = Vec::new();
-    for _ in 0..8 {
-        clients.push(connect(grpc).await);
-    }
-    let mut remaining = Vec::new();
-    for client in &clients {
-        let status = hit(client, "path", "/a").await;
-        assert_eq!(status.code, wire::CODE_OK, "{status:?}");
-        remaining.push(status.limit_remaining);
-    }
     // One counter in Redis, exact whichever worker and connection counted.
-    remaining.sort_unstable();
-    assert_eq!(remaining, (92..100).collect::<Vec<u32>>());
+    eight_clients_hit_one_counter(grpc).await;
     // Served by the gRPC workers' own threads, each on its own connection
     // (opened on its first call) beside the one the instance connected
     // with: at most one per worker more.
