@@ -14,6 +14,10 @@ use redis::{
 };
 
 use crate::Connection;
+use crate::worker_connection::WorkerConnections;
+
+/// A store's connection, and for a single node what a worker needs to open its own.
+pub(crate) type Connected = (Connection, Option<std::sync::Arc<WorkerConnections>>);
 
 /// A Redis deployment, parsed from a URL.
 #[derive(Clone, PartialEq, Eq)]
@@ -164,7 +168,7 @@ impl RedisTarget {
         &self,
         timeout: Duration,
         tls: Option<TlsCertificates>,
-    ) -> RedisResult<Connection> {
+    ) -> RedisResult<Connected> {
         let connect_timeout = connect_timeout(timeout);
         let speaks_tls = match self {
             RedisTarget::Single(_) => true,
@@ -194,8 +198,9 @@ impl RedisTarget {
                 if let Some(certificates) = tls {
                     builder = builder.certs(certificates);
                 }
-                Ok(Connection::Cluster(
-                    builder.build()?.get_async_connection().await?,
+                Ok((
+                    Connection::Cluster(builder.build()?.get_async_connection().await?),
+                    None,
                 ))
             }
             RedisTarget::Sentinel {
@@ -291,7 +296,8 @@ pub(crate) fn connect_timeout(timeout: Duration) -> Duration {
     timeout.max(Duration::from_secs(1))
 }
 
-/// A connection manager that reconnects by itself, with short backoff.
+/// A connection manager that reconnects by itself, with short backoff
+/// (and the same settings for the connections of workers).
 ///
 /// It has no response timeout of its own: the store bounds every call on
 /// it with its own timeout (`--store-timeout`, a [`StoreError::Timeout`]
@@ -302,15 +308,17 @@ pub(crate) fn connect_timeout(timeout: Duration) -> Duration {
 /// never made the manager reconnect (it is not a dropped connection).
 ///
 /// [`StoreError::Timeout`]: tollgate_store::StoreError::Timeout
-async fn managed(client: Client, connect_timeout: Duration) -> RedisResult<Connection> {
+async fn managed(client: Client, connect_timeout: Duration) -> RedisResult<Connected> {
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(500));
-    Ok(Connection::Single(
-        ConnectionManager::new_with_config(client, config).await?,
+    let workers = WorkerConnections::new(client.clone(), config.clone());
+    Ok((
+        Connection::Single(ConnectionManager::new_with_config(client, config).await?),
+        Some(std::sync::Arc::new(workers)),
     ))
 }
 

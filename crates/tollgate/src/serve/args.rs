@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// least 1. With counters in memory and tracing off, each runs a
     /// current-thread runtime of its own and serves the connections it
     /// accepts (the HTTP API and the background work run on the main
-    /// thread); with a Redis store or tracing on, one multi-thread runtime
+    /// thread); with a Redis Cluster or tracing on, one multi-thread runtime
     /// of N workers serves everything.
     #[arg(long, env = "TOLLGATE_WORKER_THREADS", value_name = "N")]
     pub worker_threads: Option<std::num::NonZeroUsize>,

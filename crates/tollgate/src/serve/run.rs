@@ -38,7 +38,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
     let (mut runtime, grpc_workers) = runtime_builder(
         args.worker_threads,
         settings.tracing.enabled,
-        settings.store.is_some(),
+        settings.store.as_ref().is_some_and(|store| {
+            matches!(
+                tollgate_redis::RedisTarget::parse(&store.url),
+                Ok(tollgate_redis::RedisTarget::Cluster { .. })
+            )
+        }),
     );
     let runtime = runtime
         .enable_all()
@@ -250,21 +255,23 @@ pub fn run(args: &ServeArgs) -> Result<(), CommandError> {
 /// With tracing on it stays one multi-thread runtime for everything: the
 /// OTLP exporter's client runs on the runtime from its own thread, and its
 /// last flush, after serving, needs a runtime that runs without being
-/// driven. With a Redis store (`redis`) too: the Redis connection's task
-/// would run on the main thread, and every check would cross from its
-/// worker to it and back (docs/benchmarks.md: 1.05-1.22x the server CPU
-/// per exact check of the multi-thread runtime, two workers).
+/// driven. With a Redis Cluster (`redis_cluster`) too: its connections'
+/// tasks would run on the main thread, and every check would cross from
+/// its worker to them and back (docs/benchmarks.md: 1.05-1.22x the server
+/// CPU per exact check of the multi-thread runtime, two workers). A single
+/// node (direct or through Sentinel) gets a connection per worker instead
+/// ([`tollgate_redis::RedisStore::with_connection_per_worker`]).
 fn runtime_builder(
     threads: Option<std::num::NonZeroUsize>,
     tracing: bool,
-    redis: bool,
+    redis_cluster: bool,
 ) -> (tokio::runtime::Builder, Option<std::num::NonZeroUsize>) {
     let threads = threads.or_else(|| std::thread::available_parallelism().ok());
     match threads {
         Some(one) if one.get() == 1 && !tracing => {
             (tokio::runtime::Builder::new_current_thread(), None)
         }
-        Some(workers) if !tracing && !redis => {
+        Some(workers) if !tracing && !redis_cluster => {
             (tokio::runtime::Builder::new_current_thread(), Some(workers))
         }
         _ => {

@@ -211,7 +211,9 @@ impl Attempt {
             Some(prefix) => redis.with_key_prefix(prefix.as_bytes()),
             None => redis,
         };
+        // Each worker's checks on a connection of its own (a single node; see tollgate_redis).
         Ok(redis
+            .with_connection_per_worker()
             .with_encoding(self.encoding)
             .with_expiration_jitter(self.expiration_jitter_max_s))
     }
