@@ -236,6 +236,8 @@ pub struct StoreStats {
     pub fallback: AtomicU64,
     /// Connections handed over ([`RemoteStore::connected`]): the first and each new one replacing it.
     pub connections: AtomicU64,
+    /// Connections workers opened of their own on the connections replaced so far.
+    pub replaced_worker_connections: AtomicU64,
 }
 
 /// A random holder id for this process (a new one each start: a restarted
@@ -324,18 +326,41 @@ impl RemoteStore {
             random_holder_id(),
             self.options.shares,
         )));
-        self.redis.store(Some(Arc::new(redis)));
+        if let Some(replaced) = self.redis.swap(Some(Arc::new(redis))) {
+            self.stats.replaced_worker_connections.fetch_add(
+                u64::try_from(replaced.worker_connections()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+        }
         self.up.store(true, Ordering::Relaxed);
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Upstream's Redis pool statistics as far as they map: the
-    /// connections in use now (1 while connected and up, else 0: one
-    /// multiplexed connection, or one cluster client) and the connections
-    /// handed over since start.
+    /// connections in use now (while connected and up: the instance's
+    /// multiplexed connection or cluster client, plus the connections its
+    /// workers opened of their own; else 0) and the connections made since
+    /// start (each handed over, and each a worker opened).
     pub fn pool(&self) -> (u64, u64) {
-        let active = u64::from(self.redis.load().is_some() && self.is_up());
-        (active, self.stats.connections.load(Ordering::Relaxed))
+        let redis = self.redis.load();
+        let workers = redis.as_deref().map_or(0, |r| {
+            u64::try_from(r.worker_connections()).unwrap_or(u64::MAX)
+        });
+        let active = if redis.is_some() && self.is_up() {
+            1 + workers
+        } else {
+            0
+        };
+        let made = self
+            .stats
+            .connections
+            .load(Ordering::Relaxed)
+            .saturating_add(
+                self.stats
+                    .replaced_worker_connections
+                    .load(Ordering::Relaxed),
+            );
+        (active, made.saturating_add(workers))
     }
 
     /// Decides a batch planned under rule `generation` (see

@@ -118,9 +118,11 @@ async fn the_exposition_types_upstreams_counters_and_parses() {
     let scratch = TempDir::new("exposition");
     let config = scratch.limits(LIMITS);
     let url = redis.url();
+    // One worker: one Redis connection, whatever the machine's cores
+    // (serve_workers.rs counts the connections of several).
     let server = spawn(
         config.to_str().unwrap(),
-        &["--store", &url],
+        &["--store", &url, "--worker-threads", "1"],
         &[("DEBUG_HOST", "127.0.0.1"), ("DEBUG_PORT", "0")],
     );
     let channel = channel(&server.address()).await;

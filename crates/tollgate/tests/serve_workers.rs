@@ -259,7 +259,7 @@ async fn with_a_redis_store_each_worker_calls_on_a_connection_of_its_own() {
         n - 1 // the redis-cli asking
     };
     let dir = TempDir::new("serve-workers-redis");
-    let (server, grpc, _) = start(&dir, &["--store", &redis.url()]);
+    let (server, grpc, http) = start(&dir, &["--store", &redis.url()]);
     // One counter in Redis, exact whichever worker and connection counted.
     eight_clients_hit_one_counter(grpc).await;
     // Served by the gRPC workers' own threads, each on its own connection
@@ -274,5 +274,17 @@ async fn with_a_redis_store_each_worker_calls_on_a_connection_of_its_own() {
     assert!(
         (2..=3).contains(&connections),
         "one connection, plus one per worker that served: {connections}"
+    );
+    // The pool gauge counts every one of them, the workers' too.
+    let gauge = metric_value(http, "ratelimit_redis_pool_cx_active");
+    assert_eq!(
+        usize::try_from(gauge).unwrap(),
+        connections,
+        "the gauge against Redis's own count"
+    );
+    assert_eq!(
+        usize::try_from(metric_value(http, "ratelimit_redis_pool_cx_total")).unwrap(),
+        connections,
+        "made since start: the first and each a worker opened"
     );
 }

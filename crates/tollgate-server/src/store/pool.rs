@@ -1,4 +1,4 @@
-//! Upstream's Redis pool statistics on `/metrics`, as far as they map onto one multiplexed connection.
+//! Upstream's Redis pool statistics on `/metrics`, as far as they map onto Tollgate's multiplexed connections.
 //!
 //! envoyproxy/ratelimit counts its pool under `ratelimit.redis_pool`:
 //! `cx_active` (a gauge), `cx_total` and `cx_local_close` (counters); its
@@ -27,7 +27,7 @@ impl Collector for PoolCollector {
         let gauge = ConstGauge::new(i64::try_from(active).unwrap_or(i64::MAX));
         let metric = encoder.encode_descriptor(
             "ratelimit_redis_pool_cx_active",
-            "Redis connections in use: 1 while connected and up (one multiplexed connection, or one cluster client), else 0",
+            "Redis connections in use while connected and up (the instance's multiplexed connection or cluster client, plus one per worker that opened its own), else 0",
             None,
             gauge.metric_type(),
         )?;
@@ -36,7 +36,7 @@ impl Collector for PoolCollector {
         encoder
             .encode_descriptor(
                 "ratelimit_redis_pool_cx_total",
-                "Redis connections made since start (the first, and each one replacing it)",
+                "Redis connections made since start (the first, each one replacing it, and each a worker opened)",
                 None,
                 MetricType::Counter,
             )?
