@@ -80,21 +80,7 @@ fn frame_as(compressed: u8, length: u32, message: &[u8]) -> Vec<u8> {
 
 /// The grpc-status and grpc-message of one `ShouldRateLimit` call whose body is `body`, and the decoded response when OK.
 async fn call(client: &AsyncClient, addr: &str, body: Vec<u8>) -> (u32, String, Option<Vec<u8>>) {
-    let request = tonic::codegen::http::Request::builder()
-        .method("POST")
-        .uri(format!("http://{addr}{}", wire::SHOULD_RATE_LIMIT_PATH))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(Full::new(Bytes::from(body)))
-        .expect("a request");
-    let response = client.start(request).await;
-    assert_eq!(response.status(), 200, "gRPC answers over HTTP 200");
-    let head = response.headers().clone();
-    let collected = tokio::time::timeout(IO_TIMEOUT, response.into_body().collect())
-        .await
-        .expect("the body in time")
-        .expect("a body");
-    let trailers = collected.trailers().cloned().unwrap_or_default();
+    let (head, bytes, trailers) = exchange(client, addr, &[], body).await;
     let field = |name: &str| {
         head.get(name)
             .or_else(|| trailers.get(name))
@@ -106,9 +92,22 @@ async fn call(client: &AsyncClient, addr: &str, body: Vec<u8>) -> (u32, String, 
         .parse()
         .expect("a numeric grpc-status");
     let message = field("grpc-message").unwrap_or_default();
-    let bytes = collected.to_bytes();
     let payload = (status == 0 && bytes.len() >= 5).then(|| bytes[5..].to_vec());
     (status, message, payload)
+}
+
+/// The overall codes of `calls` valid calls for `/login`, each answered OK.
+async fn login_codes(client: &AsyncClient, addr: &str, calls: usize) -> Vec<i32> {
+    let mut codes = Vec::new();
+    for _ in 0..calls {
+        let (status, message, payload) = call(client, addr, frame(&valid("/login"))).await;
+        assert_eq!(status, 0, "{message}");
+        let response: wire::RateLimitResponse =
+            tonic_prost::prost::Message::decode(payload.expect("a response").as_slice())
+                .expect("a response");
+        codes.push(response.overall_code);
+    }
+    codes
 }
 
 /// Asserts a fuzzed call got a clear answer: OK, or a client-error status with a message.
@@ -293,23 +292,108 @@ async fn fuzzed_protobuf_and_frames_get_clear_statuses_and_the_limit_still_holds
         assert_clear(what, &body[..body.len().min(32)], &answer);
     }
     // The service still answers and enforces three per minute on /login.
-    let mut codes = Vec::new();
-    for _ in 0..4 {
-        let (status, message, payload) = call(&client, &addr, frame(&valid("/login"))).await;
-        assert_eq!(status, 0, "{message}");
-        let response: wire::RateLimitResponse =
-            tonic_prost::prost::Message::decode(payload.expect("a response").as_slice())
-                .expect("a response");
-        codes.push(response.overall_code);
-    }
     assert_eq!(
-        codes,
+        login_codes(&client, &addr, 4).await,
         [
             wire::CODE_OK,
             wire::CODE_OK,
             wire::CODE_OK,
             wire::CODE_OVER_LIMIT
         ]
+    );
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(IO_TIMEOUT, server).await;
+}
+
+/// The head, body and trailers of one `ShouldRateLimit` call with `extra` request headers.
+async fn exchange(
+    client: &AsyncClient,
+    addr: &str,
+    extra: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (
+    tonic::codegen::http::HeaderMap,
+    Bytes,
+    tonic::codegen::http::HeaderMap,
+) {
+    let mut request = tonic::codegen::http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{}", wire::SHOULD_RATE_LIMIT_PATH))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .start(
+            request
+                .body(Full::new(Bytes::from(body)))
+                .expect("a request"),
+        )
+        .await;
+    assert_eq!(response.status(), 200, "gRPC answers over HTTP 200");
+    let head = response.headers().clone();
+    let collected = tokio::time::timeout(IO_TIMEOUT, response.into_body().collect())
+        .await
+        .expect("the body in time")
+        .expect("a body");
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    (head, collected.to_bytes(), trailers)
+}
+
+#[tokio::test]
+async fn an_answer_is_one_exact_frame_and_a_compressed_request_is_refused_by_name() {
+    let (engine, _clock) = fixed_engine::engine(LIMITS, 0);
+    let listener = bind_loopback().await;
+    let addr = listener.local_addr().expect("an address").to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(grpc::serve_with(
+        listener,
+        grpc::RateLimitGrpc::new(Arc::clone(&engine)),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let client = AsyncClient::h2c();
+
+    // An answer: content-type gRPC, one uncompressed frame whose prefix is
+    // the message's exact length, then grpc-status 0 alone in the trailers.
+    let (head, body, trailers) = exchange(&client, &addr, &[], frame(&valid("/login"))).await;
+    assert_eq!(head["content-type"], "application/grpc");
+    assert!(head.get("grpc-status").is_none(), "{head:?}");
+    assert!(head.get("content-length").is_none(), "{head:?}");
+    assert_eq!(body[0], 0, "not compressed");
+    let length = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    assert_eq!(length, body.len() - 5, "{body:02x?}");
+    let response: wire::RateLimitResponse =
+        tonic_prost::prost::Message::decode(&body[5..]).expect("a response");
+    assert_eq!(response.overall_code, wire::CODE_OK);
+    assert_eq!(trailers.len(), 1, "{trailers:?}");
+    assert_eq!(trailers["grpc-status"], "0");
+
+    // `identity` is no compression; any other encoding is refused, naming it,
+    // with what the server accepts, and spends nothing.
+    let mut answers = Vec::new();
+    for encoding in ["identity", "gzip"] {
+        let extra = [("grpc-encoding", encoding)];
+        answers.push(exchange(&client, &addr, &extra, frame(&valid("/login"))).await);
+    }
+    let (_, _, trailers) = &answers[0];
+    assert_eq!(trailers["grpc-status"], "0");
+    let (head, _, _) = &answers[1];
+    assert_eq!(head["grpc-status"], "12", "UNIMPLEMENTED: {head:?}");
+    assert!(
+        head["grpc-message"]
+            .to_str()
+            .expect("ascii")
+            .contains("gzip"),
+        "{head:?}"
+    );
+    assert_eq!(head["grpc-accept-encoding"], "identity");
+    // The refused call spent nothing: the third of three per minute is still OK.
+    assert_eq!(
+        login_codes(&client, &addr, 2).await,
+        [wire::CODE_OK, wire::CODE_OVER_LIMIT]
     );
     let _ = stop.send(());
     let _ = tokio::time::timeout(IO_TIMEOUT, server).await;

@@ -11,6 +11,7 @@
 pub mod authority;
 mod serve;
 mod service;
+mod unary;
 mod workers;
 
 pub use serve::{GrpcLimits, serve, serve_capped, serve_with};

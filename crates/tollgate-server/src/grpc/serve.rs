@@ -296,14 +296,16 @@ impl<C: Clock + 'static> hyper::service::Service<http::Request<Incoming>> for Gr
     type Future = BoxFuture<Result<Self::Response, Infallible>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
-        let request = request.map(tonic::body::Body::new);
         if request.uri().path().starts_with(HEALTH_PATH_PREFIX) {
             let mut health = self.health.clone();
+            let request = request.map(tonic::body::Body::new);
             Box::pin(async move { tonic::codegen::Service::call(&mut health, request).await })
         } else if request.uri().path().starts_with(QUOTA_PATH_PREFIX) {
             let mut quota = self.quota.clone();
+            let request = request.map(tonic::body::Body::new);
             Box::pin(async move { tonic::codegen::Service::call(&mut quota, request).await })
         } else {
+            // hyper's body as it is: tonic's decoder boxes it once, no second box around it.
             RateLimitGrpc::answer_http(Arc::clone(&self.rate_limit), request)
         }
     }

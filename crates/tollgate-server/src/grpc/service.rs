@@ -36,6 +36,7 @@ use tonic::{Request, Response, Status};
 use tollgate_runtime::trace_context;
 use tracing::Instrument;
 
+use super::unary::answer_unary;
 use crate::engine::{Decided, Engine, EngineError};
 use crate::metrics::Metrics;
 use crate::reload::LiveEngine;
@@ -292,7 +293,7 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 /// and kept until the answer is sent.
 type EngineSlot<C> = OnceLock<arc_swap::Guard<Arc<Engine<C>>>>;
 
-/// One `ShouldRateLimit` call, for tonic's unary handler.
+/// One `ShouldRateLimit` call, answered by [`answer_unary`].
 struct OneCall<'a, C: Clock> {
     service: &'a RateLimitGrpc<C>,
     engine: &'a EngineSlot<C>,
@@ -350,13 +351,17 @@ impl<C: Clock + 'static> tonic::codegen::Service<http::Request<tonic::body::Body
 }
 
 impl<C: Clock + 'static> RateLimitGrpc<C> {
-    /// Answers one HTTP/2 request as tonic's unary handler does, from a
+    /// Answers one HTTP/2 request as tonic's unary handler does (see [`answer_unary`]), from a
     /// shared `service` (the connection's: a call costs one count on its
     /// `Arc`, not one on each of the service's parts).
-    pub(crate) fn answer_http(
+    pub(crate) fn answer_http<B>(
         service: Arc<Self>,
-        request: http::Request<tonic::body::Body>,
-    ) -> BoxFuture<Result<http::Response<tonic::body::Body>, Infallible>> {
+        request: http::Request<B>,
+    ) -> BoxFuture<Result<http::Response<tonic::body::Body>, Infallible>>
+    where
+        B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send,
+    {
         if request.uri().path() != SHOULD_RATE_LIMIT_PATH {
             let path = request.uri().path().to_owned();
             return Box::pin(async move {
@@ -365,18 +370,15 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
         }
         Box::pin(async move {
             let caps = service.caps;
-            let mut grpc = tonic::server::Grpc::new(RlsCodec::<
-                wire::RateLimitResponse,
-                wire::RateLimitRequest,
-            >::with_caps(caps))
-            .max_decoding_message_size(caps.max_message_bytes);
+            let codec =
+                RlsCodec::<wire::RateLimitResponse, wire::RateLimitRequest>::with_caps(caps);
             let engine = EngineSlot::new();
             let call = OneCall {
                 service: &service,
                 engine: &engine,
             };
             Ok(framing_errors_are_invalid_argument(
-                grpc.unary(call, request).await,
+                answer_unary(codec, caps.max_message_bytes, call, request).await,
             ))
         })
     }
@@ -394,10 +396,12 @@ impl<C: Clock + 'static> RateLimitGrpc<C> {
 fn framing_errors_are_invalid_argument(
     mut response: http::Response<tonic::body::Body>,
 ) -> http::Response<tonic::body::Body> {
-    let internal = http::HeaderValue::from_static("13");
+    const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
     let headers = response.headers_mut();
-    if headers.get("grpc-status") == Some(&internal) {
-        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    if let Some(status) = headers.get_mut(GRPC_STATUS)
+        && status.as_bytes() == b"13"
+    {
+        *status = http::HeaderValue::from_static("3");
     }
     response
 }
