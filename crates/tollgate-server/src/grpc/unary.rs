@@ -9,9 +9,11 @@
 //!
 //! The request side is tonic's own [`Streaming`] decoder, as in its unary
 //! handler: the same bound on the message size (by its length prefix,
-//! before it is buffered), the same errors for a broken frame, a missing
-//! message or a compressed request, which this service does not accept.
-//! Errors are answered as tonic answers them (trailers-only).
+//! before it is buffered), the same errors for a broken frame or a
+//! compressed request, which this service does not accept; a body that ends
+//! without a message is INVALID_ARGUMENT (a bad request, where tonic's
+//! handler says INTERNAL). Errors are answered as tonic renders a `Status`
+//! (trailers-only).
 
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
@@ -71,7 +73,7 @@ where
         && encoding.as_bytes() != b"identity"
     {
         let mut status = Status::unimplemented(format!(
-            "Content is compressed with `{}` which isn't supported",
+            "the request is compressed with `{}`; this service takes `identity` only",
             String::from_utf8_lossy(encoding.as_bytes())
         ));
         status.metadata_mut().insert(
@@ -90,7 +92,7 @@ where
     let message = stream
         .message()
         .await?
-        .ok_or_else(|| Status::internal("Missing request message."))?;
+        .ok_or_else(|| Status::invalid_argument("the request ended without its message"))?;
     let mut headers = parts.headers;
     if let Some(trailers) = stream.trailers().await? {
         headers.extend(trailers.into_headers());

@@ -16,7 +16,7 @@
 //!   the largest share the balance pays for: a growth (only at a round) to
 //!   its whole new rate at once, or where the balance pays less to the
 //!   largest rate paid within a tenth of it (the rest at a later round),
-//!   in the largest fresh bucket paid (at least one token, at most its
+//!   in the largest fresh bucket paid (at least two tokens, at most its
 //!   full `⌊burst × s / R⌋`; none while not even that and the extra
 //!   refills are paid; Envoy refills a bucket continuously up to
 //!   `max_tokens`, so a smaller bucket holds bursts, not the rate), then a
