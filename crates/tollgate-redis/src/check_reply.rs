@@ -10,7 +10,7 @@
 use redis::{FromRedisValue, ParsingError, Value};
 use tollgate_core::{AnyAlgorithm, AnyWordAlgorithm, Decision, DelayMode, Outcome};
 
-use crate::nanos;
+use crate::script_params::nanos;
 
 /// The bytes of one counter's answer: four little-endian doubles.
 const PACKED_LEN: usize = 32;

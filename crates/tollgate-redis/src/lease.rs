@@ -10,8 +10,9 @@ use std::time::Duration;
 use tollgate_core::lease::{Grant, Leasing, Return};
 use tollgate_store::{Counter, StoreError};
 
+use crate::RedisStore;
 use crate::library::Entry;
-use crate::{RedisStore, ScriptParams};
+use crate::script_params::ScriptParams;
 
 impl RedisStore {
     /// Takes up to `want` units of `counter`'s budget, at most `1/divisor` of what remains.
