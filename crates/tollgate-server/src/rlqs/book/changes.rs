@@ -55,7 +55,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
@@ -66,77 +65,11 @@ use tollgate_core::fair_share::{Leftover, fair_shares};
 use super::super::budget::PAY_TICK;
 use super::super::payment;
 use super::counter::{Inner, Shared};
+use super::dues::{Dues, Payment};
 use super::envoy_bucket::fresh_tokens;
 use super::fleet::fleet_split;
 use super::quota_book::{QuotaBook, claims, leave, shared_capacity};
 use super::stream::StreamId;
-
-/// Units of one rule's budget to take: a tick of the shares in force, or the fresh buckets of changed assignments.
-#[derive(Clone, Debug)]
-pub struct Payment {
-    /// The rule counter.
-    counter: Vec<u8>,
-    /// Alive while the counter is in the book (see [`Payment::is_owed`]).
-    owed: Weak<()>,
-    /// The domain of the bucket to check.
-    pub domain: String,
-    /// A bucket on that counter, as a descriptor.
-    pub entries: Vec<(String, String)>,
-    /// The units to take; 0 when nothing is owed.
-    pub units: u64,
-    /// For a tick, the span the refills are paid for (empty for changes).
-    span: (Timestamp, Timestamp),
-}
-
-impl Payment {
-    pub(super) fn new(counter: &[u8], shared: &Shared, units: u64) -> Self {
-        Payment {
-            counter: counter.to_vec(),
-            owed: Arc::downgrade(&shared.owed),
-            domain: shared.domain.clone(),
-            entries: shared.entries.clone(),
-            units,
-            span: (Timestamp::EPOCH, Timestamp::EPOCH),
-        }
-    }
-
-    /// For a tick, the time it pays the refills of the shares in force for.
-    pub fn interval(&self) -> Duration {
-        self.span.1.saturating_since(self.span.0)
-    }
-
-    /// The rule counter it pays.
-    pub(super) fn counter(&self) -> &[u8] {
-        &self.counter
-    }
-
-    /// Whether its counter is still in the book: once the last stream
-    /// sharing it closed, nothing more is owed and nothing is taken.
-    pub fn is_owed(&self) -> bool {
-        self.owed.strong_count() > 0
-    }
-}
-
-/// One round's payments for the shares in force ([`QuotaBook::dues`]).
-#[derive(Debug)]
-pub struct Dues {
-    /// One per shared counter with shares in force.
-    pub payments: Vec<Payment>,
-    /// The round's instant.
-    now: Timestamp,
-    /// The time to the next round.
-    tick: Duration,
-}
-
-impl Dues {
-    pub(super) fn new(payments: Vec<Payment>, now: Timestamp, tick: Duration) -> Self {
-        Dues {
-            payments,
-            now,
-            tick,
-        }
-    }
-}
 
 /// A bucket of a stream, by its entries sorted by key.
 pub(super) type BucketKey = Vec<(String, String)>;

@@ -44,6 +44,7 @@
 mod changes;
 mod counter;
 mod demand;
+mod dues;
 mod envoy_bucket;
 mod fleet;
 mod options;
@@ -52,7 +53,8 @@ mod renewal;
 mod stream;
 mod top_up;
 
-pub use changes::{Changes, Dues, Payment};
+pub use changes::Changes;
+pub use dues::{Dues, Payment};
 pub use fleet::{CLAIM_TTL, fleet_split};
 pub use options::{
     DEFAULT_ASSIGNMENT_TTL, DEFAULT_MAX_BUCKETS, DEFAULT_MAX_STREAM_BUCKETS, RlqsOptions, RlqsStats,

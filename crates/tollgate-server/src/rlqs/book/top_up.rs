@@ -23,7 +23,8 @@ use std::time::Duration;
 
 use tollgate_core::Timestamp;
 
-use super::changes::{Dues, Payment, in_force, spend_spare};
+use super::changes::{in_force, spend_spare};
+use super::dues::{Dues, Payment};
 use super::quota_book::QuotaBook;
 
 impl QuotaBook {
