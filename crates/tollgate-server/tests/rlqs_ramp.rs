@@ -317,12 +317,12 @@ async fn ramp(algorithm: &str) -> Ramps {
 }
 
 /// Fixed window: the flip's growth (B 11 → 28) reaches B at the first
-/// round after the reports that show it (25.5), at its new rate in its
-/// old bucket of 11 (the full 28 is not paid yet: before, B waited for it
+/// round after the reports that show it (25.5), at its new rate in the
+/// bucket paid (the full 28 is not paid yet: before, B waited for it
 /// until the third round, 27.5); after A's death, its reservation lapses
 /// at the round of 43.5 (its last renewal at 39.5, the 3 s time to live
-/// and a round) and B's growth 28 → 39 goes out at that round, in a
-/// bucket of 18 (before: four rounds later, 47.5). The full bucket of 39
+/// and a round) and B's growth 28 → 39 goes out at that round, in the
+/// bucket paid (before: four rounds later, 47.5). The full bucket of 39
 /// follows once paid from what the shares leave of the rate (a fortieth
 /// of it, 1 a second: at the round of 82.5, 42.3 s after the death). A
 /// change that makes any of them slower fails here.
