@@ -53,7 +53,7 @@ impl Payment {
     }
 }
 
-/// One round's payments for the shares in force ([`QuotaBook::dues`]).
+/// One round's payments for the shares in force ([`QuotaBook::dues`](super::QuotaBook::dues)).
 #[derive(Debug)]
 pub struct Dues {
     /// One per shared counter with shares in force.
