@@ -102,6 +102,9 @@ pub struct LeaseStats {
     pub returned_units: AtomicU64,
     /// Lease calls that failed (the counter stays on the exact path).
     pub failed_calls: AtomicU64,
+    /// Units a schedule's lease still held when its next grant replaced it:
+    /// left to decay, never spent (the under-admission of a refill).
+    pub stranded_units: AtomicU64,
 }
 
 /// The leases one instance holds, by counter key (bounded).
@@ -395,6 +398,19 @@ impl LeaseBook {
                     }
                     continue;
                 };
+                // A schedule's next grant replaces its lease (see
+                // `tollgate_core::lease`): what the old one still held is
+                // left to decay.
+                if grant.units > 0
+                    && matches!(
+                        Leasing::of(entry.ledger.algorithm()),
+                        Some(Leasing::Schedule { .. })
+                    )
+                {
+                    self.stats
+                        .stranded_units
+                        .fetch_add(entry.ledger.usable(sent), Ordering::Relaxed);
+                }
                 if let Some(old) = entry.ledger.install(grant, sent) {
                     returns.push(PendingReturn {
                         key: ask.key,

@@ -149,6 +149,11 @@ impl StoreCollector {
                 load(&leases.returned_units),
             ),
             (
+                "ratelimit_store_lease_stranded_units",
+                "Units a schedule's lease still held when its next grant replaced it, left unspent",
+                load(&leases.stranded_units),
+            ),
+            (
                 "ratelimit_store_lease_failed_calls",
                 "Lease grants and returns that failed",
                 load(&leases.failed_calls),
