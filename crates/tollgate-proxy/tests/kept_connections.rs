@@ -1,7 +1,8 @@
 //! The upstream connection each client connection keeps: a keep-alive
 //! client's requests share one upstream connection, an upstream that closes
 //! it while idle costs the next request nothing, two client connections never
-//! share one, and a client connection's close closes its upstream connection.
+//! share one, a client connection's close closes its upstream connection,
+//! and a refused connection gets 503 with the reason.
 //! The upstream is a raw TCP server on loopback that counts the connections it
 //! accepts and the ones that closed.
 
@@ -235,5 +236,24 @@ async fn two_client_connections_never_share_an_upstream_connection() {
     )
     .await;
     assert_eq!(get(&mut second).await.1, second_upstream);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_endpoint_that_refuses_the_connection_gets_a_503_saying_why() {
+    // A loopback port nothing listens on (bound, then let go).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binds")
+        .local_addr()
+        .expect("an address");
+    let proxy = start_proxy(closed).await;
+    let mut client = client_connection(proxy.addr).await;
+    let (status, body) = get(&mut client).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        body.starts_with("upstream connect error or disconnect/reset before headers. reset reason: connection failure (")
+            && body.to_ascii_lowercase().contains("refused"),
+        "{body}"
+    );
     proxy.stop().await;
 }

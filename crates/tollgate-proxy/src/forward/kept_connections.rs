@@ -23,6 +23,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::client::legacy::connect::HttpConnector;
 use parking_lot::Mutex;
+use tollgate_runtime::error_chain;
 use tower::ServiceExt;
 
 use super::error::UpstreamError;
@@ -113,14 +114,15 @@ async fn connect(
         .path_and_query("/")
         .build()
         .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+    // The connector's error says `tcp connect error` alone; its source says why.
     let io = connector
         .clone()
         .oneshot(uri)
         .await
-        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        .map_err(|e| UpstreamError::Connect(error_chain(&e)))?;
     let (sender, connection) = http1::handshake(io)
         .await
-        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        .map_err(|e| UpstreamError::Connect(error_chain(&e)))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream connection ended");
