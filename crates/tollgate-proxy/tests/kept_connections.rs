@@ -2,7 +2,8 @@
 //! client's requests share one upstream connection, an upstream that closes
 //! it while idle costs the next request nothing, two client connections never
 //! share one, a client connection's close closes its upstream connection,
-//! and a refused connection gets 503 with the reason.
+//! a refused connection gets 503 with the reason, and each request gets
+//! its whole route timeout on the connection's shared timer.
 //! The upstream is a raw TCP server on loopback that counts the connections it
 //! accepts and the ones that closed.
 
@@ -26,6 +27,9 @@ use tollgate_proxy::{ConfigSource, Proxy, serve};
 /// Every wait of these tests is bounded by this.
 const BOUND: Duration = Duration::from_secs(10);
 
+/// How long the upstream takes over `GET /slow`.
+const SLOW: Duration = Duration::from_secs(10);
+
 /// What the upstream saw, connection by connection.
 #[derive(Default)]
 struct Seen {
@@ -38,7 +42,8 @@ struct Seen {
 }
 
 /// An HTTP/1.1 upstream answering `200` with the number of its connection
-/// (from 1) to every request head; with `close_when_idle`, it closes each
+/// (from 1) to every request head (after [`SLOW`] for `GET /slow`, three
+/// times that for `GET /stuck`); with `close_when_idle`, it closes each
 /// connection right after its first answer, without saying so (no
 /// `Connection: close`), as an upstream whose keep-alive timeout passed does.
 async fn start_upstream(close_when_idle: bool) -> (SocketAddr, Arc<Seen>) {
@@ -70,7 +75,12 @@ async fn serve_upstream_connection(
     let mut buf = [0_u8; 4096];
     loop {
         while let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
-            received.drain(..end + 4);
+            let head: Vec<u8> = received.drain(..end + 4).collect();
+            if head.starts_with(b"GET /slow ") {
+                tokio::time::sleep(SLOW).await;
+            } else if head.starts_with(b"GET /stuck ") {
+                tokio::time::sleep(3 * SLOW).await;
+            }
             let body = number.to_string();
             let answer = format!(
                 "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
@@ -159,9 +169,14 @@ async fn client_connection(proxy: SocketAddr) -> SendRequest<Empty<Bytes>> {
 
 /// `GET /` on `client`'s connection: the status and the upstream connection's number.
 async fn get(client: &mut SendRequest<Empty<Bytes>>) -> (StatusCode, String) {
-    tokio::time::timeout(BOUND, async {
+    get_path(client, "/").await
+}
+
+/// `GET path` on `client`'s connection: the status and the body.
+async fn get_path(client: &mut SendRequest<Empty<Bytes>>, path: &str) -> (StatusCode, String) {
+    tokio::time::timeout(BOUND + 3 * SLOW, async {
         client.ready().await.expect("the client connection is open");
-        let request = Request::get("/")
+        let request = Request::get(path)
             .header("host", "service")
             .body(Empty::new())
             .expect("a request");
@@ -254,6 +269,42 @@ async fn an_endpoint_that_refuses_the_connection_gets_a_503_saying_why() {
         body.starts_with("upstream connect error or disconnect/reset before headers. reset reason: connection failure (")
             && body.to_ascii_lowercase().contains("refused"),
         "{body}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_request_gets_the_whole_route_timeout_from_its_own_start() {
+    // Paused time jumps to the next timer whenever every task waits, even
+    // with bytes on their way over loopback: a 1 ms timer always pending
+    // makes it move in 1 ms steps instead.
+    tokio::spawn(async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    let (upstream, _) = start_upstream(false).await;
+    let proxy = start_proxy(upstream).await;
+    let mut client = client_connection(proxy.addr).await;
+    // The sidecar's route timeout is 15 s: the first request's deadline is
+    // at 15 s, the second's (sent at 9 s, answered at 19 s) at 24 s.
+    assert_eq!(get(&mut client).await.0, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(get_path(&mut client, "/slow").await.0, StatusCode::OK);
+    // A request that outlasts its own timeout (sent at 19 s, due at 34 s) is cut off at it.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "measures the proxy's timeout on tokio's paused clock"
+    )]
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        get_path(&mut client, "/stuck").await.0,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(15) && waited < Duration::from_secs(16),
+        "{waited:?}"
     );
     proxy.stop().await;
 }

@@ -21,6 +21,7 @@ use super::cluster::{Cluster, UpstreamProtocol};
 use super::error::{ForwardError, UpstreamError};
 use super::hop_headers::{append_forwarded_for, strip_hop_by_hop};
 use super::request_body::{BodyFault, RequestBody};
+use super::route_timeout;
 use crate::body::ProxyBody;
 use crate::context::RequestContext;
 
@@ -160,12 +161,18 @@ impl Service<Request<Incoming>> for Forward {
                 })
             }
             .instrument(span);
-            let result = match timeout {
-                Some(limit) => match tokio::time::timeout(limit, sent).await {
+            let mut sent = std::pin::pin!(sent);
+            let result = match (timeout, &keeper) {
+                (Some(limit), Some((_, connection))) => {
+                    route_timeout::within(connection, limit, sent.as_mut())
+                        .await
+                        .unwrap_or_else(|| Err(UpstreamError::Timeout(limit).into()))
+                }
+                (Some(limit), None) => match tokio::time::timeout(limit, sent.as_mut()).await {
                     Ok(result) => result,
                     Err(_) => Err(UpstreamError::Timeout(limit).into()),
                 },
-                None => sent.await,
+                (None, _) => sent.as_mut().await,
             };
             // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
             if let Some(reason) = fault.reason() {
