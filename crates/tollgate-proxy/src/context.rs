@@ -8,15 +8,21 @@ use std::sync::Arc;
 use http::HeaderValue;
 use parking_lot::Mutex;
 
+use crate::forward::{KeptConnections, RouteTimer};
+
 /// Per-downstream-connection state: the client's address (and its
 /// `x-forwarded-for` value, written once per connection), and what a layer
 /// keeps for one connection's life (the limiters of
 /// `local_rate_limit_per_downstream_connection` policies), one value per
-/// shared value it was made from.
+/// shared value it was made from), the upstream connections it keeps
+/// (closed when the scope is dropped with the connection), and the timer of
+/// its requests' route timeouts.
 pub struct ConnectionScope {
     peer: IpAddr,
     forwarded_for: Option<HeaderValue>,
     values: Mutex<Vec<(usize, Arc<dyn Any + Send + Sync>)>>,
+    upstreams: KeptConnections,
+    route_timer: RouteTimer,
 }
 
 impl fmt::Debug for ConnectionScope {
@@ -32,7 +38,19 @@ impl ConnectionScope {
             peer,
             forwarded_for: HeaderValue::from_str(&peer.to_string()).ok(),
             values: Mutex::new(Vec::new()),
+            upstreams: KeptConnections::new(),
+            route_timer: RouteTimer::default(),
         }
+    }
+
+    /// The timer of this connection's route timeouts, while no request holds it.
+    pub fn route_timer(&self) -> &RouteTimer {
+        &self.route_timer
+    }
+
+    /// The upstream HTTP/1.1 connections this connection keeps, one per endpoint at most.
+    pub fn upstreams(&self) -> &KeptConnections {
+        &self.upstreams
     }
 
     /// The downstream peer's address (the TCP peer, whatever `x-forwarded-for` says).

@@ -1,7 +1,7 @@
 //! [`LazyDeadline`]: a connection's timeout kept in one tokio timer for the connection's life, moved in the timer wheel only when it fires early, so a timeout started again on every request costs no timer-wheel work.
 //!
 //! A connection's timeouts (the header time, the idle time, the stream idle
-//! time) start again on every request. With a fresh `tokio::time::Sleep`
+//! time, and on HTTP/1 the route's timeout) start again on every request. With a fresh `tokio::time::Sleep`
 //! each time, every request inserted a timer into tokio's wheel and took
 //! it out again, and a new timer due before the one the runtime last went
 //! to sleep on also wrote to the runtime's wake-up eventfd (one system call

@@ -10,7 +10,8 @@
 //! 4. the shedding layers of `tollgate-shed`;
 //! 5. [`global_ratelimit`]: Envoy's `ratelimit` filter, one RLS v3 call or
 //!    a decision in process (an `InProcessService` the binary supplies);
-//! 6. [`forward`]: the cluster's connection pool, the route's timeout.
+//! 6. [`forward`]: the client connection's own upstream connection, or the
+//!    cluster's connection pool; the route's timeout.
 //!
 //! Descriptors for both limits come from [`descriptors`]; every error is a
 //! [`error::ProxyError`] rendered by [`reply`]. Configuration comes from the

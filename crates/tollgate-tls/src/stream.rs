@@ -86,8 +86,19 @@ impl ServerStream {
         !matches!(self.state, State::Plain(_))
     }
 
-    /// Drives the handshake, if one is under way; `Ready(Ok)` once the stream can carry data.
+    /// `Ready(Ok)` once the stream can carry data: at once on a plain or
+    /// established stream (every read and write asks, so this part is
+    /// inlined), else [`ServerStream::drive_handshake`].
+    #[inline]
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.state {
+            State::Plain(_) | State::Tls(_) => Poll::Ready(Ok(())),
+            State::Handshaking(_) | State::Failed => self.drive_handshake(cx),
+        }
+    }
+
+    /// Drives the handshake, if one is under way; `Ready(Ok)` once the stream can carry data.
+    fn drive_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let State::Handshaking(handshake) = &mut self.state {
             let outcome = ready!(handshake.as_mut().poll(cx));
             match outcome {

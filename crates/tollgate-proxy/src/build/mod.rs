@@ -8,7 +8,7 @@
 //! 4. concurrency limit (`concurrency_limit`, `tollgate-shed`),
 //! 5. global rate limit (the RLS call, or the in-process decision),
 //! 6. balance (`tollgate-upstream`: the endpoint pick, outlier ejection, the breaker),
-//! 7. forward (the cluster's pool, the route's timeout).
+//! 7. forward (the client connection's own upstream connection or the cluster's pool, the route's timeout).
 //!
 //! Each layer has its own error and converts it into the inner service's;
 //! the stack errs with one type at its edge, `crate::error::ProxyError`,

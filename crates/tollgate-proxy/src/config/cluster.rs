@@ -21,7 +21,8 @@ pub struct ClusterConfig {
     /// Speak HTTP/2 (prior knowledge) to the endpoints instead of HTTP/1.1.
     #[serde(default)]
     pub http2: bool,
-    /// Idle pooled connections kept per endpoint (default 1024, Envoy's default connection limit).
+    /// Idle pooled connections kept per endpoint (default 1024, Envoy's default
+    /// connection limit); 0 also stops client connections keeping their own.
     pub max_idle_per_endpoint: Option<usize>,
     /// `round_robin` (default), `weighted_round_robin`, `least_request`, `ring_hash`, `random`.
     pub lb_policy: Option<tollgate_upstream::LbPolicy>,

@@ -1,4 +1,4 @@
-//! A cluster: its endpoints, the balancer that picks one, and the connection pool (plain or TLS, HTTP/1.1 or HTTP/2) to them.
+//! A cluster: its endpoints, the balancer that picks one, and the connection pool (plain or TLS, HTTP/1.1 or HTTP/2) to them, with the connector of the connections client connections keep.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +36,10 @@ pub struct Cluster {
     /// The ring-hash key header, if any (else the client address).
     pub hash_key_header: Option<http::HeaderName>,
     pub(super) client: Pool,
+    /// The connector for the upstream connections each client connection
+    /// keeps ([`KeptConnections`](super::KeptConnections)): plain HTTP/1.1 clusters that keep idle
+    /// connections at all; `None` sends every request through the pool.
+    pub(super) kept_connector: Option<HttpConnector>,
     pub(super) protocol: UpstreamProtocol,
     /// Each endpoint's `host:port` as a URI authority, parsed once (in `endpoints`' order; a socket address always parses).
     pub(super) authorities: Vec<Option<Authority>>,
@@ -59,7 +63,8 @@ pub struct ClusterOptions {
     pub connect_timeout: Duration,
     /// The HTTP version to speak.
     pub protocol: UpstreamProtocol,
-    /// Idle pooled connections kept per endpoint.
+    /// Idle pooled connections kept per endpoint (0: none, and no client
+    /// connection keeps one of its own either).
     pub max_idle_per_endpoint: usize,
     /// TLS to the endpoints (whose files must load), or plain TCP.
     pub tls: Option<ClientTlsFiles>,
@@ -116,6 +121,8 @@ impl Cluster {
             .http2_only(http2)
             .pool_max_idle_per_host(max_idle_per_endpoint)
             .pool_idle_timeout(Duration::from_secs(60));
+        let kept_connector =
+            (tls.is_none() && !http2 && max_idle_per_endpoint > 0).then(|| connector.clone());
         let client = match &tls {
             None => Pool::Plain(builder.build(connector)),
             Some(files) => {
@@ -155,6 +162,7 @@ impl Cluster {
             balancer,
             hash_key_header,
             client,
+            kept_connector,
             protocol,
         })
     }

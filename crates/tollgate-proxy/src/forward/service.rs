@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{self, HeaderValue};
+use http::uri::Authority;
 use http::uri::{self, PathAndQuery};
-use http::{Request, Response, Uri, Version};
+use http::{Method, Request, Response, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tollgate_runtime::trace_context;
@@ -20,6 +21,7 @@ use super::cluster::{Cluster, UpstreamProtocol};
 use super::error::{ForwardError, UpstreamError};
 use super::hop_headers::{append_forwarded_for, strip_hop_by_hop};
 use super::request_body::{BodyFault, RequestBody};
+use super::route_timeout;
 use crate::body::ProxyBody;
 use crate::context::RequestContext;
 
@@ -59,12 +61,15 @@ impl Service<Request<Incoming>> for Forward {
                 }
                 None => 0,
             };
-            let Some(authority) = cluster.authorities.get(index).cloned().flatten() else {
+            let (Some(Some(authority)), Some(endpoint)) =
+                (cluster.authorities.get(index), cluster.endpoints.get(index))
+            else {
                 return Err(ForwardError::Uri(format!(
                     "endpoint {index} has no URI authority"
                 )));
             };
-            let context = parts.extensions.get::<RequestContext>();
+            let endpoint = endpoint.address;
+            let context = parts.extensions.remove::<RequestContext>();
             if !parts.headers.contains_key(header::HOST)
                 && let Some(authority) = parts.uri.authority()
                 && let Ok(host) = HeaderValue::from_str(authority.as_str())
@@ -72,7 +77,7 @@ impl Service<Request<Incoming>> for Forward {
                 parts.headers.insert(header::HOST, host);
             }
             strip_hop_by_hop(&mut parts.headers);
-            if let Some(context) = context {
+            if let Some(context) = &context {
                 let connection = &context.connection;
                 append_forwarded_for(
                     &mut parts.headers,
@@ -80,22 +85,6 @@ impl Service<Request<Incoming>> for Forward {
                     connection.forwarded_for(),
                 );
             }
-            let mut target = uri::Parts::default();
-            target.scheme = Some(cluster.client.scheme());
-            target.authority = Some(authority);
-            target.path_and_query = Some(
-                parts
-                    .uri
-                    .path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| PathAndQuery::from_static("/")),
-            );
-            parts.uri = Uri::from_parts(target).map_err(|e| ForwardError::Uri(e.to_string()))?;
-            parts.version = match cluster.protocol {
-                UpstreamProtocol::Http2 => Version::HTTP_2,
-                UpstreamProtocol::Http1 => Version::HTTP_11,
-            };
-            parts.extensions = http::Extensions::new();
             // With tracing on, the upstream call is a client span, and the
             // upstream gets its trace context.
             let span = if trace_context::enabled() {
@@ -104,13 +93,49 @@ impl Service<Request<Incoming>> for Forward {
                     "upstream",
                     otel.kind = "client",
                     cluster = %cluster.name,
-                    server.address = %parts.uri.authority().map_or("", |a| a.as_str()),
+                    server.address = %authority,
                 );
                 trace_context::pass_on(&span, &mut parts.headers);
                 span
             } else {
                 tracing::Span::none()
             };
+            // An HTTP/1 client connection sends one request at a time: it
+            // keeps its own connection to a plain HTTP/1.1 endpoint.
+            let keeper = match (&cluster.kept_connector, context) {
+                (Some(connector), Some(context))
+                    if matches!(parts.version, Version::HTTP_10 | Version::HTTP_11)
+                        && parts.method != Method::CONNECT =>
+                {
+                    Some((connector, context.connection))
+                }
+                _ => None,
+            };
+            let path_and_query = parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            parts.uri = if keeper.is_some() {
+                // Origin form, and the endpoint as `Host` when the client sent none (as hyper-util's client does).
+                if !parts.headers.contains_key(header::HOST)
+                    && let Ok(host) = HeaderValue::from_str(host_of(authority))
+                {
+                    parts.headers.insert(header::HOST, host);
+                }
+                Uri::from(path_and_query)
+            } else {
+                let mut target = uri::Parts::default();
+                target.scheme = Some(cluster.client.scheme());
+                target.authority = Some(authority.clone());
+                target.path_and_query = Some(path_and_query);
+                Uri::from_parts(target).map_err(|e| ForwardError::Uri(e.to_string()))?
+            };
+            parts.version = match cluster.protocol {
+                UpstreamProtocol::Http2 => Version::HTTP_2,
+                UpstreamProtocol::Http1 => Version::HTTP_11,
+            };
+            parts.extensions = http::Extensions::new();
             let fault = BodyFault::default();
             // The pool is borrowed from the cluster this future owns, not cloned per request.
             let client = &cluster.client;
@@ -119,24 +144,35 @@ impl Service<Request<Incoming>> for Forward {
                 let body = RequestBody::read_first(body, fault.clone())
                     .await
                     .map_err(|e| ForwardError::BrokenBody(e.to_string()))?;
-                client
-                    .request(Request::from_parts(parts, body))
-                    .await
-                    .map_err(|e| {
-                        ForwardError::from(if e.is_connect() {
-                            UpstreamError::Connect(e.to_string())
-                        } else {
-                            UpstreamError::Reset(e.to_string())
-                        })
+                let request = Request::from_parts(parts, body);
+                if let Some((connector, connection)) = &keeper {
+                    return connection
+                        .upstreams()
+                        .send(endpoint, connector, request)
+                        .await
+                        .map_err(ForwardError::from);
+                }
+                client.request(request).await.map_err(|e| {
+                    ForwardError::from(if e.is_connect() {
+                        UpstreamError::Connect(e.to_string())
+                    } else {
+                        UpstreamError::Reset(e.to_string())
                     })
+                })
             }
             .instrument(span);
-            let result = match timeout {
-                Some(limit) => match tokio::time::timeout(limit, sent).await {
+            let mut sent = std::pin::pin!(sent);
+            let result = match (timeout, &keeper) {
+                (Some(limit), Some((_, connection))) => {
+                    route_timeout::within(connection, limit, sent.as_mut())
+                        .await
+                        .unwrap_or_else(|| Err(UpstreamError::Timeout(limit).into()))
+                }
+                (Some(limit), None) => match tokio::time::timeout(limit, sent.as_mut()).await {
                     Ok(result) => result,
                     Err(_) => Err(UpstreamError::Timeout(limit).into()),
                 },
-                None => sent.await,
+                (None, _) => sent.as_mut().await,
             };
             // A body that broke later aborted the upstream request before its end: whatever came back, the client's request was bad.
             if let Some(reason) = fault.reason() {
@@ -148,5 +184,14 @@ impl Service<Request<Incoming>> for Forward {
             let body: ProxyBody = body.map_err(Into::into).boxed_unsync();
             Ok(Response::from_parts(parts, body))
         })
+    }
+}
+
+/// `authority` as a `Host` value for plain HTTP: without the port when it is 80.
+fn host_of(authority: &Authority) -> &str {
+    if authority.port_u16() == Some(80) {
+        authority.host()
+    } else {
+        authority.as_str()
     }
 }
