@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::io::Write as _;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::HeaderName;
@@ -145,26 +145,16 @@ impl KeyExtractor {
         parts: &Parts,
         out: &mut KeyBytes,
     ) -> Result<(), NoClientAddress> {
-        match self {
+        let headers = &parts.headers;
+        let found = match self {
             KeyExtractor::ClientAddress { trusted_hops } => {
                 let peer = peer_address(parts).ok_or(NoClientAddress)?;
                 write_address(
                     out,
-                    trusted_client_address(peer.ip(), &parts.headers, *trusted_hops),
+                    trusted_client_address(peer.ip(), headers, *trusted_hops),
                 );
-                Ok(())
+                return Ok(());
             }
-            other => other.write_other_key(parts, out),
-        }
-    }
-
-    /// [`write_key`](Self::write_key) for every extractor but the client
-    /// address, out of line so the client address's path (the default) is short.
-    #[inline(never)]
-    fn write_other_key(&self, parts: &Parts, out: &mut KeyBytes) -> Result<(), NoClientAddress> {
-        let headers = &parts.headers;
-        let found = match self {
-            KeyExtractor::ClientAddress { .. } => return self.write_key(parts, out),
             KeyExtractor::Header(name) => header_text(parts, name),
             KeyExtractor::ApiKey { header } => headers
                 .get(http::header::AUTHORIZATION)
@@ -209,14 +199,10 @@ fn write_address(out: &mut KeyBytes, address: IpAddr) {
                 out.push(b'0' + octet % 10);
             }
         }
-        IpAddr::V6(v6) => write_ipv6(out, v6),
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
     }
-}
-
-/// Appends `address` through its `Display`, out of line (the formatter's code is large).
-#[inline(never)]
-fn write_ipv6(out: &mut KeyBytes, address: Ipv6Addr) {
-    let _ = write!(out, "{address}");
 }
 
 fn header_text<'a>(parts: &'a Parts, name: &HeaderName) -> Option<&'a str> {

@@ -105,16 +105,9 @@ impl Passed {
         match self {
             Passed::Nothing => {}
             Passed::Values(values) => values.append(map),
-            Passed::Rendered(headers) => append_rendered(map, headers),
+            Passed::Rendered(headers) => append_headers(map, headers),
         }
     }
-}
-
-/// [`append_headers`] out of line: only a layer with an unnamed limit renders an admitted answer's headers so.
-#[cold]
-#[inline(never)]
-fn append_rendered(map: &mut HeaderMap, headers: Vec<(String, String)>) {
-    append_headers(map, headers);
 }
 
 thread_local! {
@@ -247,11 +240,6 @@ impl<St: CounterStore> Policy<St> {
     }
 
     /// The verdict on the store's `decisions` for `key` (or its failure), counted in the metrics.
-    ///
-    /// Only a request admitted by every limit, outside shadow mode, is
-    /// decided here; the rest (a store failure, a refusal, shadow mode, a
-    /// layer rendering with the shared renderer) is out of line, so the
-    /// admitted path's code stays short.
     fn judge(
         &self,
         key: &[u8],
@@ -259,44 +247,15 @@ impl<St: CounterStore> Policy<St> {
         decisions: &[Decision],
     ) -> Verdict {
         if let Err(error) = checked {
-            return self.store_failed(error);
+            self.limits.iter().for_each(|e| {
+                e.store_error.inc();
+            });
+            return match self.on_store_error {
+                OnStoreError::Allow => Verdict::Pass(Passed::Nothing),
+                OnStoreError::Deny => Verdict::Reject(Rejection::StoreUnavailable(error)),
+            };
         }
-        if self.shadow || decisions.iter().any(|d| !d.is_allowed()) {
-            return self.judge_refused_or_shadow(key, decisions);
-        }
-        for entry in self.limits.iter().take(decisions.len()) {
-            entry.allowed.inc();
-        }
-        if !self.admitted_headers {
-            return Verdict::Pass(Passed::Nothing);
-        }
-        match &self.pass_headers {
-            Some(pass) => Verdict::Pass(
-                pass.values(decisions)
-                    .map_or(Passed::Nothing, Passed::Values),
-            ),
-            None => self.render_admitted(key, decisions),
-        }
-    }
-
-    /// The verdict when the store failed: counted, then let through or refused ([`OnStoreError`]).
-    #[cold]
-    #[inline(never)]
-    fn store_failed(&self, error: StoreError) -> Verdict {
-        self.limits.iter().for_each(|e| {
-            e.store_error.inc();
-        });
-        match self.on_store_error {
-            OnStoreError::Allow => Verdict::Pass(Passed::Nothing),
-            OnStoreError::Deny => Verdict::Reject(Rejection::StoreUnavailable(error)),
-        }
-    }
-
-    /// The verdict on `decisions` when one refuses the request or the layer
-    /// is in shadow mode, each counted in the metrics.
-    #[cold]
-    #[inline(never)]
-    fn judge_refused_or_shadow(&self, key: &[u8], decisions: &[Decision]) -> Verdict {
+        let over = decisions.iter().any(|d| !d.is_allowed());
         for (entry, decision) in self.limits.iter().zip(decisions) {
             match (decision.is_allowed(), self.shadow) {
                 (true, _) => entry.allowed.inc(),
@@ -304,40 +263,40 @@ impl<St: CounterStore> Policy<St> {
                 (false, true) => entry.shadow_denied.inc(),
             };
         }
-        if self.shadow {
+        if self.shadow || (!over && !self.admitted_headers) {
             return Verdict::Pass(Passed::Nothing);
+        }
+        if !over && let Some(pass) = &self.pass_headers {
+            return Verdict::Pass(
+                pass.values(decisions)
+                    .map_or(Passed::Nothing, Passed::Values),
+            );
         }
         let key = String::from_utf8_lossy(key);
         let limits = self.limits.iter().map(|entry| &entry.limit);
         let rendered = render_shared(&self.headers, limits, &key, decisions);
-        let limits = self
-            .limits
-            .iter()
-            .zip(decisions)
-            .filter(|(_, decision)| !decision.is_allowed())
-            .map(|(entry, _)| entry.limit.name.clone())
-            .collect();
-        let statuses: Vec<DescriptorStatus> = self
-            .limits
-            .iter()
-            .zip(decisions)
-            .map(|(entry, decision)| status(&entry.limit, decision))
-            .collect();
-        Verdict::Reject(Rejection::OverLimit {
-            limits,
-            headers: header_map(rendered.headers),
-            retry_after: overall_retry_after(&statuses),
-        })
-    }
-
-    /// The admitted request's headers from the shared renderer (a layer with an unnamed limit).
-    #[cold]
-    #[inline(never)]
-    fn render_admitted(&self, key: &[u8], decisions: &[Decision]) -> Verdict {
-        let key = String::from_utf8_lossy(key);
-        let limits = self.limits.iter().map(|entry| &entry.limit);
-        let rendered = render_shared(&self.headers, limits, &key, decisions);
-        Verdict::Pass(Passed::Rendered(rendered.headers))
+        if over {
+            let limits = self
+                .limits
+                .iter()
+                .zip(decisions)
+                .filter(|(_, decision)| !decision.is_allowed())
+                .map(|(entry, _)| entry.limit.name.clone())
+                .collect();
+            let statuses: Vec<DescriptorStatus> = self
+                .limits
+                .iter()
+                .zip(decisions)
+                .map(|(entry, decision)| status(&entry.limit, decision))
+                .collect();
+            Verdict::Reject(Rejection::OverLimit {
+                limits,
+                headers: header_map(rendered.headers),
+                retry_after: overall_retry_after(&statuses),
+            })
+        } else {
+            Verdict::Pass(Passed::Rendered(rendered.headers))
+        }
     }
 }
 
