@@ -4,12 +4,14 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use tollgate_core::{ManualClock, Timestamp};
 #[cfg(feature = "metrics")]
 use tollgate_middleware::Metrics;
 use tollgate_middleware::{KeyExtractor, Limit, RateLimitLayer, Rejection};
@@ -366,5 +368,57 @@ async fn admitted_answers_carry_the_headers_unless_turned_off_and_refusals_alway
             assert!(refused.headers().contains_key(*name), "{name}");
         }
         assert_eq!(refused.headers()["ratelimit-remaining"], "0");
+    }
+}
+
+/// The `RateLimit*` and `Retry-After` headers of `response`, in the order they were added.
+fn rate_limit_headers(response: &Response<Body>) -> Vec<(String, String)> {
+    response
+        .headers()
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("ratelimit") || *name == "retry-after")
+        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn admitted_and_refused_answers_carry_exactly_these_header_bytes() {
+    let clock = Arc::new(ManualClock::new(Timestamp::from_nanos(1_000_000_000_000)));
+    let service = RateLimitLayer::builder(KeyExtractor::client_address())
+        .limit(Limit::fixed_window("per \"ten\" seconds", 2, Duration::from_secs(10)).unwrap())
+        .limit(Limit::gcra("burst", 5, Duration::from_secs(60), 3).unwrap())
+        .clock(clock.clone())
+        .in_memory(StoreConfig::with_max_keys(1_000))
+        .layer(app());
+    let policy = r#""per \"ten\" seconds";q=2;w=10, "burst";q=5;w=60"#;
+    let expected = |remaining: &str, reset: &str, retry_after: Option<&str>| {
+        let item = format!(r#""per \"ten\" seconds";r={remaining};t={reset}"#);
+        let mut headers = vec![
+            ("ratelimit-limit", "2".to_owned()),
+            ("ratelimit-remaining", remaining.to_owned()),
+            ("ratelimit-reset", reset.to_owned()),
+            ("ratelimit-policy", policy.to_owned()),
+            ("ratelimit", item),
+        ];
+        headers.extend(retry_after.map(|after| ("retry-after", after.to_owned())));
+        headers
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect::<Vec<_>>()
+    };
+    // At 0 s, 3 s and 3 s into the fixed window: two admitted, the third refused.
+    for (advance, status, headers) in [
+        (0, 200, expected("1", "10", None)),
+        (3, 200, expected("0", "7", None)),
+        (0, 429, expected("0", "7", Some("7"))),
+    ] {
+        clock.advance(Duration::from_secs(advance));
+        let response = service
+            .clone()
+            .oneshot(request("10.0.0.1:1", &[]))
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status);
+        assert_eq!(rate_limit_headers(&response), headers);
     }
 }

@@ -128,8 +128,14 @@ pub(super) struct PassValues {
 
 impl PassValues {
     /// Appends the values to the app's answer's `map`.
+    ///
+    /// Room is made for one header more than the five: axum adds
+    /// `content-length` after the layer, and an answer of one header (axum's
+    /// `content-type`) with the five fills the map's first allocation, so it
+    /// would grow at that insert, rehashing six entries; grown here it
+    /// rehashes the one.
     pub(super) fn append(self, map: &mut HeaderMap) {
-        map.reserve(5);
+        map.reserve(6);
         map.append(LIMIT.clone(), self.limit);
         map.append(REMAINING.clone(), self.remaining);
         map.append(RESET.clone(), self.reset);
