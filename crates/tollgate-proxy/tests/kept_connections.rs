@@ -2,7 +2,8 @@
 //! client's requests share one upstream connection, an upstream that closes
 //! it while idle costs the next request nothing, two client connections never
 //! share one, a client connection's close closes its upstream connection,
-//! a refused connection gets 503 with the reason, and each request gets
+//! a client connection keeps connections to a few endpoints at most (the
+//! rest go through the pool), a refused connection gets 503 with the reason, and each request gets
 //! its whole route timeout on the connection's shared timer.
 //! The upstream is a raw TCP server on loopback that counts the connections it
 //! accepts and the ones that closed.
@@ -22,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_core::{ManualClock, Timestamp};
+use tollgate_proxy::forward::KEPT_PER_CLIENT_CONNECTION;
 use tollgate_proxy::{ConfigSource, Proxy, serve};
 
 /// Every wait of these tests is bounded by this.
@@ -137,6 +139,12 @@ async fn start_proxy(upstream: SocketAddr) -> Running {
         local_ratelimit: None,
         admin: None,
     };
+    start_proxy_from(source, listener).await
+}
+
+/// `tollgate proxy` from `source`, its first listener on `listener`.
+async fn start_proxy_from(source: ConfigSource, listener: TcpListener) -> Running {
+    let addr = listener.local_addr().expect("an address");
     let clock = Arc::new(ManualClock::new(Timestamp::from_secs(1_000_000)));
     let proxy = Proxy::load(source, clock).expect("the sidecar loads");
     let spec = proxy.runtime().listeners[0].clone();
@@ -251,6 +259,54 @@ async fn two_client_connections_never_share_an_upstream_connection() {
     )
     .await;
     assert_eq!(get(&mut second).await.1, second_upstream);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_connection_keeps_connections_to_a_few_endpoints_and_pools_the_rest() {
+    let endpoints = KEPT_PER_CLIENT_CONNECTION + 2;
+    let mut upstreams = Vec::new();
+    for _ in 0..endpoints {
+        upstreams.push(start_upstream(false).await);
+    }
+    let list = upstreams
+        .iter()
+        .map(|(addr, _)| format!("{{address: \"{addr}\"}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kept-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let file = dir.join("proxy.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "listeners: [{{address: 127.0.0.1:0}}]\nclusters:\n  - {{name: backend, lb_policy: round_robin, endpoints: [{list}]}}\nroutes:\n  - {{name: api, cluster: backend}}\n"
+        ),
+    )
+    .expect("written");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let proxy = start_proxy_from(ConfigSource::File(file), listener).await;
+    let accepted = || -> usize {
+        upstreams
+            .iter()
+            .map(|(_, seen)| seen.accepted.load(Ordering::SeqCst))
+            .sum()
+    };
+    // Two turns of the round robin on one client connection: one upstream
+    // connection per endpoint, the first few kept, the rest pooled.
+    let mut first = client_connection(proxy.addr).await;
+    for _ in 0..2 * endpoints {
+        assert_eq!(get(&mut first).await.0, StatusCode::OK);
+    }
+    assert_eq!(accepted(), endpoints);
+    // A second client connection, one turn: the endpoints it may keep get
+    // connections of its own; the others reuse the pool's idle ones.
+    let mut second = client_connection(proxy.addr).await;
+    for _ in 0..endpoints {
+        assert_eq!(get(&mut second).await.0, StatusCode::OK);
+    }
+    assert_eq!(accepted(), endpoints + KEPT_PER_CLIENT_CONNECTION);
     proxy.stop().await;
 }
 

@@ -10,6 +10,12 @@
 //! every kept sender, and hyper closes each upstream connection once it is
 //! idle.
 //!
+//! A client connection keeps at most [`KEPT_PER_CLIENT_CONNECTION`]
+//! upstream connections: a client whose requests are balanced over more
+//! endpoints than that sends to the others through the cluster's pool, so
+//! the upstream connections kept stay within that many times the
+//! listeners' `max_connections`.
+//!
 //! A kept connection the upstream has closed while idle is noticed when it
 //! is taken (it is not ready) and replaced by a fresh one; one that closes
 //! just as a request is handed to it gives that request back unsent, and the
@@ -28,6 +34,9 @@ use tower::ServiceExt;
 
 use super::error::UpstreamError;
 use super::request_body::RequestBody;
+
+/// The most upstream connections one client connection keeps (to as many endpoints).
+pub const KEPT_PER_CLIENT_CONNECTION: usize = 4;
 
 /// One client connection's upstream HTTP/1.1 connections: one sender per endpoint address, while it is not in use.
 #[derive(Default)]
@@ -49,6 +58,16 @@ impl KeptConnections {
         KeptConnections::default()
     }
 
+    /// Whether a request to `endpoint` goes on a kept connection: one is
+    /// kept there, or fewer than [`KEPT_PER_CLIENT_CONNECTION`] are kept.
+    /// (A client connection sends one request at a time, so none is out
+    /// in use when this is asked.)
+    pub(super) fn has_room_for(&self, endpoint: SocketAddr) -> bool {
+        let idle = self.idle.lock();
+        idle.len() < KEPT_PER_CLIENT_CONNECTION
+            || idle.iter().any(|(address, _)| *address == endpoint)
+    }
+
     /// Takes the connection kept to `endpoint`, if there is one.
     fn take(&self, endpoint: SocketAddr) -> Option<SendRequest<RequestBody>> {
         let mut idle = self.idle.lock();
@@ -56,10 +75,13 @@ impl KeptConnections {
         Some(idle.swap_remove(at).1)
     }
 
-    /// Keeps `sender` to `endpoint`, unless one is kept there already (then `sender` is dropped).
+    /// Keeps `sender` to `endpoint`, unless one is kept there already or
+    /// [`KEPT_PER_CLIENT_CONNECTION`] are (then `sender` is dropped).
     fn keep(&self, endpoint: SocketAddr, sender: SendRequest<RequestBody>) {
         let mut idle = self.idle.lock();
-        if !idle.iter().any(|(address, _)| *address == endpoint) {
+        if idle.len() < KEPT_PER_CLIENT_CONNECTION
+            && !idle.iter().any(|(address, _)| *address == endpoint)
+        {
             idle.push((endpoint, sender));
         }
     }

@@ -25,6 +25,6 @@ mod service;
 
 pub use cluster::{Cluster, ClusterOptions, Endpoint, UpstreamProtocol};
 pub use hop_headers::strip_hop_by_hop;
-pub use kept_connections::KeptConnections;
+pub use kept_connections::{KEPT_PER_CLIENT_CONNECTION, KeptConnections};
 pub use route_timeout::RouteTimer;
 pub use service::Forward;

@@ -101,11 +101,13 @@ impl Service<Request<Incoming>> for Forward {
                 tracing::Span::none()
             };
             // An HTTP/1 client connection sends one request at a time: it
-            // keeps its own connection to a plain HTTP/1.1 endpoint.
+            // keeps its own connection to a plain HTTP/1.1 endpoint (to a
+            // few endpoints at most).
             let keeper = match (&cluster.kept_connector, context) {
                 (Some(connector), Some(context))
                     if matches!(parts.version, Version::HTTP_10 | Version::HTTP_11)
-                        && parts.method != Method::CONNECT =>
+                        && parts.method != Method::CONNECT
+                        && context.connection.upstreams().has_room_for(endpoint) =>
                 {
                     Some((connector, context.connection))
                 }
