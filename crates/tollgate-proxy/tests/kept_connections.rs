@@ -1,5 +1,6 @@
 //! The upstream connection each client connection keeps: a keep-alive
-//! client's requests share one upstream connection, an upstream that closes
+//! client's requests from its second on share one upstream connection,
+//! clients of one request a connection share the pool's, an upstream that closes
 //! it while idle costs the next request nothing, two client connections never
 //! share one, a client connection's close closes its upstream connection,
 //! a client connection keeps connections to a few endpoints at most (the
@@ -207,10 +208,13 @@ async fn a_keep_alive_client_s_requests_share_one_upstream_connection_closed_wit
     let (upstream, seen) = start_upstream(false).await;
     let proxy = start_proxy(upstream).await;
     let mut client = client_connection(proxy.addr).await;
+    // The first request goes through the pool (upstream connection 1); from
+    // the second on, the client connection keeps its own (connection 2).
+    assert_eq!(get(&mut client).await, (StatusCode::OK, "1".to_owned()));
     for _ in 0..5 {
-        assert_eq!(get(&mut client).await, (StatusCode::OK, "1".to_owned()));
+        assert_eq!(get(&mut client).await, (StatusCode::OK, "2".to_owned()));
     }
-    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
     assert_eq!(seen.ended.load(Ordering::SeqCst), 0);
     drop(client);
     wait_for(
@@ -243,6 +247,10 @@ async fn two_client_connections_never_share_an_upstream_connection() {
     let proxy = start_proxy(upstream).await;
     let mut first = client_connection(proxy.addr).await;
     let mut second = client_connection(proxy.addr).await;
+    // Each client connection's first request goes through the pool (both on
+    // upstream connection 1), its next ones on a connection of its own.
+    assert_eq!(get(&mut first).await.1, "1");
+    assert_eq!(get(&mut second).await.1, "1");
     let (_, first_upstream) = get(&mut first).await;
     let (_, second_upstream) = get(&mut second).await;
     assert_ne!(first_upstream, second_upstream);
@@ -250,7 +258,7 @@ async fn two_client_connections_never_share_an_upstream_connection() {
         assert_eq!(get(&mut first).await.1, first_upstream);
         assert_eq!(get(&mut second).await.1, second_upstream);
     }
-    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
     drop(first);
     wait_for(
         &seen.ended,
@@ -259,6 +267,54 @@ async fn two_client_connections_never_share_an_upstream_connection() {
     )
     .await;
     assert_eq!(get(&mut second).await.1, second_upstream);
+    proxy.stop().await;
+}
+
+/// `GET /` on `client`'s connection, asking to close it after the answer: the status and the upstream connection's number.
+async fn get_closing(client: &mut SendRequest<Empty<Bytes>>) -> (StatusCode, String) {
+    tokio::time::timeout(BOUND, async {
+        client.ready().await.expect("the client connection is open");
+        let request = Request::get("/")
+            .header("host", "service")
+            .header("connection", "close")
+            .body(Empty::new())
+            .expect("a request");
+        let response = client.send_request(request).await.expect("an answer");
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("a body")
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    })
+    .await
+    .expect("an answer within the bound")
+}
+
+#[tokio::test]
+async fn clients_of_one_request_a_connection_share_the_pool_s_upstream_connection() {
+    let (upstream, seen) = start_upstream(false).await;
+    let proxy = start_proxy(upstream).await;
+    // One request per client connection, as a client without keep-alive
+    // sends: all on the pool's one upstream connection, none opened (and
+    // closed) per request.
+    for _ in 0..5 {
+        let mut client = client_connection(proxy.addr).await;
+        assert_eq!(get(&mut client).await, (StatusCode::OK, "1".to_owned()));
+    }
+    // A second request that asks to close the client connection after it:
+    // the pool's connection too.
+    for _ in 0..5 {
+        let mut client = client_connection(proxy.addr).await;
+        assert_eq!(get(&mut client).await, (StatusCode::OK, "1".to_owned()));
+        assert_eq!(
+            get_closing(&mut client).await,
+            (StatusCode::OK, "1".to_owned())
+        );
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
     proxy.stop().await;
 }
 

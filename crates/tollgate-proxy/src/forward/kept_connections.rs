@@ -10,6 +10,12 @@
 //! every kept sender, and hyper closes each upstream connection once it is
 //! idle.
 //!
+//! A connection is kept from the client connection's second request on,
+//! and only while the client means to keep its connection open (HTTP/1.1
+//! without `Connection: close`): a client that sends one request per
+//! connection goes through the cluster's pool, as before, and does not
+//! open (and leave in `TIME_WAIT`) an upstream connection per request.
+//!
 //! A client connection keeps at most [`KEPT_PER_CLIENT_CONNECTION`]
 //! upstream connections: a client whose requests are balanced over more
 //! endpoints than that sends to the others through the cluster's pool, so
@@ -23,6 +29,7 @@
 //! part was written is never sent again.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
@@ -42,6 +49,8 @@ pub const KEPT_PER_CLIENT_CONNECTION: usize = 4;
 #[derive(Default)]
 pub struct KeptConnections {
     idle: Mutex<Vec<(SocketAddr, SendRequest<RequestBody>)>>,
+    /// Requests forwarded for this client connection so far.
+    forwarded: AtomicU64,
 }
 
 impl std::fmt::Debug for KeptConnections {
@@ -58,11 +67,17 @@ impl KeptConnections {
         KeptConnections::default()
     }
 
-    /// Whether a request to `endpoint` goes on a kept connection: one is
-    /// kept there, or fewer than [`KEPT_PER_CLIENT_CONNECTION`] are kept.
-    /// (A client connection sends one request at a time, so none is out
-    /// in use when this is asked.)
-    pub(super) fn has_room_for(&self, endpoint: SocketAddr) -> bool {
+    /// Counts a request forwarded for this client connection, and says
+    /// whether it goes on a kept connection to `endpoint`: not the
+    /// connection's first request, nor one after which the client means to
+    /// close (`keeps_alive` false), and one is kept there or fewer than
+    /// [`KEPT_PER_CLIENT_CONNECTION`] are. (A client connection sends one
+    /// request at a time, so none is out in use when this is asked.)
+    pub(super) fn may_keep(&self, endpoint: SocketAddr, keeps_alive: bool) -> bool {
+        let earlier = self.forwarded.fetch_add(1, Ordering::Relaxed);
+        if earlier == 0 || !keeps_alive {
+            return false;
+        }
         let idle = self.idle.lock();
         idle.len() < KEPT_PER_CLIENT_CONNECTION
             || idle.iter().any(|(address, _)| *address == endpoint)

@@ -1,7 +1,7 @@
 //! [`Forward`]: the innermost service, which sends a request to one of a cluster's endpoints.
 //!
-//! An HTTP/1 client connection keeps its own upstream connection to each
-//! plain HTTP/1.1 endpoint it uses ([`KeptConnections`], in its
+//! An HTTP/1.1 client connection keeps its own upstream connection to each
+//! plain HTTP/1.1 endpoint it uses, from its second request on ([`KeptConnections`], in its
 //! [`ConnectionScope`](crate::context::ConnectionScope)); other requests
 //! (h2c clients, HTTP/2 or TLS clusters) go through the cluster's pool,
 //! hyper-util's client (HTTP/1.1 keep-alive, or HTTP/2 with prior

@@ -12,7 +12,7 @@ use http::uri::{self, PathAndQuery};
 use http::{Method, Request, Response, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tollgate_runtime::trace_context;
+use tollgate_runtime::{error_chain, trace_context};
 use tollgate_upstream::balance::SelectedEndpoint;
 use tower::Service;
 use tracing::Instrument;
@@ -76,6 +76,9 @@ impl Service<Request<Incoming>> for Forward {
             {
                 parts.headers.insert(header::HOST, host);
             }
+            // Read before the hop-by-hop headers go: whether the client
+            // means to send another request on its connection.
+            let keeps_alive = parts.version == Version::HTTP_11 && !asks_to_close(&parts.headers);
             strip_hop_by_hop(&mut parts.headers);
             if let Some(context) = &context {
                 let connection = &context.connection;
@@ -100,14 +103,16 @@ impl Service<Request<Incoming>> for Forward {
             } else {
                 tracing::Span::none()
             };
-            // An HTTP/1 client connection sends one request at a time: it
-            // keeps its own connection to a plain HTTP/1.1 endpoint (to a
-            // few endpoints at most).
+            // An HTTP/1.1 client connection sends one request at a time: from
+            // its second request on, it keeps its own connection to a plain
+            // HTTP/1.1 endpoint (to a few endpoints at most).
             let keeper = match (&cluster.kept_connector, context) {
                 (Some(connector), Some(context))
-                    if matches!(parts.version, Version::HTTP_10 | Version::HTTP_11)
-                        && parts.method != Method::CONNECT
-                        && context.connection.upstreams().has_room_for(endpoint) =>
+                    if parts.method != Method::CONNECT
+                        && context
+                            .connection
+                            .upstreams()
+                            .may_keep(endpoint, keeps_alive) =>
                 {
                     Some((connector, context.connection))
                 }
@@ -156,7 +161,8 @@ impl Service<Request<Incoming>> for Forward {
                 }
                 client.request(request).await.map_err(|e| {
                     ForwardError::from(if e.is_connect() {
-                        UpstreamError::Connect(e.to_string())
+                        // The client's error says `client error (Connect)` alone; its sources say why.
+                        UpstreamError::Connect(error_chain(&e))
                     } else {
                         UpstreamError::Reset(e.to_string())
                     })
@@ -187,6 +193,16 @@ impl Service<Request<Incoming>> for Forward {
             Ok(Response::from_parts(parts, body))
         })
     }
+}
+
+/// Whether `headers` ask for the connection to close after this exchange (a `close` token in `Connection`).
+fn asks_to_close(headers: &http::HeaderMap) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|value| {
+        value.to_str().is_ok_and(|text| {
+            text.split(',')
+                .any(|token| token.trim().eq_ignore_ascii_case("close"))
+        })
+    })
 }
 
 /// `authority` as a `Host` value for plain HTTP: without the port when it is 80.
