@@ -21,7 +21,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tollgate_core::{ManualClock, Timestamp};
 use tollgate_proxy::forward::KEPT_PER_CLIENT_CONNECTION;
@@ -42,6 +42,8 @@ struct Seen {
     ended: AtomicUsize,
     /// Requests answered.
     answered: AtomicUsize,
+    /// Woken at each connection that ends.
+    ended_one: Notify,
 }
 
 /// An HTTP/1.1 upstream answering `200` with the number of its connection
@@ -61,6 +63,7 @@ async fn start_upstream(close_when_idle: bool) -> (SocketAddr, Arc<Seen>) {
             tokio::spawn(async move {
                 serve_upstream_connection(stream, number, close_when_idle, &counts).await;
                 counts.ended.fetch_add(1, Ordering::SeqCst);
+                counts.ended_one.notify_waiters();
             });
         }
     });
@@ -104,11 +107,16 @@ async fn serve_upstream_connection(
     }
 }
 
-/// Waits (at most [`BOUND`]) until `count` reads `at_least`.
-async fn wait_for(count: &AtomicUsize, at_least: usize, what: &str) {
+/// Waits (at most [`BOUND`]) until `at_least` of the upstream's connections have ended.
+async fn wait_for_ended(seen: &Seen, at_least: usize, what: &str) {
     tokio::time::timeout(BOUND, async {
-        while count.load(Ordering::SeqCst) < at_least {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        loop {
+            // Registered before the count is read, so an end in between is not missed.
+            let ended = seen.ended_one.notified();
+            if seen.ended.load(Ordering::SeqCst) >= at_least {
+                return;
+            }
+            ended.await;
         }
     })
     .await
@@ -178,17 +186,27 @@ async fn client_connection(proxy: SocketAddr) -> SendRequest<Empty<Bytes>> {
 
 /// `GET /` on `client`'s connection: the status and the upstream connection's number.
 async fn get(client: &mut SendRequest<Empty<Bytes>>) -> (StatusCode, String) {
-    get_path(client, "/").await
+    get_path(client, "/", &[]).await
 }
 
-/// `GET path` on `client`'s connection: the status and the body.
-async fn get_path(client: &mut SendRequest<Empty<Bytes>>, path: &str) -> (StatusCode, String) {
+/// `GET /` on `client`'s connection, asking to close it after the answer: the status and the upstream connection's number.
+async fn get_closing(client: &mut SendRequest<Empty<Bytes>>) -> (StatusCode, String) {
+    get_path(client, "/", &[("connection", "close")]).await
+}
+
+/// `GET path` with `headers` on `client`'s connection: the status and the body.
+async fn get_path(
+    client: &mut SendRequest<Empty<Bytes>>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, String) {
     tokio::time::timeout(BOUND + 3 * SLOW, async {
         client.ready().await.expect("the client connection is open");
-        let request = Request::get(path)
-            .header("host", "service")
-            .body(Empty::new())
-            .expect("a request");
+        let mut request = Request::get(path).header("host", "service");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Empty::new()).expect("a request");
         let response = client.send_request(request).await.expect("an answer");
         let status = response.status();
         let body = response
@@ -217,12 +235,7 @@ async fn a_keep_alive_client_s_requests_share_one_upstream_connection_closed_wit
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
     assert_eq!(seen.ended.load(Ordering::SeqCst), 0);
     drop(client);
-    wait_for(
-        &seen.ended,
-        1,
-        "upstream connections closed after the client's",
-    )
-    .await;
+    wait_for_ended(&seen, 1, "upstream connections closed after the client's").await;
     proxy.stop().await;
 }
 
@@ -234,7 +247,7 @@ async fn a_request_after_the_upstream_closed_the_idle_connection_goes_on_a_new_o
     for round in 1..=3 {
         assert_eq!(get(&mut client).await, (StatusCode::OK, round.to_string()));
         // The upstream has closed the connection it answered on.
-        wait_for(&seen.ended, round, "upstream connections closed").await;
+        wait_for_ended(&seen, round, "upstream connections closed").await;
     }
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
     assert_eq!(seen.answered.load(Ordering::SeqCst), 3);
@@ -260,37 +273,9 @@ async fn two_client_connections_never_share_an_upstream_connection() {
     }
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
     drop(first);
-    wait_for(
-        &seen.ended,
-        1,
-        "the first client's upstream connection closed",
-    )
-    .await;
+    wait_for_ended(&seen, 1, "the first client's upstream connection closed").await;
     assert_eq!(get(&mut second).await.1, second_upstream);
     proxy.stop().await;
-}
-
-/// `GET /` on `client`'s connection, asking to close it after the answer: the status and the upstream connection's number.
-async fn get_closing(client: &mut SendRequest<Empty<Bytes>>) -> (StatusCode, String) {
-    tokio::time::timeout(BOUND, async {
-        client.ready().await.expect("the client connection is open");
-        let request = Request::get("/")
-            .header("host", "service")
-            .header("connection", "close")
-            .body(Empty::new())
-            .expect("a request");
-        let response = client.send_request(request).await.expect("an answer");
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("a body")
-            .to_bytes();
-        (status, String::from_utf8_lossy(&body).into_owned())
-    })
-    .await
-    .expect("an answer within the bound")
 }
 
 #[tokio::test]
@@ -402,7 +387,7 @@ async fn each_request_gets_the_whole_route_timeout_from_its_own_start() {
     // at 15 s, the second's (sent at 9 s, answered at 19 s) at 24 s.
     assert_eq!(get(&mut client).await.0, StatusCode::OK);
     tokio::time::sleep(Duration::from_secs(9)).await;
-    assert_eq!(get_path(&mut client, "/slow").await.0, StatusCode::OK);
+    assert_eq!(get_path(&mut client, "/slow", &[]).await.0, StatusCode::OK);
     // A request that outlasts its own timeout (sent at 19 s, due at 34 s) is cut off at it.
     #[expect(
         clippy::disallowed_methods,
@@ -410,7 +395,7 @@ async fn each_request_gets_the_whole_route_timeout_from_its_own_start() {
     )]
     let started = tokio::time::Instant::now();
     assert_eq!(
-        get_path(&mut client, "/stuck").await.0,
+        get_path(&mut client, "/stuck", &[]).await.0,
         StatusCode::GATEWAY_TIMEOUT
     );
     let waited = started.elapsed();
