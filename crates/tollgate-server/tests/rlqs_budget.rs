@@ -272,12 +272,11 @@ async fn with_the_store_down_a_share_follows_the_rules_on_store_error() {
 async fn a_late_tick_pays_for_the_time_that_passed_up_to_the_counters_memory() {
     let (clock, live, book) = in_memory_at_100_a_second();
     let (envoy, mut outbox) = stream(&book);
-    // A first report (33: 33 + 2 × 33 of the 100), then 10 a second shown
-    // 5 s later: it claims 11, or the floor a quiet Envoy keeps, ⌊98 / 4⌋
-    // = 24, within a tenth of an equal part (98) of the 33 in force: kept.
+    // A first report (33: 33 + 2 × 33 of the 100), then 30 a second shown
+    // 5 s later: it claims 30 and a tenth more, the 33 in force: kept.
     report_paid(&live, &book, envoy, report("acme", 1, 0, 0), clock.now()).await;
     clock.advance(5 * TICK);
-    report_paid(&live, &book, envoy, report("acme", 50, 0, 5), clock.now()).await;
+    report_paid(&live, &book, envoy, report("acme", 150, 0, 5), clock.now()).await;
     assert_eq!(latest(&mut outbox), Some(33));
     let taken = || book.stats().units_taken.load(Ordering::Relaxed);
     let rls_admitted = async || {

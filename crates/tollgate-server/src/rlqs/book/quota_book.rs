@@ -366,7 +366,7 @@ impl QuotaBook {
     ///
     /// Each claims its demand and a tenth more (room for its demand to
     /// wobble before its next report, five seconds away with Envoy 1.40),
-    /// at least `⌊R' / 4n⌋` so a quiet Envoy can start, or an equal part
+    /// at least `⌊R' / 20n⌋` and one so a quiet Envoy can start, or an equal part
     /// before its rate shows (`n` Envoys on the counter over the fleet);
     /// the split is max-min fair ([`tollgate_core::fair_share`]) among
     /// every Envoy of the fleet on the counter ([`super::fleet`]) over
@@ -485,13 +485,13 @@ impl QuotaBook {
 }
 
 /// What each reporter of `shared` claims: its demand and a tenth more, at
-/// least `⌊R' / 4n⌋`, or an equal part `⌊R' / n⌋` before its rate shows,
+/// least `⌊R' / 20n⌋` and one, or an equal part `⌊R' / n⌋` before its rate shows,
 /// `n` the Envoys of the fleet on the counter as last heard (see
 /// [`QuotaBook::rebalance`]).
 pub(super) fn claims(shared: &Shared) -> Vec<u64> {
     let capacity = shared_capacity(shared.rate.requests);
     let envoys = (shared.reporters.len() + shared.fleet.len()).max(1) as u64;
-    let (floor, equal) = (capacity / (4 * envoys), capacity / envoys);
+    let (floor, equal) = ((capacity / (20 * envoys)).max(1), capacity / envoys);
     shared
         .reporters
         .values()

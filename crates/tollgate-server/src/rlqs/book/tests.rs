@@ -179,15 +179,37 @@ fn a_larger_share_is_pushed_as_soon_as_it_is_paid_for() {
         &book,
         book.report(two, report("a", 50, 0), &rules, at(5)).unwrap(),
     );
-    assert_eq!(
-        rate(&mut rx2, &mut r2),
-        12,
-        "10 a second and a tenth more, or ⌊98 / 8⌋"
-    );
+    assert_eq!(rate(&mut rx2, &mut r2), 11, "10 a second and a tenth more");
     assert_eq!(rate(&mut rx1, &mut r1), 49);
     // ...and is pushed at the next round that pays for it, not at its next report.
     round_in_full(&book, at(6));
-    assert_eq!(rate(&mut rx1, &mut r1), 86);
+    assert_eq!(rate(&mut rx1, &mut r1), 87);
+    assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 0);
+}
+
+/// An Envoy that went quiet (its report counts no request) keeps a share
+/// of one a second or `⌊R' / 20n⌋`, so its next request can pass; the busy
+/// one gets the rest. Before, the floor `⌊R' / 4n⌋` held 12 of 98 idle
+/// (with two Envoys 1.40 at 40 a second, the busy one admitted 0.88 R).
+#[test]
+fn a_quiet_envoy_keeps_a_small_floor_and_the_busy_one_gets_the_rest() {
+    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
+    let (mut r1, mut r2) = (0, 0);
+    paid(&book, one, report("a", 1, 0), &rules, at(0));
+    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    for round in 1..=3 {
+        let now = at(5 * round);
+        paid(&book, one, report("a", 5 * 49, 5 * 151), &rules, now);
+        paid(&book, two, report("a", 0, 0), &rules, now);
+        round_in_full(&book, now);
+        round_in_full(&book, at(5 * round + 1));
+    }
+    assert_eq!(
+        (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)),
+        (96, 2),
+        "the quiet one keeps ⌊98 / 40⌋"
+    );
     assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 0);
 }
 
@@ -204,9 +226,9 @@ fn a_short_round_spends_the_margin_and_a_shorter_one_cuts_the_larger_shares_to_w
         paid(&book, two, report("a", 20, 0), &rules, now);
         round_in_full(&book, now);
     }
-    // 4 a second claims the floor, ⌊98 / 8⌋.
+    // 4 a second claims 4 and a tenth more.
     let (s1, s2) = (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2));
-    assert_eq!((s1, s2), (86, 12));
+    assert_eq!((s1, s2), (93, 5));
     // In force: 98 a second, paid two ticks ahead. A round a tick later
     // owes a tick; RLS callers spent most of the counter: it gets 60 of
     // the 98, and the margin carries the shares (paid 1.6 ticks ahead).
@@ -220,19 +242,19 @@ fn a_short_round_spends_the_margin_and_a_shorter_one_cuts_the_larger_shares_to_w
     // to the largest total whose new buckets and two ticks of refills that
     // pays, split max-min over the shares in force: the smaller one stays
     // as it is (no new bucket to pay), the larger one gets a smaller, paid
-    // bucket. 140 unit·s: 12 × 2 and 38 × (1 + 2) is 138.
+    // bucket. 140 unit·s: 5 × 2 and 43 × (1 + 2) is 139.
     let dues = book.dues(at(12), TICK);
     assert_eq!(dues.payments[0].units, 136);
     unpaid(&book, book.settle(dues, &[80]));
-    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (38, 12));
+    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (43, 5));
     assert_eq!(book.stats().shares_cut.load(Ordering::Relaxed), 1);
     // Nothing at all: the refills prepaid to 14 s pay a smaller pair
-    // (52 unit·s: 9 × 3 and 8 × 3), and so on down to nothing (deny
+    // (52 unit·s: 13 × 3, and 5 × 2 for the one kept), and so on down to nothing (deny
     // all) or the unit a leftover pays, never a bucket nobody paid for.
     let dues = book.dues(at(13), TICK);
     unpaid(&book, book.settle(dues, &[0]));
-    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (9, 8));
-    let mut last = (9, 8);
+    assert_eq!((rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)), (13, 5));
+    let mut last = (13, 5);
     for second in 14..20 {
         let dues = book.dues(at(second), TICK);
         unpaid(&book, book.settle(dues, &[0]));

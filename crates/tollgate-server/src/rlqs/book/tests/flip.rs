@@ -60,7 +60,7 @@ fn refusals_before_a_first_share_are_not_hunger() {
     round_in_full(&book, at(5));
     assert_eq!(
         (rate(&mut rx1, &mut r1), rate(&mut rx2, &mut r2)),
-        (86, 12),
+        (87, 11),
         "the second claims its 10 a second, not the whole rate"
     );
 }

@@ -221,16 +221,16 @@ fn a_growth_goes_out_at_once_in_the_bucket_paid_and_the_full_bucket_follows_once
     let report = |envoy, per_second| Step::Report { envoy, per_second };
     // Alone, 98 (100 less a fortieth); with a second Envoy, 49 each; then
     // 500 and 10 a second (the reports' requests over the 2 s since the
-    // first): 86 and 12. The round after the reports takes at most 130
+    // first): 87 and 11. The round after the reports takes at most 130
     // units for the refills and as much for the growths: A's growth (its
-    // full bucket of 86 and 2 s of 37 more a second, 160, less B's refunds
-    // and the balance) is not paid in full, 57 of its bucket are.
+    // full bucket of 87 and 2 s of 38 more a second, 163, less B's refunds
+    // and the balance) is not paid in full, 59 of its bucket are.
     let mut steps = vec![report(0, 0), report(1, 0), round(400), round(400)];
     steps.extend([report(0, 200), report(1, 4), round(130)]);
     let grown = run(&steps, false).expect("within what the counter paid");
     assert_eq!(
         grown.last[..2],
-        [(86, 57), (12, 12)],
+        [(87, 59), (11, 11)],
         "at once, in the bucket paid"
     );
     assert_eq!(grown.small, 1);
@@ -239,7 +239,7 @@ fn a_growth_goes_out_at_once_in_the_bucket_paid_and_the_full_bucket_follows_once
     let raised = run(&steps, false).expect("within what the counter paid");
     assert_eq!(
         raised.last[..2],
-        [(86, 86), (12, 12)],
+        [(87, 87), (11, 11)],
         "the full bucket, once paid"
     );
     assert_eq!(raised.cut, 0);
