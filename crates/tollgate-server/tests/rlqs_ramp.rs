@@ -35,8 +35,11 @@ struct Phases {
     shares: [u64; 2],
     /// The `max_tokens` last sent to each Envoy (0: deny-all).
     tokens: [u64; 2],
-    /// Each Envoy's demand a second (0: dead).
+    /// Each Envoy's demand a second (0: dead, or not started).
     demand: [u64; 2],
+    /// Whether each Envoy has reported its bucket (its first report says
+    /// nothing of the rate).
+    reported: [bool; 2],
     /// Seconds since the start.
     second: u64,
 }
@@ -89,6 +92,7 @@ impl Phases {
             shares: [0, 0],
             tokens: [0, 0],
             demand: [100, 10],
+            reported: [false, false],
             second: 0,
         }
     }
@@ -138,7 +142,8 @@ impl Phases {
                     continue;
                 }
                 // The first report says nothing of the rate.
-                let (allowed, denied) = if self.second == 0 {
+                let (allowed, denied) = if !self.reported[i] {
+                    self.reported[i] = true;
                     (1, 0)
                 } else {
                     let allowed = self.demand[i].min(self.shares[i]);
@@ -378,4 +383,43 @@ async fn both_envoys_starting_together_get_the_split_at_the_round_after_their_fi
         cold.near <= 1 && cold.exact <= 3 && cold.both == 0 && cold.cut == 0,
         "{cold:?}"
     );
+}
+
+/// A second Envoy's bucket beside one holding the whole rate (A alone at
+/// 100 a second for 10 s, then B's first report at 10.2 s, 10 a second):
+/// the buckets after each round from 10.5 s on, and the shares cut since
+/// B came.
+async fn newcomer(algorithm: &str) -> (Vec<Seen>, u64) {
+    let mut phases = Phases::new(algorithm);
+    phases.demand = [100, 0];
+    let alone = phases.run_to(10).await;
+    assert_eq!(alone.last().map(|s| s.rates), Some([39, 0]), "{alone:?}");
+    let cuts = phases.book.stats().shares_cut.load(Ordering::Relaxed);
+    phases.demand = [100, 10];
+    let joined = phases.run_to(20).await;
+    let cut = phases.book.stats().shares_cut.load(Ordering::Relaxed) - cuts;
+    println!("{algorithm}: B's first report at 10.2 s, rate/max_tokens: {joined:?}, {cut} cut");
+    (joined, cut)
+}
+
+/// Fixed window: B gets an equal part at its first report, A falls to
+/// the other, and nothing is cut.
+#[tokio::test]
+async fn a_newcomer_beside_a_share_in_force_gets_an_equal_part_at_once_and_cuts_nothing_fixed_window()
+ {
+    let (joined, cut) = newcomer("fixed_window").await;
+    assert_eq!(joined[0].rates, [20, 19], "{joined:?}");
+    assert_eq!(cut, 0, "{joined:?}");
+}
+
+/// Token bucket (the counter holds a second of its rate): the same. Before,
+/// A's fall and B's first share each went out in their full buckets (11 and
+/// 19 tokens) paid from the tokens the counter held for the next round,
+/// and that round cut both to 9 (18 a second of 40, B at its part 2 s later).
+#[tokio::test]
+async fn a_newcomer_beside_a_share_in_force_gets_an_equal_part_at_once_and_cuts_nothing_token_bucket()
+ {
+    let (joined, cut) = newcomer("token_bucket").await;
+    assert_eq!(joined[0].rates, [20, 19], "{joined:?}");
+    assert_eq!(cut, 0, "{joined:?}");
 }

@@ -26,7 +26,10 @@
 //!   or one left at deny-all (retried at every report and round, before
 //!   the growths), as far as it is paid (deny-all if nothing was), in its
 //!   full bucket; a fall to at most its target, in its full bucket or
-//!   the smaller one it held. A fall pays for itself when the share at
+//!   the smaller one it held, or in two tokens while another share on the
+//!   counter waits for its rate (rates before bursts: its refunded refills
+//!   then pay the other's share rather than its own fresh bucket; raised
+//!   later like a growth's). A fall pays for itself when the share at
 //!   least halves (its refunded refills buy the smaller bucket); otherwise
 //!   the margin below pays.
 //! * **Every tick**, [`QuotaBook::dues`] says what the refills of the shares
@@ -311,8 +314,17 @@ impl QuotaBook {
         } else if falls(old, target) {
             // Down to the target, or below if the balance cannot pay for
             // its bucket: its full one, or the smaller one it held (a
-            // growth not raised yet), raised later once paid.
-            let bucket = |s: u64| full(s).min(reporter.tokens.max(LEAST_TOKENS));
+            // growth not raised yet), raised later once paid; two tokens
+            // while another share waits for its rate (a newcomer's, or a
+            // growth), which the refunded refills then pay instead (on a
+            // token-bucket counter the fresh buckets otherwise take the
+            // units the next round needs, and it cuts both shares).
+            let held = if growing(shared, stream) {
+                LEAST_TOKENS
+            } else {
+                reporter.tokens.max(LEAST_TOKENS)
+            };
+            let bucket = |s: u64| full(s).min(held);
             let s = largest(0, target, |s| affordable(s, bucket(s)));
             (s, bucket(s))
         } else {

@@ -408,7 +408,10 @@ impl QuotaBook {
             .reporters
             .values()
             .filter(|r| r.departed.is_none())
-            .map(|r| r.share)
+            // A growth under way holds what it grows to: one that went out
+            // short of it (within a tenth, as far as a round paid) goes on
+            // to it, and is not kept short by the tenth below.
+            .map(|r| r.share.map(|share| share.max(r.wanted)))
             .collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.

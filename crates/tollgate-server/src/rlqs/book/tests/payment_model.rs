@@ -221,20 +221,23 @@ fn a_growth_goes_out_at_once_in_the_bucket_paid_and_the_full_bucket_follows_once
     let report = |envoy, per_second| Step::Report { envoy, per_second };
     // Alone, 98 (100 less a fortieth); with a second Envoy, 49 each; then
     // 500 and 10 a second (the reports' requests over the 2 s since the
-    // first): 87 and 11. The round after the reports takes at most 130
-    // units for the refills and as much for the growths: A's growth (its
-    // full bucket of 87 and 2 s of 38 more a second, 163, less B's refunds
-    // and the balance) is not paid in full, 59 of its bucket are.
+    // first): 87 and 11. B's fall goes out in a bucket of two tokens
+    // while A waits for its rate (rates before bursts). The round after
+    // the reports takes at most 130 units for the refills and as much for
+    // the growths: A's growth (its full bucket of 87 and 2 s of 38 more a
+    // second, 163, less B's refunds and the balance) is not paid in full,
+    // 68 of its bucket are.
     let mut steps = vec![report(0, 0), report(1, 0), round(400), round(400)];
     steps.extend([report(0, 200), report(1, 4), round(130)]);
     let grown = run(&steps, false).expect("within what the counter paid");
     assert_eq!(
         grown.last[..2],
-        [(87, 59), (11, 11)],
+        [(87, 68), (11, 2)],
         "at once, in the bucket paid"
     );
-    assert_eq!(grown.small, 1);
-    // Rounds that pay in full raise A's bucket.
+    // (A's fall to make room for B's first share, B's fall and A's growth.)
+    assert_eq!(grown.small, 3);
+    // Rounds that pay in full raise both buckets.
     steps.extend([round(400), round(400)]);
     let raised = run(&steps, false).expect("within what the counter paid");
     assert_eq!(
