@@ -37,11 +37,12 @@ pub(super) struct Reporter {
     /// Whether its last report showed its share holding it back: it then
     /// claims the whole rate ([`super::demand`]).
     pub(super) hungry: bool,
-    /// Since when its share has been above nothing (none while it has no
-    /// share, or deny-all): only a report of an interval it spent with a
-    /// share says what the share held back (before, it was refused by
-    /// Envoy's `no_assignment_behavior` or a cut).
-    pub(super) assigned: Option<Timestamp>,
+    /// Since when the share in force has held (none while it has no
+    /// share, or deny-all): only a report of an interval it spent with one
+    /// share says what the split held back; before, it was refused by
+    /// Envoy's `no_assignment_behavior`, a cut, or a share the service was
+    /// still paying in (a cold start), and its average is its demand.
+    pub(super) held_since: Option<Timestamp>,
     /// The share in force at that Envoy (last sent).
     pub(super) share: Option<u64>,
     /// The `max_tokens` of the token bucket in force at that Envoy (0: none,
@@ -63,9 +64,9 @@ impl Reporter {
     pub(super) fn set_share(&mut self, share: u64, tokens: u64, now: Timestamp) {
         self.tokens = if share == 0 { 0 } else { tokens.max(1) };
         if share == 0 {
-            self.assigned = None;
-        } else if self.share.unwrap_or(0) == 0 {
-            self.assigned = Some(now);
+            self.held_since = None;
+        } else if self.share != Some(share) {
+            self.held_since = Some(now);
         }
         self.share = Some(share);
     }

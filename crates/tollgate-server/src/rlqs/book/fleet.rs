@@ -1,7 +1,7 @@
 //! The fair split between several `tollgate serve` instances on one shared store: each Envoy's share of a rule's rate is its max-min fair share among every Envoy of the fleet reporting on the rule, whichever instance it reports to.
 //!
 //! Every round each instance publishes, per shared counter, each of its
-//! Envoys' claims (their demand and a tenth more, or an equal part before
+//! Envoys' claims (their demand and a twentieth more, or an equal part before
 //! their rate shows) on the claims board in the store, and hears the other
 //! instances' Envoys' claims ([`QuotaBook::claims`], [`QuotaBook::hear`];
 //! the board is `tollgate_redis`'s `exchange_claims`). With

@@ -164,9 +164,10 @@ impl QuotaBook {
                     let before = known.and_then(|r| Some((r.demand?, r.refused)));
                     let estimate = previous.map(|at| {
                         let elapsed = now.saturating_since(at).max(reading.elapsed);
-                        // Refusals while it had no share say nothing of what a share held back.
+                        // Refusals while it had no share, or a share that
+                        // moved, say nothing of what the split held back.
                         let held = known
-                            .and_then(|r| r.assigned)
+                            .and_then(|r| r.held_since)
                             .is_some_and(|since| since <= at);
                         let denied = if held { reading.denied } else { 0 };
                         estimate(reading.arrived, denied, elapsed, before, &rate)
@@ -178,7 +179,7 @@ impl QuotaBook {
                         demand: None,
                         refused: 0,
                         hungry: false,
-                        assigned: None,
+                        held_since: None,
                         share: None,
                         tokens: 0,
                         wanted: 0,
@@ -364,7 +365,7 @@ impl QuotaBook {
     /// differs from what the split now wants goes into `pending`, to move
     /// once paid for (falls and growths alike, the reporter's or another's).
     ///
-    /// Each claims its demand and a tenth more (room for its demand to
+    /// Each claims its demand and a twentieth more (room for its demand to
     /// wobble before its next report, five seconds away with Envoy 1.40),
     /// at least `⌊R' / 20n⌋` and one so a quiet Envoy can start, or an equal part
     /// before its rate shows (`n` Envoys on the counter over the fleet);
@@ -408,10 +409,20 @@ impl QuotaBook {
             .reporters
             .values()
             .filter(|r| r.departed.is_none())
-            // A growth under way holds what it grows to: one that went out
+            .zip(&fair)
+            // A growth under way holds what it grows to while the split
+            // still wants the share in force or more: one that went out
             // short of it (within a tenth, as far as a round paid) goes on
             // to it, and is not kept short by the tenth below.
-            .map(|r| r.share.map(|share| share.max(r.wanted)))
+            .map(|(r, &fair)| {
+                r.share.map(|share| {
+                    if r.wanted > share && fair.is_some_and(|f| f >= share) {
+                        r.wanted
+                    } else {
+                        share
+                    }
+                })
+            })
             .collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
@@ -487,7 +498,7 @@ impl QuotaBook {
     }
 }
 
-/// What each reporter of `shared` claims: its demand and a tenth more, at
+/// What each reporter of `shared` claims: its demand and a twentieth more, at
 /// least `⌊R' / 20n⌋` and one, or an equal part `⌊R' / n⌋` before its rate shows,
 /// `n` the Envoys of the fleet on the counter as last heard (see
 /// [`QuotaBook::rebalance`]).
@@ -505,7 +516,7 @@ pub(super) fn claims(shared: &Shared) -> Vec<u64> {
             (None, _) if r.hungry => capacity,
             (None, _) => r
                 .demand
-                .map_or(equal, |d| d.saturating_add(d.div_ceil(10)).max(floor)),
+                .map_or(equal, |d| d.saturating_add(d.div_ceil(20)).max(floor)),
         })
         .collect()
 }
