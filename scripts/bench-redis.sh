@@ -39,6 +39,10 @@
 #        served by BEFORE_BIN (the load generator stays $bin), interleaved with
 #        the others in each round, for a before/after ratio on a busy machine,
 #        e.g. BEFORE_BIN=… MODES="memory redis redis@before" scripts/bench-redis.sh 3 5s.
+#        RATE=N offers N checks a second (`tollgate bench rls --rate`, at most
+#        64 in flight) instead of as many as 64 in flight answer: every mode
+#        then serves the same load, so CPU per check compares like for like
+#        (a saturated run gives the faster mode larger batches per wake-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -102,7 +106,7 @@ serve_run() { # KEYS MODE
     read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
     read -r ru0 rs0 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
     taskset -c 1 "$bin" bench rls --addr "http://$addr" --domain bench --descriptor 'user={k}' \
-        --keys "$1" -c 64 --connections 4 -d "$duration" --warmup 0s --json > "$work/bench.json" ||
+        --keys "$1" -c 64 --connections 4 -d "$duration" --warmup 0s ${RATE:+--rate "$RATE"} --json > "$work/bench.json" ||
         { echo "error: the load generator failed; server stderr: $(cat "$work/serve.err")" >&2; kill "$pid"; exit 1; }
     read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
     read -r ru1 rs1 < <(awk '{print $14, $15}' "/proc/$redis_pid/stat")
@@ -142,7 +146,7 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 echo
-echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections):"
+echo "tollgate serve ($algorithm) under tollgate bench rls (-c 64, 4 connections${RATE:+, $RATE checks/s offered}):"
 printf '%-5s %-7s %-12s %9s %7s %7s %8s %11s %11s %12s %10s %9s %6s\n' round keys mode 'checks/s' 'p50 µs' 'p99 µs' 'p99.9 µs' 'CPU µs/chk' 'sys µs/chk' 'Redis µs/chk' 'calls/chk' fallbacks errors
 for round in $(seq 1 "$rounds"); do
     for keys in 1 100000; do
