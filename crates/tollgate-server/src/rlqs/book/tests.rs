@@ -68,6 +68,17 @@ fn round_in_full(book: &QuotaBook, now: Timestamp) {
 
 const TICK: Duration = Duration::from_secs(1);
 
+/// Two streams on a book with the default options, each with a bucket
+/// whose first report was answered at 0 s (an equal part each): the
+/// book, the rules, and per stream its number, outbox and last rate read.
+fn two_started() -> (QuotaBook, RuleSet, [(StreamId, Outbox, u64); 2]) {
+    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
+    let ((one, rx1), (two, rx2)) = (stream(&book), stream(&book));
+    paid(&book, one, report("a", 1, 0), &rules, at(0));
+    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    (book, rules, [(one, rx1, 0), (two, rx2, 0)])
+}
+
 /// The default options with a time to live of 30 s (a stream's last
 /// assignment lapses long after the rounds these tests run).
 fn ttl_30s() -> RlqsOptions {
@@ -160,11 +171,7 @@ fn shares_are_max_min_fair_and_a_closed_streams_share_goes_to_the_others_once_it
 
 #[test]
 fn a_larger_share_is_pushed_as_soon_as_it_is_paid_for() {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
-    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
-    let (mut r1, mut r2) = (0, 0);
-    paid(&book, one, report("a", 1, 0), &rules, at(0));
-    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
     round_in_full(&book, at(4));
     paid(&book, one, report("a", 1_000, 0), &rules, at(5));
     assert_eq!(
@@ -194,11 +201,7 @@ fn a_larger_share_is_pushed_as_soon_as_it_is_paid_for() {
 /// second and 15 against 60, 22 of 25).
 #[test]
 fn a_busy_envoy_beside_a_steady_one_gets_nine_tenths_of_its_max_min_share() {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
-    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
-    let (mut r1, mut r2) = (0, 0);
-    paid(&book, one, report("a", 1, 0), &rules, at(0));
-    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
     // The one quiet (5 a second) while the other rises from 10 to 45 a
     // second (held back once, then shown), then the one held back (200).
     let reports = [
@@ -226,11 +229,7 @@ fn a_busy_envoy_beside_a_steady_one_gets_nine_tenths_of_its_max_min_share() {
 /// (with two Envoys 1.40 at 40 a second, the busy one admitted 0.88 R).
 #[test]
 fn a_quiet_envoy_keeps_a_small_floor_and_the_busy_one_gets_the_rest() {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
-    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
-    let (mut r1, mut r2) = (0, 0);
-    paid(&book, one, report("a", 1, 0), &rules, at(0));
-    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
     for round in 1..=3 {
         let now = at(5 * round);
         paid(&book, one, report("a", 5 * 49, 5 * 151), &rules, now);
@@ -248,11 +247,7 @@ fn a_quiet_envoy_keeps_a_small_floor_and_the_busy_one_gets_the_rest() {
 
 #[test]
 fn a_short_round_spends_the_margin_and_a_shorter_one_cuts_the_larger_shares_to_what_was_paid() {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
-    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
-    let (mut r1, mut r2) = (0, 0);
-    paid(&book, one, report("a", 1, 0), &rules, at(0));
-    paid(&book, two, report("a", 1, 0), &rules, at(0));
+    let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
     for round in 1..=2 {
         let now = at(5 * round);
         paid(&book, one, report("a", 1_000, 0), &rules, now);
