@@ -198,7 +198,7 @@ fn a_larger_share_is_pushed_as_soon_as_it_is_paid_for() {
 /// tenths of its max-min fair share (55) or more: the steady one claims a
 /// twentieth more than its demand, 48. Before, a tenth more (50) left the
 /// busy one 48, 87 % of its fair share (with two Envoys 1.40 at 40 a
-/// second and 15 against 60, 22 of 25).
+/// second and 15 against 60, 21–24 of 25).
 #[test]
 fn a_busy_envoy_beside_a_steady_one_gets_nine_tenths_of_its_max_min_share() {
     let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
