@@ -121,15 +121,13 @@ fn demands() -> (u64, u64) {
     let Ok(pair) = std::env::var("TOLLGATE_RLQS_PHASES") else {
         return (100, 10);
     };
-    let parse = |v: &str| -> u64 {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("TOLLGATE_RLQS_PHASES={pair}: A,B in requests a second"))
+    let read = |pair: &str| -> Option<(u64, u64)> {
+        let (a, b) = pair.split_once(',')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
     };
-    let (a, b) = pair
-        .split_once(',')
-        .unwrap_or_else(|| panic!("TOLLGATE_RLQS_PHASES={pair}: A,B in requests a second"));
-    (parse(a), parse(b))
+    read(&pair).unwrap_or_else(|| {
+        panic!("TOLLGATE_RLQS_PHASES={pair}: expected A,B, requests a second (e.g. 60,15)")
+    })
 }
 
 /// The phases for one tenant of 40 a second (`tenant`'s rule):
@@ -159,7 +157,8 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
     let started = CLOCK.now();
     let mut total = 0;
 
-    // Phase 1: A 100/s, B 10/s. Max-min fair: B its 10, A the other 30.
+    // Phase 1: A 100/s, B 10/s (the demands). Max-min fair: B its
+    // 10, A the other 30.
     let one = Seconds::new(n);
     paced(ports, tenant, [high, low], PHASE, &one);
     print_table(&format!("{tenant}, phase 1 (A {high}/s, B {low}/s)"), &one);

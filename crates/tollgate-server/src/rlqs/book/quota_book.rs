@@ -409,6 +409,7 @@ impl QuotaBook {
             .reporters
             .values()
             .filter(|r| r.departed.is_none())
+            // (`fair` is in the order of `live`: the same reporters.)
             .zip(&fair)
             // A growth under way holds what it grows to while the split
             // still wants the share in force or more: one that went out

@@ -4,13 +4,9 @@ use super::*;
 
 #[test]
 fn a_flip_moves_the_split_at_the_first_reports_after_it() {
-    let (book, rules) = (QuotaBook::new(RlqsOptions::default()), rules());
-    let ((one, mut rx1), (two, mut rx2)) = (stream(&book), stream(&book));
-    let (mut r1, mut r2) = (0, 0);
-    paid(&book, one, report("a", 1, 0), &rules, at(0));
-    paid(&book, two, report("a", 1, 0), &rules, at(0));
-    // 250 a second at the first, held to about its share (174 a second refused),
-    // 20 at the second: 77 and 21 of 98.
+    let (book, rules, [(one, mut rx1, mut r1), (two, mut rx2, mut r2)]) = two_started();
+    // 250 a second at the first, held back (76 a second admitted, 174
+    // refused), 20 at the second: 77 and 21 of 98.
     for round in 1..=3 {
         let now = at(5 * round);
         paid(&book, one, report("a", 76 * 5, 174 * 5), &rules, now);
