@@ -151,6 +151,8 @@ for feature in axum metrics redis tonic; do
     cargo check -p tollgate-middleware --features "$feature" --locked --quiet
 done
 cargo check -p tollgate-middleware --all-features --locked --quiet
+log "cargo check (the tollgate binary on the system allocator: --no-default-features)"
+cargo check -p tollgate --no-default-features --locked --quiet
 
 log "cargo test (all features)"
 cargo test --workspace --all-features --locked
