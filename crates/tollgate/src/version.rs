@@ -6,7 +6,7 @@
 
 use tollgate_server::BuildInfo;
 
-/// The version line: `0.1.0 (git 0123456789ab, release, features: none)`.
+/// The version line: `0.1.0 (git 0123456789ab, release, features: default,mimalloc)`.
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (git ",

@@ -22,15 +22,30 @@ fn checkout_commit() -> String {
         )
 }
 
+/// The Cargo features this package was built with, as the build script
+/// lists them: sorted, joined by commas, `none` when there are none. The
+/// binary and these tests share the package's features, so a build with
+/// `--no-default-features` expects `none` and the default build
+/// `default,mimalloc`.
+fn built_features() -> &'static str {
+    match (cfg!(feature = "default"), cfg!(feature = "mimalloc")) {
+        (true, true) => "default,mimalloc",
+        (false, true) => "mimalloc",
+        (true, false) => "default",
+        (false, false) => "none",
+    }
+}
+
 #[test]
 fn version_names_the_commit_the_profile_and_the_features() {
     let output = tollgate(&["--version"]).output().expect("tollgate runs");
     assert!(output.status.success());
     let line = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     let version = format!(
-        "{} (git {}, debug, features: none)",
+        "{} (git {}, debug, features: {})",
         env!("CARGO_PKG_VERSION"),
-        checkout_commit()
+        checkout_commit(),
+        built_features()
     );
     assert_eq!(line, format!("tollgate {version}"));
     // Subcommands print the same version.
@@ -57,14 +72,15 @@ fn serve_answers_its_build_on_version_and_in_a_gauge() {
             "version": env!("CARGO_PKG_VERSION"),
             "git_hash": commit,
             "profile": "debug",
-            "features": "none",
+            "features": built_features(),
         })
     );
 
     let metrics = get(http, "/metrics", &[]);
     let gauge = format!(
-        "tollgate_build_info{{version=\"{}\",git_hash=\"{commit}\",profile=\"debug\",features=\"none\"}} 1",
-        env!("CARGO_PKG_VERSION")
+        "tollgate_build_info{{version=\"{}\",git_hash=\"{commit}\",profile=\"debug\",features=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        built_features()
     );
     assert!(
         metrics.body.lines().any(|line| line == gauge),
