@@ -415,7 +415,7 @@ async fn a_newcomer_beside_a_share_in_force_gets_an_equal_part_at_once_and_cuts_
 /// Token bucket (the counter holds a second of its rate): the same. Before,
 /// A's fall and B's first share each went out in their full buckets (11 and
 /// 19 tokens) paid from the tokens the counter held for the next round,
-/// and that round cut both to 9 (18 a second of 40, B at its part 2 s later).
+/// and that round cut both to 9 (18 a second of 40, B at its part 3 s later).
 #[tokio::test]
 async fn a_newcomer_beside_a_share_in_force_gets_an_equal_part_at_once_and_cuts_nothing_token_bucket()
  {

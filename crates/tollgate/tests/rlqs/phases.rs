@@ -238,11 +238,12 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
         );
     }
     // From 7 s after the flip on, the split is within 10 % of max-min
-    // fair: B at least 27 of its fair 30 (on average: a grown share sent
-    // in the middle of second 7 leaves B short in that second alone). The
-    // rounds are held exactly by `tollgate-server`'s `rlqs_ramp`; real time
-    // only bounds them: the code before the rule for a growth (fair from
-    // second 7 and 8 in a run, 09:28 UTC 2026-11-28) passed this too.
+    // fair: B at least 90 % of its fair share, 27 of 30 with the issue's
+    // demands (on average: a grown share sent in the middle of second 7
+    // leaves B short in that second alone). The rounds are held exactly by
+    // `tollgate-server`'s `rlqs_ramp`; real time only bounds them: the code
+    // before the rule for a growth (fair from second 7 and 8 in a run,
+    // 09:28 UTC 2026-11-28) passed this too.
     let fair_high = high_f.min(r - low_f.min(r / 2.0));
     let high_two = two.mean(FLIP_SETTLE..n, Some(1));
     assert!(
@@ -254,12 +255,13 @@ fn phases(tenant: &str, limits: &Path, dir: &Path) {
     // and two rounds after it, and B's growth paid: 7 to 8 s measured),
     // B gets at least 0.9 R a second.
     let alone = three.mean(DEAD_SETTLE..n, Some(1));
+    let alone_fair = r.min(high_f);
     assert!(
-        alone >= 0.9 * r.min(high_f),
+        alone >= 0.9 * alone_fair,
         "{tenant}: B alone got {alone:.1} a second from {DEAD_SETTLE} s on; {}",
         logs()
     );
-    let reached = (0..n).find(|&s| three.get(s, 1) as f64 >= 0.9 * r.min(high_f));
+    let reached = (0..n).find(|&s| three.get(s, 1) as f64 >= 0.9 * alone_fair);
     eprintln!("{tenant}, phase 3: B at 0.9 R from second {reached:?}");
     let fair =
         (0..n).find(|&s| two.get(s, 0) <= low + 1 && two.get(s, 1) as f64 >= 0.9 * fair_high);

@@ -404,7 +404,6 @@ impl QuotaBook {
             &live,
             &shared.fleet,
         );
-        let fair: Vec<Option<u64>> = fair.into_iter().map(Some).collect();
         let held: Vec<Option<u64>> = shared
             .reporters
             .values()
@@ -417,7 +416,7 @@ impl QuotaBook {
             // to it, and is not kept short by the tenth below.
             .map(|(r, &fair)| {
                 r.share.map(|share| {
-                    if r.wanted > share && fair.is_some_and(|f| f >= share) {
+                    if r.wanted > share && fair >= share {
                         r.wanted
                     } else {
                         share
@@ -425,6 +424,7 @@ impl QuotaBook {
                 })
             })
             .collect();
+        let fair: Vec<Option<u64>> = fair.into_iter().map(Some).collect();
         // A share within a tenth of the one in force keeps it, up or down:
         // Envoy restarts a token bucket full whenever its settings change.
         // (The fair shares fit in `room`, so its max-min split of them is
