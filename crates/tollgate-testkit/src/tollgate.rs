@@ -116,12 +116,23 @@ impl Server {
     /// ephemeral loopback ports, plus `extra` flags.
     #[must_use]
     pub fn serve(config: &Path, store: &str, extra: &[&str]) -> Server {
+        Server::serve_with_env(config, store, extra, &[])
+    }
+
+    /// [`Server::serve`] with the variables `env` set.
+    #[must_use]
+    pub fn serve_with_env(
+        config: &Path,
+        store: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let config = config.to_str().expect("a UTF-8 path");
         let mut args = vec!["serve", "--config", config];
         args.extend_from_slice(&EPHEMERAL_ADDRS);
         args.extend_from_slice(&["--store", store]);
         args.extend_from_slice(extra);
-        Server::spawn(&args)
+        Server::spawn_with_env(&args, env)
     }
 
     /// `tollgate serve` on the repository's `examples/limits`, in memory, on
