@@ -161,10 +161,7 @@ log "deployment files: manifests, the Helm chart rendered, Dockerfile, dashboard
 TOLLGATE_BIN="$PWD/target/debug/tollgate" "$VENV/bin/python" -m unittest discover -s tests/deploy -v
 
 log "loom model checks of the store's atomic step"
-# Optimised for loom's many interleavings, without the shipped binary's
-# link-time optimisation, which would only lengthen the build.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-    cargo test --locked --release -p tollgate-store --test loom
+    cargo test --locked --profile loom -p tollgate-store --test loom
 
 log "all checks passed"

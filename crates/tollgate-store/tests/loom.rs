@@ -2,10 +2,7 @@
 //! concurrent checks (and a rebuild's freeze) admits exactly the limit.
 //!
 //! Run with:
-//! `RUSTFLAGS="--cfg loom" cargo test -p tollgate-store --release --test loom`
-//! (`scripts/test.sh` adds `CARGO_PROFILE_RELEASE_LTO=false
-//! CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16`: the release profile's link-time
-//! optimisation would only lengthen the build).
+//! `RUSTFLAGS="--cfg loom" cargo test -p tollgate-store --profile loom --test loom`
 #![cfg(loom)]
 
 use std::time::Duration;
