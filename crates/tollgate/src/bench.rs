@@ -33,9 +33,11 @@
 //! The pieces: `command` (the arguments and the dispatch), `load` (the
 //! load loop and its open-loop pacing), `tally` (what each worker counts),
 //! `report` (the one report writer, text or JSON), `rls` with its
-//! descriptor `template`s, and `http`.
+//! descriptor `template`s and its gRPC calls made straight on `h2` (`grpc`),
+//! and `http`.
 
 mod command;
+mod grpc;
 mod http;
 mod load;
 mod report;

@@ -59,6 +59,14 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Exit status 2, `says` on stderr, nothing on stdout; `context` names the case.
+fn assert_usage_error(output: &Output, context: &str, says: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{context}: {stderr}");
+    assert!(stderr.contains(says), "{context}: {stderr}");
+    assert_eq!(text(&output.stdout), "", "{context}");
+}
+
 fn report(output: &Output) -> serde_json::Value {
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     serde_json::from_slice(&output.stdout).expect("one JSON object on stdout")
@@ -149,6 +157,59 @@ fn nothing_listening_is_exit_1() {
         text(&output.stderr)
     );
     assert_eq!(text(&output.stdout), "");
+}
+
+#[test]
+fn an_error_answer_is_counted_by_its_grpc_code() {
+    let (_server, addr) = spawn_server();
+    // An empty domain is INVALID_ARGUMENT, answered in the headers alone.
+    let output = tollgate(&[
+        "bench",
+        "rls",
+        "--addr",
+        &addr,
+        "--domain",
+        "",
+        "--descriptor",
+        "path=/p",
+        "-d",
+        "1s",
+        "--warmup",
+        "0s",
+        "-c",
+        "2",
+        "--connections",
+        "1",
+        "--json",
+    ])
+    .output()
+    .expect("tollgate bench runs");
+    let report = report(&output);
+    let requests = count(&report, "requests");
+    assert!(requests > 0, "{report}");
+    assert_eq!(count(&report, "errors"), requests, "{report}");
+    assert_eq!(
+        count(&report, "ok") + count(&report, "over_limit"),
+        0,
+        "{report}"
+    );
+    assert_eq!(
+        report["errors_by_code"]["InvalidArgument"].as_u64(),
+        Some(requests),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_address_the_load_cannot_speak_to_is_a_usage_error() {
+    for (addr, says) in [
+        ("https://127.0.0.1:9", "give an http:// address"),
+        ("127.0.0.1:9", "give an http:// address"),
+        ("http://", "bad --addr"),
+    ] {
+        let output = bench(addr, &["user={k}"], &[]);
+        assert_usage_error(&output, addr, says);
+    }
 }
 
 /// What the loopback HTTP server answered, by status.
@@ -391,18 +452,7 @@ fn bad_http_flags_are_usage_errors() {
         let mut all = vec!["bench", "http"];
         all.extend_from_slice(args);
         let output = tollgate(&all).output().expect("tollgate bench runs");
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            text(&output.stderr)
-        );
-        assert!(
-            text(&output.stderr).contains(why),
-            "{args:?}: {}",
-            text(&output.stderr)
-        );
-        assert_eq!(text(&output.stdout), "", "{args:?}");
+        assert_usage_error(&output, &format!("{args:?}"), why);
     }
 }
 

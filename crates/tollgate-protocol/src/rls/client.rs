@@ -1,10 +1,10 @@
 //! [`RlsClient`]: one `ShouldRateLimit` call at a time over a tonic channel, with an optional deadline.
 //!
-//! Used by `tollgate check`, `tollgate bench rls` and the proxy's global
-//! rate limit. The answer is the whole wire response, including
-//! `request_headers_to_add` and `raw_body`. A client may also call a
-//! service in this process ([`InProcessService`], [`RlsClient::in_process`]):
-//! the same request and answer, with no encoding and no network hop.
+//! Used by `tollgate check` and the proxy's global rate limit. The answer
+//! is the whole wire response, including `request_headers_to_add` and
+//! `raw_body`. A client may also call a service in this process
+//! ([`InProcessService`], [`RlsClient::in_process`]): the same request and
+//! answer, with no encoding and no network hop.
 
 use std::fmt::Debug;
 use std::future::Future;

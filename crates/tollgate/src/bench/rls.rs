@@ -1,21 +1,25 @@
 //! `tollgate bench rls`: ShouldRateLimit calls (RLS v3, gRPC) spread over a
 //! few HTTP/2 connections, counted as OK, OVER_LIMIT or an error by code.
+//!
+//! The calls are made straight on `h2` ([`super::grpc`]), so the load costs
+//! less per call than the service it loads.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
+use http::Uri;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tollgate_protocol::rls::RlsClient;
-use tollgate_protocol::rls::wire::{self, RateLimitRequest};
-use tonic::transport::{Channel, Endpoint};
+use tollgate_protocol::rls::wire::{self, RateLimitRequest, SHOULD_RATE_LIMIT_PATH};
+
+use super::grpc::GrpcConnection;
 
 use super::load::{LoadArgs, Sender, drive, runtime};
 use super::report::Heading;
 use super::tally::{Counts, ErrorCounts};
 use super::template::{Template, parse_template};
 use crate::CommandError;
-use tollgate_runtime::error_chain;
 
 /// The arguments of `tollgate bench rls`.
 #[derive(Args, Debug)]
@@ -119,10 +123,14 @@ struct RlsPlan {
     hits: u32,
 }
 
-/// One `bench rls` worker's channel and key generator.
+/// One `bench rls` worker's connection and key generator.
 struct RlsSender {
     plan: Arc<RlsPlan>,
-    channel: Channel,
+    connection: GrpcConnection,
+    /// The method's URI on the service.
+    uri: Uri,
+    /// How long a call may wait for its answer.
+    timeout: Duration,
     rng: SmallRng,
 }
 
@@ -143,8 +151,9 @@ impl Sender for RlsSender {
             descriptors: plan.templates.iter().map(|t| t.render(key)).collect(),
             hits_addend: plan.hits,
         };
-        let client = RlsClient::new(self.channel.clone());
-        async move { client.should_rate_limit(request).await }
+        self.connection
+            .clone()
+            .unary(self.uri.clone(), &request, self.timeout)
     }
 }
 
@@ -164,21 +173,17 @@ pub(super) fn run(args: &RlsArgs) -> Result<(), CommandError> {
         ));
     }
     let rate = args.load.checked_rate()?;
-    let endpoint = Endpoint::from_shared(args.addr.clone())
-        .map_err(|error| CommandError::Usage(format!("bad --addr {:?}: {error}", args.addr)))?
-        .connect_timeout(args.load.timeout)
-        .timeout(args.load.timeout);
+    let (addr, uri) = method_uri(&args.addr)?;
+    let timeout = args.load.timeout;
     let report = runtime()?.block_on(async {
-        let mut channels = Vec::with_capacity(args.connections);
+        let mut connections = Vec::with_capacity(args.connections);
         for _ in 0..args.connections {
-            let channel = endpoint.connect().await.map_err(|error| {
-                CommandError::Failed(format!(
-                    "cannot connect to {}: {}",
-                    args.addr,
-                    error_chain(&error)
-                ))
-            })?;
-            channels.push(channel);
+            let connection = GrpcConnection::connect(&addr, timeout)
+                .await
+                .map_err(|error| {
+                    CommandError::Failed(format!("cannot connect to {}: {error}", args.addr))
+                })?;
+            connections.push(connection);
         }
         let plan = Arc::new(RlsPlan {
             domain: args.domain.clone(),
@@ -189,7 +194,9 @@ pub(super) fn run(args: &RlsArgs) -> Result<(), CommandError> {
         let senders = (0..args.load.concurrency)
             .map(|i| RlsSender {
                 plan: Arc::clone(&plan),
-                channel: channels[i % channels.len()].clone(),
+                connection: connections[i % connections.len()].clone(),
+                uri: uri.clone(),
+                timeout,
                 rng: SmallRng::seed_from_u64(args.seed.wrapping_add(i as u64)),
             })
             .collect();
@@ -197,6 +204,29 @@ pub(super) fn run(args: &RlsArgs) -> Result<(), CommandError> {
     })?;
     report.print(&args.load, &heading(args));
     Ok(())
+}
+
+/// `--addr` as a URI, and the URI of `ShouldRateLimit` on it.
+fn method_uri(addr: &str) -> Result<(Uri, Uri), CommandError> {
+    let bad = |error: String| CommandError::Usage(format!("bad --addr {addr:?}: {error}"));
+    let uri: Uri = addr
+        .parse()
+        .map_err(|error: http::uri::InvalidUri| bad(error.to_string()))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad(
+            "the load speaks plain HTTP/2 (h2c): give an http:// address".to_owned(),
+        ));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| bad("no host and port".to_owned()))?;
+    let method = Uri::builder()
+        .scheme("http")
+        .authority(authority.clone())
+        .path_and_query(SHOULD_RATE_LIMIT_PATH)
+        .build()
+        .map_err(|error| bad(error.to_string()))?;
+    Ok((uri, method))
 }
 
 /// What a `bench rls` report says about the service it loaded.

@@ -1,0 +1,227 @@
+//! A gRPC unary call made straight on an `h2` connection: the RLS load's client.
+//!
+//! A load generator has to cost less per call than the server it loads, or
+//! it measures itself. tonic's `Channel` puts a buffer task and hyper's
+//! dispatch task between a caller and its HTTP/2 connection, each reached
+//! over a channel; here the caller's own task opens the stream, sends the
+//! framed message and reads the answer, and only the connection's task sits
+//! between it and the socket (docs/benchmarks.md, "A load generator lighter
+//! than the server"). The message is framed as gRPC frames it (one
+//! uncompressed length-prefixed message), and the answer's `grpc-status`
+//! (trailers, or headers for a trailers-only answer) decides between the
+//! decoded message and an error status, as a gRPC client would.
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use http::header::{CONTENT_TYPE, TE};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri};
+use tokio::net::TcpStream;
+use tonic::{Code, Status};
+
+/// The length of a gRPC message's prefix: a compression flag and a 4-byte length.
+const PREFIX: usize = 5;
+
+/// One HTTP/2 connection to a gRPC service, shared by the calls made on it.
+#[derive(Clone)]
+pub(super) struct GrpcConnection {
+    send: SendRequest<Bytes>,
+}
+
+impl GrpcConnection {
+    /// Connects to `addr` (`http://host:port`; HTTP/2 with prior knowledge)
+    /// within `timeout`; the connection's task runs on the current runtime.
+    pub(super) async fn connect(addr: &Uri, timeout: Duration) -> Result<Self, String> {
+        let host = addr.host().ok_or_else(|| format!("{addr} has no host"))?;
+        let port = addr.port_u16().unwrap_or(80);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let connect = async {
+            let tcp = TcpStream::connect((host, port))
+                .await
+                .map_err(|error| error.to_string())?;
+            tcp.set_nodelay(true).map_err(|error| error.to_string())?;
+            h2::client::handshake(tcp)
+                .await
+                .map_err(|error| format!("HTTP/2 handshake: {error}"))
+        };
+        let (send, connection) = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| format!("no connection within {timeout:?}"))??;
+        tokio::spawn(async move {
+            // The connection ends when the load does, or with an error every
+            // call on it then reports.
+            let _ = connection.await;
+        });
+        Ok(Self { send })
+    }
+
+    /// Calls the method at `uri` (scheme, authority and path) with `message`
+    /// and decodes its answer, or the error status the call ended with; a
+    /// call not answered within `timeout` is `DEADLINE_EXCEEDED`.
+    pub(super) fn unary<M: prost::Message + Default, Q: prost::Message>(
+        self,
+        uri: Uri,
+        message: &Q,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<M, Status>> + Send + use<M, Q> {
+        let body = frame(message);
+        async move {
+            match tokio::time::timeout(timeout, self.call(uri, body)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "no answer within {timeout:?}"
+                ))),
+            }
+        }
+    }
+
+    /// Sends one framed message and reads the answer.
+    async fn call<M: prost::Message + Default>(self, uri: Uri, body: Bytes) -> Result<M, Status> {
+        let mut send = self.send.ready().await.map_err(transport)?;
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+        let (response, mut stream) = send.send_request(request, false).map_err(transport)?;
+        stream.send_data(body, true).map_err(transport)?;
+        let response = response.await.map_err(transport)?;
+        if response.status() != http::StatusCode::OK {
+            return Err(Status::unknown(format!(
+                "HTTP status {} instead of 200",
+                response.status()
+            )));
+        }
+        let (parts, mut body) = response.into_parts();
+        if let Some(status) = status_of(&parts.headers) {
+            // A trailers-only answer: the status came with the headers.
+            return Err(status.unwrap_or_else(|| {
+                Status::internal("a trailers-only answer with grpc-status 0 and no message")
+            }));
+        }
+        let mut answer = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(transport)?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            answer.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.map_err(transport)?;
+        match trailers.as_ref().and_then(status_of) {
+            Some(None) => unframe(answer.freeze()),
+            Some(Some(status)) => Err(status),
+            None => Err(Status::internal("the answer ended without grpc-status")),
+        }
+    }
+}
+
+/// `message` as one uncompressed gRPC frame.
+fn frame(message: &impl prost::Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut framed = BytesMut::with_capacity(PREFIX + len);
+    framed.put_u8(0);
+    framed.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // Cannot fail: the buffer holds `encoded_len` bytes.
+    let _ = message.encode(&mut framed);
+    framed.freeze()
+}
+
+/// The one message of an answer's body.
+fn unframe<M: prost::Message + Default>(mut body: Bytes) -> Result<M, Status> {
+    if body.len() < PREFIX {
+        return Err(Status::internal(format!(
+            "an answer of {} bytes, shorter than a gRPC frame's prefix",
+            body.len()
+        )));
+    }
+    let compressed = body.get_u8();
+    let len = body.get_u32() as usize;
+    if compressed != 0 {
+        return Err(Status::internal("a compressed answer (none was asked for)"));
+    }
+    if body.len() != len {
+        return Err(Status::internal(format!(
+            "an answer framed as {len} bytes carries {}",
+            body.len()
+        )));
+    }
+    M::decode(body).map_err(|error| Status::internal(format!("cannot decode the answer: {error}")))
+}
+
+/// The gRPC status in `headers` (its message as sent): none if it has no
+/// `grpc-status`, `Some(None)` for OK.
+fn status_of(headers: &HeaderMap) -> Option<Option<Status>> {
+    let code = Code::from_bytes(headers.get("grpc-status")?.as_bytes());
+    if code == Code::Ok {
+        return Some(None);
+    }
+    let message = headers
+        .get("grpc-message")
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+        .unwrap_or_default();
+    Some(Some(Status::new(code, message)))
+}
+
+/// An HTTP/2 error as the status a gRPC client reports for it.
+fn transport(error: h2::Error) -> Status {
+    Status::unavailable(format!("HTTP/2: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_protocol::rls::wire::{CODE_OVER_LIMIT, RateLimitResponse};
+
+    use super::*;
+
+    fn answer() -> RateLimitResponse {
+        RateLimitResponse {
+            overall_code: CODE_OVER_LIMIT,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_framed_message_unframes_to_itself() {
+        let framed = frame(&answer());
+        assert_eq!(framed[0], 0, "not compressed");
+        assert_eq!(
+            u32::from_be_bytes([framed[1], framed[2], framed[3], framed[4]]) as usize,
+            framed.len() - PREFIX
+        );
+        let decoded = unframe::<RateLimitResponse>(framed).expect("it decodes");
+        assert_eq!(decoded, answer());
+    }
+
+    #[test]
+    fn a_short_compressed_or_mislengthed_answer_is_an_internal_error() {
+        let framed = frame(&answer());
+        let mut compressed = BytesMut::from(&framed[..]);
+        compressed[0] = 1;
+        let mut longer = BytesMut::from(&framed[..]);
+        longer.put_u8(0);
+        for (body, says) in [
+            (framed.slice(..3), "shorter than a gRPC frame's prefix"),
+            (compressed.freeze(), "compressed"),
+            (framed.slice(..framed.len() - 1), "carries"),
+            (longer.freeze(), "carries"),
+        ] {
+            let status = unframe::<RateLimitResponse>(body).expect_err(says);
+            assert_eq!(status.code(), Code::Internal);
+            assert!(status.message().contains(says), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn grpc_status_zero_is_ok_and_any_other_an_error_with_its_message() {
+        let mut headers = HeaderMap::new();
+        assert!(status_of(&headers).is_none(), "no grpc-status yet");
+        headers.insert("grpc-status", HeaderValue::from_static("0"));
+        assert!(matches!(status_of(&headers), Some(None)));
+        headers.insert("grpc-status", HeaderValue::from_static("8"));
+        headers.insert("grpc-message", HeaderValue::from_static("over capacity"));
+        let status = status_of(&headers).flatten().expect("an error");
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(status.message(), "over capacity");
+    }
+}
