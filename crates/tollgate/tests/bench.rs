@@ -160,6 +160,28 @@ fn nothing_listening_is_exit_1() {
 }
 
 #[test]
+fn a_connection_the_service_closes_at_its_age_is_opened_again_with_no_call_lost() {
+    // GOAWAY once a connection is 200 ms old (200–220 ms): the 1 s run sees
+    // each of its two connections closed four times.
+    let server = Server::spawn(&[
+        "serve",
+        "--config",
+        "../../examples/limits",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--max-connection-age",
+        "200ms",
+    ]);
+    let addr = format!("http://{}", server.address());
+    let output = bench(&addr, &["path=/p{k}"], &["--keys", "10"]);
+    let report = report(&output);
+    assert_consistent(&report);
+    assert!(count(&report, "ok") > 0, "{report}");
+}
+
+#[test]
 fn an_error_answer_is_counted_by_its_grpc_code() {
     let (_server, addr) = spawn_server();
     // An empty domain is INVALID_ARGUMENT, answered in the headers alone.

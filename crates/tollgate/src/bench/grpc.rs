@@ -11,56 +11,83 @@
 //! (trailers, or headers for a trailers-only answer) decides between the
 //! decoded message and an error status, as a gRPC client would.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
 use http::header::{CONTENT_TYPE, TE};
 use http::{HeaderMap, HeaderValue, Method, Request, Uri};
+use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tonic::{Code, Status};
 
 /// The length of a gRPC message's prefix: a compression flag and a 4-byte length.
 const PREFIX: usize = 5;
 
-/// One HTTP/2 connection to a gRPC service, shared by the calls made on it.
-#[derive(Clone)]
+/// The largest answer read, prefix included: tonic's default limit on a
+/// decoded message (4 MiB), so a service cannot make the load hold more.
+const MAX_ANSWER: usize = 4 << 20;
+
+/// One HTTP/2 connection to a gRPC service, shared by the calls made on it,
+/// and opened again when the service closes it (a GOAWAY at its maximum
+/// connection age, as Envoy's clients see it): the calls still to start go
+/// on the new connection, the ones in flight finish on the old.
 pub(super) struct GrpcConnection {
-    send: SendRequest<Bytes>,
+    /// Where it connects (`http://host:port`).
+    addr: Uri,
+    /// How long a connection may take to open.
+    timeout: Duration,
+    /// The connection calls start on, and how many times it was opened.
+    current: Mutex<(u64, SendRequest<Bytes>)>,
+    /// Held while the connection is opened again, so it is opened once.
+    reopening: tokio::sync::Mutex<()>,
 }
 
 impl GrpcConnection {
     /// Connects to `addr` (`http://host:port`; HTTP/2 with prior knowledge)
     /// within `timeout`; the connection's task runs on the current runtime.
-    pub(super) async fn connect(addr: &Uri, timeout: Duration) -> Result<Self, String> {
-        let host = addr.host().ok_or_else(|| format!("{addr} has no host"))?;
-        let port = addr.port_u16().unwrap_or(80);
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let connect = async {
-            let tcp = TcpStream::connect((host, port))
-                .await
-                .map_err(|error| error.to_string())?;
-            tcp.set_nodelay(true).map_err(|error| error.to_string())?;
-            h2::client::handshake(tcp)
-                .await
-                .map_err(|error| format!("HTTP/2 handshake: {error}"))
-        };
-        let (send, connection) = tokio::time::timeout(timeout, connect)
+    pub(super) async fn connect(addr: Uri, timeout: Duration) -> Result<Arc<Self>, String> {
+        let send = open(&addr, timeout).await?;
+        Ok(Arc::new(Self {
+            addr,
+            timeout,
+            current: Mutex::new((0, send)),
+            reopening: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The connection calls start on now, and its number.
+    fn current(&self) -> (u64, SendRequest<Bytes>) {
+        self.current.lock().clone()
+    }
+
+    /// A connection ready for a new stream: the current one, or, when that
+    /// one takes no more (the service said GOAWAY, or it failed), a new one
+    /// opened once for every call that found it so.
+    async fn ready(&self) -> Result<SendRequest<Bytes>, Status> {
+        let (number, send) = self.current();
+        if let Ok(send) = send.ready().await {
+            return Ok(send);
+        }
+        let _reopening = self.reopening.lock().await;
+        let (now, send) = self.current();
+        if now != number {
+            // Another call opened it again while this one waited.
+            return send.ready().await.map_err(transport);
+        }
+        let send = open(&self.addr, self.timeout)
             .await
-            .map_err(|_| format!("no connection within {timeout:?}"))??;
-        tokio::spawn(async move {
-            // The connection ends when the load does, or with an error every
-            // call on it then reports.
-            let _ = connection.await;
-        });
-        Ok(Self { send })
+            .map_err(|error| Status::unavailable(format!("cannot reconnect: {error}")))?;
+        *self.current.lock() = (number + 1, send.clone());
+        send.ready().await.map_err(transport)
     }
 
     /// Calls the method at `uri` (scheme, authority and path) with `message`
     /// and decodes its answer, or the error status the call ended with; a
     /// call not answered within `timeout` is `DEADLINE_EXCEEDED`.
     pub(super) fn unary<M: prost::Message + Default, Q: prost::Message>(
-        self,
+        self: Arc<Self>,
         uri: Uri,
         message: &Q,
         timeout: Duration,
@@ -77,8 +104,8 @@ impl GrpcConnection {
     }
 
     /// Sends one framed message and reads the answer.
-    async fn call<M: prost::Message + Default>(self, uri: Uri, body: Bytes) -> Result<M, Status> {
-        let mut send = self.send.ready().await.map_err(transport)?;
+    async fn call<M: prost::Message + Default>(&self, uri: Uri, body: Bytes) -> Result<M, Status> {
+        let mut send = self.ready().await?;
         let mut request = Request::new(());
         *request.method_mut() = Method::POST;
         *request.uri_mut() = uri;
@@ -105,7 +132,7 @@ impl GrpcConnection {
         while let Some(chunk) = body.data().await {
             let chunk = chunk.map_err(transport)?;
             let _ = body.flow_control().release_capacity(chunk.len());
-            answer.extend_from_slice(&chunk);
+            append(&mut answer, &chunk)?;
         }
         let trailers = body.trailers().await.map_err(transport)?;
         match trailers.as_ref().and_then(status_of) {
@@ -114,6 +141,42 @@ impl GrpcConnection {
             None => Err(Status::internal("the answer ended without grpc-status")),
         }
     }
+}
+
+/// Opens an HTTP/2 connection to `addr` within `timeout` and runs its task.
+async fn open(addr: &Uri, timeout: Duration) -> Result<SendRequest<Bytes>, String> {
+    let host = addr.host().ok_or_else(|| format!("{addr} has no host"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = addr.port_u16().unwrap_or(80);
+    let connect = async {
+        let tcp = TcpStream::connect((host, port))
+            .await
+            .map_err(|error| error.to_string())?;
+        tcp.set_nodelay(true).map_err(|error| error.to_string())?;
+        h2::client::handshake(tcp)
+            .await
+            .map_err(|error| format!("HTTP/2 handshake: {error}"))
+    };
+    let (send, connection) = tokio::time::timeout(timeout, connect)
+        .await
+        .map_err(|_| format!("no connection within {timeout:?}"))??;
+    tokio::spawn(async move {
+        // The connection ends when the load does, when the service closes
+        // it, or with an error the calls on it then report.
+        let _ = connection.await;
+    });
+    Ok(send)
+}
+
+/// Adds `chunk` to the answer read so far, within [`MAX_ANSWER`].
+fn append(answer: &mut BytesMut, chunk: &[u8]) -> Result<(), Status> {
+    if answer.len() + chunk.len() > MAX_ANSWER {
+        return Err(Status::out_of_range(format!(
+            "an answer over {MAX_ANSWER} bytes"
+        )));
+    }
+    answer.extend_from_slice(chunk);
+    Ok(())
 }
 
 /// `message` as one uncompressed gRPC frame.
@@ -210,6 +273,16 @@ mod tests {
             assert_eq!(status.code(), Code::Internal);
             assert!(status.message().contains(says), "{status:?}");
         }
+    }
+
+    #[test]
+    fn an_answer_is_read_up_to_its_bound_and_no_further() {
+        let mut answer = BytesMut::new();
+        append(&mut answer, &vec![7; MAX_ANSWER - 1]).expect("under the bound");
+        append(&mut answer, &[7]).expect("at the bound");
+        let status = append(&mut answer, &[7]).expect_err("over the bound");
+        assert_eq!(status.code(), Code::OutOfRange);
+        assert_eq!(answer.len(), MAX_ANSWER, "nothing kept past the bound");
     }
 
     #[test]

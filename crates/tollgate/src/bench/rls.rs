@@ -14,7 +14,6 @@ use rand::{Rng, SeedableRng};
 use tollgate_protocol::rls::wire::{self, RateLimitRequest, SHOULD_RATE_LIMIT_PATH};
 
 use super::grpc::GrpcConnection;
-
 use super::load::{LoadArgs, Sender, drive, runtime};
 use super::report::Heading;
 use super::tally::{Counts, ErrorCounts};
@@ -29,7 +28,7 @@ use crate::CommandError;
                   Exit status: 0 done (whatever the calls answered), 1 cannot connect, 2 usage."
 )]
 pub struct RlsArgs {
-    /// The service's address.
+    /// The service's address (`http://host:port`: HTTP/2 without TLS).
     #[arg(long, default_value = "http://127.0.0.1:8081", value_name = "URL")]
     pub addr: String,
     /// The rate limit domain.
@@ -126,7 +125,7 @@ struct RlsPlan {
 /// One `bench rls` worker's connection and key generator.
 struct RlsSender {
     plan: Arc<RlsPlan>,
-    connection: GrpcConnection,
+    connection: Arc<GrpcConnection>,
     /// The method's URI on the service.
     uri: Uri,
     /// How long a call may wait for its answer.
@@ -151,9 +150,7 @@ impl Sender for RlsSender {
             descriptors: plan.templates.iter().map(|t| t.render(key)).collect(),
             hits_addend: plan.hits,
         };
-        self.connection
-            .clone()
-            .unary(self.uri.clone(), &request, self.timeout)
+        Arc::clone(&self.connection).unary(self.uri.clone(), &request, self.timeout)
     }
 }
 
@@ -178,7 +175,7 @@ pub(super) fn run(args: &RlsArgs) -> Result<(), CommandError> {
     let report = runtime()?.block_on(async {
         let mut connections = Vec::with_capacity(args.connections);
         for _ in 0..args.connections {
-            let connection = GrpcConnection::connect(&addr, timeout)
+            let connection = GrpcConnection::connect(addr.clone(), timeout)
                 .await
                 .map_err(|error| {
                     CommandError::Failed(format!("cannot connect to {}: {error}", args.addr))
@@ -194,7 +191,7 @@ pub(super) fn run(args: &RlsArgs) -> Result<(), CommandError> {
         let senders = (0..args.load.concurrency)
             .map(|i| RlsSender {
                 plan: Arc::clone(&plan),
-                connection: connections[i % connections.len()].clone(),
+                connection: Arc::clone(&connections[i % connections.len()]),
                 uri: uri.clone(),
                 timeout,
                 rng: SmallRng::seed_from_u64(args.seed.wrapping_add(i as u64)),
