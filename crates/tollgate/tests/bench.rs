@@ -15,29 +15,28 @@ use hyper_util::rt::TokioIo;
 
 use tollgate_testkit::tollgate::{Server, tollgate};
 
-/// A `tollgate serve` child on the example limits; its gRPC address as a URL.
-fn spawn_server() -> (Server, String) {
-    let server = Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ]);
+/// A `tollgate serve` child on the example limits with `extra` flags; its
+/// gRPC address as a URL.
+fn spawn_server(extra: &[&str]) -> (Server, String) {
+    let server = Server::example_limits(extra, &[]);
     let addr = format!("http://{}", server.address());
     (server, addr)
 }
 
+/// `tollgate bench rls` for 1 s on the example limits' domain `edge`.
 fn bench(addr: &str, descriptors: &[&str], extra: &[&str]) -> Output {
+    bench_domain(addr, "edge", descriptors, extra)
+}
+
+/// `tollgate bench rls` for 1 s, 4 in flight on 2 connections, in `domain`.
+fn bench_domain(addr: &str, domain: &str, descriptors: &[&str], extra: &[&str]) -> Output {
     let mut args = vec![
         "bench",
         "rls",
         "--addr",
         addr,
         "--domain",
-        "edge",
+        domain,
         "-d",
         "1s",
         "--warmup",
@@ -100,7 +99,7 @@ fn assert_consistent(report: &serde_json::Value) {
 
 #[test]
 fn a_closed_loop_over_ten_keys_counts_every_answer() {
-    let (_server, addr) = spawn_server();
+    let (_server, addr) = spawn_server(&[]);
     let output = bench(&addr, &["path=/p{k}"], &["--keys", "10"]);
     let report = report(&output);
     assert_consistent(&report);
@@ -110,7 +109,7 @@ fn a_closed_loop_over_ten_keys_counts_every_answer() {
 
 #[test]
 fn the_login_limit_shows_over_limit_and_lets_at_most_three_a_minute_through() {
-    let (_server, addr) = spawn_server();
+    let (_server, addr) = spawn_server(&[]);
     let output = bench(&addr, &["path=/login"], &[]);
     let report = report(&output);
     assert_consistent(&report);
@@ -122,7 +121,7 @@ fn the_login_limit_shows_over_limit_and_lets_at_most_three_a_minute_through() {
 
 #[test]
 fn an_open_loop_keeps_its_rate() {
-    let (_server, addr) = spawn_server();
+    let (_server, addr) = spawn_server(&[]);
     let output = bench(&addr, &["path=/p{k}"], &["--keys", "10", "--rate", "200"]);
     let report = report(&output);
     assert_consistent(&report);
@@ -163,18 +162,7 @@ fn nothing_listening_is_exit_1() {
 fn a_connection_the_service_closes_at_its_age_is_opened_again_with_no_call_lost() {
     // GOAWAY once a connection is 200 ms old (200–220 ms): the 1 s run sees
     // each of its two connections closed four times.
-    let server = Server::spawn(&[
-        "serve",
-        "--config",
-        "../../examples/limits",
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-        "--max-connection-age",
-        "200ms",
-    ]);
-    let addr = format!("http://{}", server.address());
+    let (_server, addr) = spawn_server(&["--max-connection-age", "200ms"]);
     let output = bench(&addr, &["path=/p{k}"], &["--keys", "10"]);
     let report = report(&output);
     assert_consistent(&report);
@@ -183,29 +171,9 @@ fn a_connection_the_service_closes_at_its_age_is_opened_again_with_no_call_lost(
 
 #[test]
 fn an_error_answer_is_counted_by_its_grpc_code() {
-    let (_server, addr) = spawn_server();
+    let (_server, addr) = spawn_server(&[]);
     // An empty domain is INVALID_ARGUMENT, answered in the headers alone.
-    let output = tollgate(&[
-        "bench",
-        "rls",
-        "--addr",
-        &addr,
-        "--domain",
-        "",
-        "--descriptor",
-        "path=/p",
-        "-d",
-        "1s",
-        "--warmup",
-        "0s",
-        "-c",
-        "2",
-        "--connections",
-        "1",
-        "--json",
-    ])
-    .output()
-    .expect("tollgate bench runs");
+    let output = bench_domain(&addr, "", &["path=/p"], &[]);
     let report = report(&output);
     let requests = count(&report, "requests");
     assert!(requests > 0, "{report}");
