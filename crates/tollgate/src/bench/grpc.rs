@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
+use h2::{Reason, RecvStream};
 use http::header::{CONTENT_TYPE, TE};
-use http::{HeaderMap, HeaderValue, Method, Request, Uri};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tonic::{Code, Status};
@@ -103,18 +104,16 @@ impl GrpcConnection {
         }
     }
 
-    /// Sends one framed message and reads the answer.
+    /// Sends one framed message and reads the answer; a call the service
+    /// closed its connection without taking goes once more, on the
+    /// connection opened in its place.
     async fn call<M: prost::Message + Default>(&self, uri: Uri, body: Bytes) -> Result<M, Status> {
-        let mut send = self.ready().await?;
-        let mut request = Request::new(());
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = uri;
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-        let (response, mut stream) = send.send_request(request, false).map_err(transport)?;
-        stream.send_data(body, true).map_err(transport)?;
-        let response = response.await.map_err(transport)?;
+        let response = match self.answer_headers(uri.clone(), body.clone()).await? {
+            Some(response) => response,
+            None => self.answer_headers(uri, body).await?.ok_or_else(|| {
+                Status::unavailable("the service closed two connections without taking the call")
+            })?,
+        };
         if response.status() != http::StatusCode::OK {
             return Err(Status::unknown(format!(
                 "HTTP status {} instead of 200",
@@ -140,6 +139,40 @@ impl GrpcConnection {
             Some(Some(status)) => Err(status),
             None => Err(Status::internal("the answer ended without grpc-status")),
         }
+    }
+
+    /// Opens a stream for `body` and waits for the answer's headers; `None`
+    /// when the service did not take the call (it said GOAWAY before it, or
+    /// refused the stream), which makes it safe to send again.
+    async fn answer_headers(
+        &self,
+        uri: Uri,
+        body: Bytes,
+    ) -> Result<Option<Response<RecvStream>>, Status> {
+        let not_taken_or_failed = |error: h2::Error| {
+            if not_taken(&error) {
+                Ok(None)
+            } else {
+                Err(transport(error))
+            }
+        };
+        let mut send = self.ready().await?;
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+        let (response, mut stream) = match send.send_request(request, false) {
+            Ok(opened) => opened,
+            Err(error) => return not_taken_or_failed(error),
+        };
+        if let Err(error) = stream.send_data(body, true) {
+            return not_taken_or_failed(error);
+        }
+        response
+            .await
+            .map_or_else(not_taken_or_failed, |response| Ok(Some(response)))
     }
 }
 
@@ -226,6 +259,15 @@ fn status_of(headers: &HeaderMap) -> Option<Option<Status>> {
     Some(Some(Status::new(code, message)))
 }
 
+/// Whether `error` says the service never took the stream: a GOAWAY
+/// without error that came before it, or `REFUSED_STREAM` (RFC 9113,
+/// section 8.7: such a request may be sent again).
+fn not_taken(error: &h2::Error) -> bool {
+    let graceful_go_away =
+        error.is_go_away() && error.is_remote() && error.reason() == Some(Reason::NO_ERROR);
+    graceful_go_away || error.reason() == Some(Reason::REFUSED_STREAM)
+}
+
 /// An HTTP/2 error as the status a gRPC client reports for it.
 fn transport(error: h2::Error) -> Status {
     Status::unavailable(format!("HTTP/2: {error}"))
@@ -283,6 +325,14 @@ mod tests {
         let status = append(&mut answer, &[7]).expect_err("over the bound");
         assert_eq!(status.code(), Code::OutOfRange);
         assert_eq!(answer.len(), MAX_ANSWER, "nothing kept past the bound");
+    }
+
+    #[test]
+    fn only_a_refused_stream_or_a_graceful_go_away_is_sent_again() {
+        assert!(not_taken(&h2::Error::from(Reason::REFUSED_STREAM)));
+        for reason in [Reason::INTERNAL_ERROR, Reason::CANCEL, Reason::NO_ERROR] {
+            assert!(!not_taken(&h2::Error::from(reason)), "{reason:?}");
+        }
     }
 
     #[test]
